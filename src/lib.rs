@@ -1,1 +1,13 @@
+//! vpm: vortex particle method for turbulence, checked against a pseudo-spectral solver.
+//!
+//! See `ARCHITECTURE.md` for a tour of the modules and `../shared/PHYSICS.md` (kept in the
+//! project's shared folder) for the formulas and conventions every module follows.
 
+pub mod bench;
+pub mod cli;
+pub mod config;
+pub mod diagnostics;
+pub mod init;
+pub mod output;
+pub mod simulation;
+pub mod spectral;

@@ -1,1 +1,182 @@
-fn main(){}
+//! The `vpm` binary: parse the command line, set up logging and threads, call the library.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use std::io::IsTerminal;
+use std::path::Path;
+use std::process::ExitCode;
+use vpm::cli::{BenchCommand, Cli, Command, DealiasArg};
+use vpm::config::{named_cases, resolve_case, Case, Dealias};
+use vpm::output::create_run_dir;
+use vpm::simulation::{ProgressStyle, RunEnd, RunOptions, Simulation};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = if cli.quiet {
+        "error"
+    } else {
+        match cli.verbose {
+            0 => "info",
+            1 => "debug",
+            _ => "trace",
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VPM_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+        )
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Builds the global thread pool once; returns the thread count.
+fn set_threads(threads: Option<usize>) -> Result<usize> {
+    let mut b = rayon::ThreadPoolBuilder::new();
+    if let Some(n) = threads {
+        if n == 0 {
+            bail!("--threads must be at least 1");
+        }
+        b = b.num_threads(n);
+    }
+    b.build_global().context("starting the thread pool")?;
+    Ok(rayon::current_num_threads())
+}
+
+fn progress_style(quiet: bool) -> ProgressStyle {
+    if quiet {
+        ProgressStyle::Quiet
+    } else if std::io::stderr().is_terminal() {
+        ProgressStyle::Bar
+    } else {
+        ProgressStyle::Lines
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Run(args) => {
+            let (case, _text) = resolve_case(&args.case)?;
+            let threads = set_threads(args.threads)?;
+            let run_dir = create_run_dir(&case.name, args.out.as_deref(), args.force)?;
+            if !cli.quiet {
+                eprintln!(
+                    "vpm: case `{}` → {} ({} threads)",
+                    case.name,
+                    run_dir.display(),
+                    threads
+                );
+            }
+            let options = RunOptions {
+                threads,
+                progress: progress_style(cli.quiet),
+                abort_after_steps: args.abort_after_steps,
+            };
+            let mut sim = Simulation::start(case, &run_dir, options)?;
+            finish(&mut sim, cli.quiet)
+        }
+        Command::Resume(args) => {
+            let threads = set_threads(args.threads)?;
+            let options = RunOptions {
+                threads,
+                progress: progress_style(cli.quiet),
+                abort_after_steps: args.abort_after_steps,
+            };
+            let mut sim = Simulation::resume(&args.run_dir, options)?;
+            if !cli.quiet {
+                eprintln!(
+                    "vpm: resuming `{}` in {} at step {} (t = {})",
+                    sim.case().name,
+                    args.run_dir.display(),
+                    sim.step_count(),
+                    sim.time()
+                );
+            }
+            finish(&mut sim, cli.quiet)
+        }
+        Command::Cases => {
+            let width = named_cases()
+                .iter()
+                .map(|c| c.name.len())
+                .max()
+                .unwrap_or(0);
+            for c in named_cases() {
+                println!("{:width$}  {}", c.name, c.summary);
+            }
+            Ok(())
+        }
+        Command::Plot { run_dir } => {
+            let title = case_name(&run_dir);
+            for p in postprocess::plot_run(&run_dir, &title)? {
+                println!("{}", p.display());
+            }
+            Ok(())
+        }
+        Command::Bench(BenchCommand::Spectral(a)) => {
+            set_threads(a.threads)?;
+            let rules: Vec<Dealias> = a
+                .dealias
+                .iter()
+                .map(|d| match d {
+                    DealiasArg::TwoThirds => Dealias::TwoThirds,
+                    DealiasArg::ThreeHalves => Dealias::ThreeHalves,
+                })
+                .collect();
+            for &n in &a.n {
+                if n < 8 || n % 2 == 1 {
+                    bail!("--n {n}: grid sizes must be even and ≥ 8");
+                }
+            }
+            vpm::bench::bench_spectral(&a.n, &rules, a.repeats, a.json.as_deref())?;
+            Ok(())
+        }
+    }
+}
+
+/// Runs to the end and reports where the outputs are.
+fn finish(sim: &mut Simulation, quiet: bool) -> Result<()> {
+    if sim.is_finished() {
+        if !quiet {
+            eprintln!("vpm: the run is already complete (t = {})", sim.time());
+        }
+        return Ok(());
+    }
+    match sim.run_to_end()? {
+        RunEnd::Finished => {
+            if !quiet {
+                eprintln!(
+                    "vpm: finished at t = {} after {} steps; outputs in {}",
+                    sim.time(),
+                    sim.step_count(),
+                    sim.run_dir().display()
+                );
+            }
+            Ok(())
+        }
+        RunEnd::Aborted => {
+            // Testing aid: behave like a killed process (no final outputs, non-zero status).
+            std::process::exit(137);
+        }
+    }
+}
+
+/// The case name recorded in a run directory's case.toml (the directory name if unreadable).
+fn case_name(run_dir: &Path) -> String {
+    Case::from_file(&run_dir.join("case.toml"))
+        .map(|c| c.name)
+        .unwrap_or_else(|_| {
+            run_dir
+                .file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "run".into())
+        })
+}

@@ -1,0 +1,259 @@
+//! End-to-end tests: synthetic run directories in, decoded PNGs checked.
+//!
+//! Set `POSTPROCESS_DEMO_DIR` to a directory to get copies of the plots of
+//! the main test there, for looking at them.
+
+use postprocess::{
+    draw_energy, draw_spectra, plot_run, read_csv_columns, EnergyCurve, Solver, SolverSpectra,
+    Spectrum, ENERGY_SIZE, SPECTRUM_SIZE,
+};
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::Path;
+
+const ENERGY_HEADER: &str = "step,t,dt,K,Z,eps,minus_dKdt,u_rms,L,T,lambda,Re_lambda,max_div";
+
+/// Energy rows with K = k0 exp(-rate t) and a slowly growing turnover time.
+fn energy_csv(k0: f64, rate: f64, steps: usize, dt: f64) -> String {
+    let mut s = format!("{ENERGY_HEADER}\n");
+    for n in 0..=steps {
+        let t = n as f64 * dt;
+        let k = k0 * (-rate * t).exp();
+        let u = (2.0 * k / 3.0).sqrt();
+        let l = 1.0 + 0.05 * t;
+        writeln!(
+            s,
+            "{n},{t:.16e},{dt:.16e},{k:.16e},{:.16e},{:.16e},{:.16e},{u:.16e},{l:.16e},{:.16e},0.3,40,1e-15",
+            10.0 * k,
+            rate * k,
+            rate * k,
+            l / u,
+        )
+        .unwrap();
+    }
+    s
+}
+
+/// k^-5/3 spectra with a dissipative cut-off and a round-off tail, shell
+/// k = 0 included with E = 0.
+fn spectra_csv(times: &[f64], kmax: usize, scale: f64) -> String {
+    let mut s = String::from("t,k,E\n");
+    for &t in times {
+        let amp = scale * (-0.3 * t).exp();
+        let kd = 30.0 / (1.0 + 0.2 * t);
+        for k in 0..=kmax {
+            let kf = k as f64;
+            let e = if k == 0 {
+                0.0
+            } else {
+                (amp * kf.powf(-5.0 / 3.0) * (-(kf / kd).powi(2)).exp()).max(1e-32)
+            };
+            writeln!(s, "{t:.16e},{kf},{e:.16e}").unwrap();
+        }
+    }
+    s
+}
+
+fn write_solver(run: &Path, solver: &str, energy: &str, spectra: &str) {
+    let dir = run.join(solver);
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("energy.csv"), energy).unwrap();
+    fs::write(dir.join("spectra.csv"), spectra).unwrap();
+}
+
+/// Decode a PNG and check its size and that it is a real plot: many
+/// colours (anti-aliased text and coloured lines) and dark text pixels.
+fn check_png(path: &Path, size: (u32, u32)) {
+    let decoder = png::Decoder::new(fs::File::open(path).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), size, "{}", path.display());
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    let pixels: Vec<[u8; 3]> = buf[..info.buffer_size()]
+        .chunks_exact(3)
+        .map(|p| [p[0], p[1], p[2]])
+        .collect();
+    let distinct: HashSet<[u8; 3]> = pixels.iter().copied().collect();
+    assert!(
+        distinct.len() > 50,
+        "{}: only {} colours",
+        path.display(),
+        distinct.len()
+    );
+    let dark = pixels.iter().filter(|p| p.iter().all(|&c| c < 60)).count();
+    assert!(dark > 2000, "{}: only {dark} dark pixels", path.display());
+}
+
+fn demo_copy(paths: &[std::path::PathBuf], prefix: &str) {
+    if let Some(dir) = std::env::var_os("POSTPROCESS_DEMO_DIR") {
+        fs::create_dir_all(&dir).unwrap();
+        for p in paths {
+            let name = format!("{prefix}{}", p.file_name().unwrap().to_string_lossy());
+            fs::copy(p, Path::new(&dir).join(name)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn both_solvers_overlaid() {
+    let run = tempfile::tempdir().unwrap();
+    let times = [0.0, 2.5, 5.0, 10.0];
+    write_solver(
+        run.path(),
+        "spectral",
+        &energy_csv(1.5, 0.3, 400, 0.025),
+        &spectra_csv(&times, 42, 1.0),
+    );
+    // Vortex columns in another order, plus an unknown one.
+    let mut vortex_energy = String::from("K,extra,t,T\n");
+    for n in 0..=80 {
+        let t = n as f64 * 0.125;
+        let k = 1.45 * (-0.33 * t).exp();
+        writeln!(vortex_energy, "{k:.16e},7,{t:.16e},1.1").unwrap();
+    }
+    write_solver(
+        run.path(),
+        "vortex",
+        &vortex_energy,
+        &spectra_csv(&times, 30, 0.9),
+    );
+
+    let written = plot_run(run.path(), "test run").unwrap();
+    assert_eq!(
+        written,
+        vec![
+            run.path().join("energy.png"),
+            run.path().join("spectrum.png")
+        ]
+    );
+    check_png(&written[0], ENERGY_SIZE);
+    check_png(&written[1], SPECTRUM_SIZE);
+    // No temporary files left behind.
+    let names: Vec<String> = fs::read_dir(run.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
+    demo_copy(&written, "");
+
+    // Plotting again replaces the files.
+    plot_run(run.path(), "test run").unwrap();
+    check_png(&written[0], ENERGY_SIZE);
+}
+
+#[test]
+fn spectral_only_with_many_times() {
+    let run = tempfile::tempdir().unwrap();
+    let times: Vec<f64> = (0..30).map(|i| f64::from(i) * 0.5).collect();
+    write_solver(
+        run.path(),
+        "spectral",
+        &energy_csv(2.0, 0.2, 300, 0.05),
+        &spectra_csv(&times, 64, 1.0),
+    );
+    let written = plot_run(run.path(), "only spectral").unwrap();
+    check_png(&written[0], ENERGY_SIZE);
+    check_png(&written[1], SPECTRUM_SIZE);
+    demo_copy(&written, "many-");
+}
+
+#[test]
+fn missing_energy_csv_is_named() {
+    let run = tempfile::tempdir().unwrap();
+    write_solver(
+        run.path(),
+        "spectral",
+        &energy_csv(1.0, 0.3, 10, 0.1),
+        &spectra_csv(&[0.0], 8, 1.0),
+    );
+    let energy = run.path().join("spectral").join("energy.csv");
+    fs::remove_file(&energy).unwrap();
+    let err = format!("{:#}", plot_run(run.path(), "x").unwrap_err());
+    assert!(err.contains(&energy.display().to_string()), "{err}");
+
+    // A missing column is named together with its file.
+    fs::write(&energy, "t,T,Z\n0,1,1\n").unwrap();
+    let err = format!("{:#}", plot_run(run.path(), "x").unwrap_err());
+    assert!(err.contains("\"K\"") && err.contains("energy.csv"), "{err}");
+
+    // So is a missing spectral directory.
+    let empty = tempfile::tempdir().unwrap();
+    let err = format!("{:#}", plot_run(empty.path(), "x").unwrap_err());
+    assert!(
+        err.contains("spectral") && err.contains("energy.csv"),
+        "{err}"
+    );
+}
+
+#[test]
+fn partial_last_line_is_ignored() {
+    let run = tempfile::tempdir().unwrap();
+    let mut energy = energy_csv(1.0, 0.3, 50, 0.1);
+    energy.push_str("51,5.1000000000000000e0,1.0e-1,4.1");
+    let mut spectra = spectra_csv(&[0.0, 2.0], 16, 1.0);
+    spectra.push_str("4.0000000000000000e0,3,1.2e-");
+    write_solver(run.path(), "spectral", &energy, &spectra);
+    let table = read_csv_columns(run.path().join("spectral/energy.csv")).unwrap();
+    assert_eq!(table.len(), 51);
+    let written = plot_run(run.path(), "partial").unwrap();
+    check_png(&written[0], ENERGY_SIZE);
+    check_png(&written[1], SPECTRUM_SIZE);
+}
+
+#[test]
+fn empty_and_degenerate_data() {
+    // Header-only files: a run that has just started.
+    let run = tempfile::tempdir().unwrap();
+    write_solver(
+        run.path(),
+        "spectral",
+        &format!("{ENERGY_HEADER}\n"),
+        "t,k,E\n",
+    );
+    let written = plot_run(run.path(), "empty").unwrap();
+    check_png(&written[0], ENERGY_SIZE);
+    check_png(&written[1], SPECTRUM_SIZE);
+
+    // Only the t = 0 row: nothing fits on a log axis, still a plot.
+    write_solver(
+        run.path(),
+        "spectral",
+        &energy_csv(1.0, 0.3, 0, 0.1),
+        &spectra_csv(&[0.0], 1, 1.0),
+    );
+    let written = plot_run(run.path(), "single row").unwrap();
+    check_png(&written[0], ENERGY_SIZE);
+    demo_copy(&written, "single-");
+
+    // Constant values, NaN, inf, negatives, a single point.
+    let dir = tempfile::tempdir().unwrap();
+    let curves = [
+        EnergyCurve {
+            solver: Solver::Spectral,
+            t_over_t0: vec![0.0, 1.0, 2.0, f64::NAN, 3.0, f64::INFINITY],
+            k_over_k0: vec![1.0, 1.0, 1.0, 1.0, f64::NAN, 1.0],
+        },
+        EnergyCurve {
+            solver: Solver::Vortex,
+            t_over_t0: vec![2.0],
+            k_over_k0: vec![-1.0],
+        },
+    ];
+    let path = dir.path().join("flat.png");
+    draw_energy(&path, "flat", &curves).unwrap();
+    check_png(&path, ENERGY_SIZE);
+
+    let series = [SolverSpectra {
+        solver: Solver::Vortex,
+        spectra: vec![Spectrum {
+            t: 1.0,
+            k: vec![1.0, 2.0, f64::NAN],
+            e: vec![0.5, 0.5, 1.0],
+        }],
+    }];
+    let path = dir.path().join("flat-spectrum.png");
+    draw_spectra(&path, "flat", &series).unwrap();
+    check_png(&path, SPECTRUM_SIZE);
+}

@@ -1,0 +1,99 @@
+//! Command-line interface: `vpm run`, `resume`, `cases`, `plot`, `bench`.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Vortex particle method for turbulence, checked against a pseudo-spectral solver.
+#[derive(Debug, Parser)]
+#[command(name = "vpm", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Print only errors (no progress, no summary).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Print more detail (repeat for debug output).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a case: a named case (see `vpm cases`) or the path of a case file.
+    Run(RunArgs),
+    /// Continue a run that was stopped or killed, from its latest checkpoint.
+    Resume(ResumeArgs),
+    /// List the named cases, one line each.
+    Cases,
+    /// Redraw energy.png and spectrum.png of a run directory from its CSV files.
+    Plot {
+        /// The run directory.
+        run_dir: PathBuf,
+    },
+    /// Benchmarks; each prints a table, states the hardware and can write JSON.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// A named case or the path of a case file (TOML).
+    pub case: String,
+    /// Run directory (default: runs/<case>-<UTC time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Reuse a non-empty run directory, replacing vpm's outputs in it.
+    #[arg(long)]
+    pub force: bool,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Testing aid: stop abruptly after this many steps, as if the process were killed.
+    #[arg(long, hide = true)]
+    pub abort_after_steps: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run directory to continue.
+    pub run_dir: PathBuf,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Testing aid: stop abruptly after this many steps, as if the process were killed.
+    #[arg(long, hide = true)]
+    pub abort_after_steps: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Milliseconds per RK4 step and per 3-D transform of the pseudo-spectral solver.
+    Spectral(BenchSpectralArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DealiasArg {
+    #[value(name = "2/3")]
+    TwoThirds,
+    #[value(name = "3/2")]
+    ThreeHalves,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchSpectralArgs {
+    /// Grid sizes N (comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "32,64,128")]
+    pub n: Vec<usize>,
+    /// Dealiasing rules (comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "2/3,3/2")]
+    pub dealias: Vec<DealiasArg>,
+    /// Timed repetitions per measurement (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}

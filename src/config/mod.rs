@@ -1,0 +1,525 @@
+//! Case files: what to simulate, read from TOML.
+//!
+//! A case file describes one run: the fluid ([`Flow`]), the initial field ([`InitialCondition`]),
+//! the time span and step ([`TimeControl`]), what to write and when ([`OutputControl`],
+//! [`CheckpointControl`]) and the pseudo-spectral reference grid ([`SpectralConfig`]).
+//! `cases/README.md` documents every key.
+//!
+//! Parsing is strict: unknown keys, wrong types and values out of range are rejected with a
+//! message that names the file, the line, the dotted key and what is allowed. The case files
+//! under `cases/` are embedded in the binary at build time ([`named_cases`]), so `vpm run quick`
+//! works from any directory; [`resolve_case`] turns a command-line CASE argument into a [`Case`].
+
+mod parse;
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// One simulation case, validated, with every default filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Case {
+    /// Key `name`; defaults to the file stem (or the named case's name).
+    pub name: String,
+    /// Key `description`; defaults to "".
+    pub description: String,
+    /// Section `[flow]`.
+    pub flow: Flow,
+    /// Section `[initial]`.
+    pub initial: InitialCondition,
+    /// Section `[time]`.
+    pub time: TimeControl,
+    /// Section `[output]`.
+    pub output: OutputControl,
+    /// Section `[checkpoint]`.
+    pub checkpoint: CheckpointControl,
+    /// Section `[spectral]`.
+    pub spectral: SpectralConfig,
+}
+
+/// Section `[flow]`: the fluid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Flow {
+    /// Kinematic viscosity (box [-π, π]³, velocity units of the initial field); finite, ≥ 0.
+    pub nu: f64,
+}
+
+/// Section `[initial]`: the initial velocity field, chosen by `kind`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InitialCondition {
+    /// `kind = "taylor-green"`: u = A sin x cos y cos z, v = −A cos x sin y cos z, w = 0.
+    TaylorGreen {
+        /// `amplitude` A; finite, > 0; default 1.
+        amplitude: f64,
+    },
+    /// `kind = "isotropic"`: solenoidal random field with E(k) ∝ k⁴ exp(−2k²/kp²).
+    Isotropic {
+        /// `kp`, the wavenumber of the spectrum's peak; finite, > 0; required.
+        kp: f64,
+        /// `u0`, the rms velocity per component (K = 3/2 u0²); finite, > 0; required.
+        u0: f64,
+        /// `seed` of the random phases; default 1.
+        seed: u64,
+        /// `k_cut`, band limit (integer-wavenumber units); finite, ≥ 1; default 3·kp.
+        k_cut: f64,
+    },
+    /// `kind = "shear-wave"`: u = A â sin(k·x), one Fourier mode, â ⟂ k.
+    ShearWave {
+        /// `wavevector` k (integer components), not all zero; required.
+        wavevector: [i64; 3],
+        /// `amplitude` A; finite, > 0; default 1.
+        amplitude: f64,
+        /// `polarisation` â: unit vector ⟂ k (stored normalised).
+        polarisation: [f64; 3],
+    },
+}
+
+/// Section `[time]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimeControl {
+    /// `t_end`: final time; finite, > 0; required.
+    pub t_end: f64,
+    /// Fixed (`dt`) or adaptive (`cfl`) step.
+    pub step: TimeStep,
+}
+
+/// The time step: exactly one of `dt` and `cfl` is given in `[time]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TimeStep {
+    /// `dt`: fixed step, > 0 and ≤ t_end.
+    Fixed {
+        /// Step size.
+        dt: f64,
+    },
+    /// `cfl`: adaptive step from a CFL number in (0, 2.5], optionally capped by `dt_max` > 0.
+    Cfl {
+        /// CFL number.
+        cfl: f64,
+        /// Upper bound on the step.
+        dt_max: Option<f64>,
+    },
+}
+
+/// How often something happens: `every_steps = N` (≥ 1) or `every_time = T` (> 0).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Cadence {
+    /// Every N steps.
+    Steps(u64),
+    /// Every T units of simulated time.
+    Time(f64),
+}
+
+/// Section `[output]`: diagnostics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputControl {
+    /// How often scalar diagnostics are written; default every step.
+    pub cadence: Cadence,
+    /// Times at which spectra are written: within [0, t_end], sorted, no duplicates;
+    /// default [0, t_end].
+    pub spectra_times: Vec<f64>,
+}
+
+/// Section `[checkpoint]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointControl {
+    /// How often a checkpoint is written; default every t_end/10.
+    pub cadence: Cadence,
+    /// How many checkpoints are kept (older ones are deleted); ≥ 1; default 2.
+    pub keep: usize,
+}
+
+/// Section `[spectral]`: the pseudo-spectral reference solver.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpectralConfig {
+    /// Grid points per dimension: even, 8 ≤ n ≤ 2048; required.
+    pub n: usize,
+    /// Dealiasing rule; default 3/2.
+    pub dealias: Dealias,
+}
+
+/// Dealiasing of the nonlinear term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dealias {
+    /// `"3/2"`: pad to 3n/2, multiply, truncate (exact for quadratic terms).
+    ThreeHalves,
+    /// `"2/3"`: zero the modes with |k_i| > n/3 (cheaper).
+    TwoThirds,
+}
+
+impl Dealias {
+    /// The TOML spelling: `"3/2"` or `"2/3"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Dealias::ThreeHalves => "3/2",
+            Dealias::TwoThirds => "2/3",
+        }
+    }
+}
+
+impl std::fmt::Display for Dealias {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a case could not be read. `Display` gives the full message, starting with the file
+/// (and line, where there is one).
+#[derive(Debug, thiserror::Error)]
+pub enum CaseError {
+    /// The file could not be read.
+    #[error("{path}: cannot read case file: {source}")]
+    Io {
+        /// The file as given.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not valid TOML.
+    #[error("{origin}:{line}:{column}: TOML syntax error: {message}")]
+    Syntax {
+        /// File name used in messages.
+        origin: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column (in characters).
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// Valid TOML, but not a valid case: unknown key, wrong type, value out of range, missing
+    /// key, or keys that contradict each other.
+    #[error("{origin}{}: {message}", fmt_line(.line))]
+    Invalid {
+        /// File name used in messages.
+        origin: String,
+        /// 1-based line of the offending key (or of its section, for a missing key), if any.
+        line: Option<usize>,
+        /// Dotted key, e.g. `spectral.n` (a section name such as `time` for section-wide
+        /// problems).
+        key: String,
+        /// What is wrong and what is allowed (includes the key).
+        message: String,
+    },
+    /// The CASE argument is neither a file nor a named case.
+    #[error(
+        "unknown case `{name}`: no such file and no named case of that name; named cases: {}; \
+         or give the path of a .toml case file",
+        .available.join(", ")
+    )]
+    UnknownCase {
+        /// The argument as given.
+        name: String,
+        /// The named cases built into the binary.
+        available: Vec<String>,
+    },
+}
+
+fn fmt_line(line: &Option<usize>) -> String {
+    match line {
+        Some(l) => format!(":{l}"),
+        None => String::new(),
+    }
+}
+
+impl CaseError {
+    /// The 1-based line the error points at, if any.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            CaseError::Syntax { line, .. } => Some(*line),
+            CaseError::Invalid { line, .. } => *line,
+            _ => None,
+        }
+    }
+
+    /// The dotted key the error is about, if any.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            CaseError::Invalid { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+}
+
+impl Case {
+    /// Parse and validate case text. `origin` is the file name used in messages
+    /// (e.g. `cases/quick.toml` or `<named case quick>`); the default `name` is its stem
+    /// (for `<named case X>`, X).
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Case, CaseError> {
+        parse::parse_case(text, origin, &default_name(origin))
+    }
+
+    /// Read, parse and validate a case file; errors (I/O included) name the file.
+    pub fn from_file(path: &Path) -> Result<Case, CaseError> {
+        read_case_file(path).map(|(case, _)| case)
+    }
+
+    /// Check a case built in code against the same rules as a case file
+    /// (through [`Case::to_toml_string`] and back).
+    pub fn validate(&self) -> Result<(), CaseError> {
+        let origin = format!("<case {}>", self.name);
+        parse::parse_case(&self.to_toml_string(), &origin, &self.name).map(|_| ())
+    }
+
+    /// The resolved case as TOML: every key written with its value, defaults filled in.
+    /// [`Case::from_toml_str`] parses it back to an equal `Case` (floats round-trip exactly).
+    pub fn to_toml_string(&self) -> String {
+        let mut s = String::new();
+        // Writing into a String cannot fail: the results of writeln! are ignored below.
+        let _ = writeln!(
+            s,
+            "# Resolved case: every key with its value, defaults filled in.\n\
+             # Run it again with `vpm run <this file>`; cases/README.md documents the keys.\n"
+        );
+        let _ = writeln!(s, "name = {}", toml_str(&self.name));
+        let _ = writeln!(s, "description = {}", toml_str(&self.description));
+
+        let _ = writeln!(s, "\n[flow]\nnu = {}", toml_f64(self.flow.nu));
+
+        let _ = writeln!(s, "\n[initial]");
+        match &self.initial {
+            InitialCondition::TaylorGreen { amplitude } => {
+                let _ = writeln!(s, "kind = \"taylor-green\"");
+                let _ = writeln!(s, "amplitude = {}", toml_f64(*amplitude));
+            }
+            InitialCondition::Isotropic {
+                kp,
+                u0,
+                seed,
+                k_cut,
+            } => {
+                let _ = writeln!(s, "kind = \"isotropic\"");
+                let _ = writeln!(s, "kp = {}", toml_f64(*kp));
+                let _ = writeln!(s, "u0 = {}", toml_f64(*u0));
+                let _ = writeln!(s, "seed = {seed}");
+                let _ = writeln!(s, "k_cut = {}", toml_f64(*k_cut));
+            }
+            InitialCondition::ShearWave {
+                wavevector,
+                amplitude,
+                polarisation,
+            } => {
+                let _ = writeln!(s, "kind = \"shear-wave\"");
+                let _ = writeln!(
+                    s,
+                    "wavevector = [{}, {}, {}]",
+                    wavevector[0], wavevector[1], wavevector[2]
+                );
+                let _ = writeln!(s, "amplitude = {}", toml_f64(*amplitude));
+                let _ = writeln!(s, "polarisation = {}", toml_f64_array(polarisation));
+            }
+        }
+
+        let _ = writeln!(s, "\n[time]\nt_end = {}", toml_f64(self.time.t_end));
+        match self.time.step {
+            TimeStep::Fixed { dt } => {
+                let _ = writeln!(s, "dt = {}", toml_f64(dt));
+            }
+            TimeStep::Cfl { cfl, dt_max } => {
+                let _ = writeln!(s, "cfl = {}", toml_f64(cfl));
+                if let Some(dt_max) = dt_max {
+                    let _ = writeln!(s, "dt_max = {}", toml_f64(dt_max));
+                }
+            }
+        }
+
+        let _ = writeln!(s, "\n[output]");
+        write_cadence(&mut s, self.output.cadence);
+        let _ = writeln!(
+            s,
+            "spectra_times = {}",
+            toml_f64_array(&self.output.spectra_times)
+        );
+
+        let _ = writeln!(s, "\n[checkpoint]");
+        write_cadence(&mut s, self.checkpoint.cadence);
+        let _ = writeln!(s, "keep = {}", self.checkpoint.keep);
+
+        let _ = writeln!(
+            s,
+            "\n[spectral]\nn = {}\ndealias = \"{}\"",
+            self.spectral.n,
+            self.spectral.dealias.as_str()
+        );
+        s
+    }
+}
+
+fn write_cadence(s: &mut String, cadence: Cadence) {
+    let _ = match cadence {
+        Cadence::Steps(n) => writeln!(s, "every_steps = {n}"),
+        Cadence::Time(t) => writeln!(s, "every_time = {}", toml_f64(t)),
+    };
+}
+
+/// A TOML float literal that parses back to exactly `x`.
+fn toml_f64(x: f64) -> String {
+    if x.is_nan() {
+        "nan".to_string()
+    } else if x.is_infinite() {
+        if x > 0.0 { "inf" } else { "-inf" }.to_string()
+    } else {
+        // `Debug` prints the shortest representation that round-trips, always with a `.` or
+        // an exponent (`1.0`, `0.02`, `1e-7`, `1e300`), all of which are TOML floats.
+        format!("{x:?}")
+    }
+}
+
+fn toml_f64_array(xs: &[f64]) -> String {
+    let items: Vec<String> = xs.iter().map(|&x| toml_f64(x)).collect();
+    format!("[{}]", items.join(", "))
+}
+
+fn toml_str(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// The default `name` for a case read from `origin`: the file stem, or X for
+/// `<named case X>`.
+fn default_name(origin: &str) -> String {
+    if let Some(inner) = origin
+        .strip_prefix("<named case ")
+        .and_then(|rest| rest.strip_suffix('>'))
+    {
+        return inner.to_string();
+    }
+    Path::new(origin)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .filter(|s| !s.is_empty() && !s.starts_with('<'))
+        .unwrap_or_else(|| "case".to_string())
+}
+
+fn read_case_file(path: &Path) -> Result<(Case, String), CaseError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| CaseError::Io {
+        path: origin.clone(),
+        source,
+    })?;
+    let case = Case::from_toml_str(&text, &origin)?;
+    Ok((case, text))
+}
+
+/// A case file from `cases/`, embedded in the binary at build time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamedCase {
+    /// The file stem, e.g. `quick`.
+    pub name: &'static str,
+    /// The file's first comment line, without the leading `# `.
+    pub summary: &'static str,
+    /// The file's text.
+    pub text: &'static str,
+}
+
+impl NamedCase {
+    /// Parse and validate this case (origin `<named case NAME>` in messages).
+    pub fn parse(&self) -> Result<Case, CaseError> {
+        parse::parse_case(self.text, &format!("<named case {}>", self.name), self.name)
+    }
+}
+
+// Generated by build.rs from cases/*.toml: `static NAMED_CASES: &[NamedCase] = &[...];`,
+// sorted by name.
+include!(concat!(env!("OUT_DIR"), "/named_cases.rs"));
+
+/// The named cases (the files `cases/*.toml` at build time), sorted by name.
+pub fn named_cases() -> &'static [NamedCase] {
+    NAMED_CASES
+}
+
+/// The named case called `name`, if there is one.
+pub fn named_case(name: &str) -> Option<&'static NamedCase> {
+    NAMED_CASES.iter().find(|c| c.name == name)
+}
+
+/// Resolve the CASE argument of the command line. If it names an existing file, contains a
+/// path separator or ends in `.toml`, the file is read; otherwise it is looked up among the
+/// named cases; otherwise the error lists the named cases. Returns the case and its source text.
+pub fn resolve_case(arg: &str) -> Result<(Case, String), CaseError> {
+    let path = Path::new(arg);
+    let looks_like_path =
+        arg.contains('/') || arg.contains(std::path::MAIN_SEPARATOR) || arg.ends_with(".toml");
+    if looks_like_path || path.is_file() {
+        return read_case_file(path);
+    }
+    if let Some(named) = named_case(arg) {
+        return Ok((named.parse()?, named.text.to_string()));
+    }
+    Err(CaseError::UnknownCase {
+        name: arg.to_string(),
+        available: NAMED_CASES.iter().map(|c| c.name.to_string()).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float_literals_round_trip() {
+        let xs = [
+            0.0,
+            -0.0,
+            1.0,
+            0.1,
+            0.02,
+            1.0 / 3.0,
+            1e-7,
+            6.02e23,
+            1e300,
+            5e-324,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            std::f64::consts::PI,
+            -2.5,
+        ];
+        for x in xs {
+            let text = format!("x = {}", toml_f64(x));
+            let table: toml::Table = text.parse().unwrap();
+            let y = table["x"].as_float().unwrap();
+            assert_eq!(x.to_bits(), y.to_bits(), "{text}");
+        }
+    }
+
+    #[test]
+    fn default_names() {
+        assert_eq!(default_name("cases/quick.toml"), "quick");
+        assert_eq!(default_name("<named case hit-64>"), "hit-64");
+        assert_eq!(default_name("<string>"), "case");
+        assert_eq!(default_name(""), "case");
+    }
+
+    #[test]
+    fn named_cases_sorted_and_parse() {
+        let cases = named_cases();
+        assert!(cases.windows(2).all(|w| w[0].name < w[1].name));
+        assert!(named_case("quick").is_some());
+        for c in cases {
+            let case = c.parse().unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(case.name, c.name);
+            assert!(!c.summary.is_empty() && !c.summary.starts_with('#'));
+        }
+    }
+
+    #[test]
+    fn polarisation_normalisation_is_idempotent() {
+        // xorshift: deterministic pseudo-random vectors of all scales.
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        };
+        for i in 0..20_000 {
+            let scale = 10f64.powi(i % 41 - 20);
+            let a = [next() * scale, next() * scale, next() * scale];
+            let Some(b) = parse::normalise(a) else {
+                continue;
+            };
+            let c = parse::normalise(b).unwrap();
+            assert_eq!(b, c, "{a:?}");
+            let n2: f64 = b.iter().map(|x| x * x).sum();
+            assert!((n2 - 1.0).abs() < 1e-15);
+        }
+    }
+}

@@ -1,0 +1,772 @@
+//! From TOML text to a validated [`Case`], with messages that point at file, line and key.
+//!
+//! The text is parsed into toml's spanned document tree ([`DeTable`]); every value is then
+//! taken out by hand, so that each error can name the dotted key, its line and what is allowed.
+
+use std::ops::Range;
+
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+use super::{
+    Cadence, Case, CaseError, CheckpointControl, Dealias, Flow, InitialCondition, OutputControl,
+    SpectralConfig, TimeControl, TimeStep,
+};
+
+type Value<'i> = Spanned<DeValue<'i>>;
+
+const TOP_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "flow",
+    "initial",
+    "time",
+    "output",
+    "checkpoint",
+    "spectral",
+];
+const KINDS: &str = r#"must be one of "taylor-green", "isotropic", "shear-wave""#;
+const N_MIN: i64 = 8;
+const N_MAX: i64 = 2048;
+const CFL_MAX: f64 = 2.5;
+/// Relative tolerance of the polarisation ⟂ wavevector check.
+const PERP_TOL: f64 = 1e-12;
+
+/// The text being parsed and the name it goes by in messages.
+struct Doc<'t> {
+    origin: &'t str,
+    text: &'t str,
+}
+
+impl Doc<'_> {
+    /// 1-based line and column (in characters) of a byte offset.
+    fn line_col(&self, offset: usize) -> (usize, usize) {
+        let bytes = self.text.as_bytes();
+        let offset = offset.min(bytes.len());
+        let before = &bytes[..offset];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let line_start = before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |p| p + 1);
+        let column = String::from_utf8_lossy(&before[line_start..])
+            .chars()
+            .count()
+            + 1;
+        (line, column)
+    }
+
+    fn line(&self, span: &Range<usize>) -> usize {
+        self.line_col(span.start).0
+    }
+
+    /// The source text of a value, as written (shortened to one line of moderate length).
+    fn src(&self, span: &Range<usize>) -> String {
+        let raw = self.text.get(span.clone()).unwrap_or("?");
+        let one_line = if raw.contains('\n') {
+            raw.split_whitespace().collect::<Vec<_>>().join(" ")
+        } else {
+            raw.to_string()
+        };
+        const MAX: usize = 60;
+        if one_line.chars().count() > MAX {
+            let short: String = one_line.chars().take(MAX).collect();
+            format!("{short}…")
+        } else {
+            one_line
+        }
+    }
+
+    fn error(&self, line: Option<usize>, key: &str, message: String) -> CaseError {
+        CaseError::Invalid {
+            origin: self.origin.to_string(),
+            line,
+            key: key.to_string(),
+            message,
+        }
+    }
+}
+
+/// A value taken out of the document, with what messages need to point at it.
+struct Item<T> {
+    value: T,
+    path: String,
+    line: usize,
+    src: String,
+}
+
+impl<T> Item<T> {
+    /// `key `path` = src: allowed`.
+    fn fail(&self, doc: &Doc, allowed: &str) -> CaseError {
+        doc.error(
+            Some(self.line),
+            &self.path,
+            format!("key `{}` = {}: {}", self.path, self.src, allowed),
+        )
+    }
+
+    fn require(&self, doc: &Doc, ok: bool, allowed: &str) -> Result<(), CaseError> {
+        if ok {
+            Ok(())
+        } else {
+            Err(self.fail(doc, allowed))
+        }
+    }
+}
+
+/// A section (`[flow]`, ...), or the top level of the document (empty `name`).
+struct Section<'a, 'i> {
+    name: &'static str,
+    table: Option<&'a DeTable<'i>>,
+    /// Line where the section is defined, if it is.
+    line: Option<usize>,
+}
+
+impl<'a, 'i> Section<'a, 'i> {
+    fn path(&self, key: &str) -> String {
+        if self.name.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{}", self.name, key)
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&'a Value<'i>> {
+        self.table?.get(key)
+    }
+
+    /// Reject keys outside `allowed`, reporting the first one in the file.
+    fn check_keys(&self, doc: &Doc, allowed: &[&str], context: &str) -> Result<(), CaseError> {
+        let Some(table) = self.table else {
+            return Ok(());
+        };
+        let first_unknown = table
+            .iter()
+            .filter(|(k, _)| !allowed.contains(&k.get_ref().as_ref()))
+            .min_by_key(|(k, _)| k.span().start);
+        let Some((key, _)) = first_unknown else {
+            return Ok(());
+        };
+        let path = self.path(key.get_ref());
+        let place = if self.name.is_empty() {
+            "at the top level".to_string()
+        } else {
+            format!("in [{}]", self.name)
+        };
+        Err(doc.error(
+            Some(doc.line(&key.span())),
+            &path,
+            format!(
+                "unknown key `{path}`; allowed keys {place}{context}: {}",
+                allowed.join(", ")
+            ),
+        ))
+    }
+
+    fn missing(&self, doc: &Doc, key: &str, what: &str) -> CaseError {
+        let path = self.path(key);
+        doc.error(self.line, &path, format!("missing key `{path}` ({what})"))
+    }
+
+    fn item<T>(&self, doc: &Doc, key: &str, v: &Value, value: T) -> Item<T> {
+        Item {
+            value,
+            path: self.path(key),
+            line: doc.line(&v.span()),
+            src: doc.src(&v.span()),
+        }
+    }
+
+    fn type_error(
+        &self,
+        doc: &Doc,
+        key: &str,
+        v: &Value,
+        expected: &str,
+        allowed: &str,
+    ) -> CaseError {
+        self.item(doc, key, v, ()).fail(
+            doc,
+            &format!(
+                "expected {expected}, found {} {}; {allowed}",
+                article(v.get_ref().type_str()),
+                v.get_ref().type_str()
+            ),
+        )
+    }
+
+    /// A number (TOML integer or float).
+    fn number(&self, doc: &Doc, key: &str, allowed: &str) -> Result<Option<Item<f64>>, CaseError> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        match as_f64(v.get_ref()) {
+            Some(x) => Ok(Some(self.item(doc, key, v, x))),
+            None => Err(self.type_error(doc, key, v, "a number", allowed)),
+        }
+    }
+
+    fn integer(&self, doc: &Doc, key: &str, allowed: &str) -> Result<Option<Item<i64>>, CaseError> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        match v.get_ref() {
+            DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
+                Ok(x) => Ok(Some(self.item(doc, key, v, x))),
+                Err(_) => Err(self
+                    .item(doc, key, v, ())
+                    .fail(doc, &format!("integer out of range; {allowed}"))),
+            },
+            _ => Err(self.type_error(doc, key, v, "an integer", allowed)),
+        }
+    }
+
+    fn string(
+        &self,
+        doc: &Doc,
+        key: &str,
+        allowed: &str,
+    ) -> Result<Option<Item<String>>, CaseError> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        match v.get_ref() {
+            DeValue::String(s) => Ok(Some(self.item(doc, key, v, s.to_string()))),
+            _ => Err(self.type_error(doc, key, v, "a string", allowed)),
+        }
+    }
+
+    /// An array of numbers; `len` fixes its length.
+    fn numbers(
+        &self,
+        doc: &Doc,
+        key: &str,
+        len: Option<usize>,
+        allowed: &str,
+    ) -> Result<Option<Item<Vec<Item<f64>>>>, CaseError> {
+        self.array(doc, key, len, allowed, "a number", as_f64)
+    }
+
+    /// An array of integers; `len` fixes its length.
+    fn integers(
+        &self,
+        doc: &Doc,
+        key: &str,
+        len: Option<usize>,
+        allowed: &str,
+    ) -> Result<Option<Item<Vec<Item<i64>>>>, CaseError> {
+        self.array(doc, key, len, allowed, "an integer", |v| match v {
+            DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix()).ok(),
+            _ => None,
+        })
+    }
+
+    fn array<T>(
+        &self,
+        doc: &Doc,
+        key: &str,
+        len: Option<usize>,
+        allowed: &str,
+        expected: &str,
+        convert: impl Fn(&DeValue) -> Option<T>,
+    ) -> Result<Option<Item<Vec<Item<T>>>>, CaseError> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        let DeValue::Array(array) = v.get_ref() else {
+            return Err(self.type_error(doc, key, v, "an array", allowed));
+        };
+        let whole = self.item(doc, key, v, ());
+        if let Some(len) = len {
+            if array.len() != len {
+                return Err(whole.fail(
+                    doc,
+                    &format!("expected {len} elements, found {}; {allowed}", array.len()),
+                ));
+            }
+        }
+        let mut items = Vec::with_capacity(array.len());
+        for (index, element) in array.iter().enumerate() {
+            let item = self.item(doc, key, element, ());
+            let Some(x) = convert(element.get_ref()) else {
+                let found = element.get_ref().type_str();
+                return Err(doc.error(
+                    Some(item.line),
+                    &whole.path,
+                    format!(
+                        "key `{}` = {}: element {} is {} {found} ({}), expected {expected}; {allowed}",
+                        whole.path,
+                        whole.src,
+                        index + 1,
+                        article(found),
+                        item.src,
+                    ),
+                ));
+            };
+            items.push(Item {
+                value: x,
+                path: item.path,
+                line: item.line,
+                src: item.src,
+            });
+        }
+        Ok(Some(Item {
+            value: items,
+            path: whole.path,
+            line: whole.line,
+            src: whole.src,
+        }))
+    }
+}
+
+fn article(type_name: &str) -> &'static str {
+    if type_name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    }
+}
+
+fn as_f64(v: &DeValue) -> Option<f64> {
+    match v {
+        DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
+            .ok()
+            .map(|x| x as f64),
+        DeValue::Float(f) => f.as_str().parse::<f64>().ok(),
+        _ => None,
+    }
+}
+
+/// The section `name` of the top-level table: absent is fine (defaults), not a table is not.
+fn section<'a, 'i>(
+    doc: &Doc,
+    root: &'a DeTable<'i>,
+    name: &'static str,
+) -> Result<Section<'a, 'i>, CaseError> {
+    match root.get(name) {
+        None => Ok(Section {
+            name,
+            table: None,
+            line: None,
+        }),
+        Some(v) => match v.get_ref() {
+            DeValue::Table(table) => Ok(Section {
+                name,
+                table: Some(table),
+                line: Some(doc.line(&v.span())),
+            }),
+            other => Err(doc.error(
+                Some(doc.line(&v.span())),
+                name,
+                format!(
+                    "key `{name}` = {}: expected a table (a [{name}] section), found {} {}",
+                    doc.src(&v.span()),
+                    article(other.type_str()),
+                    other.type_str()
+                ),
+            )),
+        },
+    }
+}
+
+pub(super) fn parse_case(text: &str, origin: &str, default_name: &str) -> Result<Case, CaseError> {
+    let doc = Doc { origin, text };
+    let root = DeTable::parse(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        let (line, column) = doc.line_col(span.start);
+        let mut message = e.message().trim().to_string();
+        if message.starts_with("duplicate key") && !span.is_empty() {
+            message = format!("{message} `{}`", doc.src(&span));
+        }
+        CaseError::Syntax {
+            origin: origin.to_string(),
+            line,
+            column,
+            message,
+        }
+    })?;
+    let root = root.get_ref();
+    let top = Section {
+        name: "",
+        table: Some(root),
+        line: None,
+    };
+    top.check_keys(&doc, TOP_KEYS, "")?;
+
+    let name = match top.string(&doc, "name", NAME_ALLOWED)? {
+        Some(item) => {
+            item.require(&doc, valid_name(&item.value), NAME_ALLOWED)?;
+            item.value
+        }
+        None => default_name.to_string(),
+    };
+    let description = top
+        .string(&doc, "description", "any string")?
+        .map_or_else(String::new, |item| item.value);
+
+    let flow = parse_flow(&doc, &section(&doc, root, "flow")?)?;
+    let time = parse_time(&doc, &section(&doc, root, "time")?)?;
+    let spectral = parse_spectral(&doc, &section(&doc, root, "spectral")?)?;
+    let initial = parse_initial(&doc, &section(&doc, root, "initial")?, &spectral)?;
+    let output = parse_output(&doc, &section(&doc, root, "output")?, time.t_end)?;
+    let checkpoint = parse_checkpoint(&doc, &section(&doc, root, "checkpoint")?, time.t_end)?;
+
+    Ok(Case {
+        name,
+        description,
+        flow,
+        initial,
+        time,
+        output,
+        checkpoint,
+        spectral,
+    })
+}
+
+const NAME_ALLOWED: &str =
+    "must be a non-empty string without '/', '\\' or control characters (it names output files)";
+
+fn valid_name(name: &str) -> bool {
+    !name.trim().is_empty() && !name.contains(['/', '\\']) && !name.chars().any(char::is_control)
+}
+
+fn parse_flow(doc: &Doc, sec: &Section) -> Result<Flow, CaseError> {
+    const NU: &str = "kinematic viscosity: must be a finite number ≥ 0";
+    sec.check_keys(doc, &["nu"], "")?;
+    let nu = sec
+        .number(doc, "nu", NU)?
+        .ok_or_else(|| sec.missing(doc, "nu", "kinematic viscosity, ≥ 0"))?;
+    nu.require(doc, nu.value.is_finite() && nu.value >= 0.0, NU)?;
+    Ok(Flow { nu: nu.value })
+}
+
+fn parse_time(doc: &Doc, sec: &Section) -> Result<TimeControl, CaseError> {
+    const T_END: &str = "final time: must be a finite number > 0";
+    const CFL: &str = "CFL number: must be in (0, 2.5]";
+    const DT_MAX: &str = "largest adaptive step: must be a finite number > 0";
+    const ONE_OF: &str = "give exactly one of `dt` (fixed step) or `cfl` (adaptive step)";
+    sec.check_keys(doc, &["t_end", "dt", "cfl", "dt_max"], "")?;
+    let t_end = sec
+        .number(doc, "t_end", T_END)?
+        .ok_or_else(|| sec.missing(doc, "t_end", "final time, > 0"))?;
+    t_end.require(doc, t_end.value.is_finite() && t_end.value > 0.0, T_END)?;
+    let t_end = t_end.value;
+
+    let dt_allowed = format!("fixed time step: must be a number > 0 and ≤ t_end (= {t_end})");
+    let dt = sec.number(doc, "dt", &dt_allowed)?;
+    let cfl = sec.number(doc, "cfl", CFL)?;
+    let dt_max = sec.number(doc, "dt_max", DT_MAX)?;
+    let step = match (dt, cfl) {
+        (Some(dt), Some(cfl)) => {
+            let line = dt.line.max(cfl.line);
+            return Err(doc.error(Some(line), "time", format!("[time]: {ONE_OF}, not both")));
+        }
+        (None, None) => {
+            return Err(doc.error(sec.line, "time", format!("[time]: {ONE_OF}")));
+        }
+        (Some(dt), None) => {
+            if let Some(dt_max) = dt_max {
+                return Err(dt_max.fail(
+                    doc,
+                    "only allowed with `cfl` (adaptive step); with a fixed `dt` leave it out",
+                ));
+            }
+            dt.require(doc, dt.value > 0.0 && dt.value <= t_end, &dt_allowed)?;
+            TimeStep::Fixed { dt: dt.value }
+        }
+        (None, Some(cfl)) => {
+            cfl.require(doc, cfl.value > 0.0 && cfl.value <= CFL_MAX, CFL)?;
+            let dt_max = match dt_max {
+                Some(d) => {
+                    d.require(doc, d.value.is_finite() && d.value > 0.0, DT_MAX)?;
+                    Some(d.value)
+                }
+                None => None,
+            };
+            TimeStep::Cfl {
+                cfl: cfl.value,
+                dt_max,
+            }
+        }
+    };
+    Ok(TimeControl { t_end, step })
+}
+
+fn parse_spectral(doc: &Doc, sec: &Section) -> Result<SpectralConfig, CaseError> {
+    const N: &str = "must be an even integer ≥ 8 and ≤ 2048";
+    const DEALIAS: &str = r#"must be one of "3/2", "2/3""#;
+    sec.check_keys(doc, &["n", "dealias"], "")?;
+    let n = sec
+        .integer(doc, "n", N)?
+        .ok_or_else(|| sec.missing(doc, "n", "grid points per dimension: an even integer ≥ 8"))?;
+    n.require(
+        doc,
+        n.value % 2 == 0 && (N_MIN..=N_MAX).contains(&n.value),
+        N,
+    )?;
+    let dealias = match sec.string(doc, "dealias", DEALIAS)? {
+        None => Dealias::ThreeHalves,
+        Some(item) => match item.value.as_str() {
+            "3/2" => Dealias::ThreeHalves,
+            "2/3" => Dealias::TwoThirds,
+            _ => return Err(item.fail(doc, DEALIAS)),
+        },
+    };
+    Ok(SpectralConfig {
+        // 8 ≤ n ≤ 2048: the conversion is exact.
+        n: n.value as usize,
+        dealias,
+    })
+}
+
+fn parse_initial(
+    doc: &Doc,
+    sec: &Section,
+    spectral: &SpectralConfig,
+) -> Result<InitialCondition, CaseError> {
+    const AMPLITUDE: &str = "must be a finite number > 0";
+    let kind = sec.string(doc, "kind", KINDS)?.ok_or_else(|| {
+        sec.missing(
+            doc,
+            "kind",
+            r#"one of "taylor-green", "isotropic", "shear-wave""#,
+        )
+    })?;
+    let context = format!(" with kind = \"{}\"", kind.value);
+    let amplitude = |sec: &Section| -> Result<f64, CaseError> {
+        match sec.number(doc, "amplitude", AMPLITUDE)? {
+            None => Ok(1.0),
+            Some(a) => {
+                a.require(doc, a.value.is_finite() && a.value > 0.0, AMPLITUDE)?;
+                Ok(a.value)
+            }
+        }
+    };
+    match kind.value.as_str() {
+        "taylor-green" => {
+            sec.check_keys(doc, &["kind", "amplitude"], &context)?;
+            Ok(InitialCondition::TaylorGreen {
+                amplitude: amplitude(sec)?,
+            })
+        }
+        "isotropic" => {
+            const KP: &str = "peak wavenumber of the spectrum: must be a finite number > 0";
+            const U0: &str = "rms velocity per component: must be a finite number > 0";
+            const SEED: &str = "random seed: must be an integer ≥ 0";
+            const K_CUT: &str = "band limit of the random field: must be a finite number ≥ 1";
+            sec.check_keys(doc, &["kind", "kp", "u0", "seed", "k_cut"], &context)?;
+            let kp = sec
+                .number(doc, "kp", KP)?
+                .ok_or_else(|| sec.missing(doc, "kp", "peak wavenumber of the spectrum, > 0"))?;
+            kp.require(doc, kp.value.is_finite() && kp.value > 0.0, KP)?;
+            let u0 = sec
+                .number(doc, "u0", U0)?
+                .ok_or_else(|| sec.missing(doc, "u0", "rms velocity per component, > 0"))?;
+            u0.require(doc, u0.value.is_finite() && u0.value > 0.0, U0)?;
+            let seed = match sec.integer(doc, "seed", SEED)? {
+                None => 1,
+                Some(s) => {
+                    s.require(doc, s.value >= 0, SEED)?;
+                    s.value as u64
+                }
+            };
+            let k_cut = match sec.number(doc, "k_cut", K_CUT)? {
+                Some(k) => {
+                    k.require(doc, k.value.is_finite() && k.value >= 1.0, K_CUT)?;
+                    k.value
+                }
+                None => {
+                    let k = 3.0 * kp.value;
+                    kp.require(
+                        doc,
+                        k.is_finite() && k >= 1.0,
+                        "without `k_cut` (default 3·kp) kp must be ≥ 1/3 and 3·kp finite, \
+                         or give `k_cut` ≥ 1",
+                    )?;
+                    k
+                }
+            };
+            Ok(InitialCondition::Isotropic {
+                kp: kp.value,
+                u0: u0.value,
+                seed,
+                k_cut,
+            })
+        }
+        "shear-wave" => {
+            sec.check_keys(
+                doc,
+                &["kind", "wavevector", "amplitude", "polarisation"],
+                &context,
+            )?;
+            let half = spectral.n as i64 / 2;
+            let k_allowed = format!(
+                "must be 3 integers, not all zero, each of magnitude < n/2 (= {half} for \
+                 spectral.n = {})",
+                spectral.n
+            );
+            let k_item = sec
+                .integers(doc, "wavevector", Some(3), &k_allowed)?
+                .ok_or_else(|| sec.missing(doc, "wavevector", "3 integers, not all zero"))?;
+            let k = [
+                k_item.value[0].value,
+                k_item.value[1].value,
+                k_item.value[2].value,
+            ];
+            k_item.require(
+                doc,
+                k.iter().any(|&c| c != 0) && k.iter().all(|&c| c.unsigned_abs() < half as u64),
+                &k_allowed,
+            )?;
+            let amplitude = amplitude(sec)?;
+            let kf = k.map(|c| c as f64);
+            let a_allowed =
+                "must be 3 finite numbers, not all zero, perpendicular to `wavevector` \
+                 (|a·k| ≤ 1e-12 |a||k|)";
+            let polarisation = match sec.numbers(doc, "polarisation", Some(3), a_allowed)? {
+                None => default_polarisation(k),
+                Some(a) => {
+                    let v = [a.value[0].value, a.value[1].value, a.value[2].value];
+                    a.require(doc, v.iter().all(|x| x.is_finite()), a_allowed)?;
+                    let unit = normalise(v).ok_or_else(|| a.fail(doc, a_allowed))?;
+                    let k_norm = kf.iter().map(|x| x * x).sum::<f64>().sqrt();
+                    let dot = dot(unit, kf);
+                    if dot.abs() > PERP_TOL * k_norm {
+                        return Err(a.fail(
+                            doc,
+                            &format!(
+                                "not perpendicular to wavevector = {} (a·k/(|a||k|) = {:.3e}); \
+                                 {a_allowed}",
+                                k_item.src,
+                                dot / k_norm
+                            ),
+                        ));
+                    }
+                    unit
+                }
+            };
+            Ok(InitialCondition::ShearWave {
+                wavevector: k,
+                amplitude,
+                polarisation,
+            })
+        }
+        _ => Err(kind.fail(doc, KINDS)),
+    }
+}
+
+fn dot(a: [f64; 3], b: [f64; 3]) -> f64 {
+    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+}
+
+/// a/|a|, or None for a zero (or non-finite) vector. A vector whose squared norm is within a
+/// few ulps of 1 is returned unchanged, so that normalising is idempotent and a resolved case
+/// parses back to the same bits.
+pub(super) fn normalise(a: [f64; 3]) -> Option<[f64; 3]> {
+    if !a.iter().all(|x| x.is_finite()) {
+        return None;
+    }
+    let n2 = dot(a, a);
+    if (n2 - 1.0).abs() <= 8.0 * f64::EPSILON {
+        return Some(a);
+    }
+    // Scale first so that tiny or huge components neither underflow nor overflow.
+    let m = a.iter().fold(0.0_f64, |m, x| m.max(x.abs()));
+    if m == 0.0 {
+        return None;
+    }
+    let b = a.map(|x| x / m);
+    let norm = dot(b, b).sqrt();
+    Some(b.map(|x| x / norm))
+}
+
+/// k × e normalised, e the axis along which |k| has its smallest component (the first such).
+fn default_polarisation(k: [i64; 3]) -> [f64; 3] {
+    let axis = (0..3).min_by_key(|&i| k[i].unsigned_abs()).unwrap_or(0);
+    let mut e = [0.0; 3];
+    e[axis] = 1.0;
+    let k = k.map(|c| c as f64);
+    let cross = [
+        k[1] * e[2] - k[2] * e[1],
+        k[2] * e[0] - k[0] * e[2],
+        k[0] * e[1] - k[1] * e[0],
+    ];
+    // k ≠ 0 and e is the axis of k's smallest component, so k × e ≠ 0.
+    normalise(cross).unwrap_or([1.0, 0.0, 0.0])
+}
+
+fn parse_cadence(doc: &Doc, sec: &Section, default: Cadence) -> Result<Cadence, CaseError> {
+    const STEPS: &str = "must be an integer ≥ 1";
+    const TIME: &str = "must be a finite number > 0";
+    let steps = sec.integer(doc, "every_steps", STEPS)?;
+    let time = sec.number(doc, "every_time", TIME)?;
+    match (steps, time) {
+        (Some(s), Some(t)) => Err(doc.error(
+            Some(s.line.max(t.line)),
+            sec.name,
+            format!(
+                "[{}]: give at most one of `every_steps` (every N steps) or `every_time` \
+                 (every T time units), not both",
+                sec.name
+            ),
+        )),
+        (Some(s), None) => {
+            s.require(doc, s.value >= 1, STEPS)?;
+            Ok(Cadence::Steps(s.value as u64))
+        }
+        (None, Some(t)) => {
+            t.require(doc, t.value.is_finite() && t.value > 0.0, TIME)?;
+            Ok(Cadence::Time(t.value))
+        }
+        (None, None) => Ok(default),
+    }
+}
+
+fn parse_output(doc: &Doc, sec: &Section, t_end: f64) -> Result<OutputControl, CaseError> {
+    sec.check_keys(doc, &["every_steps", "every_time", "spectra_times"], "")?;
+    let cadence = parse_cadence(doc, sec, Cadence::Steps(1))?;
+    let allowed = format!("each time must be a number in [0, t_end] = [0, {t_end}]");
+    let mut spectra_times = match sec.numbers(doc, "spectra_times", None, &allowed)? {
+        None => vec![0.0, t_end],
+        Some(times) => {
+            let mut out = Vec::with_capacity(times.value.len());
+            for t in &times.value {
+                if !(t.value.is_finite() && (0.0..=t_end).contains(&t.value)) {
+                    return Err(doc.error(
+                        Some(t.line),
+                        &times.path,
+                        format!(
+                            "key `{}` = {}: time {} is outside [0, t_end]; {allowed}",
+                            times.path, times.src, t.src
+                        ),
+                    ));
+                }
+                // + 0.0 turns −0 into +0.
+                out.push(t.value + 0.0);
+            }
+            out
+        }
+    };
+    spectra_times.sort_by(f64::total_cmp);
+    spectra_times.dedup_by(|a, b| a == b);
+    Ok(OutputControl {
+        cadence,
+        spectra_times,
+    })
+}
+
+fn parse_checkpoint(doc: &Doc, sec: &Section, t_end: f64) -> Result<CheckpointControl, CaseError> {
+    const KEEP: &str = "number of checkpoints kept: must be an integer ≥ 1";
+    sec.check_keys(doc, &["every_steps", "every_time", "keep"], "")?;
+    let tenth = t_end / 10.0;
+    let default = Cadence::Time(if tenth > 0.0 { tenth } else { t_end });
+    let cadence = parse_cadence(doc, sec, default)?;
+    let keep = match sec.integer(doc, "keep", KEEP)? {
+        None => 2,
+        Some(k) => {
+            k.require(doc, k.value >= 1, KEEP)?;
+            usize::try_from(k.value).map_err(|_| k.fail(doc, KEEP))?
+        }
+    };
+    Ok(CheckpointControl { cadence, keep })
+}

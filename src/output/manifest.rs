@@ -1,0 +1,186 @@
+//! `manifest.json`: what ran, where, from which source, and how it went.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::time::Utc;
+use super::{git_commit, write_atomic, OutputError};
+
+/// File name of the manifest inside the run directory.
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// One resume of the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResumeRecord {
+    /// UTC time (ISO-8601) at which the run was resumed.
+    pub time: String,
+    /// Step of the checkpoint the run resumed from.
+    pub from_step: u64,
+}
+
+/// Contents of `manifest.json`. Serialized with `serde_json` (pretty).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// vpm version (`CARGO_PKG_VERSION`).
+    pub vpm_version: String,
+    /// Git commit of the source, when known (see [`super::git_commit`]).
+    pub git_commit: Option<String>,
+    /// The command line (`std::env::args`).
+    pub command_line: Vec<String>,
+    /// Number of worker threads.
+    pub threads: usize,
+    /// CPU model from `/proc/cpuinfo` ("model name"), else `"unknown"`.
+    pub cpu_model: String,
+    /// Host name, when it could be found.
+    pub hostname: Option<String>,
+    /// Start time of the run, UTC ISO-8601 (`YYYY-MM-DDTHH:MM:SSZ`).
+    pub start_time: String,
+    /// Wall-clock seconds accumulated per stage (stage name → seconds).
+    pub stage_wall_seconds: BTreeMap<String, f64>,
+    /// `"running"`, `"finished"`, `"failed: <msg>"` or `"stopped: <msg>"`.
+    pub status: String,
+    /// One entry per resume, oldest first.
+    pub resumes: Vec<ResumeRecord>,
+}
+
+/// The CPU model: the first "model name" of `/proc/cpuinfo`, else `"unknown"`.
+pub fn cpu_model() -> String {
+    fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == "model name").then(|| v.trim().to_string())
+            })
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+fn hostname() -> Option<String> {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .find_map(|p| fs::read_to_string(p).ok())
+        .map(|s| s.trim().to_string())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .filter(|s| !s.is_empty())
+}
+
+impl Manifest {
+    /// A manifest for a run starting now, with status `"running"`.
+    pub fn new(threads: usize) -> Manifest {
+        Manifest {
+            vpm_version: env!("CARGO_PKG_VERSION").to_string(),
+            git_commit: git_commit(),
+            command_line: std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            threads,
+            cpu_model: cpu_model(),
+            hostname: hostname(),
+            start_time: Utc::now().iso8601(),
+            stage_wall_seconds: BTreeMap::new(),
+            status: "running".to_string(),
+            resumes: Vec::new(),
+        }
+    }
+
+    /// Add `seconds` of wall time to `stage` (created at 0 if new).
+    /// Non-finite or negative values are ignored (JSON cannot hold NaN).
+    pub fn add_stage_time(&mut self, stage: &str, seconds: f64) {
+        if !seconds.is_finite() || seconds < 0.0 {
+            tracing::warn!("ignoring wall time {seconds} for stage {stage}");
+            return;
+        }
+        *self
+            .stage_wall_seconds
+            .entry(stage.to_string())
+            .or_insert(0.0) += seconds;
+    }
+
+    /// Set the status (`"running"`, `"finished"`, `"failed: <msg>"`, `"stopped: <msg>"`).
+    pub fn set_status(&mut self, status: impl Into<String>) {
+        self.status = status.into();
+    }
+
+    /// Record a resume from the checkpoint at `from_step`, stamped with the
+    /// current UTC time; also sets the status back to `"running"`.
+    pub fn record_resume(&mut self, from_step: u64) {
+        self.resumes.push(ResumeRecord {
+            time: Utc::now().iso8601(),
+            from_step,
+        });
+        self.status = "running".to_string();
+    }
+
+    /// Write `<run_dir>/manifest.json` atomically.
+    pub fn write(&self, run_dir: &Path) -> Result<(), OutputError> {
+        let path = run_dir.join(MANIFEST_FILE);
+        let mut bytes = serde_json::to_vec_pretty(self).map_err(|e| OutputError::Json {
+            op: "serialize",
+            path: path.clone(),
+            source: e,
+        })?;
+        bytes.push(b'\n');
+        write_atomic(&path, &bytes)
+    }
+
+    /// Read `<run_dir>/manifest.json`.
+    pub fn read(run_dir: &Path) -> Result<Manifest, OutputError> {
+        let path = run_dir.join(MANIFEST_FILE);
+        let bytes = fs::read(&path).map_err(|e| OutputError::io("read", &path, e))?;
+        serde_json::from_slice(&bytes).map_err(|e| OutputError::Json {
+            op: "parse",
+            path,
+            source: e,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_round_trip() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut m = Manifest::new(8);
+        assert_eq!(m.status, "running");
+        assert_eq!(m.vpm_version, env!("CARGO_PKG_VERSION"));
+        assert!(!m.cpu_model.is_empty());
+        m.add_stage_time("spectral", 1.5);
+        m.add_stage_time("spectral", 0.25);
+        m.add_stage_time("vortex", 0.1);
+        m.add_stage_time("bad", f64::NAN);
+        m.record_resume(1200);
+        m.set_status("stopped: SIGINT");
+        m.write(tmp.path()).unwrap();
+        let back = Manifest::read(tmp.path()).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.stage_wall_seconds["spectral"], 1.75);
+        assert!(!back.stage_wall_seconds.contains_key("bad"));
+        assert_eq!(back.resumes[0].from_step, 1200);
+        // rewrite replaces and leaves only the manifest
+        m.set_status("finished");
+        m.write(tmp.path()).unwrap();
+        assert_eq!(Manifest::read(tmp.path()).unwrap().status, "finished");
+        let names: Vec<_> = fs::read_dir(tmp.path()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn missing_or_corrupt_manifest_names_path() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = Manifest::read(tmp.path()).unwrap_err().to_string();
+        assert!(err.contains("manifest.json"), "{err}");
+        fs::write(tmp.path().join(MANIFEST_FILE), "{ not json").unwrap();
+        let err = Manifest::read(tmp.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("manifest.json") && err.contains("parse"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,259 @@
+//! `.npz` archives (NumPy `savez` format, uncompressed): velocity fields and
+//! checkpoint state.
+
+use std::fs::File;
+use std::io::{BufReader, Seek, Write};
+use std::path::Path;
+
+use ndarray::{ArrayD, ArrayView3, ArrayViewD, Ix3, IxDyn};
+use ndarray_npy::{NpzReader, NpzWriter};
+use zip::write::SimpleFileOptions;
+use zip::CompressionMethod;
+
+use super::{write_atomic_with, OutputError};
+
+/// Entries at least this large get zip64 headers (plain zip stops at 4 GiB).
+const ZIP64_FROM_BYTES: u64 = u32::MAX as u64 - (1 << 20);
+
+fn npz_err<E>(op: &'static str, path: &Path, e: E) -> OutputError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    OutputError::Npz {
+        op,
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    }
+}
+
+fn options_for(n_elems: usize, zip64_from_bytes: u64) -> SimpleFileOptions {
+    let bytes = (n_elems as u64).saturating_mul(8);
+    SimpleFileOptions::default()
+        .compression_method(CompressionMethod::Stored)
+        .large_file(bytes >= zip64_from_bytes)
+}
+
+/// Write named f64 arrays (`(name, view)`) as an uncompressed npz into `w`.
+/// `path` only names the file in errors.
+pub(crate) fn write_npz_arrays<W: Write + Seek>(
+    w: W,
+    path: &Path,
+    arrays: &[(&str, ArrayViewD<'_, f64>)],
+) -> Result<(), OutputError> {
+    write_npz_arrays_zip64_from(w, path, arrays, ZIP64_FROM_BYTES)
+}
+
+fn write_npz_arrays_zip64_from<W: Write + Seek>(
+    w: W,
+    path: &Path,
+    arrays: &[(&str, ArrayViewD<'_, f64>)],
+    zip64_from_bytes: u64,
+) -> Result<(), OutputError> {
+    let mut npz = NpzWriter::new(w);
+    for (name, a) in arrays {
+        npz.add_array_with_options(*name, a, options_for(a.len(), zip64_from_bytes))
+            .map_err(|e| npz_err("write", path, e))?;
+    }
+    npz.finish().map_err(|e| npz_err("write", path, e))?;
+    Ok(())
+}
+
+/// Read every array of an npz file as f64 arrays of any dimension, in file order.
+pub(crate) fn read_npz_arrays(path: &Path) -> Result<Vec<(String, ArrayD<f64>)>, OutputError> {
+    let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
+    let mut npz = NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))?;
+    let names = npz.names().map_err(|e| npz_err("read", path, e))?;
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let a: ArrayD<f64> = npz.by_name(&name).map_err(|e| npz_err("read", path, e))?;
+        out.push((name, a));
+    }
+    Ok(out)
+}
+
+/// Flatten an array into a `Vec` in C (row-major) order.
+pub(crate) fn into_c_order_vec<D: ndarray::Dimension>(a: ndarray::Array<f64, D>) -> Vec<f64> {
+    if !a.is_standard_layout() {
+        return a.iter().copied().collect();
+    }
+    let len = a.len();
+    let (v, offset) = a.into_raw_vec_and_offset();
+    let start = offset.unwrap_or(0);
+    if start == 0 && v.len() == len {
+        v
+    } else {
+        v[start..start + len].to_vec()
+    }
+}
+
+/// Write `final.npz`-style velocity: arrays `"u"`, `"v"`, `"w"`, each f64 of
+/// shape `(n, n, n)` in C order, indexed `[i, j, k]` ↔ `(x_i, y_j, z_k)`. The
+/// input slices use the same layout (index `(i*n + j)*n + k`). The file is
+/// streamed into a temporary sibling and renamed (atomic).
+pub fn write_velocity_npz(
+    path: &Path,
+    n: usize,
+    u: &[f64],
+    v: &[f64],
+    w: &[f64],
+) -> Result<(), OutputError> {
+    let len = n
+        .checked_mul(n)
+        .and_then(|x| x.checked_mul(n))
+        .ok_or_else(|| OutputError::invalid(path, format!("grid size {n}^3 overflows")))?;
+    let mut views = Vec::with_capacity(3);
+    for (name, data) in [("u", u), ("v", v), ("w", w)] {
+        let view = ArrayView3::from_shape((n, n, n), data).map_err(|_| {
+            OutputError::invalid(
+                path,
+                format!(
+                    "velocity component {name} has {} values, expected n^3 = {len}",
+                    data.len()
+                ),
+            )
+        })?;
+        views.push((name, view.into_dyn()));
+    }
+    write_atomic_with(path, |w, tmp| write_npz_arrays(w, tmp, &views))
+}
+
+/// A velocity field as read back: `(n, u, v, w)`, components flat in C order.
+pub type VelocityField = (usize, Vec<f64>, Vec<f64>, Vec<f64>);
+
+/// Read a file written by [`write_velocity_npz`]: `(n, u, v, w)` with the
+/// components flattened in C order. Checks that all three are `(n, n, n)`.
+pub fn read_velocity_npz(path: &Path) -> Result<VelocityField, OutputError> {
+    let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
+    let mut npz = NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))?;
+    let mut n = None;
+    let mut comps = Vec::with_capacity(3);
+    for name in ["u", "v", "w"] {
+        let a: ndarray::Array3<f64> = npz
+            .by_name::<ndarray::OwnedRepr<f64>, Ix3>(name)
+            .map_err(|e| npz_err("read", path, e))?;
+        let (a0, a1, a2) = a.dim();
+        if a0 != a1 || a1 != a2 || n.is_some_and(|n| n != a0) {
+            return Err(OutputError::invalid(
+                path,
+                format!("array {name} has shape ({a0}, {a1}, {a2}); expected (n, n, n) for all of u, v, w"),
+            ));
+        }
+        n = Some(a0);
+        comps.push(into_c_order_vec(a));
+    }
+    let w = comps.pop().unwrap_or_default();
+    let v = comps.pop().unwrap_or_default();
+    let u = comps.pop().unwrap_or_default();
+    Ok((n.unwrap_or(0), u, v, w))
+}
+
+/// Shape of a dynamic array as a `Vec<usize>`.
+pub(crate) fn shape_of(a: &ArrayD<f64>) -> Vec<usize> {
+    a.shape().to_vec()
+}
+
+/// A view of flat C-order `data` with the given `shape`, or an error naming `path`.
+pub(crate) fn view_of<'a>(
+    path: &Path,
+    name: &str,
+    shape: &[usize],
+    data: &'a [f64],
+) -> Result<ArrayViewD<'a, f64>, OutputError> {
+    ArrayViewD::from_shape(IxDyn(shape), data).map_err(|_| {
+        OutputError::invalid(
+            path,
+            format!(
+                "array {name:?} has {} values, which does not match shape {shape:?}",
+                data.len()
+            ),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::Mix;
+    use super::*;
+    use ndarray::Array3;
+
+    #[test]
+    fn velocity_npz_round_trip_bit_exact() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("final.npz");
+        let n = 5;
+        let mut rng = Mix(7);
+        let mut field = || -> Vec<f64> {
+            (0..n * n * n)
+                .map(|_| {
+                    f64::from_bits(rng.next() >> 2) * if rng.next() & 1 == 0 { 1.0 } else { -1.0 }
+                })
+                .collect()
+        };
+        let (u, v, w) = (field(), field(), field());
+        write_velocity_npz(&p, n, &u, &v, &w).unwrap();
+        // only the file, no temporaries
+        let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+
+        let (n2, u2, v2, w2) = read_velocity_npz(&p).unwrap();
+        assert_eq!(n2, n);
+        let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&u2), bits(&u));
+        assert_eq!(bits(&v2), bits(&v));
+        assert_eq!(bits(&w2), bits(&w));
+
+        // independent check with ndarray-npy directly: shape and [i,j,k] indexing
+        let mut npz = NpzReader::new(File::open(&p).unwrap()).unwrap();
+        let mut names = npz.names().unwrap();
+        names.sort();
+        assert_eq!(names, vec!["u", "v", "w"]);
+        let a: Array3<f64> = npz.by_name("v").unwrap();
+        assert_eq!(a.shape(), &[n, n, n]);
+        for i in 0..n {
+            for j in 0..n {
+                for k in 0..n {
+                    assert_eq!(a[[i, j, k]].to_bits(), v[(i * n + j) * n + k].to_bits());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn zip64_entries_read_back() {
+        // entries over 4 GiB get zip64 headers; check that path on a small file
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("big.npz");
+        let data: Vec<f64> = (0..24).map(|i| i as f64 * 0.1).collect();
+        let view = ArrayViewD::from_shape(IxDyn(&[2, 3, 4]), &data).unwrap();
+        let f = File::create(&p).unwrap();
+        write_npz_arrays_zip64_from(f, &p, &[("a", view.clone()), ("b", view)], 0).unwrap();
+        let back = read_npz_arrays(&p).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[1].0, "b");
+        assert_eq!(back[1].1.shape(), &[2, 3, 4]);
+        assert_eq!(into_c_order_vec(back[1].1.clone()), data);
+    }
+
+    #[test]
+    fn velocity_npz_rejects_wrong_length() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("final.npz");
+        let u = vec![0.0; 8];
+        let err = write_velocity_npz(&p, 2, &u, &u, &u[..7]).unwrap_err();
+        assert!(err.to_string().contains("final.npz"), "{err}");
+        assert!(!p.exists());
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn velocity_npz_replaces_atomically() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("final.npz");
+        write_velocity_npz(&p, 1, &[1.0], &[2.0], &[3.0]).unwrap();
+        let u = vec![0.5; 8];
+        write_velocity_npz(&p, 2, &u, &u, &u).unwrap();
+        let (n, u2, _, _) = read_velocity_npz(&p).unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(u2, u);
+    }
+}

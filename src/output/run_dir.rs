@@ -1,0 +1,266 @@
+//! Choosing and creating the run directory.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::time::Utc;
+use super::{sync_dir_best_effort, OutputError};
+
+/// The entries of a run directory that vpm writes. With `--force`, exactly
+/// these are removed from an existing directory; anything else is left alone.
+pub const VPM_OUTPUTS: &[&str] = &[
+    "case.toml",
+    "manifest.json",
+    "energy.png",
+    "spectrum.png",
+    "spectral",
+    "vortex",
+    "checkpoints",
+    "snapshots",
+    "comparison.csv",
+];
+
+/// Choose and create the run directory.
+///
+/// * `out = Some(dir)`: use `dir` (from `--out`), creating it and its parents
+///   if needed. An existing empty directory is accepted. An existing non-empty
+///   directory is refused with [`OutputError::RunDirNotEmpty`] unless `force`;
+///   with `force`, the entries vpm writes ([`VPM_OUTPUTS`]) are removed and
+///   every other file is left alone.
+/// * `out = None`: create `runs/<case_name>-<UTC YYYYMMDDTHHMMSSZ>` relative to
+///   the current directory; if that exists, `-2`, `-3`, ... is appended. The
+///   directory is claimed with a non-recursive `create_dir`, so two runs started
+///   in the same second (even concurrently) never share a directory. Characters
+///   of `case_name` other than ASCII letters, digits, `-`, `_` and `.` are
+///   replaced by `_`.
+///
+/// Returns the path of the run directory (relative if `runs/` was used).
+pub fn create_run_dir(
+    case_name: &str,
+    out: Option<&Path>,
+    force: bool,
+) -> Result<PathBuf, OutputError> {
+    match out {
+        Some(dir) => prepare_explicit(dir, force),
+        None => create_default_in(Path::new("runs"), case_name, &Utc::now().compact()),
+    }
+}
+
+/// A file-name-safe version of the case name.
+fn sanitize(case_name: &str) -> String {
+    let s: String = case_name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    // never "", "." or ".." (or a hidden name)
+    let s = s.trim_start_matches('.').to_string();
+    if s.is_empty() {
+        "run".to_string()
+    } else {
+        s
+    }
+}
+
+/// Create `<base>/<case>-<stamp>[-k]`, the first of these names that does not exist.
+pub(crate) fn create_default_in(
+    base: &Path,
+    case_name: &str,
+    stamp: &str,
+) -> Result<PathBuf, OutputError> {
+    fs::create_dir_all(base).map_err(|e| OutputError::io("create directory", base, e))?;
+    let stem = format!("{}-{}", sanitize(case_name), stamp);
+    const MAX_TRIES: u32 = 100_000;
+    for k in 1..=MAX_TRIES {
+        let name = if k == 1 {
+            stem.clone()
+        } else {
+            format!("{stem}-{k}")
+        };
+        let dir = base.join(name);
+        match fs::create_dir(&dir) {
+            Ok(()) => {
+                sync_dir_best_effort(base);
+                return Ok(dir);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(OutputError::io("create run directory", &dir, e)),
+        }
+    }
+    Err(OutputError::invalid(
+        &base.join(&stem),
+        format!("{MAX_TRIES} run directories with this name already exist"),
+    ))
+}
+
+fn prepare_explicit(dir: &Path, force: bool) -> Result<PathBuf, OutputError> {
+    match fs::metadata(dir) {
+        Ok(meta) if !meta.is_dir() => Err(OutputError::NotADirectory {
+            path: dir.to_path_buf(),
+        }),
+        Ok(_) => {
+            let mut entries =
+                fs::read_dir(dir).map_err(|e| OutputError::io("list directory", dir, e))?;
+            let non_empty = match entries.next() {
+                None => false,
+                Some(Ok(_)) => true,
+                Some(Err(e)) => return Err(OutputError::io("list directory", dir, e)),
+            };
+            if non_empty {
+                if !force {
+                    return Err(OutputError::RunDirNotEmpty {
+                        path: dir.to_path_buf(),
+                    });
+                }
+                remove_vpm_outputs(dir)?;
+            }
+            Ok(dir.to_path_buf())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(dir).map_err(|e| OutputError::io("create run directory", dir, e))?;
+            sync_dir_best_effort(super::parent_dir(dir));
+            Ok(dir.to_path_buf())
+        }
+        Err(e) => Err(OutputError::io("inspect", dir, e)),
+    }
+}
+
+/// Remove the entries of [`VPM_OUTPUTS`] from `dir` (symbolic links are
+/// removed themselves, never followed).
+fn remove_vpm_outputs(dir: &Path) -> Result<(), OutputError> {
+    for name in VPM_OUTPUTS {
+        let p = dir.join(name);
+        let meta = match fs::symlink_metadata(&p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(OutputError::io("inspect", &p, e)),
+        };
+        let res = if meta.is_dir() {
+            fs::remove_dir_all(&p)
+        } else {
+            fs::remove_file(&p)
+        };
+        res.map_err(|e| OutputError::io("remove earlier output", &p, e))?;
+        tracing::info!("--force: removed earlier output {}", p.display());
+    }
+    sync_dir_best_effort(dir);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_non_empty_without_force() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("notes.txt"), "mine").unwrap();
+        let err = create_run_dir("tg", Some(&dir), false).unwrap_err();
+        assert!(matches!(err, OutputError::RunDirNotEmpty { .. }));
+        let msg = err.to_string();
+        assert!(msg.contains(&dir.display().to_string()), "{msg}");
+        assert!(msg.contains("--force") && msg.contains("--out"), "{msg}");
+        assert_eq!(fs::read_to_string(dir.join("notes.txt")).unwrap(), "mine");
+    }
+
+    #[test]
+    fn accepts_empty_existing_and_creates_missing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("empty");
+        fs::create_dir(&dir).unwrap();
+        assert_eq!(create_run_dir("tg", Some(&dir), false).unwrap(), dir);
+        let nested = tmp.path().join("a").join("b");
+        assert_eq!(create_run_dir("tg", Some(&nested), false).unwrap(), nested);
+        assert!(nested.is_dir());
+    }
+
+    #[test]
+    fn refuses_a_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let f = tmp.path().join("file");
+        fs::write(&f, "x").unwrap();
+        let err = create_run_dir("tg", Some(&f), true).unwrap_err();
+        assert!(matches!(err, OutputError::NotADirectory { .. }));
+    }
+
+    #[test]
+    fn force_removes_only_vpm_outputs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        fs::create_dir(&dir).unwrap();
+        for f in [
+            "case.toml",
+            "manifest.json",
+            "energy.png",
+            "spectrum.png",
+            "comparison.csv",
+        ] {
+            fs::write(dir.join(f), "old").unwrap();
+        }
+        for d in [
+            "spectral",
+            "vortex",
+            "checkpoints/ckpt-0000000010",
+            "snapshots",
+        ] {
+            fs::create_dir_all(dir.join(d)).unwrap();
+            fs::write(dir.join(d).join("x.csv"), "old").unwrap();
+        }
+        fs::write(dir.join("notes.txt"), "keep").unwrap();
+        fs::create_dir(dir.join("analysis")).unwrap();
+        fs::write(dir.join("analysis").join("a.py"), "keep").unwrap();
+
+        let got = create_run_dir("tg", Some(&dir), true).unwrap();
+        assert_eq!(got, dir);
+        let mut left: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec!["analysis".to_string(), "notes.txt".to_string()]);
+        assert_eq!(
+            fs::read_to_string(dir.join("analysis").join("a.py")).unwrap(),
+            "keep"
+        );
+    }
+
+    #[test]
+    fn default_names_unique_in_same_second() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("runs");
+        let stamp = "20250101T000000Z";
+        let a = create_default_in(&base, "taylor-green", stamp).unwrap();
+        let b = create_default_in(&base, "taylor-green", stamp).unwrap();
+        let c = create_default_in(&base, "taylor-green", stamp).unwrap();
+        assert_eq!(a, base.join("taylor-green-20250101T000000Z"));
+        assert_eq!(b, base.join("taylor-green-20250101T000000Z-2"));
+        assert_eq!(c, base.join("taylor-green-20250101T000000Z-3"));
+        assert!(a.is_dir() && b.is_dir() && c.is_dir());
+    }
+
+    #[test]
+    fn default_names_use_real_clock_and_are_unique() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("runs");
+        let stamp = Utc::now().compact();
+        let a = create_default_in(&base, "ring", &stamp).unwrap();
+        let b = create_default_in(&base, "ring", &stamp).unwrap();
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn case_names_are_sanitized() {
+        assert_eq!(sanitize("taylor-green_2.x"), "taylor-green_2.x");
+        assert_eq!(sanitize("../evil/name"), "_evil_name");
+        assert_eq!(sanitize(""), "run");
+        assert_eq!(sanitize(".."), "run");
+    }
+}

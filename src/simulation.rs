@@ -1,0 +1,577 @@
+//! A run: the model state and physics (the spectral solver), driven in time with output writers
+//! and checkpoints on the case's schedules.
+//!
+//! - Outputs (a row of `energy.csv`) every N steps or every Δt_out of simulated time, spectra at
+//!   the listed times, checkpoints every N steps or every T; time-based events are landed on
+//!   exactly by shortening the step that would cross them, and t_end always is.
+//! - A checkpoint holds the exact state, the clock, the schedule counters and the length of every
+//!   CSV at that moment; [`Simulation::resume`] truncates the CSVs to those lengths and continues,
+//!   so a killed and resumed run writes the same bytes as an uninterrupted one.
+//! - A step that produces a non-finite state is not committed: the run stops with a clear error,
+//!   after writing a checkpoint of the last good state.
+
+use crate::config::{Cadence, Case, TimeStep};
+use crate::diagnostics::{flow_stats, max_divergence, shell_spectrum};
+use crate::init::initial_modes;
+use crate::output::{
+    read_latest_checkpoint, write_atomic, write_checkpoint, write_velocity_npz, CheckpointArrays,
+    CsvLog, Manifest,
+};
+use crate::spectral::solver::zero_modes;
+use crate::spectral::{Fft3d, SpectralGrid, SpectralSolver, VectorModes};
+use anyhow::{bail, Context, Result};
+use num_complex::Complex64;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Columns of `spectral/energy.csv`.
+pub const ENERGY_COLUMNS: [&str; 13] = [
+    "t",
+    "step",
+    "dt",
+    "K",
+    "eps",
+    "Z",
+    "minus_dKdt",
+    "u_rms",
+    "L",
+    "T",
+    "lambda",
+    "Re_lambda",
+    "max_div",
+];
+/// Columns of `spectral/spectra.csv`.
+pub const SPECTRA_COLUMNS: [&str; 3] = ["t", "k", "E"];
+
+const ENERGY_CSV: &str = "spectral/energy.csv";
+const SPECTRA_CSV: &str = "spectral/spectra.csv";
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressStyle {
+    /// An indicatif bar (for a terminal).
+    Bar,
+    /// Plain progress lines (for logs and pipes).
+    Lines,
+    /// Nothing.
+    Quiet,
+}
+
+/// Options of a run that are not part of the case.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub threads: usize,
+    pub progress: ProgressStyle,
+    /// For tests of kill-and-resume: stop abruptly (no final outputs) after this many steps of
+    /// this process, as a killed process would.
+    pub abort_after_steps: Option<u64>,
+}
+
+/// Where the run is in time and in its schedules. Saved in every checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Clock {
+    t: f64,
+    step: u64,
+    /// Index of the next time-based output (its time is index · Δt_out).
+    next_output: u64,
+    /// Index of the next time-based checkpoint.
+    next_checkpoint: u64,
+    /// Index into `spectra_times` of the next spectrum to write.
+    next_spectrum: usize,
+}
+
+/// Wall time per stage, for the manifest.
+#[derive(Default)]
+struct StageTimes {
+    stepping: f64,
+    diagnostics: f64,
+    checkpoints: f64,
+}
+
+/// Outcome of [`Simulation::run_to_end`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    Finished,
+    /// Stopped by `abort_after_steps` (tests only).
+    Aborted,
+}
+
+pub struct Simulation {
+    case: Case,
+    run_dir: PathBuf,
+    solver: SpectralSolver,
+    /// Transform on the N^3 solution grid (divergence check).
+    grid_fft: Fft3d,
+    clock: Clock,
+    energy: CsvLog,
+    spectra: CsvLog,
+    manifest: Manifest,
+    times: StageTimes,
+    options: RunOptions,
+}
+
+impl Simulation {
+    /// Sets up a new run in an existing (empty) run directory: writes case.toml, the manifest,
+    /// the CSV headers and the t = 0 outputs and checkpoint.
+    pub fn start(case: Case, run_dir: &Path, options: RunOptions) -> Result<Self> {
+        let t0 = Instant::now();
+        write_atomic(&run_dir.join("case.toml"), case.to_toml_string().as_bytes())?;
+        let mut manifest = Manifest::new(options.threads);
+        manifest.set_status("running");
+        manifest.write(run_dir)?;
+        let grid = SpectralGrid::new(case.spectral.n, case.spectral.dealias);
+        let mut solver = SpectralSolver::new(grid, case.flow.nu);
+        let modes = initial_modes(&case.initial, &grid.layout())
+            .with_context(|| format!("case `{}`: initial condition", case.name))?;
+        solver.set_velocity_modes(modes);
+        let energy = CsvLog::create(&run_dir.join(ENERGY_CSV), &ENERGY_COLUMNS)?;
+        let spectra = CsvLog::create(&run_dir.join(SPECTRA_CSV), &SPECTRA_COLUMNS)?;
+        manifest.add_stage_time("setup", t0.elapsed().as_secs_f64());
+        let mut sim = Self {
+            grid_fft: Fft3d::new(grid.n, grid.layout()),
+            case,
+            run_dir: run_dir.to_path_buf(),
+            solver,
+            clock: Clock {
+                t: 0.0,
+                step: 0,
+                next_output: 0,
+                next_checkpoint: 0,
+                next_spectrum: 0,
+            },
+            energy,
+            spectra,
+            manifest,
+            times: StageTimes::default(),
+            options,
+        };
+        sim.events_after_step(0.0)?;
+        Ok(sim)
+    }
+
+    /// Continues a run from its latest checkpoint.
+    pub fn resume(run_dir: &Path, options: RunOptions) -> Result<Self> {
+        let t0 = Instant::now();
+        let case_path = run_dir.join("case.toml");
+        let case = Case::from_file(&case_path)?;
+        let (step, meta, arrays) = read_latest_checkpoint(run_dir)?.with_context(|| {
+            format!(
+                "{}: no valid checkpoint to resume from (checkpoints/ is empty or damaged)",
+                run_dir.display()
+            )
+        })?;
+        let grid = SpectralGrid::new(case.spectral.n, case.spectral.dealias);
+        let mut solver = SpectralSolver::new(grid, case.flow.nu);
+        let layout = grid.layout();
+        let uhat = arrays
+            .arrays
+            .iter()
+            .find(|(name, _, _)| name == "uhat")
+            .context("checkpoint has no array `uhat`")?;
+        let expected = vec![3, layout.len(), 2];
+        if uhat.1 != expected {
+            bail!(
+                "checkpoint array `uhat` has shape {:?}, expected {:?} for n = {} with {} dealiasing",
+                uhat.1,
+                expected,
+                grid.n,
+                grid.dealias
+            );
+        }
+        let mut modes = zero_modes(&layout);
+        for (c, comp) in modes.iter_mut().enumerate() {
+            for (i, z) in comp.iter_mut().enumerate() {
+                let j = 2 * (c * layout.len() + i);
+                *z = Complex64::new(uhat.2[j], uhat.2[j + 1]);
+            }
+        }
+        solver.restore_velocity_modes(modes);
+        let get_u64 = |k: &str| {
+            meta.get(k)
+                .and_then(|v| v.as_u64())
+                .with_context(|| format!("checkpoint meta.json lacks `{k}`"))
+        };
+        let clock = Clock {
+            t: meta
+                .get("t")
+                .and_then(|v| v.as_f64())
+                .context("checkpoint meta.json lacks `t`")?,
+            step: get_u64("step")?,
+            next_output: get_u64("next_output")?,
+            next_checkpoint: get_u64("next_checkpoint")?,
+            next_spectrum: get_u64("next_spectrum")? as usize,
+        };
+        if clock.step != step {
+            bail!(
+                "checkpoint step {step} disagrees with its meta.json ({})",
+                clock.step
+            );
+        }
+        let csv_len = |name: &str| {
+            meta.get("csv")
+                .and_then(|c| c.get(name))
+                .and_then(|v| v.as_u64())
+                .with_context(|| format!("checkpoint meta.json lacks the length of {name}"))
+        };
+        let energy = CsvLog::reopen_truncated(
+            &run_dir.join(ENERGY_CSV),
+            &ENERGY_COLUMNS,
+            csv_len(ENERGY_CSV)?,
+        )?;
+        let spectra = CsvLog::reopen_truncated(
+            &run_dir.join(SPECTRA_CSV),
+            &SPECTRA_COLUMNS,
+            csv_len(SPECTRA_CSV)?,
+        )?;
+        let mut manifest =
+            Manifest::read(run_dir).unwrap_or_else(|_| Manifest::new(options.threads));
+        manifest.record_resume(step);
+        manifest.set_status("running");
+        manifest.add_stage_time("setup", t0.elapsed().as_secs_f64());
+        manifest.write(run_dir)?;
+        Ok(Self {
+            grid_fft: Fft3d::new(grid.n, layout),
+            case,
+            run_dir: run_dir.to_path_buf(),
+            solver,
+            clock,
+            energy,
+            spectra,
+            manifest,
+            times: StageTimes::default(),
+            options,
+        })
+    }
+
+    pub fn case(&self) -> &Case {
+        &self.case
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    pub fn time(&self) -> f64 {
+        self.clock.t
+    }
+
+    pub fn step_count(&self) -> u64 {
+        self.clock.step
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.clock.t >= self.case.time.t_end
+    }
+
+    /// The time of the next event the clock must land on exactly.
+    fn next_event_time(&self) -> f64 {
+        let mut te = self.case.time.t_end;
+        if let Cadence::Time(d) = self.case.output.cadence {
+            te = te.min(self.clock.next_output as f64 * d);
+        }
+        if let Cadence::Time(d) = self.case.checkpoint.cadence {
+            te = te.min(self.clock.next_checkpoint as f64 * d);
+        }
+        if let Some(&ts) = self.case.output.spectra_times.get(self.clock.next_spectrum) {
+            te = te.min(ts);
+        }
+        te
+    }
+
+    /// Runs until t_end (or until `abort_after_steps`), writing outputs on schedule, then the
+    /// final field, the manifest and the plots.
+    pub fn run_to_end(&mut self) -> Result<RunEnd> {
+        let t_end = self.case.time.t_end;
+        let mut progress = Progress::new(self.options.progress, t_end, self.clock.t);
+        let mut steps_here = 0u64;
+        let started = Instant::now();
+        while self.clock.t < t_end {
+            let mut dt = match self.case.time.step {
+                TimeStep::Fixed { dt } => dt,
+                TimeStep::Cfl { cfl, dt_max } => {
+                    self.solver.cfl_dt(cfl).min(dt_max.unwrap_or(f64::INFINITY))
+                }
+            };
+            if !(dt.is_finite() && dt > 0.0) {
+                // A CFL step with u = 0 everywhere: nothing moves, step to the next event.
+                dt = t_end - self.clock.t;
+            }
+            let te = self.next_event_time();
+            // Land on the event when this step reaches it, allowing for round-off in t.
+            let landing = te - self.clock.t <= dt * (1.0 + 1e-6);
+            if landing {
+                dt = te - self.clock.t;
+            }
+            let ts = Instant::now();
+            if let Err(e) = self.solver.step(dt) {
+                self.times.stepping += ts.elapsed().as_secs_f64();
+                return Err(self.stop_on_bad_state(&e.to_string()));
+            }
+            self.times.stepping += ts.elapsed().as_secs_f64();
+            self.clock.step += 1;
+            self.clock.t = if landing { te } else { self.clock.t + dt };
+            self.events_after_step(dt)?;
+            steps_here += 1;
+            progress.update(&self.clock, dt, self.last_energy(), started, steps_here);
+            if Some(steps_here) == self.options.abort_after_steps {
+                progress.finish();
+                return Ok(RunEnd::Aborted);
+            }
+        }
+        progress.finish();
+        self.finish()?;
+        Ok(RunEnd::Finished)
+    }
+
+    fn last_energy(&self) -> f64 {
+        flow_stats(&self.solver.layout(), self.solver.velocity_modes(), 0.0).energy
+    }
+
+    /// Outputs, spectra and checkpoints due at the current clock (after a step of size `dt`).
+    fn events_after_step(&mut self, dt: f64) -> Result<()> {
+        let t = self.clock.t;
+        let step = self.clock.step;
+        let at_end = t >= self.case.time.t_end;
+        let output_due = at_end
+            || match self.case.output.cadence {
+                Cadence::Steps(n) => step % n == 0,
+                Cadence::Time(d) => t >= self.clock.next_output as f64 * d,
+            };
+        let spectrum_due = self
+            .case
+            .output
+            .spectra_times
+            .get(self.clock.next_spectrum)
+            .is_some_and(|&ts| t >= ts);
+        let checkpoint_due = at_end
+            || match self.case.checkpoint.cadence {
+                Cadence::Steps(n) => step % n == 0,
+                Cadence::Time(d) => t >= self.clock.next_checkpoint as f64 * d,
+            };
+        let td = Instant::now();
+        if output_due {
+            self.write_energy_row(dt)?;
+            if let Cadence::Time(d) = self.case.output.cadence {
+                self.clock.next_output = (t / d + 1e-9).floor() as u64 + 1;
+            }
+        }
+        if spectrum_due {
+            let e = shell_spectrum(&self.solver.layout(), self.solver.velocity_modes());
+            for (k, ek) in e.iter().enumerate() {
+                self.spectra.append_row(&[t, k as f64, *ek])?;
+            }
+            while self
+                .case
+                .output
+                .spectra_times
+                .get(self.clock.next_spectrum)
+                .is_some_and(|&ts| t >= ts)
+            {
+                self.clock.next_spectrum += 1;
+            }
+        }
+        self.times.diagnostics += td.elapsed().as_secs_f64();
+        if checkpoint_due {
+            if let Cadence::Time(d) = self.case.checkpoint.cadence {
+                self.clock.next_checkpoint = (t / d + 1e-9).floor() as u64 + 1;
+            }
+            self.write_checkpoint()?;
+        }
+        Ok(())
+    }
+
+    fn write_energy_row(&mut self, dt: f64) -> Result<()> {
+        let layout = self.solver.layout();
+        let nu = self.solver.nu();
+        let st = flow_stats(&layout, self.solver.velocity_modes(), nu);
+        let minus_dkdt = -self.solver.dkdt_from_rhs();
+        let div = max_divergence(&mut self.grid_fft, self.solver.velocity_modes());
+        let c = &self.clock;
+        self.energy.append_row(&[
+            c.t,
+            c.step as f64,
+            dt,
+            st.energy,
+            st.dissipation,
+            st.enstrophy,
+            minus_dkdt,
+            st.u_rms,
+            st.integral_scale,
+            st.turnover_time,
+            st.taylor_microscale,
+            st.re_lambda,
+            div,
+        ])?;
+        Ok(())
+    }
+
+    fn write_checkpoint(&mut self) -> Result<()> {
+        let tc = Instant::now();
+        let c = self.clock;
+        let meta = json!({
+            "step": c.step,
+            "t": c.t,
+            "next_output": c.next_output,
+            "next_checkpoint": c.next_checkpoint,
+            "next_spectrum": c.next_spectrum,
+            "csv": {
+                ENERGY_CSV: self.energy.len_bytes(),
+                SPECTRA_CSV: self.spectra.len_bytes(),
+            },
+            "case": self.case.name,
+        });
+        let arrays = CheckpointArrays {
+            arrays: vec![(
+                "uhat".to_string(),
+                vec![3, self.solver.layout().len(), 2],
+                flatten_modes(self.solver.velocity_modes()),
+            )],
+        };
+        write_checkpoint(
+            &self.run_dir,
+            c.step,
+            &meta,
+            &arrays,
+            self.case.checkpoint.keep,
+        )?;
+        self.times.checkpoints += tc.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// The state went non-finite: keep what is on disk, checkpoint the last good state, record
+    /// the failure in the manifest and return the error to report.
+    fn stop_on_bad_state(&mut self, why: &str) -> anyhow::Error {
+        let c = self.clock;
+        let saved = self.write_checkpoint();
+        let msg = format!(
+            "{why} in the step after step {} (t = {}); the run stopped. The last good state \
+             (step {}) is {} in {}, and spectral/energy.csv holds every row up to it. Reduce \
+             the time step (time.dt or time.cfl) or raise the resolution, then `vpm run` again.",
+            c.step,
+            c.t,
+            c.step,
+            if saved.is_ok() {
+                "checkpointed"
+            } else {
+                "NOT checkpointed"
+            },
+            self.run_dir.join("checkpoints").display(),
+        );
+        self.manifest.set_status(format!("failed: {msg}"));
+        self.flush_manifest();
+        anyhow::anyhow!(msg)
+    }
+
+    fn flush_manifest(&mut self) {
+        let t = std::mem::take(&mut self.times);
+        self.manifest.add_stage_time("time_stepping", t.stepping);
+        self.manifest.add_stage_time("diagnostics", t.diagnostics);
+        self.manifest.add_stage_time("checkpoints", t.checkpoints);
+        if let Err(e) = self.manifest.write(&self.run_dir) {
+            tracing::warn!("could not write the manifest: {e}");
+        }
+    }
+
+    /// Final velocity field, manifest and plots.
+    fn finish(&mut self) -> Result<()> {
+        let tf = Instant::now();
+        let n = self.case.spectral.n;
+        let [u, v, w] = self.solver.velocity_on_grid();
+        write_velocity_npz(&self.run_dir.join("spectral/final.npz"), n, &u, &v, &w)?;
+        self.manifest
+            .add_stage_time("final_field", tf.elapsed().as_secs_f64());
+        let tp = Instant::now();
+        let plots = postprocess::plot_run(&self.run_dir, &self.case.name);
+        self.manifest
+            .add_stage_time("plots", tp.elapsed().as_secs_f64());
+        self.manifest.set_status("finished");
+        self.flush_manifest();
+        plots.context("drawing the plots")?;
+        Ok(())
+    }
+
+    /// The solver (for inspection in tests and benchmarks).
+    pub fn solver(&self) -> &SpectralSolver {
+        &self.solver
+    }
+}
+
+/// Interleaved (re, im) values of a vector field, component-major.
+fn flatten_modes(m: &VectorModes) -> Vec<f64> {
+    m.iter()
+        .flat_map(|c| c.iter().flat_map(|z| [z.re, z.im]))
+        .collect()
+}
+
+/// Progress display: a bar on a terminal, plain lines otherwise.
+struct Progress {
+    style: ProgressStyle,
+    bar: Option<indicatif::ProgressBar>,
+    t_end: f64,
+    last_line: Instant,
+    next_fraction: f64,
+}
+
+const BAR_TICKS: u64 = 10_000;
+
+impl Progress {
+    fn new(style: ProgressStyle, t_end: f64, t: f64) -> Self {
+        let bar = (style == ProgressStyle::Bar).then(|| {
+            let b = indicatif::ProgressBar::new(BAR_TICKS);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{elapsed_precise} [{bar:30}] {percent:>3}% eta {eta} {msg}",
+                )
+                .expect("valid template")
+                .progress_chars("=> "),
+            );
+            b.set_position((t / t_end * BAR_TICKS as f64) as u64);
+            b
+        });
+        Self {
+            style,
+            bar,
+            t_end,
+            last_line: Instant::now(),
+            next_fraction: (t / t_end * 20.0).floor() / 20.0 + 0.05,
+        }
+    }
+
+    fn update(&mut self, c: &Clock, dt: f64, energy: f64, started: Instant, steps: u64) {
+        let per_step = started.elapsed().as_secs_f64() / steps.max(1) as f64;
+        let msg = format!(
+            "step {} t={:.4} dt={:.3e} K={:.6e} {:.1} ms/step",
+            c.step,
+            c.t,
+            dt,
+            energy,
+            per_step * 1e3
+        );
+        match self.style {
+            ProgressStyle::Bar => {
+                if let Some(b) = &self.bar {
+                    b.set_position((c.t / self.t_end * BAR_TICKS as f64) as u64);
+                    b.set_message(msg);
+                }
+            }
+            ProgressStyle::Lines => {
+                let frac = c.t / self.t_end;
+                if frac >= self.next_fraction - 1e-12 || self.last_line.elapsed().as_secs() >= 30 {
+                    eprintln!("[{:5.1}%] {msg}", 100.0 * frac);
+                    self.last_line = Instant::now();
+                    while self.next_fraction <= frac + 1e-12 {
+                        self.next_fraction += 0.05;
+                    }
+                }
+            }
+            ProgressStyle::Quiet => {}
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish();
+        }
+    }
+}

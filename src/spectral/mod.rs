@@ -1,0 +1,9 @@
+//! The pseudo-spectral reference solver: mode storage, 3-D real transforms and the RK4 solver.
+
+pub mod fft3d;
+pub mod layout;
+pub mod solver;
+
+pub use fft3d::Fft3d;
+pub use layout::ModeLayout;
+pub use solver::{SpectralGrid, SpectralSolver, VectorModes};

@@ -1,0 +1,442 @@
+//! Pseudo-spectral Navier–Stokes solver (PHYSICS.md §5).
+//!
+//! û_t = P(k) F[u × ω] − ν|k|² û,   P = I − k kᵀ/|k|²,
+//!
+//! in rotational form with ω = ∇ × u, on the retained modes of an N^3 grid. The nonlinear term is
+//! dealiased either by the 3/2 rule (products on a padded 3N/2 grid, modes |k_i| ≤ N/2 − 1 kept)
+//! or by 2/3 truncation (products on the N grid, modes |k_i| < N/3 kept); in both cases the
+//! product is truncated after every forward transform, because only retained modes are stored.
+//!
+//! Time integration: classical RK4 with the viscous term exact through an integrating factor
+//! (Lawson's RK4): with E(τ) = exp(−ν|k|²τ) and N(û) the projected nonlinear term,
+//!
+//!   k1 = N(û),  k2 = N(E(Δt/2)(û + Δt/2 k1)),  k3 = N(E(Δt/2)û + Δt/2 k2),
+//!   k4 = N(E(Δt)û + Δt E(Δt/2) k3),
+//!   û ← E(Δt)û + Δt/6 (E(Δt) k1 + 2E(Δt/2)(k2 + k3) + k4).
+//!
+//! A single Fourier mode therefore decays exactly as exp(−ν|k|²t) in amplitude.
+
+use super::fft3d::Fft3d;
+use super::layout::ModeLayout;
+use crate::config::Dealias;
+use num_complex::Complex64;
+use rayon::prelude::*;
+
+const ZERO: Complex64 = Complex64 { re: 0.0, im: 0.0 };
+
+/// A time step produced NaN or Inf.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the velocity became non-finite (NaN or Inf)")]
+pub struct NonFiniteState;
+
+/// Three components of a vector field stored as retained modes.
+pub type VectorModes = [Vec<Complex64>; 3];
+
+/// Grid size, dealiasing rule and the sizes they imply.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpectralGrid {
+    /// Points per dimension of the solution grid.
+    pub n: usize,
+    pub dealias: Dealias,
+}
+
+impl SpectralGrid {
+    pub fn new(n: usize, dealias: Dealias) -> Self {
+        Self { n, dealias }
+    }
+
+    /// Largest retained |k_i|: N/2 − 1 for the 3/2 rule (the Nyquist mode is dropped), the
+    /// largest K with 3K < N for 2/3 truncation.
+    pub fn kmax(&self) -> usize {
+        match self.dealias {
+            Dealias::ThreeHalves => self.n / 2 - 1,
+            Dealias::TwoThirds => (self.n - 1) / 3,
+        }
+    }
+
+    /// Points per dimension of the grid where products are formed: 3N/2 or N.
+    pub fn product_grid(&self) -> usize {
+        match self.dealias {
+            Dealias::ThreeHalves => 3 * self.n / 2,
+            Dealias::TwoThirds => self.n,
+        }
+    }
+
+    pub fn layout(&self) -> ModeLayout {
+        ModeLayout::new(self.kmax())
+    }
+
+    /// Grid spacing h = 2π/N.
+    pub fn h(&self) -> f64 {
+        std::f64::consts::TAU / self.n as f64
+    }
+}
+
+/// Allocates a zero vector field on a layout.
+pub fn zero_modes(layout: &ModeLayout) -> VectorModes {
+    std::array::from_fn(|_| vec![ZERO; layout.len()])
+}
+
+/// The spectral solver: state (û, t), physics (ν, projection, dealiasing) and the RK4 stepper.
+pub struct SpectralSolver {
+    grid: SpectralGrid,
+    layout: ModeLayout,
+    nu: f64,
+    fft: Fft3d,
+    /// |k|² for every stored mode.
+    k2: Vec<f64>,
+    /// Integer wavevector components per stored mode.
+    kvec: Vec<[f64; 3]>,
+    /// The state: velocity Fourier coefficients.
+    uhat: VectorModes,
+    /// N(û) at the current state; valid when `k1_valid` (set by `rhs_at_current`, used as the
+    /// first stage by `step`).
+    k1: VectorModes,
+    k1_valid: bool,
+    /// max(|u| + |v| + |w|) on the product grid at the current state, when known.
+    speed_sum_max: Option<f64>,
+    // Scratch, allocated once.
+    stage: VectorModes,
+    acc: VectorModes,
+    kbuf: VectorModes,
+    phys: [Vec<f64>; 6],
+    /// exp(−ν|k|²Δt/2) per mode for the Δt in `ehalf_dt`.
+    ehalf: Vec<f64>,
+    ehalf_dt: f64,
+}
+
+impl SpectralSolver {
+    /// A solver with zero velocity. `nu` is the kinematic viscosity.
+    pub fn new(grid: SpectralGrid, nu: f64) -> Self {
+        let layout = grid.layout();
+        let m = grid.product_grid();
+        let mut k2 = vec![0.0; layout.len()];
+        let mut kvec = vec![[0.0; 3]; layout.len()];
+        layout.for_each_mode(|i, k| {
+            let kf = [k[0] as f64, k[1] as f64, k[2] as f64];
+            kvec[i] = kf;
+            k2[i] = kf[0] * kf[0] + kf[1] * kf[1] + kf[2] * kf[2];
+        });
+        Self {
+            grid,
+            layout,
+            nu,
+            fft: Fft3d::new(m, layout),
+            k2,
+            kvec,
+            uhat: zero_modes(&layout),
+            k1: zero_modes(&layout),
+            k1_valid: false,
+            speed_sum_max: None,
+            stage: zero_modes(&layout),
+            acc: zero_modes(&layout),
+            kbuf: zero_modes(&layout),
+            phys: std::array::from_fn(|_| vec![0.0; m * m * m]),
+            ehalf: vec![1.0; layout.len()],
+            ehalf_dt: 0.0,
+        }
+    }
+
+    pub fn grid(&self) -> SpectralGrid {
+        self.grid
+    }
+
+    pub fn layout(&self) -> ModeLayout {
+        self.layout
+    }
+
+    pub fn nu(&self) -> f64 {
+        self.nu
+    }
+
+    /// The velocity Fourier coefficients (DFT convention, see [`ModeLayout`]).
+    pub fn velocity_modes(&self) -> &VectorModes {
+        &self.uhat
+    }
+
+    /// Replaces the state. The field is projected onto divergence-free fields, its mean removed
+    /// and the k_z = 0 plane made Hermitian, so the state is always a real solenoidal field.
+    pub fn set_velocity_modes(&mut self, uhat: VectorModes) {
+        assert!(uhat.iter().all(|c| c.len() == self.layout.len()));
+        self.uhat = uhat;
+        let [a, b, c] = &mut self.uhat;
+        project(&self.kvec, &self.k2, [a, b, c]);
+        for c in self.uhat.iter_mut() {
+            self.layout.enforce_hermitian(c);
+            c[0] = ZERO;
+        }
+        self.k1_valid = false;
+        self.speed_sum_max = None;
+    }
+
+    /// Restores a state saved from [`SpectralSolver::velocity_modes`] exactly (no projection).
+    pub fn restore_velocity_modes(&mut self, uhat: VectorModes) {
+        assert!(uhat.iter().all(|c| c.len() == self.layout.len()));
+        self.uhat = uhat;
+        self.k1_valid = false;
+        self.speed_sum_max = None;
+    }
+
+    /// True when every coefficient of the state is finite.
+    pub fn state_is_finite(&self) -> bool {
+        self.uhat
+            .iter()
+            .all(|c| c.par_iter().all(|z| z.re.is_finite() && z.im.is_finite()))
+    }
+
+    /// The projected nonlinear term N(û) = P F[u × ω] at the current state (cached until the
+    /// state changes; the next `step` reuses it as its first stage).
+    pub fn rhs_at_current(&mut self) -> &VectorModes {
+        if !self.k1_valid {
+            let mut out = std::mem::take(&mut self.k1);
+            let uh = std::mem::take(&mut self.uhat);
+            let smax = self.nonlinear(&uh, &mut out);
+            self.uhat = uh;
+            self.k1 = out;
+            self.k1_valid = true;
+            self.speed_sum_max = Some(smax);
+        }
+        &self.k1
+    }
+
+    /// max(|u| + |v| + |w|) over the product grid at the current state.
+    pub fn speed_sum_max(&mut self) -> f64 {
+        self.rhs_at_current();
+        self.speed_sum_max.unwrap()
+    }
+
+    /// The step allowed by a CFL number: Δt = C·h / max(|u| + |v| + |w|) (infinite for u = 0).
+    pub fn cfl_dt(&mut self, cfl: f64) -> f64 {
+        let s = self.speed_sum_max();
+        if s > 0.0 {
+            cfl * self.grid.h() / s
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// dK/dt from the right-hand side: Σ_k Re(û*·(N̂ − ν|k|²û)) over all modes.
+    pub fn dkdt_from_rhs(&mut self) -> f64 {
+        let nu = self.nu;
+        self.rhs_at_current();
+        let k1 = &self.k1;
+        let lay = self.layout;
+        let nz = lay.nz();
+        let mut total = 0.0;
+        for c in 0..3 {
+            total += ordered_sum(self.uhat[c].len() / nz, |blk| {
+                let mut s = 0.0;
+                for kz in 0..nz {
+                    let i = blk * nz + kz;
+                    let u = self.uhat[c][i];
+                    let rhs = k1[c][i] - u * (nu * self.k2[i]);
+                    s += ModeLayout::weight(kz) * (u.conj() * rhs).re;
+                }
+                s
+            });
+        }
+        total
+    }
+
+    /// One RK4 step of size `dt` (Lawson integrating factor for the viscous term). A step whose
+    /// result is not finite is not committed: the state stays the last good one.
+    pub fn step(&mut self, dt: f64) -> Result<(), NonFiniteState> {
+        let nu = self.nu;
+        self.rhs_at_current();
+        if self.ehalf_dt != dt {
+            let k2 = &self.k2;
+            self.ehalf
+                .par_iter_mut()
+                .enumerate()
+                .for_each(|(i, e)| *e = (-nu * k2[i] * 0.5 * dt).exp());
+            self.ehalf_dt = dt;
+        }
+        let k1 = std::mem::take(&mut self.k1);
+        let uh = std::mem::take(&mut self.uhat);
+        let mut stage = std::mem::take(&mut self.stage);
+        let mut acc = std::mem::take(&mut self.acc);
+        let mut kb = std::mem::take(&mut self.kbuf);
+        let ehalf = std::mem::take(&mut self.ehalf);
+        let eh = |i: usize| ehalf[i];
+
+        // acc = E û + Δt/6 E k1;  stage = E_h (û + Δt/2 k1)
+        for c in 0..3 {
+            zip4(
+                &mut acc[c],
+                &mut stage[c],
+                &uh[c],
+                &k1[c],
+                |i, a, s, u, k| {
+                    let h = eh(i);
+                    let f = h * h;
+                    *a = (u + k * (dt / 6.0)) * f;
+                    *s = (u + k * (0.5 * dt)) * h;
+                },
+            );
+        }
+        self.nonlinear(&stage, &mut kb); // k2
+        for c in 0..3 {
+            zip4(
+                &mut acc[c],
+                &mut stage[c],
+                &uh[c],
+                &kb[c],
+                |i, a, s, u, k| {
+                    let h = eh(i);
+                    *a += k * (dt / 3.0 * h);
+                    *s = u * h + k * (0.5 * dt);
+                },
+            );
+        }
+        self.nonlinear(&stage, &mut kb); // k3
+        for c in 0..3 {
+            zip4(
+                &mut acc[c],
+                &mut stage[c],
+                &uh[c],
+                &kb[c],
+                |i, a, s, u, k| {
+                    let h = eh(i);
+                    *a += k * (dt / 3.0 * h);
+                    *s = u * (h * h) + k * (dt * h);
+                },
+            );
+        }
+        self.nonlinear(&stage, &mut kb); // k4
+        for c in 0..3 {
+            acc[c]
+                .par_iter_mut()
+                .zip(kb[c].par_iter())
+                .for_each(|(a, k)| *a += k * (dt / 6.0));
+        }
+        // Round-off in the transforms can break the symmetry of the k_z = 0 plane slightly;
+        // the state of a real field keeps it exactly.
+        for c in acc.iter_mut() {
+            self.layout.enforce_hermitian(c);
+        }
+        let finite = acc
+            .iter()
+            .all(|c| c.par_iter().all(|z| z.re.is_finite() && z.im.is_finite()));
+        self.stage = stage;
+        self.kbuf = kb;
+        self.k1 = k1;
+        self.ehalf = ehalf;
+        if !finite {
+            // Keep the last good state (and its still valid first stage).
+            self.uhat = uh;
+            self.acc = acc;
+            return Err(NonFiniteState);
+        }
+        self.uhat = acc;
+        self.acc = uh;
+        self.k1_valid = false;
+        self.speed_sum_max = None;
+        Ok(())
+    }
+
+    /// N(v̂) = P F[v × (∇ × v)], truncated to the retained modes. Returns max(|v|+|v|+|v|) on the
+    /// product grid.
+    fn nonlinear(&mut self, vh: &VectorModes, out: &mut VectorModes) -> f64 {
+        let [p0, p1, p2, p3, p4, p5] = &mut self.phys;
+        // Velocity to physical space.
+        self.fft.inverse(&vh[0], p0);
+        self.fft.inverse(&vh[1], p1);
+        self.fft.inverse(&vh[2], p2);
+        // Vorticity ω̂ = i k × v̂, one component at a time through `out` as scratch.
+        for c in 0..3 {
+            let (a, b) = ((c + 1) % 3, (c + 2) % 3);
+            out[c].par_iter_mut().enumerate().for_each(|(i, o)| {
+                let k = self.kvec[i];
+                let w = vh[b][i] * k[a] - vh[a][i] * k[b];
+                *o = Complex64::new(-w.im, w.re);
+            });
+        }
+        self.fft.inverse(&out[0], p3);
+        self.fft.inverse(&out[1], p4);
+        self.fft.inverse(&out[2], p5);
+        // u × ω in place of ω, and the speed bound for the CFL condition.
+        let m = self.fft.m();
+        let plane = m * m;
+        let smax = p3
+            .par_chunks_mut(plane)
+            .zip(p4.par_chunks_mut(plane))
+            .zip(p5.par_chunks_mut(plane))
+            .zip(p0.par_chunks(plane))
+            .zip(p1.par_chunks(plane))
+            .zip(p2.par_chunks(plane))
+            .map(|(((((w0, w1), w2), u0), u1), u2)| {
+                let mut smax = 0.0f64;
+                for i in 0..plane {
+                    let (a, b, c) = (u0[i], u1[i], u2[i]);
+                    let (x, y, z) = (w0[i], w1[i], w2[i]);
+                    w0[i] = b * z - c * y;
+                    w1[i] = c * x - a * z;
+                    w2[i] = a * y - b * x;
+                    smax = smax.max(a.abs() + b.abs() + c.abs());
+                }
+                smax
+            })
+            .reduce(|| 0.0, f64::max);
+        self.fft.forward(p3, &mut out[0]);
+        self.fft.forward(p4, &mut out[1]);
+        self.fft.forward(p5, &mut out[2]);
+        let [a, b, c] = out;
+        project(&self.kvec, &self.k2, [a, b, c]);
+        smax
+    }
+
+    /// Velocity on the N^3 solution grid (nodes x_i = −π + i·h), components in [i][j][k] order.
+    pub fn velocity_on_grid(&self) -> [Vec<f64>; 3] {
+        let n = self.grid.n;
+        let mut fft = Fft3d::new(n, self.layout);
+        std::array::from_fn(|c| {
+            let mut p = vec![0.0; n * n * n];
+            fft.inverse(&self.uhat[c], &mut p);
+            p
+        })
+    }
+}
+
+/// Leray projection v̂ ← v̂ − k (k·v̂)/|k|², and v̂(0) = 0.
+pub fn project(kvec: &[[f64; 3]], k2: &[f64], v: [&mut Vec<Complex64>; 3]) {
+    let [a, b, c] = v;
+    a.par_iter_mut()
+        .zip(b.par_iter_mut())
+        .zip(c.par_iter_mut())
+        .enumerate()
+        .for_each(|(i, ((x, y), z))| {
+            if k2[i] == 0.0 {
+                *x = ZERO;
+                *y = ZERO;
+                *z = ZERO;
+                return;
+            }
+            let k = kvec[i];
+            let dot = (*x * k[0] + *y * k[1] + *z * k[2]) / k2[i];
+            *x -= dot * k[0];
+            *y -= dot * k[1];
+            *z -= dot * k[2];
+        });
+}
+
+/// Σ over `blocks` of f(block), summed in block order whatever the thread count, so results are
+/// bit-identical for any number of threads.
+pub fn ordered_sum(blocks: usize, f: impl Fn(usize) -> f64 + Sync + Send) -> f64 {
+    let parts: Vec<f64> = (0..blocks).into_par_iter().map(&f).collect();
+    parts.iter().sum()
+}
+
+/// Element-wise update over two outputs and two inputs, in parallel.
+fn zip4(
+    a: &mut [Complex64],
+    s: &mut [Complex64],
+    u: &[Complex64],
+    k: &[Complex64],
+    f: impl Fn(usize, &mut Complex64, &mut Complex64, Complex64, Complex64) + Sync,
+) {
+    a.par_iter_mut()
+        .zip(s.par_iter_mut())
+        .zip(u.par_iter().zip(k.par_iter()))
+        .enumerate()
+        .for_each(|(i, ((a, s), (u, k)))| f(i, a, s, *u, *k));
+}

@@ -1,0 +1,779 @@
+//! Case files: every kind of mistake gets a message naming file, line, key and what is allowed;
+//! the named cases parse and round-trip through `Case::to_toml_string`.
+
+use std::path::Path;
+
+use vpm::config::{
+    named_case, named_cases, resolve_case, Cadence, Case, CaseError, Dealias, InitialCondition,
+    TimeStep,
+};
+
+const ORIGIN: &str = "cases/bad.toml";
+
+/// A valid case; the tests replace single lines, so line numbers stay put.
+const BASE: &str = r#"# A valid case for the tests.
+name = "base"
+
+[flow]
+nu = 0.01
+
+[initial]
+kind = "taylor-green"
+
+[time]
+t_end = 1.0
+dt = 0.1
+
+[output]
+every_steps = 1
+spectra_times = [0.0, 1.0]
+
+[checkpoint]
+every_time = 0.5
+
+[spectral]
+n = 16
+dealias = "3/2"
+"#;
+
+/// BASE with 1-based line `line` replaced by `with` (which may be empty).
+fn edit(line: usize, with: &str) -> String {
+    edits(&[(line, with)])
+}
+
+fn edits(changes: &[(usize, &str)]) -> String {
+    let mut lines: Vec<String> = BASE.lines().map(str::to_string).collect();
+    for &(line, with) in changes {
+        lines[line - 1] = with.to_string();
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The error message for `text`, which must fail.
+fn error(text: &str) -> String {
+    match Case::from_toml_str(text, ORIGIN) {
+        Ok(case) => panic!("expected an error, got {case:?}\n--- text:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Assert that `message` starts with `cases/bad.toml:LINE:` and contains every one of `parts`.
+fn assert_message(message: &str, line: Option<usize>, parts: &[&str]) {
+    let prefix = match line {
+        Some(l) => format!("{ORIGIN}:{l}:"),
+        None => format!("{ORIGIN}:"),
+    };
+    assert!(
+        message.starts_with(&prefix),
+        "message does not start with {prefix:?}: {message}"
+    );
+    for part in parts {
+        assert!(message.contains(part), "message lacks {part:?}: {message}");
+    }
+}
+
+#[test]
+fn base_is_valid() {
+    let case = Case::from_toml_str(BASE, ORIGIN).unwrap();
+    assert_eq!(case.name, "base");
+    assert_eq!(case.spectral.n, 16);
+}
+
+#[test]
+fn odd_n() {
+    let m = error(&edit(22, "n = 7"));
+    assert_message(
+        &m,
+        Some(22),
+        &["`spectral.n`", "= 7", "even integer", "≥ 8"],
+    );
+}
+
+#[test]
+fn n_below_8_and_above_2048() {
+    let m = error(&edit(22, "n = 6"));
+    assert_message(
+        &m,
+        Some(22),
+        &["`spectral.n`", "= 6", "even integer", "≥ 8"],
+    );
+    let m = error(&edit(22, "n = 4096"));
+    assert_message(&m, Some(22), &["`spectral.n`", "= 4096", "≤ 2048"]);
+    let m = error(&edit(22, "n = -16"));
+    assert_message(&m, Some(22), &["`spectral.n`", "≥ 8"]);
+}
+
+#[test]
+fn negative_nu() {
+    let m = error(&edit(5, "nu = -0.5"));
+    assert_message(&m, Some(5), &["`flow.nu`", "= -0.5", "≥ 0"]);
+    let m = error(&edit(5, "nu = inf"));
+    assert_message(&m, Some(5), &["`flow.nu`", "finite"]);
+    let m = error(&edit(5, "nu = nan"));
+    assert_message(&m, Some(5), &["`flow.nu`", "finite"]);
+}
+
+#[test]
+fn t_end_not_positive() {
+    for bad in ["t_end = 0.0", "t_end = 0", "t_end = -1.0"] {
+        let m = error(&edit(11, bad));
+        assert_message(&m, Some(11), &["`time.t_end`", "> 0"]);
+    }
+}
+
+#[test]
+fn dt_out_of_range() {
+    let m = error(&edit(12, "dt = 2.0"));
+    assert_message(&m, Some(12), &["`time.dt`", "= 2.0", "> 0", "≤ t_end"]);
+    let m = error(&edit(12, "dt = 0"));
+    assert_message(&m, Some(12), &["`time.dt`", "> 0"]);
+}
+
+#[test]
+fn both_dt_and_cfl() {
+    let m = error(&edits(&[(12, "dt = 0.1"), (13, "cfl = 0.5")]));
+    assert_message(
+        &m,
+        Some(13),
+        &["[time]", "exactly one of `dt`", "`cfl`", "not both"],
+    );
+}
+
+#[test]
+fn neither_dt_nor_cfl() {
+    let m = error(&edit(12, ""));
+    // The line of the [time] header.
+    assert_message(&m, Some(10), &["[time]", "exactly one of `dt`", "`cfl`"]);
+}
+
+#[test]
+fn cfl_rules() {
+    let m = error(&edit(12, "cfl = 3.0"));
+    assert_message(&m, Some(12), &["`time.cfl`", "(0, 2.5]"]);
+    let m = error(&edits(&[(12, "dt = 0.1"), (13, "dt_max = 0.1")]));
+    assert_message(&m, Some(13), &["`time.dt_max`", "only allowed with `cfl`"]);
+    let m = error(&edits(&[(12, "cfl = 0.5"), (13, "dt_max = -1")]));
+    assert_message(&m, Some(13), &["`time.dt_max`", "> 0"]);
+    let case =
+        Case::from_toml_str(&edits(&[(12, "cfl = 0.5"), (13, "dt_max = 0.05")]), ORIGIN).unwrap();
+    assert_eq!(
+        case.time.step,
+        TimeStep::Cfl {
+            cfl: 0.5,
+            dt_max: Some(0.05)
+        }
+    );
+}
+
+#[test]
+fn unknown_key_at_top_level() {
+    let m = error(&edit(3, "solver = \"fmm\""));
+    assert_message(
+        &m,
+        Some(3),
+        &["unknown key `solver`", "allowed keys", "name", "spectral"],
+    );
+}
+
+#[test]
+fn unknown_key_in_a_section() {
+    let m = error(&edit(5, "viscosity = 0.01"));
+    assert_message(
+        &m,
+        Some(5),
+        &["unknown key `flow.viscosity`", "allowed keys in [flow]: nu"],
+    );
+    let m = error(&edit(23, "dealiasing = \"3/2\""));
+    assert_message(
+        &m,
+        Some(23),
+        &["unknown key `spectral.dealiasing`", "n, dealias"],
+    );
+    // A key valid for another kind of initial condition.
+    let m = error(&edit(9, "kp = 4"));
+    assert_message(
+        &m,
+        Some(9),
+        &[
+            "unknown key `initial.kp`",
+            "kind = \"taylor-green\"",
+            "kind, amplitude",
+        ],
+    );
+    // A nested table is an unknown key too.
+    let m = error(&edit(20, "[spectral.extra]"));
+    assert_message(&m, None, &["unknown key `spectral.extra`"]);
+}
+
+#[test]
+fn unknown_initial_kind() {
+    let m = error(&edit(8, "kind = \"tgv\""));
+    assert_message(
+        &m,
+        Some(8),
+        &[
+            "`initial.kind`",
+            "\"tgv\"",
+            r#""taylor-green", "isotropic", "shear-wave""#,
+        ],
+    );
+}
+
+#[test]
+fn bad_dealias() {
+    let m = error(&edit(23, "dealias = \"1/2\""));
+    assert_message(
+        &m,
+        Some(23),
+        &["`spectral.dealias`", "\"1/2\"", r#""3/2", "2/3""#],
+    );
+}
+
+#[test]
+fn spectra_time_outside_run() {
+    let m = error(&edit(16, "spectra_times = [0.0, 1.5]"));
+    assert_message(
+        &m,
+        Some(16),
+        &["`output.spectra_times`", "1.5", "[0, t_end]"],
+    );
+    let m = error(&edit(16, "spectra_times = [-0.5, 1.0]"));
+    assert_message(
+        &m,
+        Some(16),
+        &["`output.spectra_times`", "-0.5", "[0, t_end]"],
+    );
+    // Reported on the line of the offending element of a multi-line array.
+    let m = error(&edits(&[(16, "spectra_times = [0.0,"), (17, "  2.0]")]));
+    assert_message(&m, Some(17), &["`output.spectra_times`", "2.0"]);
+}
+
+#[test]
+fn spectra_times_sorted_and_deduplicated() {
+    let case =
+        Case::from_toml_str(&edit(16, "spectra_times = [1.0, 0.5, 0, 0.5]"), ORIGIN).unwrap();
+    assert_eq!(case.output.spectra_times, vec![0.0, 0.5, 1.0]);
+}
+
+#[test]
+fn cadence_rules() {
+    let m = error(&edit(15, "every_steps = 0"));
+    assert_message(&m, Some(15), &["`output.every_steps`", "≥ 1"]);
+    let m = error(&edit(19, "every_time = -1.0"));
+    assert_message(&m, Some(19), &["`checkpoint.every_time`", "> 0"]);
+    let m = error(&edit(17, "every_time = 0.1"));
+    assert_message(&m, Some(17), &["[output]", "`every_steps`", "`every_time`"]);
+    let m = error(&edit(20, "keep = 0"));
+    assert_message(&m, Some(20), &["`checkpoint.keep`", "≥ 1"]);
+}
+
+#[test]
+fn polarisation_not_perpendicular() {
+    let text = r#"[flow]
+nu = 0.01
+[initial]
+kind = "shear-wave"
+wavevector = [1, 2, 0]
+polarisation = [1.0, 0.0, 0.0]
+[time]
+t_end = 1.0
+dt = 0.1
+[spectral]
+n = 16
+"#;
+    let m = error(text);
+    assert_message(
+        &m,
+        Some(6),
+        &[
+            "`initial.polarisation`",
+            "perpendicular",
+            "`wavevector`",
+            "1e-12",
+        ],
+    );
+    let zero = text.replace("[1.0, 0.0, 0.0]", "[0.0, 0.0, 0.0]");
+    assert_message(
+        &error(&zero),
+        Some(6),
+        &["`initial.polarisation`", "not all zero"],
+    );
+    let short = text.replace("[1.0, 0.0, 0.0]", "[1.0, 0.0]");
+    assert_message(
+        &error(&short),
+        Some(6),
+        &["`initial.polarisation`", "3 elements"],
+    );
+    let k0 = text.replace("[1, 2, 0]", "[0, 0, 0]");
+    assert_message(
+        &error(&k0),
+        Some(5),
+        &["`initial.wavevector`", "not all zero"],
+    );
+    let k_big = text.replace("[1, 2, 0]", "[8, 0, 0]");
+    assert_message(&error(&k_big), Some(5), &["`initial.wavevector`", "< n/2"]);
+    let k_float = text.replace("[1, 2, 0]", "[1.0, 2, 0]");
+    assert_message(
+        &error(&k_float),
+        Some(5),
+        &["`initial.wavevector`", "element 1", "float", "integer"],
+    );
+}
+
+#[test]
+fn shear_wave_polarisation_normalised_and_defaulted() {
+    let text = r#"[flow]
+nu = 0.01
+[initial]
+kind = "shear-wave"
+wavevector = [1, 2, 0]
+polarisation = [4.0, -2.0, 0.0]
+[time]
+t_end = 1.0
+dt = 0.1
+[spectral]
+n = 16
+"#;
+    let check = |case: &Case| {
+        let InitialCondition::ShearWave {
+            wavevector,
+            amplitude,
+            polarisation: a,
+        } = case.initial
+        else {
+            panic!("{case:?}")
+        };
+        assert_eq!(wavevector, [1, 2, 0]);
+        assert_eq!(amplitude, 1.0);
+        let norm = (a[0] * a[0] + a[1] * a[1] + a[2] * a[2]).sqrt();
+        assert!((norm - 1.0).abs() < 1e-15, "{a:?}");
+        assert!((a[0] + 2.0 * a[1]).abs() < 1e-15, "{a:?}");
+    };
+    check(&Case::from_toml_str(text, ORIGIN).unwrap());
+    let default = text.replace("polarisation = [4.0, -2.0, 0.0]\n", "");
+    check(&Case::from_toml_str(&default, ORIGIN).unwrap());
+}
+
+#[test]
+fn toml_syntax_error() {
+    let m = error(&edit(22, "n = = 16"));
+    assert_message(&m, Some(22), &["TOML syntax error"]);
+    // file:line:column
+    assert!(m.starts_with(&format!("{ORIGIN}:22:5:")), "{m}");
+    let m = error(&edit(3, "[flow"));
+    assert_message(&m, Some(3), &["TOML syntax error"]);
+    let m = error(&edit(6, "nu = 0.02"));
+    assert_message(&m, Some(6), &["TOML syntax error", "duplicate key", "nu"]);
+}
+
+#[test]
+fn wrong_type() {
+    let m = error(&edit(22, "n = \"16\""));
+    assert_message(
+        &m,
+        Some(22),
+        &[
+            "`spectral.n`",
+            "expected an integer",
+            "found a string",
+            "≥ 8",
+        ],
+    );
+    let m = error(&edit(22, "n = 16.0"));
+    assert_message(
+        &m,
+        Some(22),
+        &["`spectral.n`", "expected an integer", "found a float"],
+    );
+    let m = error(&edit(5, "nu = \"small\""));
+    assert_message(
+        &m,
+        Some(5),
+        &["`flow.nu`", "expected a number", "found a string", "≥ 0"],
+    );
+    let m = error(&edit(8, "kind = 3"));
+    assert_message(
+        &m,
+        Some(8),
+        &["`initial.kind`", "expected a string", "taylor-green"],
+    );
+    let m = error(&edit(16, "spectra_times = 1.0"));
+    assert_message(
+        &m,
+        Some(16),
+        &["`output.spectra_times`", "expected an array"],
+    );
+    let m = error(&edit(16, "spectra_times = [0.0, \"end\"]"));
+    assert_message(
+        &m,
+        Some(16),
+        &[
+            "`output.spectra_times`",
+            "element 2",
+            "string",
+            "expected a number",
+        ],
+    );
+    let m = error(&edit(3, "flow = 1"));
+    // Both `flow = 1` and [flow] define flow: TOML itself rejects that.
+    assert!(m.contains("TOML syntax error"), "{m}");
+    let m = error(&edits(&[(4, ""), (5, ""), (3, "flow = 1")]));
+    assert_message(&m, Some(3), &["`flow`", "expected a table"]);
+    // Integers are fine where a number is expected.
+    let case = Case::from_toml_str(&edit(11, "t_end = 2"), ORIGIN).unwrap();
+    assert_eq!(case.time.t_end, 2.0);
+}
+
+#[test]
+fn missing_required_key() {
+    // Section present: its line is named.
+    let m = error(&edit(5, ""));
+    assert_message(
+        &m,
+        Some(4),
+        &["missing key `flow.nu`", "kinematic viscosity", "≥ 0"],
+    );
+    // Section absent: no line.
+    let m = error(&edits(&[(4, ""), (5, "")]));
+    assert_message(&m, None, &["missing key `flow.nu`", "≥ 0"]);
+    assert!(m.starts_with(&format!("{ORIGIN}: missing key")), "{m}");
+    let m = error(&edit(22, ""));
+    assert_message(
+        &m,
+        Some(21),
+        &["missing key `spectral.n`", "even integer ≥ 8"],
+    );
+    let m = error(&edit(11, ""));
+    assert_message(&m, Some(10), &["missing key `time.t_end`", "> 0"]);
+    let m = error(&edit(8, ""));
+    assert_message(&m, Some(7), &["missing key `initial.kind`", "taylor-green"]);
+    let m = error(&edit(8, "kind = \"isotropic\""));
+    assert_message(&m, Some(7), &["missing key `initial.kp`", "> 0"]);
+    let m = error(&edits(&[(8, "kind = \"shear-wave\"")]));
+    assert_message(&m, Some(7), &["missing key `initial.wavevector`"]);
+}
+
+#[test]
+fn isotropic_rules_and_defaults() {
+    let text = edits(&[(8, "kind = \"isotropic\""), (9, "kp = 4")]);
+    let m = error(&text);
+    assert_message(&m, Some(7), &["missing key `initial.u0`", "> 0"]);
+    let text = edits(&[(8, "kind = \"isotropic\""), (9, "kp = 4"), (6, "")]);
+    let text = text.replace("kp = 4\n", "kp = 4\nu0 = 1\n");
+    let case = Case::from_toml_str(&text, ORIGIN).unwrap();
+    assert_eq!(
+        case.initial,
+        InitialCondition::Isotropic {
+            kp: 4.0,
+            u0: 1.0,
+            seed: 1,
+            k_cut: 12.0
+        }
+    );
+    let bad = text.replace("u0 = 1\n", "u0 = 1\nk_cut = 0.5\n");
+    assert_message(&error(&bad), Some(11), &["`initial.k_cut`", "≥ 1"]);
+    let bad = text.replace("u0 = 1\n", "u0 = 1\nseed = -3\n");
+    assert_message(&error(&bad), Some(11), &["`initial.seed`", "≥ 0"]);
+    let bad = text.replace("kp = 4\n", "kp = 0\n");
+    assert_message(&error(&bad), Some(9), &["`initial.kp`", "> 0"]);
+}
+
+#[test]
+fn defaults_are_filled_in() {
+    let text = r#"[flow]
+nu = 0.0
+[initial]
+kind = "taylor-green"
+[time]
+t_end = 2.0
+dt = 0.5
+[spectral]
+n = 8
+"#;
+    let case = Case::from_toml_str(text, "some/dir/my-case.toml").unwrap();
+    assert_eq!(case.name, "my-case");
+    assert_eq!(case.description, "");
+    assert_eq!(
+        case.initial,
+        InitialCondition::TaylorGreen { amplitude: 1.0 }
+    );
+    assert_eq!(case.output.cadence, Cadence::Steps(1));
+    assert_eq!(case.output.spectra_times, vec![0.0, 2.0]);
+    assert_eq!(case.checkpoint.cadence, Cadence::Time(0.2));
+    assert_eq!(case.checkpoint.keep, 2);
+    assert_eq!(case.spectral.dealias, Dealias::ThreeHalves);
+    assert_eq!(Dealias::TwoThirds.as_str(), "2/3");
+    assert_eq!(Dealias::ThreeHalves.as_str(), "3/2");
+    // And the resolved text spells every one of them out.
+    let resolved = case.to_toml_string();
+    for key in [
+        "name = \"my-case\"",
+        "amplitude = 1.0",
+        "every_steps = 1",
+        "spectra_times = [0.0, 2.0]",
+        "every_time = 0.2",
+        "keep = 2",
+        "dealias = \"3/2\"",
+    ] {
+        assert!(resolved.contains(key), "{key} missing from\n{resolved}");
+    }
+}
+
+#[test]
+fn file_errors_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("odd.toml");
+    std::fs::write(&path, edit(22, "n = 9")).unwrap();
+    let shown = path.display().to_string();
+    let m = Case::from_file(&path).unwrap_err().to_string();
+    assert!(m.starts_with(&format!("{shown}:22:")), "{m}");
+    assert!(m.contains("`spectral.n`"), "{m}");
+
+    let missing = dir.path().join("absent.toml");
+    let e = Case::from_file(&missing).unwrap_err();
+    assert!(matches!(e, CaseError::Io { .. }), "{e:?}");
+    assert!(e.to_string().contains("absent.toml"), "{e}");
+    // The same through resolve_case (ends in .toml: a path, not a name).
+    let e = resolve_case(missing.to_str().unwrap()).unwrap_err();
+    assert!(e.to_string().contains("absent.toml"), "{e}");
+
+    // A good file: name from the stem, text returned as read.
+    let good = dir.path().join("good-one.toml");
+    let text = BASE.replace("name = \"base\"\n", "\n");
+    std::fs::write(&good, &text).unwrap();
+    let (case, source) = resolve_case(good.to_str().unwrap()).unwrap();
+    assert_eq!(case.name, "good-one");
+    assert_eq!(source, text);
+    assert_eq!(Case::from_file(&good).unwrap(), case);
+}
+
+#[test]
+fn every_named_case_parses_and_round_trips() {
+    let cases = named_cases();
+    assert!(cases.len() >= 3, "{cases:?}");
+    assert!(cases.windows(2).all(|w| w[0].name < w[1].name));
+    for required in ["quick", "tgv-re100", "hit-64"] {
+        assert!(named_case(required).is_some(), "{required} missing");
+    }
+    for named in cases {
+        assert!(!named.summary.is_empty() && !named.summary.starts_with('#'));
+        let (case, text) = resolve_case(named.name).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(text, named.text);
+        assert_eq!(case.name, named.name);
+        let resolved = case.to_toml_string();
+        let again = Case::from_toml_str(&resolved, "case.toml")
+            .unwrap_or_else(|e| panic!("{e}\n{resolved}"));
+        assert_eq!(again, case, "{resolved}");
+        assert_eq!(again.to_toml_string(), resolved);
+        // Also straight from the file on disk.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("cases")
+            .join(format!("{}.toml", named.name));
+        assert_eq!(Case::from_file(&path).unwrap(), case);
+    }
+}
+
+#[test]
+fn quick_case_is_as_documented() {
+    let case = named_case("quick").unwrap().parse().unwrap();
+    assert_eq!(case.spectral.n, 16);
+    assert_eq!(case.spectral.dealias, Dealias::TwoThirds);
+    assert_eq!(case.flow.nu, 0.05);
+    assert_eq!(case.time.t_end, 0.5);
+    assert_eq!(case.time.step, TimeStep::Fixed { dt: 0.02 });
+    assert_eq!(case.output.spectra_times, vec![0.0, 0.5]);
+    assert_eq!(case.checkpoint.cadence, Cadence::Steps(10));
+}
+
+#[test]
+fn unknown_case_name_lists_the_named_cases() {
+    let e = resolve_case("no-such-case").unwrap_err();
+    let m = e.to_string();
+    assert!(m.contains("no-such-case"), "{m}");
+    for named in named_cases() {
+        assert!(m.contains(named.name), "{m} lacks {}", named.name);
+    }
+}
+
+#[test]
+fn round_trip_of_awkward_values() {
+    let text = r#"name = "odd \"quoted\" name"
+description = """two
+lines with ' and \\ and unicode ε"""
+[flow]
+nu = 0.1e-3
+[initial]
+kind = "shear-wave"
+wavevector = [3, -1, 2]
+amplitude = 0.30000000000000004
+polarisation = [1e-300, 3e-300, 0.0]
+[time]
+t_end = 7e2
+cfl = 2.5
+dt_max = 1_000.0
+[output]
+every_time = 0.1
+spectra_times = [700, 0.1, 1e-9, 1e-9]
+[checkpoint]
+every_steps = 9_000_000_000
+keep = 17
+[spectral]
+n = 0x10
+dealias = "2/3"
+"#;
+    let case = Case::from_toml_str(text, ORIGIN).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(case.checkpoint.cadence, Cadence::Steps(9_000_000_000));
+    assert_eq!(case.spectral.n, 16);
+    let resolved = case.to_toml_string();
+    assert_eq!(
+        Case::from_toml_str(&resolved, ORIGIN).unwrap(),
+        case,
+        "{resolved}"
+    );
+    assert!(case.validate().is_ok());
+}
+
+#[test]
+fn bad_name() {
+    let m = error(&edit(2, "name = \"a/b\""));
+    assert_message(&m, Some(2), &["`name`", "non-empty"]);
+    let m = error(&edit(2, "name = \"\""));
+    assert_message(&m, Some(2), &["`name`", "non-empty"]);
+}
+
+/// Deterministic xorshift generator for the mutation loop.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Random mutations of valid case files never panic; what still parses round-trips exactly;
+/// every error message starts with the file name.
+#[test]
+fn mutated_case_files_never_panic() {
+    const PIECES: &[&str] = &[
+        "=",
+        "[",
+        "]",
+        "\"",
+        "'",
+        "#",
+        "\n",
+        ".",
+        ",",
+        "-",
+        "0",
+        "1",
+        "9",
+        "e",
+        "_",
+        "x",
+        "{",
+        "}",
+        "inf",
+        "nan",
+        "-0.0",
+        "1e308",
+        "1e-320",
+        "99999999999999999999",
+        "\"3/2\"",
+        "[initial]",
+        "kind = \"shear-wave\"",
+        "wavevector = [0, 1, 1]",
+        "cfl = 0.5",
+        "dt_max = 0.1",
+        "every_time = 0.5",
+        "ε",
+        "\u{0}",
+        "true",
+        "1979-05-27",
+    ];
+    let mut sources: Vec<String> = named_cases().iter().map(|c| c.text.to_string()).collect();
+    sources.push(BASE.to_string());
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut parsed = 0;
+    for round in 0..6000 {
+        let mut chars: Vec<char> = sources[round % sources.len()].chars().collect();
+        for _ in 0..1 + rng.below(4) {
+            let at = rng.below(chars.len() + 1);
+            match rng.below(4) {
+                0 if at < chars.len() => {
+                    let len = 1 + rng.below(8);
+                    chars.drain(at..(at + len).min(chars.len()));
+                }
+                1 => {
+                    let piece = PIECES[rng.below(PIECES.len())];
+                    chars.splice(at..at, piece.chars());
+                }
+                2 if at < chars.len() => {
+                    let piece = PIECES[rng.below(PIECES.len())];
+                    let end = (at + 1 + rng.below(4)).min(chars.len());
+                    chars.splice(at..end, piece.chars());
+                }
+                _ => {
+                    // Swap two lines.
+                    let text: String = chars.iter().collect();
+                    let mut lines: Vec<&str> = text.lines().collect();
+                    if lines.len() > 1 {
+                        let (a, b) = (rng.below(lines.len()), rng.below(lines.len()));
+                        lines.swap(a, b);
+                    }
+                    chars = lines.join("\n").chars().collect();
+                }
+            }
+        }
+        let text: String = chars.into_iter().collect();
+        match Case::from_toml_str(&text, ORIGIN) {
+            Ok(case) => {
+                parsed += 1;
+                let resolved = case.to_toml_string();
+                let again = Case::from_toml_str(&resolved, ORIGIN).unwrap_or_else(|e| {
+                    panic!("{e}\n--- resolved:\n{resolved}\n--- from:\n{text}")
+                });
+                assert_eq!(again, case, "{resolved}");
+            }
+            Err(e) => {
+                let m = e.to_string();
+                assert!(m.starts_with(ORIGIN), "{m}");
+                assert!(!m.contains('\n'), "multi-line message: {m}");
+            }
+        }
+    }
+    assert!(
+        parsed > 100,
+        "only {parsed} mutants parsed: the loop tests little"
+    );
+}
+
+/// The annotated examples in cases/README.md are valid.
+#[test]
+fn readme_examples_parse() {
+    let readme = include_str!("../cases/README.md");
+    let blocks: Vec<&str> = readme
+        .split("```toml\n")
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap())
+        .collect();
+    assert_eq!(
+        blocks.len(),
+        3,
+        "expected the full example and two [initial] variants"
+    );
+    let full = Case::from_toml_str(blocks[0], "README.md").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(full.name, "tgv-re400");
+    for variant in &blocks[1..] {
+        let start = blocks[0].find("[initial]").unwrap();
+        let end = blocks[0].find("[time]").unwrap();
+        let text = format!("{}{variant}\n{}", &blocks[0][..start], &blocks[0][end..]);
+        Case::from_toml_str(&text, "README.md").unwrap_or_else(|e| panic!("{e}\n{text}"));
+    }
+}
