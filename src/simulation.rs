@@ -14,8 +14,8 @@ use crate::config::{Cadence, Case, TimeStep};
 use crate::diagnostics::{flow_stats, max_divergence, shell_spectrum};
 use crate::init::initial_modes;
 use crate::output::{
-    read_latest_checkpoint, write_atomic, write_checkpoint, write_velocity_npz, CheckpointArrays,
-    CsvLog, Manifest,
+    format_f64, read_latest_checkpoint, write_atomic, write_checkpoint, write_velocity_npz,
+    CheckpointArrays, CsvLog, Manifest,
 };
 use crate::spectral::solver::zero_modes;
 use crate::spectral::{Fft3d, SpectralGrid, SpectralSolver, VectorModes};
@@ -359,7 +359,8 @@ impl Simulation {
         if spectrum_due {
             let e = shell_spectrum(&self.solver.layout(), self.solver.velocity_modes());
             for (k, ek) in e.iter().enumerate() {
-                self.spectra.append_row(&[t, k as f64, *ek])?;
+                self.spectra
+                    .append_row_fmt(&[format_f64(t), k.to_string(), format_f64(*ek)])?;
             }
             while self
                 .case
@@ -388,21 +389,24 @@ impl Simulation {
         let minus_dkdt = -self.solver.dkdt_from_rhs();
         let div = max_divergence(&mut self.grid_fft, self.solver.velocity_modes());
         let c = &self.clock;
-        self.energy.append_row(&[
-            c.t,
-            c.step as f64,
-            dt,
-            st.energy,
-            st.dissipation,
-            st.enstrophy,
-            minus_dkdt,
-            st.u_rms,
-            st.integral_scale,
-            st.turnover_time,
-            st.taylor_microscale,
-            st.re_lambda,
-            div,
-        ])?;
+        let mut fields = vec![format_f64(c.t), c.step.to_string()];
+        fields.extend(
+            [
+                dt,
+                st.energy,
+                st.dissipation,
+                st.enstrophy,
+                minus_dkdt,
+                st.u_rms,
+                st.integral_scale,
+                st.turnover_time,
+                st.taylor_microscale,
+                st.re_lambda,
+                div,
+            ]
+            .map(format_f64),
+        );
+        self.energy.append_row_fmt(&fields)?;
         Ok(())
     }
 

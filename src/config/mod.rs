@@ -166,13 +166,12 @@ impl std::fmt::Display for Dealias {
 #[derive(Debug, thiserror::Error)]
 pub enum CaseError {
     /// The file could not be read.
-    #[error("{path}: cannot read case file: {source}")]
+    #[error("{path}: cannot read case file: {error}")]
     Io {
         /// The file as given.
         path: String,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        /// The I/O error (part of the message, so not also chained as a source).
+        error: std::io::Error,
     },
     /// The text is not valid TOML.
     #[error("{origin}:{line}:{column}: TOML syntax error: {message}")]
@@ -391,9 +390,9 @@ fn default_name(origin: &str) -> String {
 
 fn read_case_file(path: &Path) -> Result<(Case, String), CaseError> {
     let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| CaseError::Io {
+    let text = std::fs::read_to_string(path).map_err(|error| CaseError::Io {
         path: origin.clone(),
-        source,
+        error,
     })?;
     let case = Case::from_toml_str(&text, &origin)?;
     Ok((case, text))

@@ -66,7 +66,8 @@ pub fn flow_stats(layout: &ModeLayout, u: &VectorModes, nu: f64) -> FlowStats {
     let u2 = 2.0 * energy / 3.0;
     let u_rms = u2.sqrt();
     let integral_scale = std::f64::consts::PI / (2.0 * u2) * inv_k;
-    let taylor_microscale = (15.0 * nu * u2 / dissipation).sqrt();
+    // λ = √(15νu'²/ε) with ε = 2νZ, written without ν so that inviscid runs get a finite λ.
+    let taylor_microscale = (7.5 * u2 / enstrophy).sqrt();
     FlowStats {
         energy,
         enstrophy,

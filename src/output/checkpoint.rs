@@ -196,7 +196,7 @@ pub fn write_checkpoint(
     let meta_bytes = serde_json::to_vec_pretty(meta).map_err(|e| OutputError::Json {
         op: "serialize",
         path: final_dir.join(META_FILE),
-        source: e,
+        error: e,
     })?;
 
     fs::create_dir_all(&ckdir).map_err(|e| OutputError::io("create directory", &ckdir, e))?;
@@ -223,13 +223,13 @@ pub fn write_checkpoint(
             fs::rename(&final_dir, &old).map_err(|e| OutputError::Rename {
                 from: final_dir.clone(),
                 to: old.clone(),
-                source: e,
+                error: e,
             })?;
         }
         fs::rename(&tmp, &final_dir).map_err(|e| OutputError::Rename {
             from: tmp.clone(),
             to: final_dir.clone(),
-            source: e,
+            error: e,
         })?;
         sync_dir_best_effort(&ckdir);
         if replacing {
@@ -300,7 +300,7 @@ fn read_one(dir: &Path) -> Result<(serde_json::Value, CheckpointArrays), OutputE
     let meta = serde_json::from_slice(&bytes).map_err(|e| OutputError::Json {
         op: "parse",
         path: meta_path.clone(),
-        source: e,
+        error: e,
     })?;
     let arrays = read_npz_arrays(&dir.join(STATE_FILE))?
         .into_iter()

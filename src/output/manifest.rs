@@ -122,7 +122,7 @@ impl Manifest {
         let mut bytes = serde_json::to_vec_pretty(self).map_err(|e| OutputError::Json {
             op: "serialize",
             path: path.clone(),
-            source: e,
+            error: e,
         })?;
         bytes.push(b'\n');
         write_atomic(&path, &bytes)
@@ -135,7 +135,7 @@ impl Manifest {
         serde_json::from_slice(&bytes).map_err(|e| OutputError::Json {
             op: "parse",
             path,
-            source: e,
+            error: e,
         })
     }
 }

@@ -34,26 +34,24 @@ pub use time::{utc_now_compact, utc_now_iso8601};
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
     /// An operating-system I/O operation failed.
-    #[error("cannot {op} {}: {source}", .path.display())]
+    #[error("cannot {op} {}: {error}", .path.display())]
     Io {
         /// What was being attempted ("create", "write", "fsync", ...).
         op: &'static str,
         /// The file or directory concerned.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// Renaming `from` to `to` failed.
-    #[error("cannot rename {} to {}: {source}", .from.display(), .to.display())]
+    #[error("cannot rename {} to {}: {error}", .from.display(), .to.display())]
     Rename {
         /// Source path.
         from: PathBuf,
         /// Destination path.
         to: PathBuf,
         /// The underlying error.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// The run directory exists, is not empty, and `--force` was not given.
     #[error(
@@ -77,26 +75,24 @@ pub enum OutputError {
         path: PathBuf,
     },
     /// JSON (de)serialization failed.
-    #[error("cannot {op} JSON {}: {source}", .path.display())]
+    #[error("cannot {op} JSON {}: {error}", .path.display())]
     Json {
         /// "parse" or "serialize".
         op: &'static str,
         /// The JSON file.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
     /// Writing or reading an `.npz` archive failed.
-    #[error("cannot {op} npz {}: {source}", .path.display())]
+    #[error("cannot {op} npz {}: {error}", .path.display())]
     Npz {
         /// "write" or "read".
         op: &'static str,
         /// The `.npz` file.
         path: PathBuf,
         /// The underlying error (from ndarray-npy / zip).
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        error: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The header line of an existing CSV log is not the expected one.
     #[error("CSV header of {} does not match: expected {expected:?}, found {found:?}", .path.display())]
@@ -119,11 +115,11 @@ pub enum OutputError {
 }
 
 impl OutputError {
-    pub(crate) fn io(op: &'static str, path: &Path, source: io::Error) -> OutputError {
+    pub(crate) fn io(op: &'static str, path: &Path, error: io::Error) -> OutputError {
         OutputError::Io {
             op,
             path: path.to_path_buf(),
-            source,
+            error,
         }
     }
 
@@ -207,7 +203,7 @@ where
         fs::rename(&tmp, path).map_err(|e| OutputError::Rename {
             from: tmp.clone(),
             to: path.to_path_buf(),
-            source: e,
+            error: e,
         })
     })();
     if result.is_err() {

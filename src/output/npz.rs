@@ -22,7 +22,7 @@ where
     OutputError::Npz {
         op,
         path: path.to_path_buf(),
-        source: Box::new(e),
+        error: Box::new(e),
     }
 }
 

@@ -223,13 +223,13 @@ impl SpectralSolver {
         let lay = self.layout;
         let nz = lay.nz();
         let mut total = 0.0;
-        for c in 0..3 {
-            total += ordered_sum(self.uhat[c].len() / nz, |blk| {
+        for (uc, kc) in self.uhat.iter().zip(k1) {
+            total += ordered_sum(uc.len() / nz, |blk| {
                 let mut s = 0.0;
                 for kz in 0..nz {
                     let i = blk * nz + kz;
-                    let u = self.uhat[c][i];
-                    let rhs = k1[c][i] - u * (nu * self.k2[i]);
+                    let u = uc[i];
+                    let rhs = kc[i] - u * (nu * self.k2[i]);
                     s += ModeLayout::weight(kz) * (u.conj() * rhs).re;
                 }
                 s
@@ -343,9 +343,9 @@ impl SpectralSolver {
         self.fft.inverse(&vh[1], p1);
         self.fft.inverse(&vh[2], p2);
         // Vorticity ω̂ = i k × v̂, one component at a time through `out` as scratch.
-        for c in 0..3 {
+        for (c, oc) in out.iter_mut().enumerate() {
             let (a, b) = ((c + 1) % 3, (c + 2) % 3);
-            out[c].par_iter_mut().enumerate().for_each(|(i, o)| {
+            oc.par_iter_mut().enumerate().for_each(|(i, o)| {
                 let k = self.kvec[i];
                 let w = vh[b][i] * k[a] - vh[a][i] * k[b];
                 *o = Complex64::new(-w.im, w.re);
