@@ -5,6 +5,8 @@
 //! integer wavevector (isotropic turbulence). Sampling one on a grid of any N that retains its
 //! modes gives the same field, and the vortex method can evaluate the same field at its lattice.
 
+pub mod particles;
+
 use crate::config::InitialCondition;
 use crate::spectral::solver::zero_modes;
 use crate::spectral::{ModeLayout, VectorModes};

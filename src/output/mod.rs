@@ -17,6 +17,7 @@ mod csv;
 mod manifest;
 mod npz;
 mod run_dir;
+pub mod snapshot;
 mod time;
 
 use std::fs::{self, File, OpenOptions};
@@ -28,6 +29,10 @@ pub use csv::CsvLog;
 pub use manifest::{cpu_model, Manifest, ResumeRecord, MANIFEST_FILE};
 pub use npz::{read_velocity_npz, write_velocity_npz, VelocityField};
 pub use run_dir::{create_run_dir, VPM_OUTPUTS};
+pub use snapshot::{
+    read_particle_snapshot, write_particle_snapshot, OwnedParticleSnapshot, ParticleSnapshot,
+    PARTICLES_PVD, SNAPSHOTS_DIR,
+};
 pub use time::{utc_now_compact, utc_now_iso8601};
 
 /// Errors from the output layer. Every variant's message names the path involved.

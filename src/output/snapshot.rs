@@ -1,0 +1,1161 @@
+//! Particle snapshots of the vortex method: `<run>/snapshots/`.
+//!
+//! Each snapshot of step `s` is written as two files, plus one collection file
+//! rewritten every time:
+//!
+//! * `particles-<s:08>.npz`: NumPy archive (uncompressed `savez` layout) with
+//!   `t` (0-d f64), `step` (0-d u64), `x`, `alpha`, `u`, `dalpha_dt`
+//!   (`(n, 3)` f64, C order), `sigma` (`(n,)` f64) and `id` (`(n,)` u64).
+//!   `np.load(f)['t'][()]` gives the time.
+//! * `particles-<s:08>.vtp`: VTK XML PolyData for ParaView, one point per
+//!   particle and one `Verts` cell per point. Point data: `alpha`,
+//!   `velocity`, `dalpha_dt` (3 components, Float64), `sigma` (Float64),
+//!   `id` (UInt64) and `|alpha|` (Float64, the norm of `alpha`). Field data:
+//!   `TimeValue` (Float64) and `step` (UInt64). Arrays are inline
+//!   `format="binary"`: little-endian values preceded by a UInt64 byte count
+//!   (`header_type="UInt64"`), header and values base64-encoded as one
+//!   stream, as VTK's own writer does for uncompressed data.
+//! * `particles.pvd`: a VTK `Collection` listing every `particles-*.vtp`
+//!   present in the folder, sorted by step, each with its time. It is rebuilt
+//!   from the folder's contents on every write (times come from the previous
+//!   collection file, else from the snapshot's `.npz`), so rewriting a step,
+//!   as a resumed run does, never duplicates an entry.
+//!
+//! Every file is written atomically ([`write_atomic`]'s
+//! temporary sibling, fsync, rename), in the order npz, vtp, pvd.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{self, BufReader, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use ndarray::{arr0, Array0, Array1, Array2, ArrayView1, ArrayView2, Ix0, Ix1, Ix2};
+use ndarray_npy::{NpzReader, NpzWriter, ReadableElement, WriteNpyExt};
+use zip::write::SimpleFileOptions;
+use zip::CompressionMethod;
+
+use super::npz::into_c_order_vec;
+use super::{format_f64, write_atomic, write_atomic_with, OutputError};
+
+/// Name of the snapshots folder inside the run directory.
+pub const SNAPSHOTS_DIR: &str = "snapshots";
+
+/// Name of the ParaView collection file inside [`SNAPSHOTS_DIR`].
+pub const PARTICLES_PVD: &str = "particles.pvd";
+
+/// File-name stem shared by a snapshot's `.npz` and `.vtp`.
+const STEM_PREFIX: &str = "particles-";
+
+/// Entries at least this large get zip64 headers (plain zip stops at 4 GiB).
+const ZIP64_FROM_BYTES: u64 = u32::MAX as u64 - (1 << 20);
+
+/// Values (per array) encoded per base64 chunk: a multiple of 3 bytes, so
+/// only the last chunk of an array carries `=` padding.
+const B64_CHUNK_VALUES: usize = 3 * 512;
+
+/// One snapshot of the particle state, borrowed from the simulation.
+///
+/// All slices have one entry per particle (the same length `n`).
+#[derive(Debug, Clone, Copy)]
+pub struct ParticleSnapshot<'a> {
+    /// Simulation time (must be finite).
+    pub t: f64,
+    /// Time-step index.
+    pub step: u64,
+    /// Particle positions.
+    pub x: &'a [[f64; 3]],
+    /// Particle strengths α = ω·vol.
+    pub alpha: &'a [[f64; 3]],
+    /// Core radii.
+    pub sigma: &'a [f64],
+    /// Stable particle ids.
+    pub id: &'a [u64],
+    /// Velocity at each particle (stored as `u` in the `.npz`).
+    pub velocity: &'a [[f64; 3]],
+    /// Rate of change of the strengths (stretching and diffusion).
+    pub dalpha_dt: &'a [[f64; 3]],
+}
+
+/// A snapshot as read back by [`read_particle_snapshot`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OwnedParticleSnapshot {
+    /// Simulation time.
+    pub t: f64,
+    /// Time-step index.
+    pub step: u64,
+    /// Particle positions.
+    pub x: Vec<[f64; 3]>,
+    /// Particle strengths.
+    pub alpha: Vec<[f64; 3]>,
+    /// Core radii.
+    pub sigma: Vec<f64>,
+    /// Stable particle ids.
+    pub id: Vec<u64>,
+    /// Velocity at each particle.
+    pub velocity: Vec<[f64; 3]>,
+    /// Rate of change of the strengths.
+    pub dalpha_dt: Vec<[f64; 3]>,
+}
+
+impl OwnedParticleSnapshot {
+    /// Borrow as a [`ParticleSnapshot`] (e.g. to write it again).
+    pub fn as_snapshot(&self) -> ParticleSnapshot<'_> {
+        ParticleSnapshot {
+            t: self.t,
+            step: self.step,
+            x: &self.x,
+            alpha: &self.alpha,
+            sigma: &self.sigma,
+            id: &self.id,
+            velocity: &self.velocity,
+            dalpha_dt: &self.dalpha_dt,
+        }
+    }
+
+    /// Number of particles.
+    pub fn len(&self) -> usize {
+        self.x.len()
+    }
+
+    /// Whether the snapshot holds no particle.
+    pub fn is_empty(&self) -> bool {
+        self.x.is_empty()
+    }
+}
+
+fn stem(step: u64) -> String {
+    format!("{STEM_PREFIX}{step:08}")
+}
+
+/// The step of a snapshot file name `particles-<digits>.<ext>`.
+fn step_of_file_name(name: &str, ext: &str) -> Option<u64> {
+    let digits = name.strip_prefix(STEM_PREFIX)?.strip_suffix(ext)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn npz_err<E>(op: &'static str, path: &Path, e: E) -> OutputError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    OutputError::Npz {
+        op,
+        path: path.to_path_buf(),
+        error: Box::new(e),
+    }
+}
+
+/// Check that every array has `n` entries and that `t` is finite.
+fn validate(path: &Path, snap: &ParticleSnapshot) -> Result<(), OutputError> {
+    if !snap.t.is_finite() {
+        return Err(OutputError::invalid(
+            path,
+            format!("snapshot time t = {} is not finite", snap.t),
+        ));
+    }
+    let n = snap.x.len();
+    let lens = [
+        ("alpha", snap.alpha.len()),
+        ("sigma", snap.sigma.len()),
+        ("id", snap.id.len()),
+        ("velocity", snap.velocity.len()),
+        ("dalpha_dt", snap.dalpha_dt.len()),
+    ];
+    for (name, len) in lens {
+        if len != n {
+            return Err(OutputError::invalid(
+                path,
+                format!("snapshot array {name} has {len} entries but x has {n}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// npz
+// ---------------------------------------------------------------------------
+
+fn add_npz<W, T>(
+    npz: &mut NpzWriter<W>,
+    path: &Path,
+    name: &str,
+    array: &T,
+    n_elems: usize,
+) -> Result<(), OutputError>
+where
+    W: Write + Seek,
+    T: WriteNpyExt + ?Sized,
+{
+    let bytes = (n_elems as u64).saturating_mul(8);
+    let options = SimpleFileOptions::default()
+        .compression_method(CompressionMethod::Stored)
+        .large_file(bytes >= ZIP64_FROM_BYTES);
+    npz.add_array_with_options(name, array, options)
+        .map_err(|e| npz_err("write", path, e))
+}
+
+fn vec3_view<'a>(path: &Path, v: &'a [[f64; 3]]) -> Result<ArrayView2<'a, f64>, OutputError> {
+    ArrayView2::from_shape((v.len(), 3), v.as_flattened())
+        .map_err(|e| OutputError::invalid(path, format!("cannot view array as (n, 3): {e}")))
+}
+
+fn write_snapshot_npz<W: Write + Seek>(
+    w: W,
+    path: &Path,
+    snap: &ParticleSnapshot,
+) -> Result<(), OutputError> {
+    let n = snap.x.len();
+    let mut npz = NpzWriter::new(w);
+    add_npz(&mut npz, path, "t", &arr0(snap.t), 1)?;
+    add_npz(&mut npz, path, "step", &arr0(snap.step), 1)?;
+    add_npz(&mut npz, path, "x", &vec3_view(path, snap.x)?, 3 * n)?;
+    add_npz(
+        &mut npz,
+        path,
+        "alpha",
+        &vec3_view(path, snap.alpha)?,
+        3 * n,
+    )?;
+    add_npz(&mut npz, path, "sigma", &ArrayView1::from(snap.sigma), n)?;
+    add_npz(&mut npz, path, "id", &ArrayView1::from(snap.id), n)?;
+    add_npz(&mut npz, path, "u", &vec3_view(path, snap.velocity)?, 3 * n)?;
+    add_npz(
+        &mut npz,
+        path,
+        "dalpha_dt",
+        &vec3_view(path, snap.dalpha_dt)?,
+        3 * n,
+    )?;
+    npz.finish().map_err(|e| npz_err("write", path, e))?;
+    Ok(())
+}
+
+/// Read an integer array stored as u64, or as non-negative i64 (numpy's
+/// default integer type, for files made by other tools).
+fn read_u64_array<R, D>(
+    npz: &mut NpzReader<R>,
+    path: &Path,
+    name: &str,
+) -> Result<ndarray::Array<u64, D>, OutputError>
+where
+    R: io::Read + Seek,
+    D: ndarray::Dimension,
+{
+    match npz.by_name::<ndarray::OwnedRepr<u64>, D>(name) {
+        Ok(a) => Ok(a),
+        Err(e_u64) => {
+            let a = npz
+                .by_name::<ndarray::OwnedRepr<i64>, D>(name)
+                .map_err(|_| npz_err("read", path, e_u64))?;
+            if a.iter().any(|&v| v < 0) {
+                return Err(OutputError::invalid(
+                    path,
+                    format!("array {name} has negative values"),
+                ));
+            }
+            Ok(a.mapv(|v| v as u64))
+        }
+    }
+}
+
+fn read_by_name<R, A, D>(
+    npz: &mut NpzReader<R>,
+    path: &Path,
+    name: &str,
+) -> Result<ndarray::Array<A, D>, OutputError>
+where
+    R: io::Read + Seek,
+    A: ReadableElement,
+    D: ndarray::Dimension,
+{
+    npz.by_name::<ndarray::OwnedRepr<A>, D>(name)
+        .map_err(|e| npz_err("read", path, e))
+}
+
+fn read_vec3(
+    npz: &mut NpzReader<BufReader<File>>,
+    path: &Path,
+    name: &str,
+    n: usize,
+) -> Result<Vec<[f64; 3]>, OutputError> {
+    let a: Array2<f64> = read_by_name::<_, f64, Ix2>(npz, path, name)?;
+    if a.dim() != (n, 3) {
+        return Err(OutputError::invalid(
+            path,
+            format!("array {name} has shape {:?}, expected ({n}, 3)", a.shape()),
+        ));
+    }
+    Ok(into_c_order_vec(a)
+        .chunks_exact(3)
+        .map(|c| [c[0], c[1], c[2]])
+        .collect())
+}
+
+fn check_len(path: &Path, name: &str, len: usize, n: usize) -> Result<(), OutputError> {
+    if len == n {
+        Ok(())
+    } else {
+        Err(OutputError::invalid(
+            path,
+            format!("array {name} has shape ({len},), expected ({n},)"),
+        ))
+    }
+}
+
+fn open_npz(path: &Path) -> Result<NpzReader<BufReader<File>>, OutputError> {
+    let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
+    NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))
+}
+
+/// Only the time `t` of a snapshot `.npz`.
+fn read_snapshot_time(path: &Path) -> Result<f64, OutputError> {
+    let mut npz = open_npz(path)?;
+    let t: Array0<f64> = read_by_name::<_, f64, Ix0>(&mut npz, path, "t")?;
+    Ok(t.into_scalar())
+}
+
+/// Read a snapshot `.npz` written by [`write_particle_snapshot`] back, checking
+/// that every array has the expected shape (`(n, 3)` or `(n,)`, scalars for
+/// `t` and `step`). Values come back bit for bit.
+pub fn read_particle_snapshot(path: &Path) -> Result<OwnedParticleSnapshot, OutputError> {
+    let mut npz = open_npz(path)?;
+    let t: Array0<f64> = read_by_name::<_, f64, Ix0>(&mut npz, path, "t")?;
+    let step: Array0<u64> = read_u64_array::<_, Ix0>(&mut npz, path, "step")?;
+    let sigma: Array1<f64> = read_by_name::<_, f64, Ix1>(&mut npz, path, "sigma")?;
+    let n = sigma.len();
+    let id: Array1<u64> = read_u64_array::<_, Ix1>(&mut npz, path, "id")?;
+    check_len(path, "id", id.len(), n)?;
+    Ok(OwnedParticleSnapshot {
+        t: t.into_scalar(),
+        step: step.into_scalar(),
+        x: read_vec3(&mut npz, path, "x", n)?,
+        alpha: read_vec3(&mut npz, path, "alpha", n)?,
+        sigma: into_c_order_vec(sigma),
+        id: id.iter().copied().collect(),
+        velocity: read_vec3(&mut npz, path, "u", n)?,
+        dalpha_dt: read_vec3(&mut npz, path, "dalpha_dt", n)?,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// vtp
+// ---------------------------------------------------------------------------
+
+const B64_ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Append the standard base64 encoding (with `=` padding) of `bytes` to `out`.
+fn base64_encode_into(bytes: &[u8], out: &mut Vec<u8>) {
+    let sym = |v: u32, shift: u32| B64_ALPHABET[((v >> shift) & 63) as usize];
+    let mut groups = bytes.chunks_exact(3);
+    for g in &mut groups {
+        let v = (u32::from(g[0]) << 16) | (u32::from(g[1]) << 8) | u32::from(g[2]);
+        out.extend_from_slice(&[sym(v, 18), sym(v, 12), sym(v, 6), sym(v, 0)]);
+    }
+    match *groups.remainder() {
+        [a] => {
+            let v = u32::from(a) << 16;
+            out.extend_from_slice(&[sym(v, 18), sym(v, 12), b'=', b'=']);
+        }
+        [a, b] => {
+            let v = (u32::from(a) << 16) | (u32::from(b) << 8);
+            out.extend_from_slice(&[sym(v, 18), sym(v, 12), sym(v, 6), b'=']);
+        }
+        _ => {}
+    }
+}
+
+/// Write one inline binary `DataArray` element: the UInt64 byte count and the
+/// little-endian values, base64-encoded together, streamed in chunks.
+fn write_binary_array<W, I>(
+    w: &mut W,
+    vtk_type: &str,
+    name: &str,
+    components: usize,
+    values: I,
+) -> io::Result<()>
+where
+    W: Write,
+    I: ExactSizeIterator<Item = [u8; 8]>,
+{
+    let n_bytes = (values.len() as u64) * 8;
+    let tuples = if components > 1 {
+        format!(" NumberOfComponents=\"{components}\"")
+    } else {
+        String::new()
+    };
+    write!(
+        w,
+        "        <DataArray type=\"{vtk_type}\" Name=\"{name}\"{tuples} format=\"binary\">\n          "
+    )?;
+    let mut raw: Vec<u8> = Vec::with_capacity(8 * B64_CHUNK_VALUES);
+    let mut enc: Vec<u8> = Vec::with_capacity(8 * B64_CHUNK_VALUES / 3 * 4 + 4);
+    raw.extend_from_slice(&n_bytes.to_le_bytes());
+    for v in values {
+        raw.extend_from_slice(&v);
+        if raw.len() == 8 * B64_CHUNK_VALUES {
+            enc.clear();
+            base64_encode_into(&raw, &mut enc);
+            w.write_all(&enc)?;
+            raw.clear();
+        }
+    }
+    enc.clear();
+    base64_encode_into(&raw, &mut enc);
+    w.write_all(&enc)?;
+    w.write_all(b"\n        </DataArray>\n")
+}
+
+fn f64s<'a>(v: &'a [[f64; 3]]) -> impl ExactSizeIterator<Item = [u8; 8]> + 'a {
+    v.as_flattened().iter().map(|x| x.to_le_bytes())
+}
+
+fn write_vtp_body<W: Write>(w: &mut W, snap: &ParticleSnapshot) -> io::Result<()> {
+    let n = snap.x.len();
+    i64::try_from(n).map_err(io::Error::other)?;
+    write!(
+        w,
+        "<?xml version=\"1.0\"?>\n\
+         <VTKFile type=\"PolyData\" version=\"1.0\" byte_order=\"LittleEndian\" header_type=\"UInt64\">\n\
+         \x20 <PolyData>\n\
+         \x20   <FieldData>\n"
+    )?;
+    // FieldData arrays carry NumberOfTuples; write them through the same encoder.
+    for (vtk_type, name, bytes) in [
+        ("Float64", "TimeValue", snap.t.to_le_bytes()),
+        ("UInt64", "step", snap.step.to_le_bytes()),
+    ] {
+        let mut enc = Vec::new();
+        let mut raw = 8u64.to_le_bytes().to_vec();
+        raw.extend_from_slice(&bytes);
+        base64_encode_into(&raw, &mut enc);
+        write!(
+            w,
+            "      <DataArray type=\"{vtk_type}\" Name=\"{name}\" NumberOfTuples=\"1\" format=\"binary\">\n        "
+        )?;
+        w.write_all(&enc)?;
+        w.write_all(b"\n      </DataArray>\n")?;
+    }
+    write!(
+        w,
+        "    </FieldData>\n\
+         \x20   <Piece NumberOfPoints=\"{n}\" NumberOfVerts=\"{n}\" NumberOfLines=\"0\" NumberOfStrips=\"0\" NumberOfPolys=\"0\">\n\
+         \x20     <PointData Scalars=\"|alpha|\" Vectors=\"velocity\">\n"
+    )?;
+    write_binary_array(w, "Float64", "alpha", 3, f64s(snap.alpha))?;
+    write_binary_array(w, "Float64", "velocity", 3, f64s(snap.velocity))?;
+    write_binary_array(w, "Float64", "dalpha_dt", 3, f64s(snap.dalpha_dt))?;
+    write_binary_array(
+        w,
+        "Float64",
+        "sigma",
+        1,
+        snap.sigma.iter().map(|s| s.to_le_bytes()),
+    )?;
+    write_binary_array(
+        w,
+        "UInt64",
+        "id",
+        1,
+        snap.id.iter().map(|i| i.to_le_bytes()),
+    )?;
+    write_binary_array(
+        w,
+        "Float64",
+        "|alpha|",
+        1,
+        snap.alpha.iter().map(|a| {
+            (a[0] * a[0] + a[1] * a[1] + a[2] * a[2])
+                .sqrt()
+                .to_le_bytes()
+        }),
+    )?;
+    w.write_all(b"      </PointData>\n      <Points>\n")?;
+    write_binary_array(w, "Float64", "Points", 3, f64s(snap.x))?;
+    // One vertex cell per point: connectivity 0..n, offsets (cell ends) 1..=n.
+    w.write_all(b"      </Points>\n      <Verts>\n")?;
+    write_binary_array(
+        w,
+        "Int64",
+        "connectivity",
+        1,
+        (0..n).map(|i| (i as i64).to_le_bytes()),
+    )?;
+    write_binary_array(
+        w,
+        "Int64",
+        "offsets",
+        1,
+        (1..n + 1).map(|i| (i as i64).to_le_bytes()),
+    )?;
+    w.write_all(b"      </Verts>\n    </Piece>\n  </PolyData>\n</VTKFile>\n")
+}
+
+// ---------------------------------------------------------------------------
+// pvd
+// ---------------------------------------------------------------------------
+
+/// The value of attribute `name` in the tag text `tag` (`name="value"`).
+fn attribute<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let mut rest = tag;
+    while let Some(pos) = rest.find(name) {
+        let before_ok = rest[..pos]
+            .chars()
+            .next_back()
+            .is_some_and(char::is_whitespace);
+        let after = rest[pos + name.len()..].trim_start();
+        if before_ok {
+            if let Some(after) = after.strip_prefix('=') {
+                let after = after.trim_start();
+                let quote = after.chars().next()?;
+                if quote == '"' || quote == '\'' {
+                    let value = &after[1..];
+                    return value.find(quote).map(|end| &value[..end]);
+                }
+            }
+        }
+        rest = &rest[pos + name.len()..];
+    }
+    None
+}
+
+/// `file → time` for every `DataSet` entry of an existing collection file.
+/// A missing or unreadable file gives an empty map (times are then read
+/// from the snapshots' `.npz`).
+fn read_pvd_times(path: &Path) -> BTreeMap<String, f64> {
+    let mut times = BTreeMap::new();
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) => {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!("cannot read {}: {e}; rebuilding it", path.display());
+            }
+            return times;
+        }
+    };
+    for piece in text.split("<DataSet").skip(1) {
+        let Some(end) = piece.find('>') else { continue };
+        let tag = &piece[..end];
+        let file = attribute(tag, "file");
+        let t = attribute(tag, "timestep").and_then(|s| s.trim().parse::<f64>().ok());
+        if let (Some(file), Some(t)) = (file, t) {
+            times.insert(file.to_string(), t);
+        }
+    }
+    times
+}
+
+/// Rebuild `particles.pvd` from the `.vtp` files present in `dir`; the
+/// snapshot just written (`step`, `t`) takes its time from the caller.
+/// Temporary files left in `dir` by interrupted writes are removed.
+fn rewrite_pvd(dir: &Path, step: u64, t: f64) -> Result<(), OutputError> {
+    let pvd = dir.join(PARTICLES_PVD);
+    let known = read_pvd_times(&pvd);
+    let mut entries: BTreeMap<u64, (String, f64)> = BTreeMap::new();
+    let rd = fs::read_dir(dir).map_err(|e| OutputError::io("list directory", dir, e))?;
+    for de in rd {
+        let de = de.map_err(|e| OutputError::io("list directory", dir, e))?;
+        let name = de.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with(".particles") && name.contains(".tmp-") {
+            // temporary file of an interrupted write (ours are all renamed by now)
+            tracing::info!("removing unfinished snapshot file {name}");
+            let _ = fs::remove_file(de.path());
+            continue;
+        }
+        let Some(s) = step_of_file_name(name, ".vtp") else {
+            continue;
+        };
+        let time = if s == step {
+            Some(t)
+        } else if let Some(&t) = known.get(name) {
+            Some(t)
+        } else {
+            let npz = dir.join(format!("{}.npz", name.trim_end_matches(".vtp")));
+            match read_snapshot_time(&npz) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    tracing::warn!("leaving {name} out of {PARTICLES_PVD}: no time known ({e})");
+                    None
+                }
+            }
+        };
+        if let Some(time) = time.filter(|t| t.is_finite()) {
+            // two names for one step (e.g. `particles-7.vtp` beside
+            // `particles-00000007.vtp`): keep the canonical one
+            if name == format!("{}.vtp", stem(s)) || !entries.contains_key(&s) {
+                entries.insert(s, (name.to_string(), time));
+            }
+        }
+    }
+    let mut text = String::from(
+        "<?xml version=\"1.0\"?>\n\
+         <VTKFile type=\"Collection\" version=\"0.1\" byte_order=\"LittleEndian\">\n\
+         \x20 <Collection>\n",
+    );
+    for (file, time) in entries.values() {
+        text.push_str(&format!(
+            "    <DataSet timestep=\"{}\" group=\"\" part=\"0\" file=\"{file}\"/>\n",
+            format_f64(*time)
+        ));
+    }
+    text.push_str("  </Collection>\n</VTKFile>\n");
+    write_atomic(&pvd, text.as_bytes())
+}
+
+/// Write snapshot `snap` of the particles: `<run_dir>/snapshots/particles-<step:08>.npz`
+/// and `.vtp` (see the module docs for their contents), then rewrite
+/// `<run_dir>/snapshots/particles.pvd` so that it lists every snapshot in
+/// the folder, sorted by step, with its time. Each file is written
+/// atomically; an existing snapshot of the same step is replaced. The
+/// folder is created if needed. Returns the path of the `.npz`.
+///
+/// Errors: arrays of different lengths or a non-finite `t` (nothing is
+/// written then), or any I/O failure, naming the file concerned.
+pub fn write_particle_snapshot(
+    run_dir: &Path,
+    snap: &ParticleSnapshot,
+) -> Result<PathBuf, OutputError> {
+    let dir = run_dir.join(SNAPSHOTS_DIR);
+    let stem = stem(snap.step);
+    let npz_path = dir.join(format!("{stem}.npz"));
+    let vtp_path = dir.join(format!("{stem}.vtp"));
+    validate(&npz_path, snap)?;
+    fs::create_dir_all(&dir).map_err(|e| OutputError::io("create directory", &dir, e))?;
+    write_atomic_with(&npz_path, |w, tmp| write_snapshot_npz(w, tmp, snap))?;
+    write_atomic_with(&vtp_path, |w, tmp| {
+        write_vtp_body(w, snap).map_err(|e| OutputError::io("write", tmp, e))
+    })?;
+    rewrite_pvd(&dir, snap.step, snap.t)?;
+    Ok(npz_path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::Mix;
+    use super::*;
+
+    fn random_f64(rng: &mut Mix) -> f64 {
+        // any finite bit pattern, subnormals and negative zero included
+        loop {
+            let v = f64::from_bits(rng.next());
+            if v.is_finite() {
+                return v;
+            }
+        }
+    }
+
+    fn random_snapshot(n: usize, seed: u64, step: u64, t: f64) -> OwnedParticleSnapshot {
+        let mut rng = Mix(seed);
+        let vec3 = |rng: &mut Mix| -> Vec<[f64; 3]> {
+            (0..n)
+                .map(|_| [random_f64(rng), random_f64(rng), random_f64(rng)])
+                .collect()
+        };
+        let x = vec3(&mut rng);
+        // modest strengths so that |alpha| is finite and checkable
+        let alpha: Vec<[f64; 3]> = (0..n)
+            .map(|_| {
+                let mut c = || (rng.next() >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
+                [c(), c(), c()]
+            })
+            .collect();
+        let velocity = vec3(&mut rng);
+        let dalpha_dt = vec3(&mut rng);
+        let sigma = (0..n).map(|_| random_f64(&mut rng)).collect();
+        let id = (0..n).map(|_| rng.next()).collect();
+        OwnedParticleSnapshot {
+            t,
+            step,
+            x,
+            alpha,
+            sigma,
+            id,
+            velocity,
+            dalpha_dt,
+        }
+    }
+
+    fn bits3(v: &[[f64; 3]]) -> Vec<u64> {
+        v.as_flattened().iter().map(|x| x.to_bits()).collect()
+    }
+
+    fn assert_bit_equal(a: &OwnedParticleSnapshot, b: &OwnedParticleSnapshot) {
+        assert_eq!(a.t.to_bits(), b.t.to_bits());
+        assert_eq!(a.step, b.step);
+        assert_eq!(bits3(&a.x), bits3(&b.x));
+        assert_eq!(bits3(&a.alpha), bits3(&b.alpha));
+        assert_eq!(bits3(&a.velocity), bits3(&b.velocity));
+        assert_eq!(bits3(&a.dalpha_dt), bits3(&b.dalpha_dt));
+        let s = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(s(&a.sigma), s(&b.sigma));
+        assert_eq!(a.id, b.id);
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn base64_decode(s: &str) -> Vec<u8> {
+        let val = |c: u8| -> u32 {
+            B64_ALPHABET
+                .iter()
+                .position(|&a| a == c)
+                .unwrap_or_else(|| panic!("not base64: {:?}", c as char)) as u32
+        };
+        let s: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+        assert_eq!(s.len() % 4, 0, "base64 length {}", s.len());
+        let mut out = Vec::new();
+        for (i, q) in s.chunks(4).enumerate() {
+            let pad = q.iter().filter(|&&c| c == b'=').count();
+            assert!(
+                pad == 0 || (i + 1) * 4 == s.len(),
+                "padding inside the stream"
+            );
+            let mut v = 0u32;
+            for &c in &q[..4 - pad] {
+                v = (v << 6) | val(c);
+            }
+            v <<= 6 * pad as u32;
+            let bytes = [(v >> 16) as u8, (v >> 8) as u8, v as u8];
+            out.extend_from_slice(&bytes[..3 - pad]);
+        }
+        out
+    }
+
+    /// `(attributes tag text, decoded payload)` of the DataArray named `name`,
+    /// checking the UInt64 byte-count header.
+    fn vtp_array(xml: &str, name: &str) -> (String, Vec<u8>) {
+        let key = format!("Name=\"{name}\"");
+        let start = xml.find(&key).unwrap_or_else(|| panic!("no array {name}"));
+        let open = xml[..start].rfind("<DataArray").unwrap();
+        let tag_end = start + xml[start..].find('>').unwrap();
+        let close = tag_end + xml[tag_end..].find("</DataArray>").unwrap();
+        let tag = xml[open..tag_end].to_string();
+        assert!(tag.contains("format=\"binary\""), "{tag}");
+        let raw = base64_decode(&xml[tag_end + 1..close]);
+        let header = u64::from_le_bytes(raw[..8].try_into().unwrap());
+        assert_eq!(header as usize, raw.len() - 8, "byte count of {name}");
+        (tag, raw[8..].to_vec())
+    }
+
+    fn le_f64(raw: &[u8]) -> Vec<u64> {
+        raw.chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()).to_bits())
+            .collect()
+    }
+
+    fn le_u64(raw: &[u8]) -> Vec<u64> {
+        raw.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn base64_matches_known_vectors() {
+        for (input, expected) in [
+            (&b""[..], ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foo", "Zm9v"),
+            (b"foob", "Zm9vYg=="),
+            (b"fooba", "Zm9vYmE="),
+            (b"foobar", "Zm9vYmFy"),
+            (&[0xff, 0xfe, 0xfd, 0x00], "//79AA=="),
+        ] {
+            let mut out = Vec::new();
+            base64_encode_into(input, &mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), expected);
+            assert_eq!(base64_decode(expected), input);
+        }
+    }
+
+    #[test]
+    fn npz_round_trip_bit_exact() {
+        let tmp = tempfile::tempdir().unwrap();
+        let snap = random_snapshot(100, 1, 42, 0.123_456_789);
+        let path = write_particle_snapshot(tmp.path(), &snap.as_snapshot()).unwrap();
+        let dir = tmp.path().join(SNAPSHOTS_DIR);
+        assert_eq!(path, dir.join("particles-00000042.npz"));
+        assert_eq!(
+            names(&dir),
+            vec![
+                "particles-00000042.npz",
+                "particles-00000042.vtp",
+                "particles.pvd"
+            ]
+        );
+        let back = read_particle_snapshot(&path).unwrap();
+        assert_bit_equal(&snap, &back);
+
+        // independent check of names, dtypes and shapes with ndarray-npy
+        let mut npz = NpzReader::new(File::open(&path).unwrap()).unwrap();
+        let mut got = npz.names().unwrap();
+        got.sort();
+        assert_eq!(
+            got,
+            ["alpha", "dalpha_dt", "id", "sigma", "step", "t", "u", "x"]
+        );
+        let t: Array0<f64> = npz.by_name("t").unwrap();
+        assert_eq!(t.shape(), &[] as &[usize]);
+        assert_eq!(t[()].to_bits(), snap.t.to_bits());
+        let step: Array0<u64> = npz.by_name("step").unwrap();
+        assert_eq!(step[()], 42);
+        for name in ["x", "alpha", "u", "dalpha_dt"] {
+            let a: Array2<f64> = npz.by_name(name).unwrap();
+            assert_eq!(a.shape(), &[100, 3], "{name}");
+        }
+        let u: Array2<f64> = npz.by_name("u").unwrap();
+        assert_eq!(u[[7, 2]].to_bits(), snap.velocity[7][2].to_bits());
+        let sigma: Array1<f64> = npz.by_name("sigma").unwrap();
+        assert_eq!(sigma.shape(), &[100]);
+        let id: Array1<u64> = npz.by_name("id").unwrap();
+        assert_eq!(id.to_vec(), snap.id);
+    }
+
+    #[test]
+    fn vtp_is_well_formed_and_decodes_to_the_same_values() {
+        let tmp = tempfile::tempdir().unwrap();
+        let n = 101; // odd: exercises base64 padding
+        let snap = random_snapshot(n, 2, 7, -0.0);
+        write_particle_snapshot(tmp.path(), &snap.as_snapshot()).unwrap();
+        let vtp = tmp
+            .path()
+            .join(SNAPSHOTS_DIR)
+            .join("particles-00000007.vtp");
+        let xml = fs::read_to_string(&vtp).unwrap();
+        assert!(xml.starts_with("<?xml version=\"1.0\"?>\n<VTKFile type=\"PolyData\""));
+        assert!(xml.contains("header_type=\"UInt64\""));
+        assert!(xml.contains("byte_order=\"LittleEndian\""));
+        assert!(xml.contains(&format!("NumberOfPoints=\"{n}\" NumberOfVerts=\"{n}\"")));
+        assert!(xml.trim_end().ends_with("</VTKFile>"));
+        assert_eq!(
+            xml.matches("<DataArray").count(),
+            xml.matches("</DataArray>").count()
+        );
+
+        let (tag, raw) = vtp_array(&xml, "Points");
+        assert!(tag.contains("NumberOfComponents=\"3\"") && tag.contains("Float64"));
+        assert_eq!(le_f64(&raw), bits3(&snap.x));
+        for (name, v) in [
+            ("alpha", &snap.alpha),
+            ("velocity", &snap.velocity),
+            ("dalpha_dt", &snap.dalpha_dt),
+        ] {
+            let (tag, raw) = vtp_array(&xml, name);
+            assert!(tag.contains("NumberOfComponents=\"3\""), "{tag}");
+            assert_eq!(le_f64(&raw), bits3(v), "{name}");
+        }
+        let (_, raw) = vtp_array(&xml, "sigma");
+        let sigma_bits: Vec<u64> = snap.sigma.iter().map(|s| s.to_bits()).collect();
+        assert_eq!(le_f64(&raw), sigma_bits);
+        let (tag, raw) = vtp_array(&xml, "id");
+        assert!(tag.contains("type=\"UInt64\""), "{tag}");
+        assert_eq!(le_u64(&raw), snap.id);
+        let (_, raw) = vtp_array(&xml, "|alpha|");
+        let mags: Vec<f64> = raw
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        for (m, a) in mags.iter().zip(&snap.alpha) {
+            let expected = (a[0] * a[0] + a[1] * a[1] + a[2] * a[2]).sqrt();
+            assert_eq!(m.to_bits(), expected.to_bits());
+        }
+        let (_, raw) = vtp_array(&xml, "connectivity");
+        assert_eq!(le_u64(&raw), (0..n as u64).collect::<Vec<_>>());
+        let (_, raw) = vtp_array(&xml, "offsets");
+        assert_eq!(le_u64(&raw), (1..=n as u64).collect::<Vec<_>>());
+        let (_, raw) = vtp_array(&xml, "TimeValue");
+        assert_eq!(le_f64(&raw), vec![(-0.0f64).to_bits()]);
+        let (_, raw) = vtp_array(&xml, "step");
+        assert_eq!(le_u64(&raw), vec![7]);
+    }
+
+    #[test]
+    fn large_arrays_span_several_base64_chunks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let n = B64_CHUNK_VALUES + 5;
+        let snap = random_snapshot(n, 3, 1, 1.0);
+        write_particle_snapshot(tmp.path(), &snap.as_snapshot()).unwrap();
+        let xml = fs::read_to_string(
+            tmp.path()
+                .join(SNAPSHOTS_DIR)
+                .join("particles-00000001.vtp"),
+        )
+        .unwrap();
+        let (_, raw) = vtp_array(&xml, "Points");
+        assert_eq!(le_f64(&raw), bits3(&snap.x));
+        let (_, raw) = vtp_array(&xml, "id");
+        assert_eq!(le_u64(&raw), snap.id);
+    }
+
+    fn pvd_entries(run: &Path) -> Vec<(f64, String)> {
+        let text = fs::read_to_string(run.join(SNAPSHOTS_DIR).join(PARTICLES_PVD)).unwrap();
+        assert!(text.contains("<VTKFile type=\"Collection\""));
+        text.split("<DataSet")
+            .skip(1)
+            .map(|p| {
+                let tag = &p[..p.find("/>").unwrap()];
+                (
+                    attribute(tag, "timestep").unwrap().parse().unwrap(),
+                    attribute(tag, "file").unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pvd_lists_each_step_once_sorted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = tmp.path();
+        let write = |step: u64, t: f64, seed: u64| {
+            let s = random_snapshot(10, seed, step, t);
+            write_particle_snapshot(run, &s.as_snapshot()).unwrap();
+            s
+        };
+        write(10, 0.1, 1);
+        assert_eq!(
+            pvd_entries(run),
+            vec![(0.1, "particles-00000010.vtp".to_string())]
+        );
+        write(20, 0.2, 2);
+        // a resumed run writes step 10 again; an earlier run was killed while
+        // writing step 30, leaving a temporary file
+        fs::write(
+            run.join(SNAPSHOTS_DIR)
+                .join(".particles-00000030.vtp.tmp-99999"),
+            "partial",
+        )
+        .unwrap();
+        let again = write(10, 0.1, 3);
+        let entries = pvd_entries(run);
+        assert_eq!(
+            entries,
+            vec![
+                (0.1, "particles-00000010.vtp".to_string()),
+                (0.2, "particles-00000020.vtp".to_string()),
+            ]
+        );
+        let back = read_particle_snapshot(&run.join(SNAPSHOTS_DIR).join("particles-00000010.npz"))
+            .unwrap();
+        assert_bit_equal(&again, &back);
+        // only the snapshot files, no temporaries
+        assert_eq!(
+            names(&run.join(SNAPSHOTS_DIR)),
+            vec![
+                "particles-00000010.npz",
+                "particles-00000010.vtp",
+                "particles-00000020.npz",
+                "particles-00000020.vtp",
+                "particles.pvd"
+            ]
+        );
+
+        // a lost collection file is rebuilt from the snapshots' npz times,
+        // and steps sort numerically (9 before 10), times exactly
+        fs::remove_file(run.join(SNAPSHOTS_DIR).join(PARTICLES_PVD)).unwrap();
+        write(9, 1.0 / 3.0, 4);
+        assert_eq!(
+            pvd_entries(run),
+            vec![
+                (1.0 / 3.0, "particles-00000009.vtp".to_string()),
+                (0.1, "particles-00000010.vtp".to_string()),
+                (0.2, "particles-00000020.vtp".to_string()),
+            ]
+        );
+        // a snapshot whose vtp is gone drops out of the collection
+        fs::remove_file(run.join(SNAPSHOTS_DIR).join("particles-00000020.vtp")).unwrap();
+        write(30, 0.3, 5);
+        let files: Vec<String> = pvd_entries(run).into_iter().map(|e| e.1).collect();
+        assert_eq!(
+            files,
+            [
+                "particles-00000009.vtp",
+                "particles-00000010.vtp",
+                "particles-00000030.vtp"
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_snapshot_round_trips() {
+        let tmp = tempfile::tempdir().unwrap();
+        let snap = OwnedParticleSnapshot {
+            t: 2.5,
+            step: 3,
+            ..Default::default()
+        };
+        let path = write_particle_snapshot(tmp.path(), &snap.as_snapshot()).unwrap();
+        let back = read_particle_snapshot(&path).unwrap();
+        assert_eq!(back, snap);
+        assert!(back.is_empty());
+        let mut npz = NpzReader::new(File::open(&path).unwrap()).unwrap();
+        let x: Array2<f64> = npz.by_name("x").unwrap();
+        assert_eq!(x.shape(), &[0, 3]);
+        let xml = fs::read_to_string(
+            tmp.path()
+                .join(SNAPSHOTS_DIR)
+                .join("particles-00000003.vtp"),
+        )
+        .unwrap();
+        let (_, raw) = vtp_array(&xml, "Points");
+        assert!(raw.is_empty());
+    }
+
+    #[test]
+    fn inconsistent_lengths_and_bad_time_are_rejected_before_writing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut snap = random_snapshot(5, 4, 1, 0.5);
+        snap.sigma.pop();
+        let err = write_particle_snapshot(tmp.path(), &snap.as_snapshot()).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("particles-00000001.npz") && msg.contains("sigma"),
+            "{msg}"
+        );
+        let snap = random_snapshot(5, 4, 1, f64::NAN);
+        assert!(write_particle_snapshot(tmp.path(), &snap.as_snapshot()).is_err());
+        assert!(!tmp.path().join(SNAPSHOTS_DIR).exists());
+    }
+
+    #[test]
+    fn read_rejects_missing_file_and_wrong_shapes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = read_particle_snapshot(&tmp.path().join("nope.npz")).unwrap_err();
+        assert!(err.to_string().contains("nope.npz"), "{err}");
+
+        // x of shape (n, 2) instead of (n, 3)
+        let p = tmp.path().join("bad.npz");
+        let mut npz = NpzWriter::new(File::create(&p).unwrap());
+        npz.add_array("t", &arr0(0.0f64)).unwrap();
+        npz.add_array("step", &arr0(1i64)).unwrap();
+        npz.add_array("sigma", &Array1::<f64>::zeros(2)).unwrap();
+        npz.add_array("id", &Array1::<i64>::zeros(2)).unwrap();
+        for name in ["alpha", "u", "dalpha_dt"] {
+            npz.add_array(name, &Array2::<f64>::zeros((2, 3))).unwrap();
+        }
+        npz.add_array("x", &Array2::<f64>::zeros((2, 2))).unwrap();
+        npz.finish().unwrap();
+        let err = read_particle_snapshot(&p).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("bad.npz") && msg.contains("x"), "{msg}");
+    }
+
+    #[test]
+    fn attribute_parsing() {
+        let tag = r#" timestep="1.5" group="" part='0' file="a.vtp" "#;
+        assert_eq!(attribute(tag, "timestep"), Some("1.5"));
+        assert_eq!(attribute(tag, "file"), Some("a.vtp"));
+        assert_eq!(attribute(tag, "part"), Some("0"));
+        assert_eq!(attribute(tag, "group"), Some(""));
+        assert_eq!(attribute(tag, "step"), None);
+        assert_eq!(
+            step_of_file_name("particles-00000012.vtp", ".vtp"),
+            Some(12)
+        );
+        assert_eq!(
+            step_of_file_name("particles-123456789.vtp", ".vtp"),
+            Some(123_456_789)
+        );
+        assert_eq!(
+            step_of_file_name(".particles-00000012.vtp.tmp-1", ".vtp"),
+            None
+        );
+        assert_eq!(step_of_file_name("particles-.vtp", ".vtp"), None);
+        assert_eq!(step_of_file_name("particles.pvd", ".vtp"), None);
+    }
+
+    /// Parse the `.vtp` and `.pvd` with Python's `xml.etree` and decode the
+    /// base64 payloads with the standard library, as an independent reader.
+    /// Skipped when `python3` is not on the PATH.
+    #[test]
+    fn python_xml_parser_reads_vtp_and_pvd() {
+        let tmp = tempfile::tempdir().unwrap();
+        let snap = random_snapshot(100, 5, 11, 0.75);
+        write_particle_snapshot(tmp.path(), &snap.as_snapshot()).unwrap();
+        let dir = tmp.path().join(SNAPSHOTS_DIR);
+        let script = r#"
+import base64, struct, sys, xml.etree.ElementTree as ET
+d = sys.argv[1]
+pvd = ET.parse(d + "/particles.pvd").getroot()
+assert pvd.tag == "VTKFile" and pvd.get("type") == "Collection"
+ds = pvd.findall("./Collection/DataSet")
+print("pvd", len(ds), ds[0].get("file"), float(ds[0].get("timestep")))
+root = ET.parse(d + "/" + ds[0].get("file")).getroot()
+assert root.get("header_type") == "UInt64" and root.get("byte_order") == "LittleEndian"
+piece = root.find("./PolyData/Piece")
+print("points", piece.get("NumberOfPoints"), piece.get("NumberOfVerts"))
+codes = {"Float64": "d", "UInt64": "Q", "Int64": "q"}
+for a in root.iter("DataArray"):
+    raw = base64.b64decode("".join(a.text.split()), validate=True)
+    (nbytes,) = struct.unpack("<Q", raw[:8])
+    assert nbytes == len(raw) - 8, a.get("Name")
+    vals = struct.unpack("<%d%s" % (nbytes // 8, codes[a.get("type")]), raw[8:])
+    print(a.get("Name"), len(vals), int(a.get("NumberOfComponents", "1")), repr(vals[-1]))
+"#;
+        let out = match std::process::Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .arg(&dir)
+            .output()
+        {
+            Ok(out) => out,
+            Err(e) => {
+                eprintln!("python3 not available ({e}); skipping");
+                return;
+            }
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "python failed: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines[0], "pvd 1 particles-00000011.vtp 0.75");
+        assert_eq!(lines[1], "points 100 100");
+        // name -> (values, components, last value)
+        let arrays: BTreeMap<&str, (usize, usize, &str)> = lines[2..]
+            .iter()
+            .map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                assert_eq!(f.len(), 4, "{l}");
+                (f[0], (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3]))
+            })
+            .collect();
+        let float = |name: &str, count: usize, comps: usize, last: f64| {
+            let (c, k, v) = arrays[name];
+            assert_eq!((c, k), (count, comps), "{name}");
+            assert_eq!(
+                v.parse::<f64>().unwrap().to_bits(),
+                last.to_bits(),
+                "{name}"
+            );
+        };
+        float("TimeValue", 1, 1, 0.75);
+        float("Points", 300, 3, snap.x[99][2]);
+        float("alpha", 300, 3, snap.alpha[99][2]);
+        float("velocity", 300, 3, snap.velocity[99][2]);
+        float("dalpha_dt", 300, 3, snap.dalpha_dt[99][2]);
+        float("sigma", 100, 1, snap.sigma[99]);
+        let a = snap.alpha[99];
+        float(
+            "|alpha|",
+            100,
+            1,
+            (a[0] * a[0] + a[1] * a[1] + a[2] * a[2]).sqrt(),
+        );
+        assert_eq!(arrays["step"], (1, 1, "11"));
+        assert_eq!(arrays["id"], (100, 1, snap.id[99].to_string().as_str()));
+        assert_eq!(arrays["connectivity"], (100, 1, "99"));
+        assert_eq!(arrays["offsets"], (100, 1, "100"));
+        assert_eq!(arrays.len(), 11);
+    }
+}

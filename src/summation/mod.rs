@@ -1,0 +1,153 @@
+//! Fast summation of the regularised Biot–Savart law: one trait, several implementations, and a
+//! planner that picks one from the case (in the style of rustfft's planner).
+//!
+//! A [`Summation`] evaluates, at a set of targets, the velocity induced by a set of source
+//! particles, optionally with the vortex stretching of target strengths or the full velocity
+//! gradient (PHYSICS.md §2), and the blob vorticity ω_h (for reinitialisation). The time stepper
+//! and the diagnostics talk only to this trait, so a CPU loop, a GPU kernel, an Ewald sum, an FMM
+//! or several GPUs can answer without the stepper knowing.
+//!
+//! Implementations now: [`direct::DirectFreeSpace`] (all pairs, f64, rayon).
+
+pub mod direct;
+
+use crate::kernel::StretchingScheme;
+
+/// Where the particles live.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Boundary {
+    /// Unbounded space (vortex rings, tubes).
+    FreeSpace,
+    /// The periodic box [−L/2, L/2)^3; the velocity is the zero-mean periodic one (PHYSICS.md §4).
+    Periodic { length: f64 },
+}
+
+/// Source particles: positions, strengths, core radii (slices of a [`crate::particles::ParticleSet`]
+/// or of any other storage).
+#[derive(Debug, Clone, Copy)]
+pub struct Sources<'a> {
+    pub x: &'a [[f64; 3]],
+    pub alpha: &'a [[f64; 3]],
+    pub sigma: &'a [f64],
+}
+
+impl<'a> Sources<'a> {
+    pub fn of(p: &'a crate::particles::ParticleSet) -> Self {
+        Self {
+            x: &p.x,
+            alpha: &p.alpha,
+            sigma: &p.sigma,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.x.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.x.is_empty()
+    }
+}
+
+/// What to evaluate at the targets besides the velocity.
+#[derive(Debug, Clone, Copy)]
+pub enum Extra<'a> {
+    /// Velocity only.
+    None,
+    /// Stretching dα/dt of the given target strengths (one per target).
+    Stretching {
+        alpha: &'a [[f64; 3]],
+        scheme: StretchingScheme,
+    },
+    /// The velocity gradient ∂u_i/∂x_j at each target.
+    Gradient,
+}
+
+/// Results at the targets. Buffers are owned by the caller and reused between calls, so hot
+/// loops do not allocate; only the parts that were asked for are written.
+#[derive(Debug, Clone, Default)]
+pub struct Evaluation {
+    pub velocity: Vec<[f64; 3]>,
+    pub stretching: Vec<[f64; 3]>,
+    pub gradient: Vec<[[f64; 3]; 3]>,
+}
+
+impl Evaluation {
+    /// Sizes the buffers for `n` targets and the requested extra.
+    pub fn resize_for(&mut self, n: usize, extra: &Extra) {
+        self.velocity.resize(n, [0.0; 3]);
+        match extra {
+            Extra::None => {}
+            Extra::Stretching { .. } => self.stretching.resize(n, [0.0; 3]),
+            Extra::Gradient => self.gradient.resize(n, [[0.0; 3]; 3]),
+        }
+    }
+}
+
+/// Why a summation could not be done.
+#[derive(Debug, thiserror::Error)]
+pub enum SummationError {
+    #[error("sources are inconsistent: {0}")]
+    BadSources(String),
+    #[error("{what} has {got} entries but there are {expected} targets")]
+    TargetMismatch {
+        what: &'static str,
+        got: usize,
+        expected: usize,
+    },
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Velocity (and optionally stretching or gradient) at targets induced by sources, and the blob
+/// vorticity at targets.
+pub trait Summation: Send {
+    /// A short description for logs and manifests, e.g. "direct free-space CPU f64".
+    fn name(&self) -> String;
+
+    /// The boundary condition this evaluator implements.
+    fn boundary(&self) -> Boundary;
+
+    /// Evaluates at `targets`; results go into `out` (resized as needed).
+    fn evaluate(
+        &mut self,
+        sources: &Sources,
+        targets: &[[f64; 3]],
+        extra: Extra,
+        out: &mut Evaluation,
+    ) -> Result<(), SummationError>;
+
+    /// Blob vorticity ω_h(x) = Σ_q α_q ζ_σq(x − x_q) at `targets`.
+    fn vorticity(
+        &mut self,
+        sources: &Sources,
+        targets: &[[f64; 3]],
+        out: &mut Vec<[f64; 3]>,
+    ) -> Result<(), SummationError>;
+}
+
+/// Checks that sources and the per-target inputs have consistent lengths.
+pub(crate) fn check_inputs(
+    sources: &Sources,
+    targets: &[[f64; 3]],
+    extra: &Extra,
+) -> Result<(), SummationError> {
+    if sources.alpha.len() != sources.x.len() || sources.sigma.len() != sources.x.len() {
+        return Err(SummationError::BadSources(format!(
+            "{} positions, {} strengths, {} core radii",
+            sources.x.len(),
+            sources.alpha.len(),
+            sources.sigma.len()
+        )));
+    }
+    if let Extra::Stretching { alpha, .. } = extra {
+        if alpha.len() != targets.len() {
+            return Err(SummationError::TargetMismatch {
+                what: "target strengths",
+                got: alpha.len(),
+                expected: targets.len(),
+            });
+        }
+    }
+    Ok(())
+}
