@@ -13,6 +13,7 @@
 //! The solver asks a [`Summation`] for velocity and stretching and never knows which evaluator
 //! (direct, Ewald, FMM, CPU or GPU) answered.
 
+pub mod field;
 pub mod rbf;
 
 use crate::kernel::StretchingScheme;
