@@ -62,6 +62,14 @@ pub enum VortexError {
     ReinitNeedsPeriodicBox,
 }
 
+/// Scalars of the stepper's state saved with a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct VortexClock {
+    /// Step size of the AB2 history (`None`: no history, the next step starts with Heun).
+    pub history_dt: Option<f64>,
+    pub steps_since_reinit: u64,
+}
+
 /// Derivatives from the previous step, for AB2.
 #[derive(Debug, Clone)]
 struct History {
@@ -203,6 +211,90 @@ impl VortexSolver {
                 self.reinitialise()?;
             }
         }
+        Ok(())
+    }
+
+    /// The exact solver state for a checkpoint: arrays (name, shape, values) and scalars.
+    /// Restoring it with [`VortexSolver::restore_state`] continues the run bit for bit (the AB2
+    /// history and the reinitialisation counter included).
+    pub fn state_arrays(&self) -> (Vec<(String, Vec<usize>, Vec<f64>)>, VortexClock) {
+        let p = &self.particles;
+        let n = p.len();
+        let flat = |v: &[[f64; 3]]| v.iter().flatten().copied().collect::<Vec<f64>>();
+        let mut arrays = vec![
+            ("particle_x".to_string(), vec![n, 3], flat(&p.x)),
+            ("particle_alpha".to_string(), vec![n, 3], flat(&p.alpha)),
+            ("particle_sigma".to_string(), vec![n], p.sigma.clone()),
+            // Ids are below 2^53, so f64 holds them exactly.
+            (
+                "particle_id".to_string(),
+                vec![n],
+                p.id.iter().map(|&i| i as f64).collect(),
+            ),
+        ];
+        if let Some(h) = &self.history {
+            arrays.push((
+                "history_velocity".to_string(),
+                vec![n, 3],
+                flat(&h.velocity),
+            ));
+            arrays.push((
+                "history_stretching".to_string(),
+                vec![n, 3],
+                flat(&h.stretching),
+            ));
+        }
+        let clock = VortexClock {
+            history_dt: self.history.as_ref().map(|h| h.dt),
+            steps_since_reinit: self.steps_since_reinit,
+        };
+        (arrays, clock)
+    }
+
+    /// Restores a state saved by [`VortexSolver::state_arrays`].
+    pub fn restore_state(
+        &mut self,
+        get: impl Fn(&str) -> Option<Vec<f64>>,
+        clock: VortexClock,
+    ) -> Result<(), String> {
+        let vec3 = |name: &str| -> Result<Vec<[f64; 3]>, String> {
+            let v = get(name).ok_or_else(|| format!("checkpoint lacks `{name}`"))?;
+            if v.len() % 3 != 0 {
+                return Err(format!(
+                    "`{name}` has {} values, not a multiple of 3",
+                    v.len()
+                ));
+            }
+            Ok(v.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect())
+        };
+        let x = vec3("particle_x")?;
+        let alpha = vec3("particle_alpha")?;
+        let sigma = get("particle_sigma").ok_or("checkpoint lacks `particle_sigma`")?;
+        let id = get("particle_id").ok_or("checkpoint lacks `particle_id`")?;
+        let n = x.len();
+        if alpha.len() != n || sigma.len() != n || id.len() != n {
+            return Err(format!(
+                "particle arrays disagree in length: x {n}, alpha {}, sigma {}, id {}",
+                alpha.len(),
+                sigma.len(),
+                id.len()
+            ));
+        }
+        self.particles = ParticleSet {
+            x,
+            alpha,
+            sigma,
+            id: id.iter().map(|&i| i as u64).collect(),
+        };
+        self.history = match clock.history_dt {
+            Some(dt) => Some(History {
+                velocity: vec3("history_velocity")?,
+                stretching: vec3("history_stretching")?,
+                dt,
+            }),
+            None => None,
+        };
+        self.steps_since_reinit = clock.steps_since_reinit;
         Ok(())
     }
 
