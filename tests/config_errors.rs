@@ -4,9 +4,10 @@
 use std::path::Path;
 
 use vpm::config::{
-    named_case, named_cases, resolve_case, Cadence, Case, CaseError, Dealias, InitialCondition,
-    TimeStep,
+    named_case, named_cases, resolve_case, Backend, Cadence, Case, CaseError, Dealias,
+    EvaluatorKind, InitialCondition, RbfConfig, TimeStep, VortexConfig,
 };
+use vpm::kernel::StretchingScheme;
 
 const ORIGIN: &str = "cases/bad.toml";
 
@@ -696,9 +697,14 @@ fn mutated_case_files_never_panic() {
         "\u{0}",
         "true",
         "1979-05-27",
+        "[vortex]",
+        "reinit_every = \"never\"",
+        "rbf = \"exact\"",
+        "snapshot_every_steps = 3",
     ];
     let mut sources: Vec<String> = named_cases().iter().map(|c| c.text.to_string()).collect();
     sources.push(BASE.to_string());
+    sources.push(with_vortex(EVERY_VORTEX_KEY));
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut parsed = 0;
     for round in 0..6000 {
@@ -765,15 +771,412 @@ fn readme_examples_parse() {
         .collect();
     assert_eq!(
         blocks.len(),
-        3,
-        "expected the full example and two [initial] variants"
+        4,
+        "expected the full example, two [initial] variants and a [vortex] section"
     );
     let full = Case::from_toml_str(blocks[0], "README.md").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(full.name, "tgv-re400");
-    for variant in &blocks[1..] {
+    assert_eq!(full.vortex, None);
+    for variant in &blocks[1..3] {
         let start = blocks[0].find("[initial]").unwrap();
         let end = blocks[0].find("[time]").unwrap();
         let text = format!("{}{variant}\n{}", &blocks[0][..start], &blocks[0][end..]);
         Case::from_toml_str(&text, "README.md").unwrap_or_else(|e| panic!("{e}\n{text}"));
     }
+    // The [vortex] example, added to the full example, spells out the defaults (n = spectral.n)
+    // and a snapshot cadence.
+    let text = format!("{}\n{}", blocks[0], blocks[3]);
+    let case = Case::from_toml_str(&text, "README.md").unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(
+        case.vortex,
+        Some(VortexConfig {
+            snapshots: Some(Cadence::Time(1.0)),
+            ..VortexConfig::with_defaults(64)
+        })
+    );
+    // The error quoted in the README is the one given.
+    let m = error(&with_vortex("rbf = \"exact\"\nrbf_tolerance = 1e-6\n"));
+    let (_, message) = m.split_once(": ").unwrap();
+    assert!(readme.contains(message), "README does not quote: {message}");
+}
+
+// ---- [vortex] ----
+
+/// Line of the first key after `with_vortex`'s `[vortex]` header.
+const VORTEX_LINE: usize = 26;
+
+/// BASE with a `[vortex]` section (header on line 25) holding `keys`.
+fn with_vortex(keys: &str) -> String {
+    format!("{BASE}\n[vortex]\n{keys}")
+}
+
+/// Every `[vortex]` key, none at its default.
+const EVERY_VORTEX_KEY: &str = r#"n = 0x20
+overlap = 0.30000000000000004
+stretching = "transposed"
+reinit_every = "never"
+rbf = "cg"
+rbf_tolerance = 1e-10
+rbf_max_iterations = 1_000
+evaluator = "direct"
+accuracy = 1e-12
+backend = "cuda"
+snapshot_every_time = 0.1
+"#;
+
+/// Parses `text`, checks that its resolved form parses back to the same case and resolves to the
+/// same text, and returns the case.
+fn round_trip(text: &str) -> Case {
+    let case = Case::from_toml_str(text, ORIGIN).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let resolved = case.to_toml_string();
+    let again =
+        Case::from_toml_str(&resolved, "case.toml").unwrap_or_else(|e| panic!("{e}\n{resolved}"));
+    assert_eq!(again, case, "{resolved}");
+    assert_eq!(again.to_toml_string(), resolved);
+    assert!(case.validate().is_ok());
+    case
+}
+
+#[test]
+fn vortex_section_is_optional() {
+    let case = round_trip(BASE);
+    assert_eq!(case.vortex, None);
+    assert!(!case.to_toml_string().contains("[vortex]"));
+    for named in named_cases() {
+        assert_eq!(named.parse().unwrap().vortex, None, "{}", named.name);
+    }
+}
+
+#[test]
+fn vortex_defaults() {
+    let expected = VortexConfig {
+        n: 16,
+        overlap: 1.0,
+        stretching: StretchingScheme::Classical,
+        reinit_every: Some(10),
+        rbf: RbfConfig::ConjugateGradient {
+            tolerance: 1e-8,
+            max_iterations: 200,
+        },
+        evaluator: EvaluatorKind::Ewald,
+        accuracy: 1e-6,
+        backend: Backend::Auto,
+        snapshots: None,
+    };
+    assert_eq!(VortexConfig::with_defaults(16), expected);
+    assert_eq!(RbfConfig::DEFAULT, expected.rbf);
+    // An empty section, and an empty inline table.
+    let case = round_trip(&with_vortex(""));
+    assert_eq!(case.vortex, Some(expected.clone()));
+    let case = round_trip(&edit(3, "vortex = {}"));
+    assert_eq!(case.vortex, Some(expected.clone()));
+    // n follows spectral.n.
+    let case = round_trip(&(edit(22, "n = 32") + "[vortex]\n"));
+    assert_eq!(case.vortex.unwrap().n, 32);
+    // The resolved text spells every default out, and no snapshot key.
+    let resolved = round_trip(&with_vortex("")).to_toml_string();
+    let section = resolved.split("[vortex]\n").nth(1).unwrap();
+    assert_eq!(
+        section,
+        "n = 16\noverlap = 1.0\nstretching = \"classical\"\nreinit_every = 10\nrbf = \"cg\"\n\
+         rbf_tolerance = 1e-8\nrbf_max_iterations = 200\nevaluator = \"ewald\"\n\
+         accuracy = 1e-6\nbackend = \"auto\"\n",
+        "{resolved}"
+    );
+    // Lattice spacing and core radius.
+    let v = VortexConfig {
+        overlap: 1.5,
+        ..expected
+    };
+    assert_eq!(v.spacing(), std::f64::consts::TAU / 16.0);
+    assert_eq!(v.sigma0(), 1.5 * std::f64::consts::TAU / 16.0);
+}
+
+#[test]
+fn vortex_spellings() {
+    assert_eq!(EvaluatorKind::Direct.as_str(), "direct");
+    assert_eq!(EvaluatorKind::Ewald.as_str(), "ewald");
+    assert_eq!(Backend::Auto.as_str(), "auto");
+    assert_eq!(Backend::Cpu.as_str(), "cpu");
+    assert_eq!(Backend::Cuda.as_str(), "cuda");
+    assert_eq!(Backend::Cuda.to_string(), "cuda");
+    assert_eq!(RbfConfig::Exact.as_str(), "exact");
+    assert_eq!(RbfConfig::DEFAULT.as_str(), "cg");
+}
+
+#[test]
+fn vortex_round_trip_with_every_key() {
+    let case = round_trip(&with_vortex(EVERY_VORTEX_KEY));
+    assert_eq!(
+        case.vortex,
+        Some(VortexConfig {
+            n: 32,
+            overlap: 0.30000000000000004,
+            stretching: StretchingScheme::Transposed,
+            reinit_every: None,
+            rbf: RbfConfig::ConjugateGradient {
+                tolerance: 1e-10,
+                max_iterations: 1000,
+            },
+            evaluator: EvaluatorKind::Direct,
+            accuracy: 1e-12,
+            backend: Backend::Cuda,
+            snapshots: Some(Cadence::Time(0.1)),
+        })
+    );
+    // The other spellings: exact solve, a step count, snapshots in steps, the range ends.
+    let case = round_trip(&with_vortex(
+        "n = 512\noverlap = 3\nreinit_every = 7\nrbf = \"exact\"\naccuracy = 1e-2\n\
+         backend = \"cpu\"\nsnapshot_every_steps = 5\n",
+    ));
+    let v = case.vortex.unwrap();
+    assert_eq!((v.n, v.overlap, v.reinit_every), (512, 3.0, Some(7)));
+    assert_eq!((v.rbf, v.accuracy), (RbfConfig::Exact, 1e-2));
+    assert_eq!(v.backend, Backend::Cpu);
+    assert_eq!(v.snapshots, Some(Cadence::Steps(5)));
+    let case = round_trip(&with_vortex(
+        "n = 8\nrbf_tolerance = 1e-2\nrbf_max_iterations = 1\n",
+    ));
+    assert_eq!(
+        case.vortex.unwrap().rbf,
+        RbfConfig::ConjugateGradient {
+            tolerance: 1e-2,
+            max_iterations: 1
+        }
+    );
+    // A case built in code passes the same checks.
+    let mut case = round_trip(BASE);
+    case.vortex = Some(VortexConfig {
+        reinit_every: None,
+        rbf: RbfConfig::Exact,
+        snapshots: Some(Cadence::Steps(1)),
+        ..VortexConfig::with_defaults(64)
+    });
+    assert!(case.validate().is_ok());
+    case.vortex = Some(VortexConfig {
+        overlap: 0.0,
+        ..VortexConfig::with_defaults(64)
+    });
+    let m = case.validate().unwrap_err().to_string();
+    assert!(m.contains("`vortex.overlap`"), "{m}");
+}
+
+#[test]
+fn vortex_bad_n() {
+    let l = Some(VORTEX_LINE);
+    let m = error(&with_vortex("n = 15\n"));
+    assert_message(
+        &m,
+        l,
+        &["`vortex.n`", "= 15", "even integer", "≥ 8", "≤ 512"],
+    );
+    let m = error(&with_vortex("n = 1024\n"));
+    assert_message(&m, l, &["`vortex.n`", "= 1024", "≤ 512"]);
+    let m = error(&with_vortex("n = 6\n"));
+    assert_message(&m, l, &["`vortex.n`", "≥ 8"]);
+    let m = error(&with_vortex("n = 16.0\n"));
+    assert_message(
+        &m,
+        l,
+        &["`vortex.n`", "expected an integer", "found a float"],
+    );
+    // The default, spectral.n, too large for the particles: the [vortex] header is named.
+    let m = error(&(edit(22, "n = 1024") + "\n[vortex]\n"));
+    assert_message(
+        &m,
+        Some(25),
+        &["missing key `vortex.n`", "spectral.n = 1024", "≤ 512"],
+    );
+}
+
+#[test]
+fn vortex_bad_overlap() {
+    for bad in [
+        "overlap = 0",
+        "overlap = 0.0",
+        "overlap = -1",
+        "overlap = 3.5",
+        "overlap = nan",
+    ] {
+        let m = error(&with_vortex(&format!("{bad}\n")));
+        assert_message(
+            &m,
+            Some(VORTEX_LINE),
+            &["`vortex.overlap`", "σ0 = overlap · h", "> 0", "≤ 3"],
+        );
+    }
+    let m = error(&with_vortex("overlap = \"1\"\n"));
+    assert_message(
+        &m,
+        Some(VORTEX_LINE),
+        &["`vortex.overlap`", "expected a number", "found a string"],
+    );
+}
+
+#[test]
+fn vortex_bad_stretching() {
+    let m = error(&with_vortex("stretching = \"symmetric\"\n"));
+    assert_message(
+        &m,
+        Some(VORTEX_LINE),
+        &[
+            "`vortex.stretching`",
+            "\"symmetric\"",
+            r#"must be one of "classical", "transposed""#,
+        ],
+    );
+    // Spellings are exact.
+    let m = error(&with_vortex("stretching = \"Classical\"\n"));
+    assert_message(&m, Some(VORTEX_LINE), &["`vortex.stretching`"]);
+}
+
+#[test]
+fn vortex_bad_reinit_every() {
+    let l = Some(VORTEX_LINE);
+    let m = error(&with_vortex("reinit_every = 0\n"));
+    assert_message(
+        &m,
+        l,
+        &["`vortex.reinit_every`", "= 0", "integer ≥ 1", "\"never\""],
+    );
+    let m = error(&with_vortex("reinit_every = -5\n"));
+    assert_message(&m, l, &["`vortex.reinit_every`", "integer ≥ 1"]);
+    let m = error(&with_vortex("reinit_every = \"always\"\n"));
+    assert_message(&m, l, &["`vortex.reinit_every`", "\"always\"", "\"never\""]);
+    let m = error(&with_vortex("reinit_every = 2.5\n"));
+    assert_message(
+        &m,
+        l,
+        &[
+            "`vortex.reinit_every`",
+            "expected an integer or the string \"never\"",
+            "found a float",
+        ],
+    );
+    let m = error(&with_vortex("reinit_every = 99999999999999999999\n"));
+    assert_message(&m, l, &["`vortex.reinit_every`", "out of range"]);
+}
+
+#[test]
+fn vortex_bad_rbf() {
+    let l = Some(VORTEX_LINE);
+    let m = error(&with_vortex("rbf = \"lu\"\n"));
+    assert_message(&m, l, &["`vortex.rbf`", "\"lu\"", r#""cg", "exact""#]);
+    // CG-only keys with the exact solve: both keys named, on the line of the CG-only key.
+    let m = error(&with_vortex("rbf = \"exact\"\nrbf_tolerance = 1e-6\n"));
+    assert_eq!(
+        m,
+        format!(
+            "{ORIGIN}:{}: key `vortex.rbf_tolerance` = 1e-6: only allowed with `vortex.rbf` = \
+             \"cg\" (conjugate gradients); with rbf = \"exact\" leave it out",
+            VORTEX_LINE + 1
+        )
+    );
+    let m = error(&with_vortex("rbf_max_iterations = 50\nrbf = \"exact\"\n"));
+    assert_message(
+        &m,
+        l,
+        &["`vortex.rbf_max_iterations`", "`vortex.rbf`", "\"exact\""],
+    );
+    // Both: the first in the file.
+    let m = error(&with_vortex(
+        "rbf_max_iterations = 50\nrbf_tolerance = 1e-6\nrbf = \"exact\"\n",
+    ));
+    assert_message(&m, l, &["`vortex.rbf_max_iterations`", "\"exact\""]);
+    for bad in [
+        "rbf_tolerance = 0",
+        "rbf_tolerance = 0.1",
+        "rbf_tolerance = -1e-8",
+    ] {
+        let m = error(&with_vortex(&format!("{bad}\n")));
+        assert_message(&m, l, &["`vortex.rbf_tolerance`", "> 0", "≤ 1e-2"]);
+    }
+    let m = error(&with_vortex("rbf_max_iterations = 0\n"));
+    assert_message(&m, l, &["`vortex.rbf_max_iterations`", "integer ≥ 1"]);
+}
+
+#[test]
+fn vortex_bad_evaluator_accuracy_backend() {
+    let l = Some(VORTEX_LINE);
+    let m = error(&with_vortex("evaluator = \"fmm\"\n"));
+    assert_message(
+        &m,
+        l,
+        &[
+            "`vortex.evaluator`",
+            "\"fmm\"",
+            r#"must be one of "direct", "ewald""#,
+        ],
+    );
+    let m = error(&with_vortex("evaluator = 1\n"));
+    assert_message(
+        &m,
+        l,
+        &["`vortex.evaluator`", "expected a string", "\"direct\""],
+    );
+    for bad in [
+        "accuracy = 1e-13",
+        "accuracy = 0.1",
+        "accuracy = 0",
+        "accuracy = inf",
+    ] {
+        let m = error(&with_vortex(&format!("{bad}\n")));
+        assert_message(&m, l, &["`vortex.accuracy`", "≥ 1e-12", "≤ 1e-2"]);
+    }
+    let m = error(&with_vortex("backend = \"opencl\"\n"));
+    assert_message(
+        &m,
+        l,
+        &["`vortex.backend`", "\"opencl\"", r#""auto", "cpu", "cuda""#],
+    );
+}
+
+#[test]
+fn vortex_bad_snapshots() {
+    let l = Some(VORTEX_LINE);
+    let m = error(&with_vortex("snapshot_every_steps = 0\n"));
+    assert_message(&m, l, &["`vortex.snapshot_every_steps`", "≥ 1"]);
+    let m = error(&with_vortex("snapshot_every_time = -1.0\n"));
+    assert_message(&m, l, &["`vortex.snapshot_every_time`", "> 0"]);
+    let m = error(&with_vortex(
+        "snapshot_every_steps = 2\nsnapshot_every_time = 0.5\n",
+    ));
+    assert_message(
+        &m,
+        Some(VORTEX_LINE + 1),
+        &[
+            "[vortex]",
+            "at most one of `snapshot_every_steps`",
+            "`snapshot_every_time`",
+            "not both",
+        ],
+    );
+}
+
+#[test]
+fn vortex_unknown_keys_and_types() {
+    let m = error(&with_vortex("overlap = 1.0\nsigma0 = 0.1\n"));
+    assert_message(
+        &m,
+        Some(VORTEX_LINE + 1),
+        &[
+            "unknown key `vortex.sigma0`",
+            "allowed keys in [vortex]: n, overlap, stretching, reinit_every, rbf, \
+             rbf_tolerance, rbf_max_iterations, evaluator, accuracy, backend, \
+             snapshot_every_steps, snapshot_every_time",
+        ],
+    );
+    // The time step is [time]'s: there is no vortex.time_step, nor the [output] cadence keys.
+    let m = error(&with_vortex("time_step = \"same\"\n"));
+    assert_message(&m, Some(VORTEX_LINE), &["unknown key `vortex.time_step`"]);
+    let m = error(&with_vortex("every_steps = 1\n"));
+    assert_message(&m, Some(VORTEX_LINE), &["unknown key `vortex.every_steps`"]);
+    let m = error(&with_vortex("[vortex.ewald]\n"));
+    assert_message(&m, None, &["unknown key `vortex.ewald`"]);
+    // Not a table.
+    let m = error(&edit(3, "vortex = 1"));
+    assert_message(&m, Some(3), &["`vortex`", "expected a table"]);
+    // And it is a top-level key now.
+    let m = error(&edit(3, "solver = \"fmm\""));
+    assert_message(&m, Some(3), &["unknown key `solver`", "spectral, vortex"]);
 }

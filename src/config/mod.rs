@@ -2,8 +2,9 @@
 //!
 //! A case file describes one run: the fluid ([`Flow`]), the initial field ([`InitialCondition`]),
 //! the time span and step ([`TimeControl`]), what to write and when ([`OutputControl`],
-//! [`CheckpointControl`]) and the pseudo-spectral reference grid ([`SpectralConfig`]).
-//! `cases/README.md` documents every key.
+//! [`CheckpointControl`]), the pseudo-spectral reference grid ([`SpectralConfig`]) and,
+//! optionally, the vortex particle solver ([`VortexConfig`]). `cases/README.md` documents every
+//! key.
 //!
 //! Parsing is strict: unknown keys, wrong types and values out of range are rejected with a
 //! message that names the file, the line, the dotted key and what is allowed. The case files
@@ -34,6 +35,9 @@ pub struct Case {
     pub checkpoint: CheckpointControl,
     /// Section `[spectral]`.
     pub spectral: SpectralConfig,
+    /// Section `[vortex]` (optional): the vortex particle solver; `None` when the section is
+    /// absent.
+    pub vortex: Option<VortexConfig>,
 }
 
 /// Section `[flow]`: the fluid.
@@ -158,6 +162,166 @@ impl Dealias {
 impl std::fmt::Display for Dealias {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Section `[vortex]`: the vortex particle solver (PHYSICS.md §2–3). It steps with the `[time]`
+/// step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VortexConfig {
+    /// `n`: particles per dimension; they start at the nodes of the n³ lattice on [-π, π)³,
+    /// spacing h = 2π/n. Even, 8 ≤ n ≤ 512; default `spectral.n`.
+    pub n: usize,
+    /// `overlap`: core radius over lattice spacing, σ0 = overlap · h; in (0, 3]; default 1.
+    pub overlap: f64,
+    /// `stretching`: `"classical"` (default) or `"transposed"`.
+    pub stretching: crate::kernel::StretchingScheme,
+    /// `reinit_every`: steps between RBF reinitialisations, ≥ 1 (default 10); `None` for
+    /// `"never"`.
+    pub reinit_every: Option<u64>,
+    /// `rbf`, `rbf_tolerance`, `rbf_max_iterations`: how reinitialisation solves for the
+    /// strengths; default conjugate gradients to 1e-8 in at most 200 iterations.
+    pub rbf: RbfConfig,
+    /// `evaluator`: the Biot–Savart summation; default `"ewald"`.
+    pub evaluator: EvaluatorKind,
+    /// `accuracy`: requested relative accuracy of the periodic evaluator; in [1e-12, 1e-2];
+    /// default 1e-6.
+    pub accuracy: f64,
+    /// `backend`: where the summation runs; default `"auto"`.
+    pub backend: Backend,
+    /// `snapshot_every_steps` / `snapshot_every_time`: how often the particles are written;
+    /// `None` (the default): never.
+    pub snapshots: Option<Cadence>,
+}
+
+impl VortexConfig {
+    /// Default `overlap`.
+    pub const DEFAULT_OVERLAP: f64 = 1.0;
+    /// Default `reinit_every`.
+    pub const DEFAULT_REINIT_EVERY: u64 = 10;
+    /// Default `accuracy`.
+    pub const DEFAULT_ACCURACY: f64 = 1e-6;
+
+    /// The settings of an empty `[vortex]` section on an n³ lattice (n = `spectral.n` in a case
+    /// file): every other key at its default.
+    pub fn with_defaults(n: usize) -> VortexConfig {
+        VortexConfig {
+            n,
+            overlap: Self::DEFAULT_OVERLAP,
+            stretching: crate::kernel::StretchingScheme::Classical,
+            reinit_every: Some(Self::DEFAULT_REINIT_EVERY),
+            rbf: RbfConfig::DEFAULT,
+            evaluator: EvaluatorKind::Ewald,
+            accuracy: Self::DEFAULT_ACCURACY,
+            backend: Backend::Auto,
+            snapshots: None,
+        }
+    }
+
+    /// Lattice spacing h = 2π/n.
+    pub fn spacing(&self) -> f64 {
+        std::f64::consts::TAU / self.n as f64
+    }
+
+    /// Initial (and post-reinitialisation) core radius σ0 = overlap · h.
+    pub fn sigma0(&self) -> f64 {
+        self.overlap * self.spacing()
+    }
+}
+
+/// How reinitialisation solves Σ_j β_j ζ_σ0(x_i − x_j) = ω_h(x_i) for the strengths.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RbfConfig {
+    /// `rbf = "exact"`: by FFT on the periodic lattice.
+    Exact,
+    /// `rbf = "cg"`: conjugate gradients.
+    ConjugateGradient {
+        /// `rbf_tolerance`: relative residual; in (0, 1e-2]; default 1e-8.
+        tolerance: f64,
+        /// `rbf_max_iterations`: iteration cap; ≥ 1; default 200.
+        max_iterations: usize,
+    },
+}
+
+impl RbfConfig {
+    /// Default `rbf_tolerance`.
+    pub const DEFAULT_TOLERANCE: f64 = 1e-8;
+    /// Default `rbf_max_iterations`.
+    pub const DEFAULT_MAX_ITERATIONS: usize = 200;
+    /// The default: conjugate gradients to a relative residual of 1e-8, at most 200 iterations.
+    pub const DEFAULT: RbfConfig = RbfConfig::ConjugateGradient {
+        tolerance: Self::DEFAULT_TOLERANCE,
+        max_iterations: Self::DEFAULT_MAX_ITERATIONS,
+    };
+
+    /// The TOML spelling of `rbf`: `"exact"` or `"cg"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RbfConfig::Exact => "exact",
+            RbfConfig::ConjugateGradient { .. } => "cg",
+        }
+    }
+}
+
+/// Which Biot–Savart summation the vortex solver uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EvaluatorKind {
+    /// `"direct"`: all pairs.
+    Direct,
+    /// `"ewald"`: Ewald splitting, short-range pairs plus a particle-mesh Fourier part (the
+    /// default for the periodic box).
+    Ewald,
+}
+
+impl EvaluatorKind {
+    /// The TOML spelling: `"direct"` or `"ewald"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EvaluatorKind::Direct => "direct",
+            EvaluatorKind::Ewald => "ewald",
+        }
+    }
+}
+
+impl std::fmt::Display for EvaluatorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where the summation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// `"auto"`: a GPU when one is usable, otherwise the CPU.
+    Auto,
+    /// `"cpu"`.
+    Cpu,
+    /// `"cuda"`: an NVIDIA GPU (an error when none is usable).
+    Cuda,
+}
+
+impl Backend {
+    /// The TOML spelling: `"auto"`, `"cpu"` or `"cuda"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::Cpu => "cpu",
+            Backend::Cuda => "cuda",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The TOML spelling of a stretching scheme (`vortex.stretching`).
+fn stretching_str(scheme: crate::kernel::StretchingScheme) -> &'static str {
+    match scheme {
+        crate::kernel::StretchingScheme::Classical => "classical",
+        crate::kernel::StretchingScheme::Transposed => "transposed",
     }
 }
 
@@ -322,7 +486,7 @@ impl Case {
         }
 
         let _ = writeln!(s, "\n[output]");
-        write_cadence(&mut s, self.output.cadence);
+        write_cadence(&mut s, "", self.output.cadence);
         let _ = writeln!(
             s,
             "spectra_times = {}",
@@ -330,7 +494,7 @@ impl Case {
         );
 
         let _ = writeln!(s, "\n[checkpoint]");
-        write_cadence(&mut s, self.checkpoint.cadence);
+        write_cadence(&mut s, "", self.checkpoint.cadence);
         let _ = writeln!(s, "keep = {}", self.checkpoint.keep);
 
         let _ = writeln!(
@@ -339,14 +503,40 @@ impl Case {
             self.spectral.n,
             self.spectral.dealias.as_str()
         );
+
+        if let Some(v) = &self.vortex {
+            let _ = writeln!(s, "\n[vortex]\nn = {}", v.n);
+            let _ = writeln!(s, "overlap = {}", toml_f64(v.overlap));
+            let _ = writeln!(s, "stretching = \"{}\"", stretching_str(v.stretching));
+            let _ = match v.reinit_every {
+                Some(k) => writeln!(s, "reinit_every = {k}"),
+                None => writeln!(s, "reinit_every = \"never\""),
+            };
+            let _ = writeln!(s, "rbf = \"{}\"", v.rbf.as_str());
+            if let RbfConfig::ConjugateGradient {
+                tolerance,
+                max_iterations,
+            } = v.rbf
+            {
+                let _ = writeln!(s, "rbf_tolerance = {}", toml_f64(tolerance));
+                let _ = writeln!(s, "rbf_max_iterations = {max_iterations}");
+            }
+            let _ = writeln!(s, "evaluator = \"{}\"", v.evaluator.as_str());
+            let _ = writeln!(s, "accuracy = {}", toml_f64(v.accuracy));
+            let _ = writeln!(s, "backend = \"{}\"", v.backend.as_str());
+            if let Some(cadence) = v.snapshots {
+                write_cadence(&mut s, "snapshot_", cadence);
+            }
+        }
         s
     }
 }
 
-fn write_cadence(s: &mut String, cadence: Cadence) {
+/// `{prefix}every_steps = N` or `{prefix}every_time = T`.
+fn write_cadence(s: &mut String, prefix: &str, cadence: Cadence) {
     let _ = match cadence {
-        Cadence::Steps(n) => writeln!(s, "every_steps = {n}"),
-        Cadence::Time(t) => writeln!(s, "every_time = {}", toml_f64(t)),
+        Cadence::Steps(n) => writeln!(s, "{prefix}every_steps = {n}"),
+        Cadence::Time(t) => writeln!(s, "{prefix}every_time = {}", toml_f64(t)),
     };
 }
 

@@ -9,9 +9,11 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use super::{
-    Cadence, Case, CaseError, CheckpointControl, Dealias, Flow, InitialCondition, OutputControl,
-    SpectralConfig, TimeControl, TimeStep,
+    Backend, Cadence, Case, CaseError, CheckpointControl, Dealias, EvaluatorKind, Flow,
+    InitialCondition, OutputControl, RbfConfig, SpectralConfig, TimeControl, TimeStep,
+    VortexConfig,
 };
+use crate::kernel::StretchingScheme;
 
 type Value<'i> = Spanned<DeValue<'i>>;
 
@@ -24,10 +26,16 @@ const TOP_KEYS: &[&str] = &[
     "output",
     "checkpoint",
     "spectral",
+    "vortex",
 ];
 const KINDS: &str = r#"must be one of "taylor-green", "isotropic", "shear-wave""#;
 const N_MIN: i64 = 8;
 const N_MAX: i64 = 2048;
+/// Largest particle lattice (particles per dimension) in `[vortex]`.
+const VORTEX_N_MAX: i64 = 512;
+const OVERLAP_MAX: f64 = 3.0;
+const RBF_TOLERANCE_MAX: f64 = 1e-2;
+const ACCURACY_RANGE: (f64, f64) = (1e-12, 1e-2);
 const CFL_MAX: f64 = 2.5;
 /// Relative tolerance of the polarisation ⟂ wavevector check.
 const PERP_TOL: f64 = 1e-12;
@@ -236,6 +244,26 @@ impl<'a, 'i> Section<'a, 'i> {
         }
     }
 
+    /// A string that must be one of `options` (TOML spelling, value); `default` when absent.
+    fn choice<T: Copy>(
+        &self,
+        doc: &Doc,
+        key: &str,
+        options: &[(&str, T)],
+        default: T,
+    ) -> Result<T, CaseError> {
+        let spellings: Vec<String> = options.iter().map(|(s, _)| format!("\"{s}\"")).collect();
+        let allowed = format!("must be one of {}", spellings.join(", "));
+        let Some(item) = self.string(doc, key, &allowed)? else {
+            return Ok(default);
+        };
+        options
+            .iter()
+            .find(|(s, _)| *s == item.value)
+            .map(|&(_, value)| value)
+            .ok_or_else(|| item.fail(doc, &allowed))
+    }
+
     /// An array of numbers; `len` fixes its length.
     fn numbers(
         &self,
@@ -410,6 +438,7 @@ pub(super) fn parse_case(text: &str, origin: &str, default_name: &str) -> Result
     let initial = parse_initial(&doc, &section(&doc, root, "initial")?, &spectral)?;
     let output = parse_output(&doc, &section(&doc, root, "output")?, time.t_end)?;
     let checkpoint = parse_checkpoint(&doc, &section(&doc, root, "checkpoint")?, time.t_end)?;
+    let vortex = parse_vortex(&doc, &section(&doc, root, "vortex")?, &spectral)?;
 
     Ok(Case {
         name,
@@ -420,6 +449,7 @@ pub(super) fn parse_case(text: &str, origin: &str, default_name: &str) -> Result
         output,
         checkpoint,
         spectral,
+        vortex,
     })
 }
 
@@ -696,29 +726,40 @@ fn default_polarisation(k: [i64; 3]) -> [f64; 3] {
 }
 
 fn parse_cadence(doc: &Doc, sec: &Section, default: Cadence) -> Result<Cadence, CaseError> {
+    Ok(parse_cadence_keys(doc, sec, "every_steps", "every_time")?.unwrap_or(default))
+}
+
+/// The cadence given by at most one of `steps_key` (every N steps) and `time_key` (every T
+/// time units); `None` when neither is given.
+fn parse_cadence_keys(
+    doc: &Doc,
+    sec: &Section,
+    steps_key: &str,
+    time_key: &str,
+) -> Result<Option<Cadence>, CaseError> {
     const STEPS: &str = "must be an integer ≥ 1";
     const TIME: &str = "must be a finite number > 0";
-    let steps = sec.integer(doc, "every_steps", STEPS)?;
-    let time = sec.number(doc, "every_time", TIME)?;
+    let steps = sec.integer(doc, steps_key, STEPS)?;
+    let time = sec.number(doc, time_key, TIME)?;
     match (steps, time) {
         (Some(s), Some(t)) => Err(doc.error(
             Some(s.line.max(t.line)),
             sec.name,
             format!(
-                "[{}]: give at most one of `every_steps` (every N steps) or `every_time` \
+                "[{}]: give at most one of `{steps_key}` (every N steps) or `{time_key}` \
                  (every T time units), not both",
                 sec.name
             ),
         )),
         (Some(s), None) => {
             s.require(doc, s.value >= 1, STEPS)?;
-            Ok(Cadence::Steps(s.value as u64))
+            Ok(Some(Cadence::Steps(s.value as u64)))
         }
         (None, Some(t)) => {
             t.require(doc, t.value.is_finite() && t.value > 0.0, TIME)?;
-            Ok(Cadence::Time(t.value))
+            Ok(Some(Cadence::Time(t.value)))
         }
-        (None, None) => Ok(default),
+        (None, None) => Ok(None),
     }
 }
 
@@ -769,4 +810,196 @@ fn parse_checkpoint(doc: &Doc, sec: &Section, t_end: f64) -> Result<CheckpointCo
         }
     };
     Ok(CheckpointControl { cadence, keep })
+}
+
+const VORTEX_KEYS: &[&str] = &[
+    "n",
+    "overlap",
+    "stretching",
+    "reinit_every",
+    "rbf",
+    "rbf_tolerance",
+    "rbf_max_iterations",
+    "evaluator",
+    "accuracy",
+    "backend",
+    "snapshot_every_steps",
+    "snapshot_every_time",
+];
+
+/// The optional `[vortex]` section: `None` when absent, otherwise every default filled in.
+fn parse_vortex(
+    doc: &Doc,
+    sec: &Section,
+    spectral: &SpectralConfig,
+) -> Result<Option<VortexConfig>, CaseError> {
+    const N: &str = "particles per dimension: must be an even integer ≥ 8 and ≤ 512";
+    const OVERLAP: &str =
+        "core radius over lattice spacing (σ0 = overlap · h): must be a number > 0 and ≤ 3";
+    const REINIT: &str =
+        r#"steps between reinitialisations: must be an integer ≥ 1 or the string "never""#;
+    const TOLERANCE: &str =
+        "relative residual of the conjugate-gradient solve: must be a number > 0 and ≤ 1e-2";
+    const MAX_ITERATIONS: &str =
+        "iteration cap of the conjugate-gradient solve: must be an integer ≥ 1";
+    const ACCURACY: &str = "requested relative accuracy of the periodic evaluator: must be a \
+                            number ≥ 1e-12 and ≤ 1e-2";
+    const ONLY_CG: &str = "only allowed with `vortex.rbf` = \"cg\" (conjugate gradients); with \
+                           rbf = \"exact\" leave it out";
+    if sec.table.is_none() {
+        return Ok(None);
+    }
+    sec.check_keys(doc, VORTEX_KEYS, "")?;
+    let defaults = VortexConfig::with_defaults(spectral.n);
+    let valid_n = |n: i64| n % 2 == 0 && (N_MIN..=VORTEX_N_MAX).contains(&n);
+
+    let n = match sec.integer(doc, "n", N)? {
+        Some(n) => {
+            n.require(doc, valid_n(n.value), N)?;
+            // 8 ≤ n ≤ 512: the conversion is exact.
+            n.value as usize
+        }
+        None => {
+            if !valid_n(spectral.n as i64) {
+                let path = sec.path("n");
+                return Err(doc.error(
+                    sec.line,
+                    &path,
+                    format!(
+                        "missing key `{path}`: its default, spectral.n = {}, is too large for \
+                         the particles; {N}",
+                        spectral.n
+                    ),
+                ));
+            }
+            defaults.n
+        }
+    };
+
+    let overlap = match sec.number(doc, "overlap", OVERLAP)? {
+        Some(o) => {
+            o.require(doc, o.value > 0.0 && o.value <= OVERLAP_MAX, OVERLAP)?;
+            o.value
+        }
+        None => defaults.overlap,
+    };
+
+    let stretching = sec.choice(
+        doc,
+        "stretching",
+        &[
+            ("classical", StretchingScheme::Classical),
+            ("transposed", StretchingScheme::Transposed),
+        ],
+        defaults.stretching,
+    )?;
+
+    let reinit_every = match sec.get("reinit_every") {
+        // A string ("never") or a wrong type; integers are read below.
+        Some(v) if !matches!(v.get_ref(), DeValue::Integer(_)) => match v.get_ref() {
+            DeValue::String(s) if s.as_ref() == "never" => None,
+            DeValue::String(_) => {
+                return Err(sec.item(doc, "reinit_every", v, ()).fail(doc, REINIT));
+            }
+            _ => {
+                return Err(sec.type_error(
+                    doc,
+                    "reinit_every",
+                    v,
+                    r#"an integer or the string "never""#,
+                    REINIT,
+                ));
+            }
+        },
+        _ => match sec.integer(doc, "reinit_every", REINIT)? {
+            Some(k) => {
+                k.require(doc, k.value >= 1, REINIT)?;
+                Some(k.value as u64)
+            }
+            None => defaults.reinit_every,
+        },
+    };
+
+    let exact = sec.choice(doc, "rbf", &[("cg", false), ("exact", true)], false)?;
+    let tolerance = sec.number(doc, "rbf_tolerance", TOLERANCE)?;
+    let max_iterations = sec.integer(doc, "rbf_max_iterations", MAX_ITERATIONS)?;
+    let rbf = if exact {
+        // The first of the CG-only keys in the file is reported.
+        let conflicts = [
+            tolerance.map(|t| (t.line, t.fail(doc, ONLY_CG))),
+            max_iterations.map(|m| (m.line, m.fail(doc, ONLY_CG))),
+        ];
+        if let Some((_, e)) = conflicts
+            .into_iter()
+            .flatten()
+            .min_by_key(|(line, _)| *line)
+        {
+            return Err(e);
+        }
+        RbfConfig::Exact
+    } else {
+        let tolerance = match tolerance {
+            Some(t) => {
+                t.require(
+                    doc,
+                    t.value > 0.0 && t.value <= RBF_TOLERANCE_MAX,
+                    TOLERANCE,
+                )?;
+                t.value
+            }
+            None => RbfConfig::DEFAULT_TOLERANCE,
+        };
+        let max_iterations = match max_iterations {
+            Some(m) => {
+                m.require(doc, m.value >= 1, MAX_ITERATIONS)?;
+                usize::try_from(m.value).map_err(|_| m.fail(doc, MAX_ITERATIONS))?
+            }
+            None => RbfConfig::DEFAULT_MAX_ITERATIONS,
+        };
+        RbfConfig::ConjugateGradient {
+            tolerance,
+            max_iterations,
+        }
+    };
+
+    let evaluator = sec.choice(
+        doc,
+        "evaluator",
+        &[
+            ("direct", EvaluatorKind::Direct),
+            ("ewald", EvaluatorKind::Ewald),
+        ],
+        defaults.evaluator,
+    )?;
+    let accuracy = match sec.number(doc, "accuracy", ACCURACY)? {
+        Some(a) => {
+            let (lo, hi) = ACCURACY_RANGE;
+            a.require(doc, (lo..=hi).contains(&a.value), ACCURACY)?;
+            a.value
+        }
+        None => defaults.accuracy,
+    };
+    let backend = sec.choice(
+        doc,
+        "backend",
+        &[
+            ("auto", Backend::Auto),
+            ("cpu", Backend::Cpu),
+            ("cuda", Backend::Cuda),
+        ],
+        defaults.backend,
+    )?;
+    let snapshots = parse_cadence_keys(doc, sec, "snapshot_every_steps", "snapshot_every_time")?;
+
+    Ok(Some(VortexConfig {
+        n,
+        overlap,
+        stretching,
+        reinit_every,
+        rbf,
+        evaluator,
+        accuracy,
+        backend,
+        snapshots,
+    }))
 }

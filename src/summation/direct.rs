@@ -123,9 +123,7 @@ impl Summation for DirectFreeSpace {
                             + (xi[1] - y[1]).powi(2)
                             + (xi[2] - y[2]).powi(2);
                         let z = gaussian_zeta(r2, s.sigma[q]);
-                        for c in 0..3 {
-                            acc[c] += s.alpha[q][c] * z;
-                        }
+                        add(&mut acc, &s.alpha[q].map(|a| a * z));
                     }
                     *wi = acc;
                 }

@@ -62,6 +62,12 @@ pub enum VortexError {
     ReinitNeedsPeriodicBox,
 }
 
+/// Velocity and stretching at the particles.
+pub type Derivatives<'a> = (&'a [[f64; 3]], &'a [[f64; 3]]);
+
+/// An array of a checkpoint: name, shape, values (C order).
+pub type NamedArray = (String, Vec<usize>, Vec<f64>);
+
 /// Scalars of the stepper's state saved with a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct VortexClock {
@@ -126,7 +132,7 @@ impl VortexSolver {
     }
 
     /// Velocity and stretching at the particles (the instantaneous f64 values at this state).
-    pub fn derivatives(&mut self) -> Result<(&[[f64; 3]], &[[f64; 3]]), VortexError> {
+    pub fn derivatives(&mut self) -> Result<Derivatives<'_>, VortexError> {
         let p = &self.particles;
         self.evaluator.evaluate(
             &Sources::of(p),
@@ -217,7 +223,7 @@ impl VortexSolver {
     /// The exact solver state for a checkpoint: arrays (name, shape, values) and scalars.
     /// Restoring it with [`VortexSolver::restore_state`] continues the run bit for bit (the AB2
     /// history and the reinitialisation counter included).
-    pub fn state_arrays(&self) -> (Vec<(String, Vec<usize>, Vec<f64>)>, VortexClock) {
+    pub fn state_arrays(&self) -> (Vec<NamedArray>, VortexClock) {
         let p = &self.particles;
         let n = p.len();
         let flat = |v: &[[f64; 3]]| v.iter().flatten().copied().collect::<Vec<f64>>();
