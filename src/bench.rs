@@ -121,3 +121,101 @@ pub fn bench_spectral(
     }
     Ok(rows)
 }
+
+/// One row of `vpm bench direct`.
+#[derive(Debug, Clone, Serialize)]
+pub struct DirectBenchRow {
+    pub n: usize,
+    /// Median seconds of one all-pairs velocity evaluation (n targets, n sources).
+    pub seconds_velocity: f64,
+    /// Median seconds of one velocity + classical stretching evaluation.
+    pub seconds_velocity_stretching: f64,
+    /// Pair interactions per second, velocity only.
+    pub interactions_per_second_velocity: f64,
+    /// Pair interactions per second, velocity + stretching.
+    pub interactions_per_second_velocity_stretching: f64,
+    pub repeats: usize,
+}
+
+/// Times the CPU all-pairs evaluator on n particles uniform in [−π, π]^3 with σ = 2π/n^{1/3} and
+/// random strengths (fresh for each size).
+pub fn bench_direct(
+    sizes: &[usize],
+    repeats: usize,
+    json: Option<&Path>,
+) -> Result<Vec<DirectBenchRow>> {
+    use crate::kernel::StretchingScheme;
+    use crate::particles::ParticleSet;
+    use crate::summation::direct::DirectFreeSpace;
+    use crate::summation::{Evaluation, Extra, Sources, Summation};
+    use rand::{Rng, SeedableRng};
+    let threads = rayon::current_num_threads();
+    let cpu = cpu_model();
+    println!(
+        "vpm bench direct (CPU, f64): {cpu}, {threads} threads, median of {repeats} after warm-up"
+    );
+    println!(
+        "{:>9} {:>12} {:>16} {:>12} {:>18}",
+        "N", "s velocity", "pairs/s velocity", "s vel+str", "pairs/s vel+str"
+    );
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xbe7c ^ n as u64);
+        let sigma = std::f64::consts::TAU / (n as f64).cbrt();
+        let mut p = ParticleSet::with_capacity(n);
+        for _ in 0..n {
+            let x = std::array::from_fn(|_| {
+                rng.random_range(-std::f64::consts::PI..std::f64::consts::PI)
+            });
+            let a = std::array::from_fn(|_| rng.random_range(-1.0..1.0));
+            p.push(x, a, sigma);
+        }
+        let mut ev = DirectFreeSpace;
+        let mut out = Evaluation::default();
+        let mut time = |extra: Extra| -> Result<f64> {
+            ev.evaluate(&Sources::of(&p), &p.x, extra, &mut out)?; // warm-up
+            let mut t = Vec::new();
+            for _ in 0..repeats.max(1) {
+                let s = Instant::now();
+                ev.evaluate(&Sources::of(&p), &p.x, extra, &mut out)?;
+                t.push(s.elapsed().as_secs_f64());
+            }
+            Ok(median(t))
+        };
+        let tv = time(Extra::None)?;
+        let ts = time(Extra::Stretching {
+            alpha: &p.alpha,
+            scheme: StretchingScheme::Classical,
+        })?;
+        let pairs = (n * n) as f64;
+        let row = DirectBenchRow {
+            n,
+            seconds_velocity: tv,
+            seconds_velocity_stretching: ts,
+            interactions_per_second_velocity: pairs / tv,
+            interactions_per_second_velocity_stretching: pairs / ts,
+            repeats,
+        };
+        println!(
+            "{:>9} {:>12.4} {:>16.3e} {:>12.4} {:>18.3e}",
+            n,
+            tv,
+            row.interactions_per_second_velocity,
+            ts,
+            row.interactions_per_second_velocity_stretching
+        );
+        rows.push(row);
+    }
+    if let Some(path) = json {
+        let report = serde_json::json!({
+            "benchmark": "direct",
+            "cpu": cpu,
+            "threads": threads,
+            "vpm_version": env!("CARGO_PKG_VERSION"),
+            "rows": rows,
+        });
+        write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
+        println!("wrote {}", path.display());
+    }
+    Ok(rows)
+}

@@ -69,6 +69,24 @@ pub struct ResumeArgs {
 pub enum BenchCommand {
     /// Milliseconds per RK4 step and per 3-D transform of the pseudo-spectral solver.
     Spectral(BenchSpectralArgs),
+    /// Pair interactions per second of the CPU all-pairs Biot–Savart evaluator.
+    Direct(BenchDirectArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchDirectArgs {
+    /// Particle counts (comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "1024,4096,16384")]
+    pub n: Vec<usize>,
+    /// Timed repetitions per measurement (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -140,6 +140,14 @@ fn run(cli: Cli) -> Result<()> {
             vpm::bench::bench_spectral(&a.n, &rules, a.repeats, a.json.as_deref())?;
             Ok(())
         }
+        Command::Bench(BenchCommand::Direct(a)) => {
+            set_threads(a.threads)?;
+            if let Some(n) = a.n.iter().find(|&&n| n == 0) {
+                bail!("--n {n}: particle counts must be at least 1");
+            }
+            vpm::bench::bench_direct(&a.n, a.repeats, a.json.as_deref())?;
+            Ok(())
+        }
     }
 }
 

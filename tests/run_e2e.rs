@@ -935,3 +935,69 @@ fn logs_to_a_pipe_have_no_colour_codes() {
     assert!(err.contains("dropping"), "expected the INFO line:\n{err}");
     assert!(!err.contains('\u{1b}'), "escape codes on a pipe:\n{err:?}");
 }
+
+/// `vpm bench spectral` and `vpm bench direct` print a table that names the hardware and write
+/// JSON with one row per size.
+#[test]
+fn benchmarks_print_a_table_and_write_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let spectral = dir.path().join("spectral.json");
+    let out = run(&[
+        "bench",
+        "spectral",
+        "--n",
+        "8,16",
+        "--dealias",
+        "2/3",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        spectral.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ms / RK4 step") && text.contains("1 threads"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&spectral).unwrap()).unwrap();
+    assert_eq!(json["rows"].as_array().unwrap().len(), 2);
+    assert!(json["rows"][1]["ms_per_rk4_step"].as_f64().unwrap() > 0.0);
+    assert!(!json["cpu"].as_str().unwrap().is_empty());
+
+    let direct = dir.path().join("direct.json");
+    let out = run(&[
+        "bench",
+        "direct",
+        "--n",
+        "64,128",
+        "--repeats",
+        "1",
+        "--threads",
+        "2",
+        "--json",
+        direct.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&direct).unwrap()).unwrap();
+    let rows = json["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(
+        rows[0]["interactions_per_second_velocity_stretching"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+}
