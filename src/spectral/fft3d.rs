@@ -1,39 +1,70 @@
-//! Parallel 3-D real-to-complex transforms between an M^3 physical grid and the retained modes of
-//! a [`ModeLayout`] (|k_x|, |k_y|, k_z ≤ K with 2K < M).
+//! Parallel 3-D real transforms between an M^3 physical grid and the retained modes of a
+//! [`ModeLayout`] (|k_x|, |k_y|, k_z ≤ K with 2K < M), and a fused pipeline that evaluates a
+//! pointwise function of several fields without storing any field on the M^3 grid.
 //!
 //! Normalisation follows PHYSICS.md §6: `forward` returns û with u(x) = Σ_k û(k) e^{ik·x}
 //! (the DFT divided by M^3), `inverse` evaluates that sum at the M^3 nodes. With M = N this is the
 //! plain transform of an N^3 field; with M = 3N/2 and K < N/2 it is the padded transform of the
 //! 3/2 rule.
 //!
-//! The transform is done axis by axis with 1-D FFTs on contiguous lines (rustfft / realfft):
-//! - inverse: x lines for each retained (k_y, k_z), then y lines for each (x, k_z ≤ K), then
-//!   complex-to-real z lines for each (x, y);
-//! - forward: the same in reverse order.
+//! The transform is done axis by axis with 1-D complex FFTs (rustfft) on contiguous lines:
+//! - inverse: x lines for each retained (k_y, k_z), stored in a mixed-space buffer
+//!   `[k_y][x][field][k_z]`; then, one x plane per task, y lines for each k_z ≤ K, then z;
+//! - forward: the same in reverse order, one x plane per task down to a mixed-space buffer
+//!   `[x][k_y][field][k_z]`, then x lines for each retained (k_y, k_z).
+//!
+//! The z direction is real: two real z lines (rows y and y + 1 of a plane) share one complex FFT
+//! of length M. The inverse builds Z = A + iB from the half spectra A, B of the two rows
+//! (extended to k_z < 0 by conjugation), so that the real and imaginary parts of the transform of
+//! Z are the two rows; the forward transforms p + iq and separates the half spectra again,
+//! 2P_k = Z_k + conj Z_{−k} and 2Q_k = −i (Z_k − conj Z_{−k}), for k_z ≤ K only. Rows are taken
+//! four at a time so that the strided half spectra are read and written a cache line at a time.
+//!
+//! [`Fft3d::apply_pointwise`] fuses inverse transforms, a pointwise function and forward
+//! transforms (see [`Pointwise`]): the inputs are computed from the stored modes while they are
+//! gathered for the x pass; each x-plane task takes its inputs through the y and z passes,
+//! applies the function to four rows at a time while they are in cache, and takes the results
+//! back through the z and y passes; the last x pass maps every output mode (the solver's
+//! projection) as it is stored. No field exists on the M^3 grid at any time.
 //!
 //! Lines whose input is entirely zero padding are never transformed, and only retained modes
 //! are written back, which is what makes the 2/3 truncation exact and the 3/2 rule cheap.
-//! Strided axes are handled by small blocked transposes into per-thread scratch, planes are
-//! handed to rayon as disjoint chunks, and each 1-D line is transformed independently of how work
-//! is split, so the results are bit-identical for any number of threads.
+//! Strided axes are handled by blocked transposes into per-thread scratch, work is handed to
+//! rayon as disjoint blocks, and each 1-D line is transformed independently of how work is split,
+//! so the results are bit-identical for any number of threads.
 
 use super::layout::ModeLayout;
 use num_complex::Complex64;
 use rayon::prelude::*;
-use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
 use rustfft::{Fft, FftPlanner};
 use std::cell::RefCell;
 use std::sync::Arc;
 
 const ZERO: Complex64 = Complex64 { re: 0.0, im: 0.0 };
 
+/// Rows (real z lines) handled together: two complex FFTs of two rows each.
+const GROUP: usize = 4;
+
+/// A pointwise operation for [`Fft3d::apply_pointwise`]: NIN real input fields, given by their
+/// retained modes, to NOUT real output fields, returned as their retained modes.
+pub trait Pointwise<const NIN: usize, const NOUT: usize>: Sync {
+    /// Coefficients of the input fields at stored mode `index`, wavevector `k` (called once
+    /// per mode; derived fields such as a curl need no storage).
+    fn input(&self, index: usize, k: [i64; 3]) -> [Complex64; NIN];
+
+    /// Output values at one node of the M^3 grid from the input values there, and a scalar
+    /// whose maximum over all nodes `apply_pointwise` returns. Nodes come in an unspecified
+    /// order, so this must be a pure function of its argument.
+    fn point(&self, v: &[f64; NIN]) -> ([f64; NOUT], f64);
+}
+
 /// Per-thread scratch, grown on first use and reused by every later transform on that thread.
 #[derive(Default)]
 struct Scratch {
-    /// One y–z plane in mixed space: M × (M/2 + 1).
-    plane: Vec<Complex64>,
-    /// Lines gathered for a 1-D FFT pass: (K + 1) × M.
+    /// Lines gathered for a 1-D FFT pass, `[field][k_z][M]`.
     lines: Vec<Complex64>,
+    /// Complex rows of length M holding two real z lines each, `[field][pair][M]`.
+    rows: Vec<Complex64>,
     /// Scratch of the 1-D FFT implementations.
     fft: Vec<Complex64>,
 }
@@ -48,18 +79,252 @@ fn grow(v: &mut Vec<Complex64>, len: usize) {
     }
 }
 
+/// Runs `f` on this thread's scratch cut to the given lengths. `f` must not start parallel
+/// work (a task stolen by this thread would find the scratch borrowed).
+fn with_scratch<R>(
+    lines: usize,
+    rows: usize,
+    fft: usize,
+    f: impl FnOnce(&mut [Complex64], &mut [Complex64], &mut [Complex64]) -> R,
+) -> R {
+    SCRATCH.with(|s| {
+        let s = &mut *s.borrow_mut();
+        grow(&mut s.lines, lines);
+        grow(&mut s.rows, rows);
+        grow(&mut s.fft, fft);
+        f(
+            &mut s.lines[..lines],
+            &mut s.rows[..rows],
+            &mut s.fft[..fft],
+        )
+    })
+}
+
+/// The real and imaginary parts of complex numbers as one f64 slice (re, im, re, im, …).
+fn as_f64(z: &[Complex64]) -> &[f64] {
+    // SAFETY: `Complex<f64>` is `#[repr(C)]` with fields `re: f64, im: f64` (num-complex
+    // documents and relies on this layout), so `z.len()` of them occupy exactly `2 * z.len()`
+    // f64s at the same address with the same alignment; the borrow is carried over unchanged.
+    unsafe { std::slice::from_raw_parts(z.as_ptr().cast::<f64>(), 2 * z.len()) }
+}
+
+/// Mutable form of [`as_f64`].
+fn as_f64_mut(z: &mut [Complex64]) -> &mut [f64] {
+    // SAFETY: as in `as_f64`; the exclusive borrow of `z` becomes the exclusive borrow of the
+    // result, and every f64 bit pattern is a valid part of a complex number.
+    unsafe { std::slice::from_raw_parts_mut(z.as_mut_ptr().cast::<f64>(), 2 * z.len()) }
+}
+
+/// dst[c·ds + r] = map(src[r·ss + c]) for r < rows, c < cols, in 4 × 4 tiles so that both sides
+/// are walked a cache line at a time.
+#[inline]
+fn transpose(
+    src: &[Complex64],
+    ss: usize,
+    dst: &mut [Complex64],
+    ds: usize,
+    rows: usize,
+    cols: usize,
+    map: impl Fn(Complex64) -> Complex64,
+) {
+    const T: usize = 4;
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!(src.len() >= (rows - 1) * ss + cols && dst.len() >= (cols - 1) * ds + rows);
+    let (rt, ct) = (rows - rows % T, cols - cols % T);
+    for r0 in (0..rt).step_by(T) {
+        for c0 in (0..ct).step_by(T) {
+            let mut tile = [[ZERO; T]; T];
+            for (i, t) in tile.iter_mut().enumerate() {
+                t.copy_from_slice(&src[(r0 + i) * ss + c0..(r0 + i) * ss + c0 + T]);
+            }
+            for j in 0..T {
+                let d = &mut dst[(c0 + j) * ds + r0..(c0 + j) * ds + r0 + T];
+                for i in 0..T {
+                    d[i] = map(tile[i][j]);
+                }
+            }
+        }
+        for c in ct..cols {
+            for r in r0..r0 + T {
+                dst[c * ds + r] = map(src[r * ss + c]);
+            }
+        }
+    }
+    for r in rt..rows {
+        for c in 0..cols {
+            dst[c * ds + r] = map(src[r * ss + c]);
+        }
+    }
+}
+
+/// Stores `v` in `dst` without first reading the destination's cache line (a non-temporal
+/// store on x86-64, a plain store elsewhere or when `dst` is not 16-byte aligned). For the
+/// large buffers that are written in full and read back only in a later pass: it halves their
+/// memory traffic. A task that used it must call [`stream_fence`] before it ends.
+#[inline(always)]
+fn store_stream(dst: &mut Complex64, v: Complex64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_set_pd, _mm_stream_pd};
+        let p = (dst as *mut Complex64).cast::<f64>();
+        if p as usize % 16 == 0 {
+            // SAFETY: SSE2 is part of the x86-64 baseline. `p` comes from an exclusive reference
+            // to a `Complex64` (`#[repr(C)]`, two f64s: 16 valid, writable bytes) and is 16-byte
+            // aligned, as `_mm_stream_pd` requires. Visibility to other threads is ordered by
+            // the `_mm_sfence` of `stream_fence`, which every writer task runs before it ends.
+            unsafe { _mm_stream_pd(p, _mm_set_pd(v.im, v.re)) };
+            return;
+        }
+    }
+    *dst = v;
+}
+
+/// Orders the non-temporal stores of [`store_stream`] made by this thread before its later
+/// stores (in particular rayon's completion signal), so that every other thread sees them.
+#[inline]
+fn stream_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `_mm_sfence` has no preconditions beyond SSE, part of the x86-64 baseline.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+}
+
+/// dst[c·ds + r] = map(src[r·ss + c]) like [`transpose`], but walking `dst` in order and writing
+/// it with [`store_stream`]: for destinations in large buffers, with `src` in cache.
+#[inline]
+fn transpose_stream(
+    src: &[Complex64],
+    ss: usize,
+    dst: &mut [Complex64],
+    ds: usize,
+    rows: usize,
+    cols: usize,
+    map: impl Fn(Complex64) -> Complex64,
+) {
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!(src.len() >= (rows - 1) * ss + cols && dst.len() >= (cols - 1) * ds + rows);
+    for c in 0..cols {
+        for (r, d) in dst[c * ds..c * ds + rows].iter_mut().enumerate() {
+            store_stream(d, map(src[r * ss + c]));
+        }
+    }
+}
+
+/// Splits every slice of an array at `mid`.
+fn split_all<const N: usize>(
+    a: [&mut [Complex64]; N],
+    mid: usize,
+) -> ([&mut [Complex64]; N], [&mut [Complex64]; N]) {
+    let mut right: [&mut [Complex64]; N] = std::array::from_fn(|_| Default::default());
+    let mut i = 0;
+    let left = a.map(|s| {
+        let (l, r) = s.split_at_mut(mid);
+        right[i] = r;
+        i += 1;
+        l
+    });
+    (left, right)
+}
+
+/// Calls `f(first + i, blocks_i)` in parallel for each block i of `len` elements of all the
+/// slices (which have equal lengths, a multiple of `len`).
+fn par_blocks<const N: usize>(
+    blocks: [&mut [Complex64]; N],
+    len: usize,
+    first: usize,
+    f: &(impl Fn(usize, [&mut [Complex64]; N]) + Sync),
+) {
+    let n = blocks[0].len() / len;
+    match n {
+        0 => {}
+        1 => f(first, blocks),
+        _ => {
+            let mid = n / 2;
+            let (l, r) = split_all(blocks, mid * len);
+            rayon::join(
+                || par_blocks(l, len, first, f),
+                || par_blocks(r, len, first + mid, f),
+            );
+        }
+    }
+}
+
+/// outs[g][j] = op.point(ins[·][j])[g] for every lane j; returns the maximum of the scalars
+/// (at least 0). Works on blocks of lanes held in arrays so that the compiler can keep the
+/// running maximum in registers and vectorise across lanes.
+#[inline]
+fn pointwise_lanes<const NIN: usize, const NOUT: usize>(
+    op: &impl Pointwise<NIN, NOUT>,
+    ins: [&[f64]; NIN],
+    mut outs: [&mut [f64]; NOUT],
+) -> f64 {
+    const W: usize = 4;
+    let lanes = ins[0].len();
+    let mut acc = [0.0f64; W];
+    let full = lanes - lanes % W;
+    for j0 in (0..full).step_by(W) {
+        let a: [[f64; W]; NIN] = std::array::from_fn(|f| {
+            let mut a = [0.0; W];
+            a.copy_from_slice(&ins[f][j0..j0 + W]);
+            a
+        });
+        let mut o = [[0.0f64; W]; NOUT];
+        for l in 0..W {
+            let (r, s) = op.point(&std::array::from_fn(|f| a[f][l]));
+            for g in 0..NOUT {
+                o[g][l] = r[g];
+            }
+            // Not f64::max: the plain comparison vectorises; a NaN is skipped either way.
+            if s > acc[l] {
+                acc[l] = s;
+            }
+        }
+        for (dst, src) in outs.iter_mut().zip(&o) {
+            dst[j0..j0 + W].copy_from_slice(src);
+        }
+    }
+    let mut smax = acc.into_iter().fold(0.0, f64::max);
+    for j in full..lanes {
+        let (r, s) = op.point(&std::array::from_fn(|f| ins[f][j]));
+        for (dst, v) in outs.iter_mut().zip(r) {
+            dst[j] = v;
+        }
+        smax = smax.max(s);
+    }
+    smax
+}
+
+/// The plain transforms as pointwise operations: one field in, the same field out.
+struct Identity<'a>(&'a [Complex64]);
+
+impl Pointwise<1, 1> for Identity<'_> {
+    #[inline]
+    fn input(&self, index: usize, _k: [i64; 3]) -> [Complex64; 1] {
+        [self.0[index]]
+    }
+    #[inline]
+    fn point(&self, v: &[f64; 1]) -> ([f64; 1], f64) {
+        (*v, 0.0)
+    }
+}
+
 /// A planned 3-D transform for one physical size M and one retained-mode cube K.
 pub struct Fft3d {
     m: usize,
-    mh: usize,
     layout: ModeLayout,
     fwd: Arc<dyn Fft<f64>>,
     inv: Arc<dyn Fft<f64>>,
-    r2c: Arc<dyn RealToComplex<f64>>,
-    c2r: Arc<dyn ComplexToReal<f64>>,
-    /// Mixed-space buffer between the x pass and the y pass: L × M × (K + 1) for the inverse
-    /// (`[iy][x][kz]`), M × L × (K + 1) for the forward transform (`[x][iy][kz]`).
-    mixed: Vec<Complex64>,
+    /// Mixed space after the inverse x pass, `[iy][x][field][kz]` (grown to the number of fields
+    /// of the largest call).
+    mixed_in: Vec<Complex64>,
+    /// Mixed space before the forward x pass, `[x][iy][field][kz]`.
+    mixed_out: Vec<Complex64>,
 }
 
 impl Fft3d {
@@ -73,17 +338,13 @@ impl Fft3d {
             2 * layout.kmax
         );
         let mut planner = FftPlanner::new();
-        let mut rplanner = RealFftPlanner::new();
-        let side = layout.side();
         Self {
             m,
-            mh: m / 2 + 1,
             layout,
             fwd: planner.plan_fft_forward(m),
             inv: planner.plan_fft_inverse(m),
-            r2c: rplanner.plan_fft_forward(m),
-            c2r: rplanner.plan_fft_inverse(m),
-            mixed: vec![ZERO; side * m * layout.nz()],
+            mixed_in: Vec::new(),
+            mixed_out: Vec::new(),
         }
     }
 
@@ -101,173 +362,396 @@ impl Fft3d {
         self.m * self.m * self.m
     }
 
-    /// Grid frequency index of a signed wavenumber.
-    #[inline]
-    fn bin(&self, k: i64) -> usize {
-        k.rem_euclid(self.m as i64) as usize
-    }
-
     fn fft_scratch_len(&self) -> usize {
         self.fwd
             .get_inplace_scratch_len()
             .max(self.inv.get_inplace_scratch_len())
-            .max(self.r2c.get_scratch_len())
-            .max(self.c2r.get_scratch_len())
+    }
+
+    /// Grid frequency of k_x (or k_y) index `i`.
+    #[inline]
+    fn bin(&self, i: usize) -> usize {
+        let k = self.layout.kmax;
+        if i <= k {
+            i
+        } else {
+            i + self.m - self.layout.side()
+        }
+    }
+
+    /// Copies the retained columns (grid frequencies 0..=K and M−K..M) of `n` lines of length M
+    /// into rows `[i][line]`, `dst_stride` apart, `i` the k_x or k_y index, with
+    /// [`store_stream`].
+    fn pick_retained(&self, lines: &[Complex64], n: usize, dst: &mut [Complex64], dst_stride: usize) {
+        let (m, k) = (self.m, self.layout.kmax);
+        let map = |z: Complex64| z;
+        transpose_stream(lines, m, dst, dst_stride, n, k + 1, map);
+        transpose_stream(
+            &lines[m - k..],
+            m,
+            &mut dst[(k + 1) * dst_stride..],
+            dst_stride,
+            n,
+            k,
+            map,
+        );
+    }
+
+    /// Fills `n` lines of length M from rows `[i][line]`, `src_stride` apart (`i` the k_x or k_y
+    /// index): the retained grid frequencies get the rows, the others zero.
+    fn place_retained(&self, src: &[Complex64], src_stride: usize, n: usize, lines: &mut [Complex64]) {
+        let (m, k) = (self.m, self.layout.kmax);
+        for line in lines[..n * m].chunks_exact_mut(m) {
+            line[k + 1..m - k].fill(ZERO);
+        }
+        transpose(src, src_stride, lines, m, k + 1, n, |z| z);
+        transpose(
+            &src[(k + 1) * src_stride..],
+            src_stride,
+            &mut lines[m - k..],
+            m,
+            k,
+            n,
+            |z| z,
+        );
+    }
+
+    /// Inverse x pass: mixed[iy][x][f][kz] from the inputs of `op`.
+    fn x_inverse<const NIN: usize, const NOUT: usize>(
+        &self,
+        mixed: &mut [Complex64],
+        op: &impl Pointwise<NIN, NOUT>,
+    ) {
+        let (m, lay) = (self.m, self.layout);
+        let (k, side, nz) = (lay.kmax, lay.side(), lay.nz());
+        let fft_len = self.fft_scratch_len();
+        let blk = NIN * m * nz;
+        mixed[..side * blk]
+            .par_chunks_mut(blk)
+            .enumerate()
+            .for_each(|(iy, out)| {
+                with_scratch(NIN * nz * m, 0, fft_len, |lines, _, fft| {
+                    for line in lines.chunks_exact_mut(m) {
+                        line[k + 1..m - k].fill(ZERO);
+                    }
+                    // Inputs of this k_y row in 4 × 4 tiles of (k_x, k_z), written to
+                    // lines[f][kz][bin(ix)].
+                    let ky = lay.wavenumber(iy);
+                    let base = iy * side * nz;
+                    for ix0 in (0..side).step_by(4) {
+                        for kz0 in (0..nz).step_by(4) {
+                            for ix in ix0..(ix0 + 4).min(side) {
+                                let (b, kx) = (self.bin(ix), lay.wavenumber(ix));
+                                for kz in kz0..(kz0 + 4).min(nz) {
+                                    let v = op.input(base + ix * nz + kz, [kx, ky, kz as i64]);
+                                    for (f, &vf) in v.iter().enumerate() {
+                                        lines[(f * nz + kz) * m + b] = vf;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    self.inv.process_with_scratch(lines, fft);
+                    // lines[(f, kz)][x] -> out[x][(f, kz)]
+                    transpose_stream(lines, m, out, NIN * nz, NIN * nz, m, |z| z);
+                    stream_fence();
+                });
+            });
+    }
+
+    /// Inverse y pass of plane x: lines[f][kz][y] from mixed[iy][x][f][kz].
+    fn y_inverse<const NIN: usize>(
+        &self,
+        mixed: &[Complex64],
+        x: usize,
+        lines: &mut [Complex64],
+        fft: &mut [Complex64],
+    ) {
+        let (m, nz) = (self.m, self.layout.nz());
+        let row = NIN * nz;
+        self.place_retained(&mixed[x * row..], m * row, row, lines);
+        self.inv
+            .process_with_scratch(&mut lines[..NIN * nz * m], fft);
+    }
+
+    /// Builds `(n + 1) / 2` complex rows (`rows[pair][M]`) whose inverse FFTs hold the real z
+    /// lines y0 + 2p in their real parts and y0 + 2p + 1 (when < y0 + n) in their imaginary
+    /// parts, from the half spectra lines[kz][y] (kz ≤ K).
+    #[inline]
+    fn z_pack(&self, lines: &[Complex64], y0: usize, n: usize, rows: &mut [Complex64]) {
+        let (m, k) = (self.m, self.layout.kmax);
+        let pairs = n.div_ceil(2);
+        let paired = |p: usize| 2 * p + 1 < n;
+        for (p, row) in rows[..pairs * m].chunks_exact_mut(m).enumerate() {
+            row[k + 1..m - k].fill(ZERO);
+            // A real line has a real mean along z: drop round-off in the imaginary parts.
+            let a = lines[y0 + 2 * p].re;
+            let b = if paired(p) {
+                lines[y0 + 2 * p + 1].re
+            } else {
+                0.0
+            };
+            row[0] = Complex64::new(a, b);
+        }
+        for kz in 1..=k {
+            let src = &lines[kz * m + y0..kz * m + y0 + n];
+            for p in 0..pairs {
+                let a = src[2 * p];
+                let b = if paired(p) { src[2 * p + 1] } else { ZERO };
+                // A + iB and conj(A) + i conj(B).
+                rows[p * m + kz] = Complex64::new(a.re - b.im, a.im + b.re);
+                rows[p * m + m - kz] = Complex64::new(a.re + b.im, b.re - a.im);
+            }
+        }
+    }
+
+    /// From the forward FFTs `rows[pair][M]` of (line y0 + 2p) + i (line y0 + 2p + 1), stores
+    /// twice the half spectra (kz ≤ K) of the `n` real lines in lines[kz][y0 + i].
+    #[inline]
+    fn z_unpack(&self, rows: &[Complex64], y0: usize, n: usize, lines: &mut [Complex64]) {
+        let (m, k) = (self.m, self.layout.kmax);
+        let pairs = n.div_ceil(2);
+        for kz in 0..=k {
+            let dst = &mut lines[kz * m + y0..kz * m + y0 + n];
+            for p in 0..pairs {
+                let (z, w) = (rows[p * m + kz], rows[p * m + (m - kz) % m]);
+                // Z_k + conj Z_{−k} and −i (Z_k − conj Z_{−k}).
+                dst[2 * p] = Complex64::new(z.re + w.re, z.im - w.im);
+                if 2 * p + 1 < n {
+                    dst[2 * p + 1] = Complex64::new(z.im + w.im, w.re - z.re);
+                }
+            }
+        }
+    }
+
+    /// Forward y pass of plane x: transforms lines[f][kz][y] and stores the retained k_y in
+    /// out[iy][f][kz].
+    fn y_forward<const NOUT: usize>(
+        &self,
+        lines: &mut [Complex64],
+        out: &mut [Complex64],
+        fft: &mut [Complex64],
+    ) {
+        let (m, nz) = (self.m, self.layout.nz());
+        self.fwd
+            .process_with_scratch(&mut lines[..NOUT * nz * m], fft);
+        self.pick_retained(lines, NOUT * nz, out, NOUT * nz);
+        stream_fence();
+    }
+
+    /// Forward x pass: from mixed[x][iy][f][kz] (holding twice the coefficients) to the retained
+    /// modes of the NOUT outputs, normalised by 1/M^3 and handed to `store` mode by mode with
+    /// the elements of `dst` at that mode.
+    fn x_forward<const NOUT: usize, const NS: usize>(
+        &self,
+        mixed: &[Complex64],
+        dst: [&mut [Complex64]; NS],
+        store: &(impl Fn(usize, [i64; 3], [Complex64; NOUT], [&mut Complex64; NS]) + Sync),
+    ) {
+        let (m, lay) = (self.m, self.layout);
+        let (side, nz) = (lay.side(), lay.nz());
+        let fft_len = self.fft_scratch_len();
+        // ½ undoes the factor 2 of `z_unpack`; multiplying by a power of two is exact.
+        let norm = 0.5 / (m as f64).powi(3);
+        let row = NOUT * nz;
+        par_blocks(dst, side * nz, 0, &|iy, mut outs| {
+            with_scratch(NOUT * nz * m, 0, fft_len, |lines, _, fft| {
+                // mixed[x][iy][(f, kz)] -> lines[(f, kz)][x]
+                transpose(&mixed[iy * row..], side * row, lines, m, m, row, |z| z);
+                self.fwd.process_with_scratch(lines, fft);
+                // Retained k_x of every output, stored mode by mode.
+                let ky = lay.wavenumber(iy);
+                for ix in 0..side {
+                    let (b, kx) = (self.bin(ix), lay.wavenumber(ix));
+                    for kz in 0..nz {
+                        let c = std::array::from_fn(|f| lines[(f * nz + kz) * m + b] * norm);
+                        let i = ix * nz + kz;
+                        let d = outs.each_mut().map(|o| &mut o[i]);
+                        store((iy * side + ix) * nz + kz, [kx, ky, kz as i64], c, d);
+                    }
+                }
+                stream_fence();
+            });
+        });
     }
 
     /// Evaluates u(x) = Σ_k û(k) e^{ik·x} at the M^3 nodes (index (i·M + j)·M + k).
     pub fn inverse(&mut self, modes: &[Complex64], phys: &mut [f64]) {
-        let (m, mh, lay) = (self.m, self.mh, self.layout);
-        let (side, nz) = (lay.side(), lay.nz());
+        let (m, lay) = (self.m, self.layout);
+        let nz = lay.nz();
         assert_eq!(modes.len(), lay.len());
         assert_eq!(phys.len(), m * m * m);
         let fft_len = self.fft_scratch_len();
-        let mut mixed = std::mem::take(&mut self.mixed);
-        let this = &*self;
-        let bins: Vec<usize> = (0..side).map(|i| this.bin(lay.wavenumber(i))).collect();
-
-        // Pass 1: x lines, one block per retained k_y: modes[iy][ix][kz] -> mixed[iy][x][kz].
-        mixed
-            .par_chunks_mut(m * nz)
-            .enumerate()
-            .for_each(|(iy, out)| {
-                SCRATCH.with(|s| {
-                    let s = &mut *s.borrow_mut();
-                    grow(&mut s.lines, nz * m);
-                    grow(&mut s.fft, fft_len);
-                    let lines = &mut s.lines[..nz * m];
-                    lines.fill(ZERO);
-                    let block = &modes[iy * side * nz..(iy + 1) * side * nz];
-                    for (ix, &b) in bins.iter().enumerate() {
-                        for kz in 0..nz {
-                            lines[kz * m + b] = block[ix * nz + kz];
-                        }
-                    }
-                    this.inv.process_with_scratch(lines, &mut s.fft[..fft_len]);
-                    for x in 0..m {
-                        for kz in 0..nz {
-                            out[x * nz + kz] = lines[kz * m + x];
-                        }
-                    }
-                });
-            });
-
-        // Passes 2 and 3, one x plane per task: y lines (mixed[iy][x][kz] -> plane[y][kz]), then
-        // complex-to-real z lines (plane[y][..] -> phys[x][y][..]).
+        let mut mixed = std::mem::take(&mut self.mixed_in);
+        grow(&mut mixed, lay.side() * m * nz);
+        self.x_inverse(&mut mixed, &Identity(modes));
         let mixed_ref = &mixed;
         phys.par_chunks_mut(m * m).enumerate().for_each(|(x, out)| {
-            SCRATCH.with(|s| {
-                let s = &mut *s.borrow_mut();
-                grow(&mut s.lines, nz * m);
-                grow(&mut s.plane, m * mh);
-                grow(&mut s.fft, fft_len);
-                let lines = &mut s.lines[..nz * m];
-                lines.fill(ZERO);
-                for (iy, &b) in bins.iter().enumerate() {
-                    let src = &mixed_ref[(iy * m + x) * nz..(iy * m + x + 1) * nz];
-                    for kz in 0..nz {
-                        lines[kz * m + b] = src[kz];
+            with_scratch(nz * m, GROUP / 2 * m, fft_len, |lines, rows, fft| {
+                self.y_inverse::<1>(mixed_ref, x, lines, fft);
+                for y0 in (0..m).step_by(GROUP) {
+                    let n = GROUP.min(m - y0);
+                    let rows = &mut rows[..n.div_ceil(2) * m];
+                    self.z_pack(lines, y0, n, rows);
+                    self.inv.process_with_scratch(rows, fft);
+                    let dst = &mut out[y0 * m..(y0 + n) * m];
+                    for (i, o) in dst.chunks_exact_mut(m).enumerate() {
+                        let row = &rows[i / 2 * m..(i / 2 + 1) * m];
+                        if i % 2 == 0 {
+                            o.iter_mut().zip(row).for_each(|(o, z)| *o = z.re);
+                        } else {
+                            o.iter_mut().zip(row).for_each(|(o, z)| *o = z.im);
+                        }
                     }
-                }
-                this.inv.process_with_scratch(lines, &mut s.fft[..fft_len]);
-                let plane = &mut s.plane[..m * mh];
-                for y in 0..m {
-                    let row = &mut plane[y * mh..(y + 1) * mh];
-                    for kz in 0..nz {
-                        row[kz] = lines[kz * m + y];
-                    }
-                    row[nz..].fill(ZERO);
-                    // A real field has a real mean along z; drop round-off in the imaginary
-                    // part (and the Nyquist slot is zero) so the c2r input is valid.
-                    row[0].im = 0.0;
-                }
-                for y in 0..m {
-                    let row = &mut plane[y * mh..(y + 1) * mh];
-                    this.c2r
-                        .process_with_scratch(row, &mut out[y * m..(y + 1) * m], &mut s.fft)
-                        .expect("c2r input is Hermitian by construction");
                 }
             });
         });
-        self.mixed = mixed;
+        self.mixed_in = mixed;
     }
 
     /// Fourier coefficients of the retained modes of a physical field: û = DFT(u) / M^3.
-    /// `phys` is used as scratch and left unspecified.
+    /// `phys` is left unchanged.
     pub fn forward(&mut self, phys: &mut [f64], modes: &mut [Complex64]) {
-        let (m, mh, lay) = (self.m, self.mh, self.layout);
+        let (m, lay) = (self.m, self.layout);
         let (side, nz) = (lay.side(), lay.nz());
         assert_eq!(modes.len(), lay.len());
         assert_eq!(phys.len(), m * m * m);
         let fft_len = self.fft_scratch_len();
-        let mut mixed = std::mem::take(&mut self.mixed);
-        let this = &*self;
-        let bins: Vec<usize> = (0..side).map(|i| this.bin(lay.wavenumber(i))).collect();
-
-        // Passes 1 and 2, one x plane per task: real-to-complex z lines into plane[y][kz], then y
-        // lines for k_z ≤ K, keeping the retained k_y: mixed[x][iy][kz].
-        mixed
-            .par_chunks_mut(side * nz)
-            .zip(phys.par_chunks_mut(m * m))
-            .for_each(|(out, src)| {
-                SCRATCH.with(|s| {
-                    let s = &mut *s.borrow_mut();
-                    grow(&mut s.lines, nz * m);
-                    grow(&mut s.plane, m * mh);
-                    grow(&mut s.fft, fft_len);
-                    let plane = &mut s.plane[..m * mh];
-                    for y in 0..m {
-                        this.r2c
-                            .process_with_scratch(
-                                &mut src[y * m..(y + 1) * m],
-                                &mut plane[y * mh..(y + 1) * mh],
-                                &mut s.fft,
-                            )
-                            .expect("r2c lengths match the plan");
-                    }
-                    let lines = &mut s.lines[..nz * m];
-                    for y in 0..m {
-                        let row = &plane[y * mh..y * mh + nz];
-                        for kz in 0..nz {
-                            lines[kz * m + y] = row[kz];
-                        }
-                    }
-                    this.fwd.process_with_scratch(lines, &mut s.fft[..fft_len]);
-                    for (iy, &b) in bins.iter().enumerate() {
-                        for kz in 0..nz {
-                            out[iy * nz + kz] = lines[kz * m + b];
-                        }
-                    }
-                });
-            });
-
-        // Pass 3: x lines, one block per retained k_y: mixed[x][iy][kz] -> modes[iy][ix][kz].
-        let norm = 1.0 / (m as f64).powi(3);
-        let mixed_ref = &mixed;
-        modes
+        let mut mixed = std::mem::take(&mut self.mixed_out);
+        grow(&mut mixed, m * side * nz);
+        let phys = &*phys;
+        mixed[..m * side * nz]
             .par_chunks_mut(side * nz)
             .enumerate()
-            .for_each(|(iy, out)| {
-                SCRATCH.with(|s| {
-                    let s = &mut *s.borrow_mut();
-                    grow(&mut s.lines, nz * m);
-                    grow(&mut s.fft, fft_len);
-                    let lines = &mut s.lines[..nz * m];
-                    for x in 0..m {
-                        let src = &mixed_ref[(x * side + iy) * nz..(x * side + iy + 1) * nz];
-                        for kz in 0..nz {
-                            lines[kz * m + x] = src[kz];
+            .for_each(|(x, out)| {
+                with_scratch(nz * m, GROUP / 2 * m, fft_len, |lines, rows, fft| {
+                    let src = &phys[x * m * m..(x + 1) * m * m];
+                    for y0 in (0..m).step_by(GROUP) {
+                        let n = GROUP.min(m - y0);
+                        let rows = &mut rows[..n.div_ceil(2) * m];
+                        for (p, row) in rows.chunks_exact_mut(m).enumerate() {
+                            let y = y0 + 2 * p;
+                            let r0 = &src[y * m..(y + 1) * m];
+                            if 2 * p + 1 < n {
+                                let r1 = &src[(y + 1) * m..(y + 2) * m];
+                                for ((z, &a), &b) in row.iter_mut().zip(r0).zip(r1) {
+                                    *z = Complex64::new(a, b);
+                                }
+                            } else {
+                                for (z, &a) in row.iter_mut().zip(r0) {
+                                    *z = Complex64::new(a, 0.0);
+                                }
+                            }
                         }
+                        self.fwd.process_with_scratch(rows, fft);
+                        self.z_unpack(rows, y0, n, lines);
                     }
-                    this.fwd.process_with_scratch(lines, &mut s.fft[..fft_len]);
-                    for (ix, &b) in bins.iter().enumerate() {
-                        for kz in 0..nz {
-                            out[ix * nz + kz] = lines[kz * m + b] * norm;
-                        }
-                    }
+                    self.y_forward::<1>(lines, out, fft);
                 });
             });
-        self.mixed = mixed;
+        self.x_forward(&mixed, [modes], &|_, _, [c], [d]| store_stream(d, c));
+        self.mixed_out = mixed;
+    }
+
+    /// Fused inverse transforms, pointwise operation and forward transforms: `outputs` receive
+    /// the retained modes of `op.point` applied at every node of the M^3 grid to the fields
+    /// whose modes are `op.input` (what [`Fft3d::inverse`], the function on the grid and
+    /// [`Fft3d::forward`] would give, up to round-off). Returns the maximum over all nodes of
+    /// the scalar of `op.point`, or 0 if that is larger.
+    pub fn apply_pointwise<const NIN: usize, const NOUT: usize>(
+        &mut self,
+        op: &impl Pointwise<NIN, NOUT>,
+        outputs: [&mut [Complex64]; NOUT],
+    ) -> f64 {
+        self.apply_pointwise_with(op, outputs, &|_, _, c, d| {
+            for (d, c) in d.into_iter().zip(c) {
+                store_stream(d, c);
+            }
+        })
+    }
+
+    /// [`Fft3d::apply_pointwise`] with the storing of the outputs left to `store`: it is called
+    /// once for every stored mode, with the mode's index, its wavevector, the NOUT output
+    /// coefficients there and the elements of the NS slices of `dst` at that index (each slice
+    /// has one element per stored mode), which it may read and write. This lets a caller
+    /// combine the outputs with other data (a projection, a time-stepping stage) while they are
+    /// in cache. The inputs are read before any `store` call, so `dst` may hold buffers whose
+    /// contents `op.input` reads, as long as they are not borrowed by `op`.
+    pub fn apply_pointwise_with<const NIN: usize, const NOUT: usize, const NS: usize>(
+        &mut self,
+        op: &impl Pointwise<NIN, NOUT>,
+        dst: [&mut [Complex64]; NS],
+        store: &(impl Fn(usize, [i64; 3], [Complex64; NOUT], [&mut Complex64; NS]) + Sync),
+    ) -> f64 {
+        let (m, lay) = (self.m, self.layout);
+        let (side, nz) = (lay.side(), lay.nz());
+        assert!(NIN > 0 && NOUT > 0 && NS > 0);
+        assert!(dst.iter().all(|o| o.len() == lay.len()));
+        let fft_len = self.fft_scratch_len();
+        let mut mixed_in = std::mem::take(&mut self.mixed_in);
+        let mut mixed_out = std::mem::take(&mut self.mixed_out);
+        grow(&mut mixed_in, NIN * side * m * nz);
+        grow(&mut mixed_out, NOUT * m * side * nz);
+        self.x_inverse(&mut mixed_in, op);
+        let mixed_ref = &mixed_in;
+        let nl = NIN.max(NOUT);
+        let half = GROUP / 2;
+        let fmax = mixed_out[..NOUT * m * side * nz]
+            .par_chunks_mut(NOUT * side * nz)
+            .enumerate()
+            .map(|(x, out)| {
+                with_scratch(
+                    nl * nz * m,
+                    (NIN + NOUT) * half * m,
+                    fft_len,
+                    |lines, rows, fft| {
+                        self.y_inverse::<NIN>(mixed_ref, x, lines, fft);
+                        let (zin, zout) = rows.split_at_mut(NIN * half * m);
+                        let mut fmax = 0.0f64;
+                        for y0 in (0..m).step_by(GROUP) {
+                            let n = GROUP.min(m - y0);
+                            let pairs = n.div_ceil(2);
+                            let zin = &mut zin[..NIN * pairs * m];
+                            let zout = &mut zout[..NOUT * pairs * m];
+                            for (f, z) in zin.chunks_exact_mut(pairs * m).enumerate() {
+                                self.z_pack(&lines[f * nz * m..], y0, n, z);
+                            }
+                            self.inv.process_with_scratch(zin, fft);
+                            if n % 2 == 1 {
+                                // The last pair has one row: give its imaginary part a copy of the
+                                // real part, so that `point` sees only values of real nodes.
+                                for z in zin.chunks_exact_mut(pairs * m) {
+                                    for z in &mut z[(pairs - 1) * m..] {
+                                        z.im = z.re;
+                                    }
+                                }
+                            }
+                            // Pointwise, on the real and imaginary parts alike.
+                            let lanes = 2 * pairs * m;
+                            let vin = as_f64(zin);
+                            let ins: [&[f64]; NIN] =
+                                std::array::from_fn(|f| &vin[f * lanes..(f + 1) * lanes]);
+                            let mut vout = as_f64_mut(zout).chunks_exact_mut(lanes);
+                            let outs: [&mut [f64]; NOUT] =
+                                std::array::from_fn(|_| vout.next().unwrap_or_default());
+                            fmax = fmax.max(pointwise_lanes(op, ins, outs));
+                            self.fwd.process_with_scratch(zout, fft);
+                            // Rows y0..y0 + n of every input line are consumed: the outputs can
+                            // take their place.
+                            for (g, z) in zout.chunks_exact(pairs * m).enumerate() {
+                                self.z_unpack(z, y0, n, &mut lines[g * nz * m..]);
+                            }
+                        }
+                        self.y_forward::<NOUT>(lines, out, fft);
+                        fmax
+                    },
+                )
+            })
+            .reduce(|| 0.0, f64::max);
+        self.x_forward(&mixed_out, dst, store);
+        self.mixed_in = mixed_in;
+        self.mixed_out = mixed_out;
+        fmax
     }
 }
 
@@ -299,13 +783,19 @@ mod tests {
 
     #[test]
     fn inverse_matches_direct_sum_and_forward_inverts() {
-        for (m, k) in [(12, 5), (18, 5), (15, 4), (16, 7)] {
+        for (m, k) in [(12, 5), (18, 5), (15, 4), (16, 7), (13, 6), (14, 4)] {
             let lay = ModeLayout::new(k);
             let modes = random_modes(&lay, 7);
             let mut fft = Fft3d::new(m, lay);
             let mut phys = vec![0.0; m * m * m];
             fft.inverse(&modes, &mut phys);
-            for p in [[0, 0, 0], [1, 2, 3], [m - 1, 4, 2], [5, m - 1, m - 2]] {
+            for p in [
+                [0, 0, 0],
+                [1, 2, 3],
+                [m - 1, 4, 2],
+                [5, m - 1, m - 2],
+                [2, m - 2, 1],
+            ] {
                 let d = direct_sum(&lay, &modes, m, p);
                 let got = phys[(p[0] * m + p[1]) * m + p[2]];
                 assert!((d - got).abs() < 1e-11, "m={m} p={p:?}: {d} vs {got}");
@@ -352,10 +842,85 @@ mod tests {
         assert!((total - (2.0 * 0.015625 + 0.25)).abs() < 1e-14, "{total}");
     }
 
+    /// Two fields in; their product, the square of the first and their sum out.
+    struct Products<'a>(&'a [Complex64], &'a [Complex64]);
+
+    impl Pointwise<2, 3> for Products<'_> {
+        fn input(&self, i: usize, _k: [i64; 3]) -> [Complex64; 2] {
+            [self.0[i], self.1[i]]
+        }
+        fn point(&self, &[x, y]: &[f64; 2]) -> ([f64; 3], f64) {
+            ([x * y, x * x, x + y], x.abs())
+        }
+    }
+
+    fn max_diff(a: &[Complex64], b: &[Complex64]) -> f64 {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).norm())
+            .fold(0.0, f64::max)
+    }
+
+    /// The fused pipeline gives what separate inverse transforms, the pointwise function on the
+    /// grid and forward transforms give (odd and even M, M not a multiple of the row group,
+    /// more outputs than inputs), and `apply_pointwise_with` hands every mode to `store` with
+    /// its index and wavevector and the right elements of the destination slices.
+    #[test]
+    fn apply_pointwise_matches_separate_transforms() {
+        for (m, k) in [(16, 5), (15, 4), (12, 5), (13, 4), (18, 5)] {
+            let lay = ModeLayout::new(k);
+            let a = random_modes(&lay, 1);
+            let b = random_modes(&lay, 2);
+            let mut fft = Fft3d::new(m, lay);
+            let (mut pa, mut pb) = (vec![0.0; m * m * m], vec![0.0; m * m * m]);
+            fft.inverse(&a, &mut pa);
+            fft.inverse(&b, &mut pb);
+            let mut grid = [
+                pa.iter().zip(&pb).map(|(x, y)| x * y).collect::<Vec<_>>(),
+                pa.iter().map(|x| x * x).collect(),
+                pa.iter().zip(&pb).map(|(x, y)| x + y).collect(),
+            ];
+            let mut want: [Vec<Complex64>; 3] = std::array::from_fn(|_| vec![ZERO; lay.len()]);
+            for (g, w) in grid.iter_mut().zip(&mut want) {
+                fft.forward(g, w);
+            }
+            let amax = pa.iter().fold(0.0f64, |s, x| s.max(x.abs()));
+            let mut got: [Vec<Complex64>; 3] = std::array::from_fn(|_| vec![ZERO; lay.len()]);
+            let [g0, g1, g2] = &mut got;
+            let gmax = fft.apply_pointwise(&Products(&a, &b), [g0, g1, g2]);
+            assert!(
+                (gmax - amax).abs() < 1e-12 * amax,
+                "m={m}: {gmax} vs {amax}"
+            );
+            for (g, w) in got.iter().zip(&want) {
+                let err = max_diff(g, w);
+                assert!(err < 1e-13, "m={m}: fused vs separate {err:e}");
+            }
+            // Custom store: d0 += product / s(k), d1 = sum + index.
+            let s = |k: [i64; 3]| (1 + k[0] * k[0] + 2 * k[1] * k[1] + 3 * k[2] * k[2]) as f64;
+            let mut d0 = b.clone();
+            let mut d1 = vec![ZERO; lay.len()];
+            let smax = fft.apply_pointwise_with(
+                &Products(&a, &b),
+                [&mut d0, &mut d1],
+                &|i, k, c: [Complex64; 3], [x, y]| {
+                    *x += c[0] / s(k);
+                    *y = c[2] + i as f64;
+                },
+            );
+            assert_eq!(smax.to_bits(), gmax.to_bits());
+            lay.for_each_mode(|i, k| {
+                assert!((d0[i] - (b[i] + want[0][i] / s(k))).norm() < 1e-13);
+                assert!((d1[i] - (want[2][i] + i as f64)).norm() < 1e-12);
+            });
+        }
+    }
+
     #[test]
     fn bit_identical_for_one_and_two_threads() {
         let lay = ModeLayout::new(10);
         let modes = random_modes(&lay, 3);
+        let other = random_modes(&lay, 4);
         let run = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -368,7 +933,10 @@ mod tests {
                 let mut back = vec![ZERO; lay.len()];
                 let mut p2 = phys.clone();
                 fft.forward(&mut p2, &mut back);
-                (phys, back)
+                let mut prod: [Vec<Complex64>; 3] = std::array::from_fn(|_| vec![ZERO; lay.len()]);
+                let [g0, g1, g2] = &mut prod;
+                let s = fft.apply_pointwise(&Products(&modes, &other), [g0, g1, g2]);
+                (phys, back, prod, s)
             })
         };
         let (a, b) = (run(1), run(2));
@@ -378,5 +946,7 @@ mod tests {
             .zip(&b.0)
             .all(|(x, y)| x.to_bits() == y.to_bits()));
         assert!(a.1 == b.1);
+        assert!(a.2 == b.2);
+        assert_eq!(a.3.to_bits(), b.3.to_bits());
     }
 }

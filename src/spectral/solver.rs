@@ -16,7 +16,7 @@
 //!
 //! A single Fourier mode therefore decays exactly as exp(−ν|k|²t) in amplitude.
 
-use super::fft3d::Fft3d;
+use super::fft3d::{Fft3d, Pointwise};
 use super::layout::ModeLayout;
 use crate::config::Dealias;
 use num_complex::Complex64;
@@ -97,9 +97,8 @@ pub struct SpectralSolver {
     speed_sum_max: Option<f64>,
     // Scratch, allocated once.
     stage: VectorModes,
+    stage_b: VectorModes,
     acc: VectorModes,
-    kbuf: VectorModes,
-    phys: [Vec<f64>; 6],
     /// exp(−ν|k|²Δt/2) per mode for the Δt in `ehalf_dt`.
     ehalf: Vec<f64>,
     ehalf_dt: f64,
@@ -130,8 +129,7 @@ impl SpectralSolver {
             speed_sum_max: None,
             stage: zero_modes(&layout),
             acc: zero_modes(&layout),
-            kbuf: zero_modes(&layout),
-            phys: std::array::from_fn(|_| vec![0.0; m * m * m]),
+            stage_b: zero_modes(&layout),
             ehalf: vec![1.0; layout.len()],
             ehalf_dt: 0.0,
         }
@@ -253,62 +251,47 @@ impl SpectralSolver {
         }
         let k1 = std::mem::take(&mut self.k1);
         let uh = std::mem::take(&mut self.uhat);
-        let mut stage = std::mem::take(&mut self.stage);
+        let mut sa = std::mem::take(&mut self.stage);
         let mut acc = std::mem::take(&mut self.acc);
-        let mut kb = std::mem::take(&mut self.kbuf);
+        let mut sb = std::mem::take(&mut self.stage_b);
         let ehalf = std::mem::take(&mut self.ehalf);
         let eh = |i: usize| ehalf[i];
 
-        // acc = E û + Δt/6 E k1;  stage = E_h (û + Δt/2 k1)
+        // acc = E û + Δt/6 E k1;  sa = E_h (û + Δt/2 k1)
         for c in 0..3 {
-            zip4(
-                &mut acc[c],
-                &mut stage[c],
-                &uh[c],
-                &k1[c],
-                |i, a, s, u, k| {
-                    let h = eh(i);
-                    let f = h * h;
-                    *a = (u + k * (dt / 6.0)) * f;
-                    *s = (u + k * (0.5 * dt)) * h;
-                },
-            );
+            zip4(&mut acc[c], &mut sa[c], &uh[c], &k1[c], |i, a, s, u, k| {
+                let h = eh(i);
+                let f = h * h;
+                *a = (u + k * (dt / 6.0)) * f;
+                *s = (u + k * (0.5 * dt)) * h;
+            });
         }
-        self.nonlinear(&stage, &mut kb); // k2
-        for c in 0..3 {
-            zip4(
-                &mut acc[c],
-                &mut stage[c],
-                &uh[c],
-                &kb[c],
-                |i, a, s, u, k| {
-                    let h = eh(i);
-                    *a += k * (dt / 3.0 * h);
-                    *s = u * h + k * (0.5 * dt);
-                },
-            );
-        }
-        self.nonlinear(&stage, &mut kb); // k3
-        for c in 0..3 {
-            zip4(
-                &mut acc[c],
-                &mut stage[c],
-                &uh[c],
-                &kb[c],
-                |i, a, s, u, k| {
-                    let h = eh(i);
-                    *a += k * (dt / 3.0 * h);
-                    *s = u * (h * h) + k * (dt * h);
-                },
-            );
-        }
-        self.nonlinear(&stage, &mut kb); // k4
-        for c in 0..3 {
-            acc[c]
-                .par_iter_mut()
-                .zip(kb[c].par_iter())
-                .for_each(|(a, k)| *a += k * (dt / 6.0));
-        }
+        // The later stages are applied as each k_i = N(stage) is stored (`nonlinear_into`), so
+        // k2, k3 and k4 are never stored.
+        // k2 = N(sa):  acc += Δt/3 E_h k2;  sb = E_h û + Δt/2 k2
+        let dst = fields([&mut acc, &mut sb]);
+        self.nonlinear_into(&sa, dst, |i, k, [a0, a1, a2, s0, s1, s2]| {
+            let h = eh(i);
+            for (c, (a, s)) in [(a0, s0), (a1, s1), (a2, s2)].into_iter().enumerate() {
+                *a += k[c] * (dt / 3.0 * h);
+                *s = uh[c][i] * h + k[c] * (0.5 * dt);
+            }
+        });
+        // k3 = N(sb):  acc += Δt/3 E_h k3;  sa = E û + Δt E_h k3
+        let dst = fields([&mut acc, &mut sa]);
+        self.nonlinear_into(&sb, dst, |i, k, [a0, a1, a2, s0, s1, s2]| {
+            let h = eh(i);
+            for (c, (a, s)) in [(a0, s0), (a1, s1), (a2, s2)].into_iter().enumerate() {
+                *a += k[c] * (dt / 3.0 * h);
+                *s = uh[c][i] * (h * h) + k[c] * (dt * h);
+            }
+        });
+        // k4 = N(sa):  acc += Δt/6 k4
+        self.nonlinear_into(&sa, fields([&mut acc]), |_, k, a: [_; 3]| {
+            for (a, k) in a.into_iter().zip(k) {
+                *a += k * (dt / 6.0);
+            }
+        });
         // Round-off in the transforms can break the symmetry of the k_z = 0 plane slightly;
         // the state of a real field keeps it exactly.
         for c in acc.iter_mut() {
@@ -317,8 +300,8 @@ impl SpectralSolver {
         let finite = acc
             .iter()
             .all(|c| c.par_iter().all(|z| z.re.is_finite() && z.im.is_finite()));
-        self.stage = stage;
-        self.kbuf = kb;
+        self.stage = sa;
+        self.stage_b = sb;
         self.k1 = k1;
         self.ehalf = ehalf;
         if !finite {
@@ -334,55 +317,30 @@ impl SpectralSolver {
         Ok(())
     }
 
-    /// N(v̂) = P F[v × (∇ × v)], truncated to the retained modes. Returns max(|v|+|v|+|v|) on the
-    /// product grid.
+    /// N(v̂) = P F[v × (∇ × v)], truncated to the retained modes. Returns max(|v_x| + |v_y| +
+    /// |v_z|) on the product grid.
     fn nonlinear(&mut self, vh: &VectorModes, out: &mut VectorModes) -> f64 {
-        let [p0, p1, p2, p3, p4, p5] = &mut self.phys;
-        // Velocity to physical space.
-        self.fft.inverse(&vh[0], p0);
-        self.fft.inverse(&vh[1], p1);
-        self.fft.inverse(&vh[2], p2);
-        // Vorticity ω̂ = i k × v̂, one component at a time through `out` as scratch.
-        for (c, oc) in out.iter_mut().enumerate() {
-            let (a, b) = ((c + 1) % 3, (c + 2) % 3);
-            oc.par_iter_mut().enumerate().for_each(|(i, o)| {
-                let k = self.kvec[i];
-                let w = vh[b][i] * k[a] - vh[a][i] * k[b];
-                *o = Complex64::new(-w.im, w.re);
-            });
-        }
-        self.fft.inverse(&out[0], p3);
-        self.fft.inverse(&out[1], p4);
-        self.fft.inverse(&out[2], p5);
-        // u × ω in place of ω, and the speed bound for the CFL condition.
-        let m = self.fft.m();
-        let plane = m * m;
-        let smax = p3
-            .par_chunks_mut(plane)
-            .zip(p4.par_chunks_mut(plane))
-            .zip(p5.par_chunks_mut(plane))
-            .zip(p0.par_chunks(plane))
-            .zip(p1.par_chunks(plane))
-            .zip(p2.par_chunks(plane))
-            .map(|(((((w0, w1), w2), u0), u1), u2)| {
-                let mut smax = 0.0f64;
-                for i in 0..plane {
-                    let (a, b, c) = (u0[i], u1[i], u2[i]);
-                    let (x, y, z) = (w0[i], w1[i], w2[i]);
-                    w0[i] = b * z - c * y;
-                    w1[i] = c * x - a * z;
-                    w2[i] = a * y - b * x;
-                    smax = smax.max(a.abs() + b.abs() + c.abs());
-                }
-                smax
+        self.nonlinear_into(vh, fields([out]), |_, k, o: [_; 3]| {
+            for (o, k) in o.into_iter().zip(k) {
+                *o = k;
+            }
+        })
+    }
+
+    /// N(v̂) handed to `store` mode by mode, with the mode's index and the elements at that
+    /// index of the slices in `dst` (components of vector fields, see [`fields`]); returns max(|v_x| + |v_y| + |v_z|) on the product
+    /// grid. One fused pass of [`Fft3d::apply_pointwise_with`] (see [`RotationalForm`]): neither
+    /// ω̂, nor any field on the product grid, nor N(v̂) itself is stored.
+    fn nonlinear_into<const NS: usize>(
+        &mut self,
+        vh: &VectorModes,
+        dst: [&mut [Complex64]; NS],
+        store: impl Fn(usize, [Complex64; 3], [&mut Complex64; NS]) + Sync,
+    ) -> f64 {
+        self.fft
+            .apply_pointwise_with(&RotationalForm(vh), dst, &|i, k, n, d| {
+                store(i, leray(k, n), d)
             })
-            .reduce(|| 0.0, f64::max);
-        self.fft.forward(p3, &mut out[0]);
-        self.fft.forward(p4, &mut out[1]);
-        self.fft.forward(p5, &mut out[2]);
-        let [a, b, c] = out;
-        project(&self.kvec, &self.k2, [a, b, c]);
-        smax
     }
 
     /// Velocity on the N^3 solution grid (nodes x_i = −π + i·h), components in [i][j][k] order.
@@ -395,6 +353,47 @@ impl SpectralSolver {
             p
         })
     }
+}
+
+/// The nonlinear term as a pointwise operation: the inputs are v̂ and ω̂ = i k × v̂ (formed
+/// while the modes are gathered), the product is v × ω with max(|v_x| + |v_y| + |v_z|) as the
+/// reduced scalar.
+struct RotationalForm<'a>(&'a VectorModes);
+
+impl Pointwise<6, 3> for RotationalForm<'_> {
+    #[inline]
+    fn input(&self, i: usize, k: [i64; 3]) -> [Complex64; 6] {
+        let k = k.map(|x| x as f64);
+        let [v0, v1, v2] = self.0;
+        let v = [v0[i], v1[i], v2[i]];
+        // ω̂_c = i (k_a v̂_b − k_b v̂_a) for (c, a, b) cyclic.
+        let w: [Complex64; 3] = std::array::from_fn(|c| {
+            let (a, b) = ((c + 1) % 3, (c + 2) % 3);
+            let d = v[b] * k[a] - v[a] * k[b];
+            Complex64::new(-d.im, d.re)
+        });
+        [v[0], v[1], v[2], w[0], w[1], w[2]]
+    }
+
+    #[inline]
+    fn point(&self, &[a, b, c, x, y, z]: &[f64; 6]) -> ([f64; 3], f64) {
+        (
+            [b * z - c * y, c * x - a * z, a * y - b * x],
+            a.abs() + b.abs() + c.abs(),
+        )
+    }
+}
+
+/// The Leray projection of one mode, with the arithmetic of [`project`].
+#[inline]
+fn leray(k: [i64; 3], [x, y, z]: [Complex64; 3]) -> [Complex64; 3] {
+    let k = k.map(|x| x as f64);
+    let k2 = k[0] * k[0] + k[1] * k[1] + k[2] * k[2];
+    if k2 == 0.0 {
+        return [ZERO; 3];
+    }
+    let dot = (x * k[0] + y * k[1] + z * k[2]) / k2;
+    [x - dot * k[0], y - dot * k[1], z - dot * k[2]]
 }
 
 /// Leray projection v̂ ← v̂ − k (k·v̂)/|k|², and v̂(0) = 0.
@@ -424,6 +423,14 @@ pub fn project(kvec: &[[f64; 3]], k2: &[f64], v: [&mut Vec<Complex64>; 3]) {
 pub fn ordered_sum(blocks: usize, f: impl Fn(usize) -> f64 + Sync + Send) -> f64 {
     let parts: Vec<f64> = (0..blocks).into_par_iter().map(&f).collect();
     parts.iter().sum()
+}
+
+/// The component slices of NV vector fields, in order: [a_x, a_y, a_z, b_x, …]. `N` must be
+/// 3·NV.
+fn fields<const NV: usize, const N: usize>(v: [&mut VectorModes; NV]) -> [&mut [Complex64]; N] {
+    assert_eq!(N, 3 * NV);
+    let mut it = v.into_iter().flat_map(|v| v.iter_mut().map(|c| &mut c[..]));
+    std::array::from_fn(|_| it.next().expect("N = 3·NV"))
 }
 
 /// Element-wise update over two outputs and two inputs, in parallel.

@@ -10,6 +10,9 @@
 //! Implementations now: [`direct::DirectFreeSpace`] (all pairs, f64, rayon).
 
 pub mod direct;
+pub mod ewald;
+pub mod oracle;
+pub mod planner;
 
 use crate::kernel::StretchingScheme;
 

@@ -220,6 +220,21 @@ impl VortexSolver {
         Ok(())
     }
 
+    /// The particle velocity at the nodes of an n^3 grid as retained modes, for the shared
+    /// diagnostics ([`field::velocity_modes_from_particles`] with this solver's evaluator).
+    pub fn velocity_modes_on_grid(
+        &mut self,
+        n: usize,
+        scratch: &mut Evaluation,
+    ) -> Result<(crate::spectral::ModeLayout, crate::spectral::VectorModes), SummationError> {
+        field::velocity_modes_from_particles(self.evaluator.as_mut(), &self.particles, n, scratch)
+    }
+
+    /// A short description of the evaluator.
+    pub fn evaluator_name(&self) -> String {
+        self.evaluator.name()
+    }
+
     /// The exact solver state for a checkpoint: arrays (name, shape, values) and scalars.
     /// Restoring it with [`VortexSolver::restore_state`] continues the run bit for bit (the AB2
     /// history and the reinitialisation counter included).

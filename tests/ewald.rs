@@ -1,0 +1,481 @@
+//! The Ewald periodic evaluator (src/summation/ewald.rs) against the Fourier-series oracle of
+//! PHYSICS.md §4 (src/summation/oracle.rs), the periodic Lamb–Oseen tube of PHYSICS.md §7 and
+//! brute-force image sums; periodicity, translation, thread-count bit-identity.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::f64::consts::{PI, TAU};
+use vpm::kernel::StretchingScheme;
+use vpm::summation::ewald::{EwaldParameters, EwaldPeriodic};
+use vpm::summation::oracle::FourierOracle;
+use vpm::summation::{Evaluation, Extra, Sources, Summation};
+
+const SCHEMES: [StretchingScheme; 2] = [StretchingScheme::Classical, StretchingScheme::Transposed];
+
+struct Particles {
+    x: Vec<[f64; 3]>,
+    alpha: Vec<[f64; 3]>,
+    sigma: Vec<f64>,
+}
+
+impl Particles {
+    fn sources(&self) -> Sources<'_> {
+        Sources {
+            x: &self.x,
+            alpha: &self.alpha,
+            sigma: &self.sigma,
+        }
+    }
+}
+
+/// n particles uniform in the box, strengths uniform in [−1, 1]^3 with the mean removed
+/// (Σα = 0), cores uniform in [smin, smax].
+fn random_particles(n: usize, smin: f64, smax: f64, seed: u64) -> Particles {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let x: Vec<[f64; 3]> = (0..n)
+        .map(|_| [0; 3].map(|_| rng.random_range(-PI..PI)))
+        .collect();
+    let mut alpha: Vec<[f64; 3]> = (0..n)
+        .map(|_| [0; 3].map(|_| rng.random_range(-1.0..1.0)))
+        .collect();
+    let mean = [0, 1, 2].map(|c| alpha.iter().map(|a| a[c]).sum::<f64>() / n as f64);
+    for a in &mut alpha {
+        for c in 0..3 {
+            a[c] -= mean[c];
+        }
+    }
+    let sigma = (0..n).map(|_| rng.random_range(smin..=smax)).collect();
+    Particles { x, alpha, sigma }
+}
+
+fn random_points(n: usize, seed: u64) -> Vec<[f64; 3]> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| [0; 3].map(|_| rng.random_range(-PI..PI)))
+        .collect()
+}
+
+/// Relative L2 error ‖a − b‖/‖b‖ over all components.
+fn rel_l2<const N: usize>(a: &[[f64; N]], b: &[[f64; N]]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let (mut e, mut n) = (0.0, 0.0);
+    for (x, y) in a.iter().zip(b) {
+        for c in 0..N {
+            e += (x[c] - y[c]).powi(2);
+            n += y[c] * y[c];
+        }
+    }
+    (e / n).sqrt()
+}
+
+fn fmt(e: &[f64]) -> String {
+    e.iter()
+        .map(|v| format!("{v:.2e}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn flat9(g: &[[[f64; 3]; 3]]) -> Vec<[f64; 9]> {
+    g.iter()
+        .map(|m| std::array::from_fn(|k| m[k / 3][k % 3]))
+        .collect()
+}
+
+/// Reference stretching from a gradient, written out independently of the library.
+fn stretching_ref(g: &[[f64; 3]; 3], a: &[f64; 3], scheme: StretchingScheme) -> [f64; 3] {
+    let mut s = [0.0; 3];
+    for i in 0..3 {
+        for j in 0..3 {
+            s[i] += match scheme {
+                StretchingScheme::Classical => a[j] * g[i][j],
+                StretchingScheme::Transposed => g[j][i] * a[j],
+            };
+        }
+    }
+    s
+}
+
+/// Oracle velocity and gradient.
+fn oracle(p: &Particles, targets: &[[f64; 3]]) -> (Vec<[f64; 3]>, Vec<[[f64; 3]; 3]>) {
+    let (u, g) = FourierOracle::new()
+        .fields(&p.sources(), targets, true)
+        .unwrap();
+    (u, g.unwrap())
+}
+
+/// Relative errors (velocity, gradient, classical, transposed stretching) of Ewald at `acc`.
+fn errors(
+    ew: &mut EwaldPeriodic,
+    p: &Particles,
+    targets: &[[f64; 3]],
+    target_alpha: &[[f64; 3]],
+    reference: &(Vec<[f64; 3]>, Vec<[[f64; 3]; 3]>),
+) -> [f64; 4] {
+    let src = p.sources();
+    let mut out = Evaluation::default();
+    ew.evaluate(&src, targets, Extra::None, &mut out).unwrap();
+    let ev = rel_l2(&out.velocity, &reference.0);
+    ew.evaluate(&src, targets, Extra::Gradient, &mut out)
+        .unwrap();
+    let eg = rel_l2(&flat9(&out.gradient), &flat9(&reference.1));
+    let ev2 = rel_l2(&out.velocity, &reference.0);
+    assert!(
+        ev2 <= 1.5 * ev + 1e-15,
+        "velocity with gradient {ev2} vs {ev}"
+    );
+    let mut es = [0.0; 2];
+    for (k, scheme) in SCHEMES.into_iter().enumerate() {
+        let extra = Extra::Stretching {
+            alpha: target_alpha,
+            scheme,
+        };
+        ew.evaluate(&src, targets, extra, &mut out).unwrap();
+        let want: Vec<[f64; 3]> = reference
+            .1
+            .iter()
+            .zip(target_alpha)
+            .map(|(g, a)| stretching_ref(g, a, scheme))
+            .collect();
+        es[k] = rel_l2(&out.stretching, &want);
+    }
+    [ev, eg, es[0], es[1]]
+}
+
+#[test]
+fn matches_oracle_at_every_accuracy() {
+    let p = random_particles(200, 0.25, 0.4, 1);
+    let reference = oracle(&p, &p.x);
+    for acc in [1e-3, 1e-4, 1e-5, 1e-6, 1e-8, 1e-10, 1e-12] {
+        let mut ew = EwaldPeriodic::new(acc);
+        let e = errors(&mut ew, &p, &p.x, &p.alpha, &reference);
+        eprintln!(
+            "accuracy {acc:.0e}: velocity {:.2e} gradient {:.2e} stretching classical {:.2e} \
+             transposed {:.2e}  [{}]",
+            e[0],
+            e[1],
+            e[2],
+            e[3],
+            ew.parameters().unwrap()
+        );
+        for (k, v) in e.iter().enumerate() {
+            assert!(
+                *v <= acc.max(1e-11),
+                "accuracy {acc:e}: error {k} = {v:e} ({})",
+                ew.parameters().unwrap()
+            );
+        }
+    }
+}
+
+#[test]
+fn tight_accuracy_meets_1e8() {
+    let p = random_particles(200, 0.25, 0.4, 2);
+    let reference = oracle(&p, &p.x);
+    let mut ew = EwaldPeriodic::new(1e-10);
+    let e = errors(&mut ew, &p, &p.x, &p.alpha, &reference);
+    assert!(e.iter().all(|&v| v <= 1e-8), "{e:?}");
+    let params = ew.parameters().unwrap();
+    assert!(params.real_space_sources > 0 && params.cells_per_side >= 2);
+}
+
+#[test]
+fn targets_different_from_sources() {
+    let p = random_particles(150, 0.25, 0.4, 3);
+    let targets = random_points(120, 33);
+    let mut rng = ChaCha8Rng::seed_from_u64(34);
+    let ta: Vec<[f64; 3]> = (0..targets.len())
+        .map(|_| [0; 3].map(|_| rng.random_range(-1.0..1.0)))
+        .collect();
+    let reference = oracle(&p, &targets);
+    let mut ew = EwaldPeriodic::new(1e-10);
+    let e = errors(&mut ew, &p, &targets, &ta, &reference);
+    assert!(e.iter().all(|&v| v <= 1e-8), "{e:?}");
+}
+
+#[test]
+fn shift_by_a_period_changes_nothing() {
+    let p = random_particles(200, 0.25, 0.4, 4);
+    let mut rng = ChaCha8Rng::seed_from_u64(44);
+    let mut q = Particles {
+        x: p.x.clone(),
+        alpha: p.alpha.clone(),
+        sigma: p.sigma.clone(),
+    };
+    for x in &mut q.x {
+        for c in x.iter_mut() {
+            *c += TAU * rng.random_range(-2..=2) as f64;
+        }
+    }
+    let mut targets = p.x.clone();
+    for x in &mut targets {
+        x[0] -= TAU;
+        x[2] += 2.0 * TAU;
+    }
+    let mut ew = EwaldPeriodic::new(1e-10);
+    let extra = Extra::Stretching {
+        alpha: &p.alpha,
+        scheme: StretchingScheme::Classical,
+    };
+    let (mut a, mut b) = (Evaluation::default(), Evaluation::default());
+    ew.evaluate(&p.sources(), &p.x, extra, &mut a).unwrap();
+    ew.evaluate(&q.sources(), &targets, extra, &mut b).unwrap();
+    let (ev, es) = (
+        rel_l2(&b.velocity, &a.velocity),
+        rel_l2(&b.stretching, &a.stretching),
+    );
+    eprintln!("shift by periods: velocity {ev:.2e} stretching {es:.2e}");
+    // Only the rounding of x ± 2πn differs.
+    assert!(ev < 1e-12 && es < 1e-12, "{ev:e} {es:e}");
+}
+
+#[test]
+fn translation_translates_the_field() {
+    let p = random_particles(200, 0.25, 0.4, 5);
+    let mut rng = ChaCha8Rng::seed_from_u64(55);
+    let shift = [0; 3].map(|_| rng.random_range(-3.0..3.0));
+    let moved = |v: &[[f64; 3]]| -> Vec<[f64; 3]> {
+        v.iter()
+            .map(|x| [x[0] + shift[0], x[1] + shift[1], x[2] + shift[2]])
+            .collect()
+    };
+    let q = Particles {
+        x: moved(&p.x),
+        alpha: p.alpha.clone(),
+        sigma: p.sigma.clone(),
+    };
+    let targets = random_points(100, 56);
+    let shifted_targets = moved(&targets);
+    let mut ew = EwaldPeriodic::new(1e-10);
+    let (mut a, mut b) = (Evaluation::default(), Evaluation::default());
+    ew.evaluate(&p.sources(), &targets, Extra::Gradient, &mut a)
+        .unwrap();
+    ew.evaluate(&q.sources(), &shifted_targets, Extra::Gradient, &mut b)
+        .unwrap();
+    let (uo, go) = oracle(&q, &shifted_targets);
+    let e = [
+        rel_l2(&b.velocity, &a.velocity),
+        rel_l2(&flat9(&b.gradient), &flat9(&a.gradient)),
+        rel_l2(&b.velocity, &uo),
+        rel_l2(&flat9(&b.gradient), &flat9(&go)),
+    ];
+    eprintln!("translation: {}", fmt(&e));
+    assert!(e.iter().all(|&v| v < 1e-8), "{e:?}");
+}
+
+/// Straight tube along z (PHYSICS.md §7): u_θ(r) = Γ/(2πr)(1 − e^{−r²/(2σ_eff²)}) − Γr/(2L²).
+#[test]
+fn lamb_oseen_tube_in_the_box() {
+    let (gamma, sigma, h, sd, nz) = (1.0f64, 0.2f64, 0.1f64, 0.1f64, 32);
+    let hz = TAU / nz as f64;
+    // Gaussian weights of width sd on the xy lattice within 5 sd, normalised to sum 1.
+    let mut cells = Vec::new();
+    let m = (5.0 * sd / h).ceil() as i64;
+    for i in -m..=m {
+        for j in -m..=m {
+            let (x, y) = (i as f64 * h, j as f64 * h);
+            let r2 = x * x + y * y;
+            if r2 <= (5.0 * sd).powi(2) {
+                cells.push((x, y, (-0.5 * r2 / (sd * sd)).exp()));
+            }
+        }
+    }
+    let wsum: f64 = cells.iter().map(|c| c.2).sum();
+    let mut p = Particles {
+        x: Vec::new(),
+        alpha: Vec::new(),
+        sigma: Vec::new(),
+    };
+    for k in 0..nz {
+        let z = -PI + k as f64 * hz;
+        for &(x, y, w) in &cells {
+            p.x.push([x, y, z]);
+            p.alpha.push([0.0, 0.0, gamma * w / wsum * hz]);
+            p.sigma.push(sigma);
+        }
+    }
+    let seff2 = sigma * sigma + sd * sd;
+    let mut targets = Vec::new();
+    let mut radii = Vec::new();
+    for i in 0..9 {
+        let r = sigma + (1.0 - sigma) * i as f64 / 8.0;
+        for t in 0..5 {
+            let th = 0.3 + t as f64 * 1.1;
+            targets.push([r * th.cos(), r * th.sin(), 0.37 * t as f64 - 0.5]);
+            radii.push((r, th));
+        }
+    }
+    let mut ew = EwaldPeriodic::new(1e-8);
+    let mut out = Evaluation::default();
+    ew.evaluate(&p.sources(), &targets, Extra::None, &mut out)
+        .unwrap();
+    // The formula leaves out the images' r³ cos 4θ term (square lattice of tubes): relative
+    // ≈ 2e-3 at r = 1, (r/1)⁴ times that inside.
+    let (mut worst, mut worst_inner): (f64, f64) = (0.0, 0.0);
+    for (u, &(r, th)) in out.velocity.iter().zip(&radii) {
+        let ut = -th.sin() * u[0] + th.cos() * u[1];
+        let want = gamma / (TAU * r) * (1.0 - (-0.5 * r * r / seff2).exp())
+            - gamma * r / (2.0 * TAU * TAU);
+        let e = ((ut - want) / want).abs();
+        worst = worst.max(e);
+        if r <= 0.5 {
+            worst_inner = worst_inner.max(e);
+        }
+        assert!(u[2].abs() < 1e-9, "axial velocity {}", u[2]);
+    }
+    eprintln!(
+        "Lamb–Oseen: worst relative error of u_θ on [σ, 1]: {worst:.2e}, on [σ, 0.5]: \
+         {worst_inner:.2e} ({} particles, {})",
+        p.x.len(),
+        ew.parameters().unwrap()
+    );
+    assert!(worst < 0.01 && worst_inner < 1e-3, "{worst} {worst_inner}");
+}
+
+/// Brute-force periodic blob vorticity over the 27 nearest boxes (further images < e^{−30}).
+fn vorticity_images(p: &Particles, targets: &[[f64; 3]]) -> Vec<[f64; 3]> {
+    targets
+        .iter()
+        .map(|x| {
+            let mut w = [0.0; 3];
+            for q in 0..p.x.len() {
+                for i in -1..=1 {
+                    for j in -1..=1 {
+                        for k in -1..=1 {
+                            let n = [i, j, k].map(|v| v as f64 * TAU);
+                            let r2: f64 = (0..3)
+                                .map(|c| {
+                                    let d = x[c]
+                                        - p.x[q][c]
+                                        - n[c]
+                                        - TAU * ((x[c] - p.x[q][c]) / TAU).round();
+                                    d * d
+                                })
+                                .sum();
+                            let s = p.sigma[q];
+                            let z = (TAU * s * s).powf(-1.5) * (-0.5 * r2 / (s * s)).exp();
+                            for (wc, ac) in w.iter_mut().zip(&p.alpha[q]) {
+                                *wc += ac * z;
+                            }
+                        }
+                    }
+                }
+            }
+            w
+        })
+        .collect()
+}
+
+#[test]
+fn vorticity_matches_image_sum() {
+    // Cell lists (7σ_max < π) and the explicit-image fallback (7σ_max ≥ π).
+    for (smin, smax) in [(0.2, 0.3), (0.3, 0.5)] {
+        let p = random_particles(300, smin, smax, 6);
+        let mut targets = random_points(200, 66);
+        targets.extend_from_slice(&p.x[..50]);
+        let mut ew = EwaldPeriodic::default();
+        let mut w = Vec::new();
+        ew.vorticity(&p.sources(), &targets, &mut w).unwrap();
+        let want = vorticity_images(&p, &targets);
+        let e = rel_l2(&w, &want);
+        let mut oracle_w = Vec::new();
+        FourierOracle::new()
+            .vorticity(&p.sources(), &targets, &mut oracle_w)
+            .unwrap();
+        let eo = rel_l2(&oracle_w, &want);
+        eprintln!("vorticity σ in [{smin}, {smax}]: vs images {e:.2e}; oracle vs images {eo:.2e}");
+        assert!(e < 1e-10 && eo < 1e-10, "{e:e} {eo:e}");
+    }
+}
+
+#[test]
+fn huge_cores_use_explicit_images() {
+    // r_c = ρ_c η ≥ π at 1e-10 for η = 0.5: the real-space part sums images explicitly.
+    let p = random_particles(80, 0.35, 0.5, 7);
+    let reference = oracle(&p, &p.x);
+    let mut ew = EwaldPeriodic::with_parameters(EwaldParameters {
+        accuracy: 1e-10,
+        eta: 0.5,
+        tau: 0.5 * 0.5,
+        r_cut: 0.5 * 7.0,
+        grid: 40,
+        support: 22,
+        kmax: 0,
+        real_space_sources: 0,
+        cells_per_side: 0,
+        estimated_seconds: 0.0,
+    });
+    let e = errors(&mut ew, &p, &p.x, &p.alpha, &reference);
+    eprintln!(
+        "explicit images: {} ({})",
+        fmt(&e),
+        ew.parameters().unwrap()
+    );
+    assert_eq!(ew.parameters().unwrap().cells_per_side, 0);
+    assert!(e.iter().all(|&v| v <= 1e-8), "{e:?}");
+    // The planner finds its own parameters for the same set.
+    let mut ew = EwaldPeriodic::new(1e-10);
+    let e = errors(&mut ew, &p, &p.x, &p.alpha, &reference);
+    assert!(e.iter().all(|&v| v <= 1e-8), "{e:?}");
+}
+
+#[test]
+fn equal_cores_need_no_real_space() {
+    let mut p = random_particles(200, 0.3, 0.3, 8);
+    p.sigma.fill(0.3);
+    let reference = oracle(&p, &p.x);
+    let mut ew = EwaldPeriodic::new(1e-10);
+    let e = errors(&mut ew, &p, &p.x, &p.alpha, &reference);
+    eprintln!("equal cores: {} ({})", fmt(&e), ew.parameters().unwrap());
+    assert_eq!(ew.parameters().unwrap().real_space_sources, 0);
+    assert!(e.iter().all(|&v| v <= 1e-8), "{e:?}");
+}
+
+#[test]
+fn bit_identical_for_any_thread_count() {
+    let p = random_particles(300, 0.25, 0.4, 9);
+    let targets = random_points(150, 99);
+    let ta: Vec<[f64; 3]> = targets.iter().map(|x| [x[1], x[2], x[0]]).collect();
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut ew = EwaldPeriodic::new(1e-8);
+            let mut bits = Vec::new();
+            let mut out = Evaluation::default();
+            let src = p.sources();
+            for extra in [
+                Extra::None,
+                Extra::Gradient,
+                Extra::Stretching {
+                    alpha: &ta,
+                    scheme: StretchingScheme::Classical,
+                },
+                Extra::Stretching {
+                    alpha: &ta,
+                    scheme: StretchingScheme::Transposed,
+                },
+            ] {
+                ew.evaluate(&src, &targets, extra, &mut out).unwrap();
+                bits.extend(out.velocity.iter().flatten().map(|v| v.to_bits()));
+                match extra {
+                    Extra::Gradient => {
+                        bits.extend(out.gradient.iter().flatten().flatten().map(|v| v.to_bits()))
+                    }
+                    Extra::Stretching { .. } => {
+                        bits.extend(out.stretching.iter().flatten().map(|v| v.to_bits()))
+                    }
+                    Extra::None => {}
+                }
+            }
+            let mut w = Vec::new();
+            ew.vorticity(&src, &targets, &mut w).unwrap();
+            bits.extend(w.iter().flatten().map(|v| v.to_bits()));
+            bits
+        })
+    };
+    let one = run(1);
+    assert_eq!(one, run(2));
+    assert_eq!(one, run(3));
+}
