@@ -219,3 +219,113 @@ pub fn bench_direct(
     }
     Ok(rows)
 }
+
+/// One row of `vpm bench ewald`.
+#[derive(Debug, Clone, Serialize)]
+pub struct EwaldBenchRow {
+    /// Particles (an n^3 lattice).
+    pub particles: usize,
+    pub accuracy: f64,
+    pub seconds_velocity: f64,
+    pub seconds_velocity_stretching: f64,
+    /// Particles per second (targets = sources), velocity only.
+    pub particles_per_second_velocity: f64,
+    /// Particles per second, velocity + stretching.
+    pub particles_per_second_velocity_stretching: f64,
+    pub parameters: String,
+    pub repeats: usize,
+}
+
+/// Times the periodic Ewald evaluator on lattice particles (σ = h, random zero-sum strengths,
+/// fresh for each size): the layout of a vortex run in the box.
+pub fn bench_ewald(
+    lattice: &[usize],
+    accuracy: f64,
+    repeats: usize,
+    json: Option<&Path>,
+) -> Result<Vec<EwaldBenchRow>> {
+    use crate::kernel::StretchingScheme;
+    use crate::summation::ewald::EwaldPeriodic;
+    use crate::summation::{Evaluation, Extra, Sources, Summation};
+    use crate::vortex::lattice_nodes;
+    use rand::{Rng, SeedableRng};
+    let threads = rayon::current_num_threads();
+    let cpu = cpu_model();
+    println!(
+        "vpm bench ewald (CPU, f64, accuracy {accuracy:e}): {cpu}, {threads} threads, median of {repeats} after warm-up"
+    );
+    println!(
+        "{:>10} {:>12} {:>16} {:>12} {:>18}",
+        "particles", "s velocity", "particles/s vel", "s vel+str", "particles/s vel+str"
+    );
+    let mut rows = Vec::new();
+    for &n in lattice {
+        let h = std::f64::consts::TAU / n as f64;
+        let x = lattice_nodes(n);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xe3a1d ^ n as u64);
+        let mut alpha: Vec<[f64; 3]> = (0..x.len())
+            .map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0) * h * h * h))
+            .collect();
+        let np = x.len() as f64;
+        let mean: [f64; 3] = std::array::from_fn(|c| alpha.iter().map(|a| a[c]).sum::<f64>() / np);
+        for a in &mut alpha {
+            for c in 0..3 {
+                a[c] -= mean[c];
+            }
+        }
+        let sigma = vec![h; x.len()];
+        let src = Sources {
+            x: &x,
+            alpha: &alpha,
+            sigma: &sigma,
+        };
+        let mut ew = EwaldPeriodic::new(accuracy);
+        let mut out = Evaluation::default();
+        let mut time = |extra: Extra| -> Result<f64> {
+            ew.evaluate(&src, &x, extra, &mut out)?; // warm-up: plans, parameters
+            let mut t = Vec::new();
+            for _ in 0..repeats.max(1) {
+                let s = Instant::now();
+                ew.evaluate(&src, &x, extra, &mut out)?;
+                t.push(s.elapsed().as_secs_f64());
+            }
+            Ok(median(t))
+        };
+        let tv = time(Extra::None)?;
+        let ts = time(Extra::Stretching {
+            alpha: &alpha,
+            scheme: StretchingScheme::Classical,
+        })?;
+        let row = EwaldBenchRow {
+            particles: x.len(),
+            accuracy,
+            seconds_velocity: tv,
+            seconds_velocity_stretching: ts,
+            particles_per_second_velocity: np / tv,
+            particles_per_second_velocity_stretching: np / ts,
+            parameters: ew.parameters().map_or(String::new(), |p| p.to_string()),
+            repeats,
+        };
+        println!(
+            "{:>10} {:>12.4} {:>16.3e} {:>12.4} {:>18.3e}",
+            row.particles,
+            tv,
+            row.particles_per_second_velocity,
+            ts,
+            row.particles_per_second_velocity_stretching
+        );
+        rows.push(row);
+    }
+    if let Some(path) = json {
+        let report = serde_json::json!({
+            "benchmark": "ewald",
+            "cpu": cpu,
+            "threads": threads,
+            "vpm_version": env!("CARGO_PKG_VERSION"),
+            "rows": rows,
+        });
+        write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
+        println!("wrote {}", path.display());
+    }
+    Ok(rows)
+}

@@ -71,6 +71,27 @@ pub enum BenchCommand {
     Spectral(BenchSpectralArgs),
     /// Pair interactions per second of the CPU all-pairs Biot–Savart evaluator.
     Direct(BenchDirectArgs),
+    /// Particles per second of the periodic Ewald evaluator on lattice particles.
+    Ewald(BenchEwaldArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchEwaldArgs {
+    /// Lattice sizes n (n^3 particles each; comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "16,32")]
+    pub n: Vec<usize>,
+    /// Requested relative accuracy.
+    #[arg(long, default_value_t = 1e-6)]
+    pub accuracy: f64,
+    /// Timed repetitions per measurement (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 #[derive(Debug, Args)]

@@ -148,6 +148,17 @@ fn run(cli: Cli) -> Result<()> {
             vpm::bench::bench_direct(&a.n, a.repeats, a.json.as_deref())?;
             Ok(())
         }
+        Command::Bench(BenchCommand::Ewald(a)) => {
+            set_threads(a.threads)?;
+            if let Some(n) = a.n.iter().find(|&&n| n < 4) {
+                bail!("--n {n}: lattice sizes must be at least 4");
+            }
+            if !(1e-12..=1e-2).contains(&a.accuracy) {
+                bail!("--accuracy {}: must be in [1e-12, 1e-2]", a.accuracy);
+            }
+            vpm::bench::bench_ewald(&a.n, a.accuracy, a.repeats, a.json.as_deref())?;
+            Ok(())
+        }
     }
 }
 
