@@ -1000,6 +1000,34 @@ fn benchmarks_print_a_table_and_write_json() {
             .unwrap()
             > 0.0
     );
+
+    let ewald = dir.path().join("ewald.json");
+    let out = run(&[
+        "bench",
+        "ewald",
+        "--n",
+        "8",
+        "--repeats",
+        "1",
+        "--threads",
+        "2",
+        "--json",
+        ewald.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&ewald).unwrap()).unwrap();
+    assert_eq!(json["rows"][0]["particles"].as_u64(), Some(512));
+    assert!(
+        json["rows"][0]["particles_per_second_velocity"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
 }
 
 /// A small Taylor–Green case run by both solvers: the vortex method's K(t) follows the spectral
