@@ -562,8 +562,16 @@ impl Simulation {
         let (t, step) = (self.clock.t, self.clock.step);
         let n = self.case.spectral.n;
         let (st, spectrum, div) = v.stats(n, self.case.flow.nu)?;
-        // Relative difference; undefined (nan) where the spectral value is zero.
-        let rel = |a: f64, b: f64| if a != 0.0 { (b - a) / a } else { f64::NAN };
+        // Relative difference; undefined (nan) where the spectral value is round-off (below
+        // 1e-14 of K: e.g. empty shells of Taylor–Green).
+        let floor = 1e-14 * spectral_energy.unwrap_or(st.energy).abs();
+        let rel = |a: f64, b: f64| {
+            if a.abs() > floor {
+                (b - a) / a
+            } else {
+                f64::NAN
+            }
+        };
         if spectral_energy.is_some() {
             let p = v.solver.particles();
             let sigma_max = p.sigma.iter().copied().fold(0.0, f64::max);
