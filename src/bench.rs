@@ -25,13 +25,30 @@ pub struct SpectralBenchRow {
     pub repeats: usize,
 }
 
-#[derive(Debug, Serialize)]
-struct SpectralBenchReport<'a> {
-    benchmark: &'static str,
-    cpu: String,
-    threads: usize,
-    vpm_version: &'static str,
-    rows: &'a [SpectralBenchRow],
+/// Median seconds of `repeats` calls of `f`, after one warm-up call.
+fn median_seconds<E>(repeats: usize, mut f: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
+    f()?;
+    let mut t = Vec::with_capacity(repeats.max(1));
+    for _ in 0..repeats.max(1) {
+        let s = Instant::now();
+        f()?;
+        t.push(s.elapsed().as_secs_f64());
+    }
+    Ok(median(t))
+}
+
+/// Writes a benchmark's JSON report (name, hardware, threads, version, rows) atomically.
+fn write_report<R: Serialize>(path: &Path, benchmark: &str, cpu: &str, rows: &[R]) -> Result<()> {
+    let report = serde_json::json!({
+        "benchmark": benchmark,
+        "cpu": cpu,
+        "threads": rayon::current_num_threads(),
+        "vpm_version": env!("CARGO_PKG_VERSION"),
+        "rows": rows,
+    });
+    write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
+    println!("wrote {}", path.display());
+    Ok(())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -109,15 +126,7 @@ pub fn bench_spectral(
         }
     }
     if let Some(path) = json {
-        let report = SpectralBenchReport {
-            benchmark: "spectral",
-            cpu,
-            threads,
-            vpm_version: env!("CARGO_PKG_VERSION"),
-            rows: &rows,
-        };
-        write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
-        println!("wrote {}", path.display());
+        write_report(path, "spectral", &cpu, &rows)?;
     }
     Ok(rows)
 }
@@ -172,15 +181,10 @@ pub fn bench_direct(
         }
         let mut ev = DirectFreeSpace;
         let mut out = Evaluation::default();
-        let mut time = |extra: Extra| -> Result<f64> {
-            ev.evaluate(&Sources::of(&p), &p.x, extra, &mut out)?; // warm-up
-            let mut t = Vec::new();
-            for _ in 0..repeats.max(1) {
-                let s = Instant::now();
-                ev.evaluate(&Sources::of(&p), &p.x, extra, &mut out)?;
-                t.push(s.elapsed().as_secs_f64());
-            }
-            Ok(median(t))
+        let mut time = |extra: Extra| {
+            median_seconds(repeats, || {
+                ev.evaluate(&Sources::of(&p), &p.x, extra, &mut out)
+            })
         };
         let tv = time(Extra::None)?;
         let ts = time(Extra::Stretching {
@@ -207,15 +211,7 @@ pub fn bench_direct(
         rows.push(row);
     }
     if let Some(path) = json {
-        let report = serde_json::json!({
-            "benchmark": "direct",
-            "cpu": cpu,
-            "threads": threads,
-            "vpm_version": env!("CARGO_PKG_VERSION"),
-            "rows": rows,
-        });
-        write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
-        println!("wrote {}", path.display());
+        write_report(path, "direct", &cpu, &rows)?;
     }
     Ok(rows)
 }
@@ -281,16 +277,8 @@ pub fn bench_ewald(
         };
         let mut ew = EwaldPeriodic::new(accuracy);
         let mut out = Evaluation::default();
-        let mut time = |extra: Extra| -> Result<f64> {
-            ew.evaluate(&src, &x, extra, &mut out)?; // warm-up: plans, parameters
-            let mut t = Vec::new();
-            for _ in 0..repeats.max(1) {
-                let s = Instant::now();
-                ew.evaluate(&src, &x, extra, &mut out)?;
-                t.push(s.elapsed().as_secs_f64());
-            }
-            Ok(median(t))
-        };
+        let mut time =
+            |extra: Extra| median_seconds(repeats, || ew.evaluate(&src, &x, extra, &mut out));
         let tv = time(Extra::None)?;
         let ts = time(Extra::Stretching {
             alpha: &alpha,
@@ -317,15 +305,7 @@ pub fn bench_ewald(
         rows.push(row);
     }
     if let Some(path) = json {
-        let report = serde_json::json!({
-            "benchmark": "ewald",
-            "cpu": cpu,
-            "threads": threads,
-            "vpm_version": env!("CARGO_PKG_VERSION"),
-            "rows": rows,
-        });
-        write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
-        println!("wrote {}", path.display());
+        write_report(path, "ewald", &cpu, &rows)?;
     }
     Ok(rows)
 }

@@ -909,7 +909,7 @@ fn gather(win: &Window, grids: &[Vec<f64>; 3], targets: &[[f64; 3]], want_grad: 
     }
 }
 
-/// Stretching from the velocity gradient g[i][j] = ∂u_i/∂x_j and the target strength a:
+/// Stretching from the velocity gradient `g[i][j]` = ∂u_i/∂x_j and the target strength a:
 /// classical Σ_j a_j ∂_j u_i, transposed Σ_j ∂_i u_j a_j.
 #[inline]
 fn stretching_from_gradient(g: &[[f64; 3]; 3], a: &[f64; 3], scheme: StretchingScheme) -> [f64; 3] {
@@ -1141,62 +1141,4 @@ impl Summation for EwaldPeriodic {
             });
         Ok(())
     }
-}
-
-/// Throughput of [`EwaldPeriodic`] at accuracy 1e-6 on lattices of about `sizes` particles
-/// (n = round(N^{1/3}) per side, spacing h = 2π/n, σ = h, random strengths with Σα = 0, targets
-/// = sources), on the current rayon pool: (particles, particles per second for the velocity,
-/// particles per second for velocity + classical stretching), best of three after a warm-up.
-pub fn bench_ewald(sizes: &[usize]) -> Vec<(usize, f64, f64)> {
-    use rand::{Rng, SeedableRng};
-    let mut rows = Vec::new();
-    for &size in sizes {
-        let n = ((size as f64).cbrt().round() as usize).max(2);
-        let h = TAU / n as f64;
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xe3a1d ^ n as u64);
-        let mut x = Vec::with_capacity(n * n * n);
-        let mut alpha = Vec::with_capacity(n * n * n);
-        for i in 0..n {
-            for j in 0..n {
-                for k in 0..n {
-                    x.push([i, j, k].map(|c| -PI + c as f64 * h));
-                    alpha.push([0; 3].map(|_| rng.random_range(-1.0..1.0) * h * h * h));
-                }
-            }
-        }
-        let np = x.len();
-        let mean = [0, 1, 2].map(|c| alpha.iter().map(|a| a[c]).sum::<f64>() / np as f64);
-        for a in &mut alpha {
-            for c in 0..3 {
-                a[c] -= mean[c];
-            }
-        }
-        let sigma = vec![h; np];
-        let src = Sources {
-            x: &x,
-            alpha: &alpha,
-            sigma: &sigma,
-        };
-        let mut ew = EwaldPeriodic::new(1e-6);
-        let mut out = Evaluation::default();
-        let mut time = |extra: Extra| -> f64 {
-            let mut best = f64::INFINITY;
-            for rep in 0..4 {
-                let t = Instant::now();
-                ew.evaluate(&src, &x, extra, &mut out)
-                    .expect("Ewald benchmark evaluation");
-                if rep > 0 {
-                    best = best.min(t.elapsed().as_secs_f64());
-                }
-            }
-            best
-        };
-        let tv = time(Extra::None);
-        let ts = time(Extra::Stretching {
-            alpha: &alpha,
-            scheme: StretchingScheme::Classical,
-        });
-        rows.push((np, np as f64 / tv, np as f64 / ts));
-    }
-    rows
 }

@@ -215,7 +215,7 @@ fn phase_tables(x: &[[f64; 3]], kk: i64, s: f64) -> Vec<Complex64> {
     out
 }
 
-/// Stretching from the velocity gradient g[i][j] = ∂u_i/∂x_j and the target strength a:
+/// Stretching from the velocity gradient `g[i][j]` = ∂u_i/∂x_j and the target strength a:
 /// classical Σ_j a_j ∂_j u_i, transposed Σ_j ∂_i u_j a_j.
 pub fn stretching_from_gradient(
     g: &[[f64; 3]; 3],
