@@ -382,7 +382,13 @@ impl Fft3d {
     /// Copies the retained columns (grid frequencies 0..=K and M−K..M) of `n` lines of length M
     /// into rows `[i][line]`, `dst_stride` apart, `i` the k_x or k_y index, with
     /// [`store_stream`].
-    fn pick_retained(&self, lines: &[Complex64], n: usize, dst: &mut [Complex64], dst_stride: usize) {
+    fn pick_retained(
+        &self,
+        lines: &[Complex64],
+        n: usize,
+        dst: &mut [Complex64],
+        dst_stride: usize,
+    ) {
         let (m, k) = (self.m, self.layout.kmax);
         let map = |z: Complex64| z;
         transpose_stream(lines, m, dst, dst_stride, n, k + 1, map);
@@ -399,7 +405,13 @@ impl Fft3d {
 
     /// Fills `n` lines of length M from rows `[i][line]`, `src_stride` apart (`i` the k_x or k_y
     /// index): the retained grid frequencies get the rows, the others zero.
-    fn place_retained(&self, src: &[Complex64], src_stride: usize, n: usize, lines: &mut [Complex64]) {
+    fn place_retained(
+        &self,
+        src: &[Complex64],
+        src_stride: usize,
+        n: usize,
+        lines: &mut [Complex64],
+    ) {
         let (m, k) = (self.m, self.layout.kmax);
         for line in lines[..n * m].chunks_exact_mut(m) {
             line[k + 1..m - k].fill(ZERO);
