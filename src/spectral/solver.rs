@@ -15,6 +15,11 @@
 //!   û ← E(Δt)û + Δt/6 (E(Δt) k1 + 2E(Δt/2)(k2 + k3) + k4).
 //!
 //! A single Fourier mode therefore decays exactly as exp(−ν|k|²t) in amplitude.
+//!
+//! Each N(·) is one fused pass of [`Fft3d::apply_pointwise_with`]: ω̂ = i k × û is formed while
+//! the modes are gathered, u × ω is formed plane by plane on the product grid without storing
+//! any field there, and the projection and the Runge–Kutta update above are applied to each
+//! mode of F[u × ω] as it is produced, so k2, k3 and k4 are never stored either.
 
 use super::fft3d::{Fft3d, Pointwise};
 use super::layout::ModeLayout;
@@ -95,7 +100,8 @@ pub struct SpectralSolver {
     k1_valid: bool,
     /// max(|u| + |v| + |w|) on the product grid at the current state, when known.
     speed_sum_max: Option<f64>,
-    // Scratch, allocated once.
+    // Scratch, allocated once: the two Runge–Kutta stage inputs (each stage's N(·) reads one
+    // while its store writes the next into the other) and the accumulated new state.
     stage: VectorModes,
     stage_b: VectorModes,
     acc: VectorModes,
@@ -328,9 +334,10 @@ impl SpectralSolver {
     }
 
     /// N(v̂) handed to `store` mode by mode, with the mode's index and the elements at that
-    /// index of the slices in `dst` (components of vector fields, see [`fields`]); returns max(|v_x| + |v_y| + |v_z|) on the product
-    /// grid. One fused pass of [`Fft3d::apply_pointwise_with`] (see [`RotationalForm`]): neither
-    /// ω̂, nor any field on the product grid, nor N(v̂) itself is stored.
+    /// index of the slices in `dst` (components of vector fields, see [`fields`]); returns
+    /// max(|v_x| + |v_y| + |v_z|) on the product grid. One fused pass of
+    /// [`Fft3d::apply_pointwise_with`] (see [`RotationalForm`]): neither ω̂, nor any field on the
+    /// product grid, nor N(v̂) itself is stored.
     fn nonlinear_into<const NS: usize>(
         &mut self,
         vh: &VectorModes,
