@@ -13,9 +13,9 @@ use zip::CompressionMethod;
 use super::{write_atomic_with, OutputError};
 
 /// Entries at least this large get zip64 headers (plain zip stops at 4 GiB).
-const ZIP64_FROM_BYTES: u64 = u32::MAX as u64 - (1 << 20);
+pub(crate) const ZIP64_FROM_BYTES: u64 = u32::MAX as u64 - (1 << 20);
 
-fn npz_err<E>(op: &'static str, path: &Path, e: E) -> OutputError
+pub(crate) fn npz_err<E>(op: &'static str, path: &Path, e: E) -> OutputError
 where
     E: std::error::Error + Send + Sync + 'static,
 {
@@ -26,7 +26,7 @@ where
     }
 }
 
-fn options_for(n_elems: usize, zip64_from_bytes: u64) -> SimpleFileOptions {
+pub(crate) fn options_for(n_elems: usize, zip64_from_bytes: u64) -> SimpleFileOptions {
     let bytes = (n_elems as u64).saturating_mul(8);
     SimpleFileOptions::default()
         .compression_method(CompressionMethod::Stored)

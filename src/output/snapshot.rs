@@ -31,10 +31,8 @@ use std::path::{Path, PathBuf};
 
 use ndarray::{arr0, Array0, Array1, Array2, ArrayView1, ArrayView2, Ix0, Ix1, Ix2};
 use ndarray_npy::{NpzReader, NpzWriter, ReadableElement, WriteNpyExt};
-use zip::write::SimpleFileOptions;
-use zip::CompressionMethod;
 
-use super::npz::into_c_order_vec;
+use super::npz::{into_c_order_vec, npz_err, options_for, ZIP64_FROM_BYTES};
 use super::{format_f64, write_atomic, write_atomic_with, OutputError};
 
 /// Name of the snapshots folder inside the run directory.
@@ -45,9 +43,6 @@ pub const PARTICLES_PVD: &str = "particles.pvd";
 
 /// File-name stem shared by a snapshot's `.npz` and `.vtp`.
 const STEM_PREFIX: &str = "particles-";
-
-/// Entries at least this large get zip64 headers (plain zip stops at 4 GiB).
-const ZIP64_FROM_BYTES: u64 = u32::MAX as u64 - (1 << 20);
 
 /// Values (per array) encoded per base64 chunk: a multiple of 3 bytes, so
 /// only the last chunk of an array carries `=` padding.
@@ -136,17 +131,6 @@ fn step_of_file_name(name: &str, ext: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-fn npz_err<E>(op: &'static str, path: &Path, e: E) -> OutputError
-where
-    E: std::error::Error + Send + Sync + 'static,
-{
-    OutputError::Npz {
-        op,
-        path: path.to_path_buf(),
-        error: Box::new(e),
-    }
-}
-
 /// Check that every array has `n` entries and that `t` is finite.
 fn validate(path: &Path, snap: &ParticleSnapshot) -> Result<(), OutputError> {
     if !snap.t.is_finite() {
@@ -189,10 +173,7 @@ where
     W: Write + Seek,
     T: WriteNpyExt + ?Sized,
 {
-    let bytes = (n_elems as u64).saturating_mul(8);
-    let options = SimpleFileOptions::default()
-        .compression_method(CompressionMethod::Stored)
-        .large_file(bytes >= ZIP64_FROM_BYTES);
+    let options = options_for(n_elems, ZIP64_FROM_BYTES);
     npz.add_array_with_options(name, array, options)
         .map_err(|e| npz_err("write", path, e))
 }
