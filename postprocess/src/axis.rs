@@ -1,8 +1,9 @@
-//! Logarithmic axis ranges, tick positions and tick labels.
+//! Axis ranges (logarithmic and linear), tick positions and tick labels.
 //!
 //! plotters' own log-axis ticks give no tick at all on ranges shorter than a
 //! decade and print raw `f64` debug output, so the plots choose their ticks
-//! here and hand them over with `with_key_points`.
+//! here and hand them over with `with_key_points`; linear axes do the same
+//! so that their labels look alike.
 
 /// A positive range for a log axis, with the ticks to draw on it.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,6 +75,147 @@ impl LogAxis {
     }
 }
 
+/// A finite range for a linear axis, with the ticks to draw on it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct LinearAxis {
+    pub lo: f64,
+    pub hi: f64,
+    /// Labelled ticks (also drawn as the darker grid lines).
+    pub major: Vec<f64>,
+    /// Unlabelled faint grid lines between the major ones.
+    pub minor: Vec<f64>,
+    /// Significant digits that keep all major labels distinct.
+    pub digits: usize,
+}
+
+impl LinearAxis {
+    /// An axis covering the finite values of `values`, widened by `pad`
+    /// times their span on each side (0 for a tight axis).
+    ///
+    /// Degenerate inputs give a usable range: no values give 0..1, and
+    /// values that are all equal (to 1e-6 relative) a range of ±10 % of
+    /// the value around it (±1 around zero), so that a constant curve does
+    /// not collapse the axis.
+    pub fn covering(values: impl IntoIterator<Item = f64>, pad: f64) -> Self {
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        for v in values {
+            if v.is_finite() {
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
+        }
+        if lo > hi {
+            return Self::from_range(0.0, 1.0);
+        }
+        // Spans this close to the f64 limit are halved first so that the
+        // padded bounds stay finite.
+        let (lo, hi) = (lo.clamp(-1e300, 1e300), hi.clamp(-1e300, 1e300));
+        let span = hi - lo;
+        let scale = lo.abs().max(hi.abs());
+        if span <= 1e-6 * scale || span == 0.0 {
+            let mid = 0.5 * (lo + hi);
+            let half = if scale > 0.0 { 0.1 * scale } else { 1.0 };
+            return Self::from_range(mid - half, mid + half);
+        }
+        let pad = pad.max(0.0) * span;
+        Self::from_range(lo - pad, hi + pad)
+    }
+
+    fn from_range(lo: f64, hi: f64) -> Self {
+        let (major, minor) = match axis_step(lo, hi) {
+            Some(step) => (multiples(lo, hi, step), multiples(lo, hi, minor_step(step))),
+            None => (vec![lo, hi], Vec::new()),
+        };
+        let digits = distinct_digits(&major);
+        Self {
+            lo,
+            hi,
+            major,
+            minor,
+            digits,
+        }
+    }
+
+    /// Whether `v` can be drawn inside this axis.
+    pub fn contains(&self, v: f64) -> bool {
+        v.is_finite() && v >= self.lo && v <= self.hi
+    }
+
+    /// The label for a tick value.
+    pub fn label(&self, v: f64) -> String {
+        format_number(v, self.digits)
+    }
+}
+
+/// The multiples of `step` inside `[lo, hi]`, with values within round-off
+/// of zero written as zero.
+fn multiples(lo: f64, hi: f64, step: f64) -> Vec<f64> {
+    let first = (lo / step).ceil() as i64;
+    let last = (hi / step).floor() as i64;
+    (first..=last)
+        .map(|i| {
+            let v = i as f64 * step;
+            if v.abs() < 1e-9 * step {
+                0.0
+            } else {
+                v
+            }
+        })
+        .collect()
+}
+
+/// A "nice" step (1, 2 or 5 times a power of ten) giving about five ticks
+/// on `[lo, hi]`; `None` when the range is too narrow for its magnitude to
+/// be split into a handful of distinct f64 values.
+fn tick_step(lo: f64, hi: f64) -> Option<f64> {
+    let raw = (hi - lo) / 5.0;
+    if !(raw.is_finite() && raw > 0.0) {
+        return None;
+    }
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag);
+    let usable = step > 1e-9 * lo.abs().max(hi.abs())
+        && (lo / step).abs() < 1e15
+        && (hi / step).abs() < 1e15;
+    usable.then_some(step)
+}
+
+/// The largest "nice" step (1, 2 or 5 times a power of ten) that puts at
+/// least four ticks on `[lo, hi]` (then at most about ten); `None` when the range is too
+/// narrow for its magnitude to be split into distinct f64 values.
+fn axis_step(lo: f64, hi: f64) -> Option<f64> {
+    let span = hi - lo;
+    if !(span.is_finite() && span > 0.0) {
+        return None;
+    }
+    let e = span.log10().floor();
+    // A step of a tenth of the span's decade always gives 10 ticks or more,
+    // so the search ends within two decades.
+    let step = [0.0, -1.0]
+        .iter()
+        .flat_map(|de| [5.0, 2.0, 1.0].map(|m| m * 10f64.powf(e + de)))
+        .find(|&s| (hi / s).floor() - (lo / s).ceil() + 1.0 >= 4.0)?;
+    let usable = step > 1e-9 * lo.abs().max(hi.abs())
+        && (lo / step).abs() < 1e15
+        && (hi / step).abs() < 1e15;
+    usable.then_some(step)
+}
+
+/// Step of the faint grid lines for a major step of 1, 2 or 5 times a
+/// power of ten: five per interval, four for the 2s.
+fn minor_step(step: f64) -> f64 {
+    let mantissa = step / 10f64.powf(step.log10().floor());
+    if (mantissa - 2.0).abs() < 0.1 {
+        step / 4.0
+    } else {
+        step / 5.0
+    }
+}
+
 /// Major (labelled) and minor tick positions for a log axis on `[lo, hi]`.
 fn log_ticks(lo: f64, hi: f64) -> (Vec<f64>, Vec<f64>) {
     let e_lo = lo.log10().floor() as i32;
@@ -122,16 +264,10 @@ fn log_ticks(lo: f64, hi: f64) -> (Vec<f64>, Vec<f64>) {
 
 /// About five "nice" (1, 2, 5 times a power of ten) ticks inside `[lo, hi]`.
 fn linear_ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let raw = (hi - lo) / 5.0;
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * mag);
-    let first = (lo / step).ceil() as i64;
-    let last = (hi / step).floor() as i64;
-    (first..=last).map(|i| i as f64 * step).collect()
+    match tick_step(lo, hi) {
+        Some(step) => multiples(lo, hi, step),
+        None => vec![lo, hi],
+    }
 }
 
 /// The fewest significant digits (at least 1, at most 8) for which the
@@ -214,6 +350,57 @@ mod tests {
         let a = LogAxis::padded(0.98, 1.02);
         assert!(a.major.len() >= 2, "{:?}", a.major);
         let labels: Vec<String> = a.major.iter().map(|&v| a.label(v)).collect();
+        for w in labels.windows(2) {
+            assert_ne!(w[0], w[1]);
+        }
+    }
+
+    #[test]
+    fn linear_ticks_and_padding() {
+        let a = LinearAxis::covering([0.0, 1.0, f64::NAN], 0.0);
+        assert_eq!((a.lo, a.hi), (0.0, 1.0));
+        let labels: Vec<String> = a.major.iter().map(|&v| a.label(v)).collect();
+        assert_eq!(labels, ["0", "0.2", "0.4", "0.6", "0.8", "1"]);
+        // At least four labelled ticks, however the span falls.
+        for hi in [0.13, 0.3, 0.31, 0.5, 0.7, 0.99, 1.2, 2.9, 7.0] {
+            let a = LinearAxis::covering([0.0, hi], 0.0);
+            assert!((4..=10).contains(&a.major.len()), "{hi}: {:?}", a.major);
+        }
+        assert!(a.minor.len() > a.major.len());
+        let a = LinearAxis::covering([0.2, 0.3], 0.1);
+        assert!((a.lo - 0.19).abs() < 1e-12 && (a.hi - 0.31).abs() < 1e-12);
+        let labels: Vec<String> = a.major.iter().map(|&v| a.label(v)).collect();
+        assert!(labels.len() >= 3, "{labels:?}");
+        for w in labels.windows(2) {
+            assert_ne!(w[0], w[1]);
+        }
+        // Ticks straddling zero include an exact zero.
+        let a = LinearAxis::covering([-0.3, 0.7], 0.0);
+        assert!(a.major.contains(&0.0), "{:?}", a.major);
+    }
+
+    #[test]
+    fn linear_degenerate_inputs() {
+        let a = LinearAxis::covering([], 0.1);
+        assert_eq!((a.lo, a.hi), (0.0, 1.0));
+        let a = LinearAxis::covering([f64::NAN, f64::INFINITY], 0.1);
+        assert_eq!((a.lo, a.hi), (0.0, 1.0));
+        // Constant values do not collapse the axis.
+        let a = LinearAxis::covering([0.25, 0.25, 0.25], 0.1);
+        assert!(a.lo < 0.25 && a.hi > 0.25 && a.major.len() >= 2, "{a:?}");
+        assert!((a.hi - a.lo - 0.05).abs() < 1e-12);
+        let a = LinearAxis::covering([0.0, 0.0], 0.1);
+        assert_eq!((a.lo, a.hi), (-1.0, 1.0));
+        let a = LinearAxis::covering([-1e308, 1e308], 0.1);
+        assert!(a.lo.is_finite() && a.hi.is_finite() && a.lo < a.hi);
+        assert!(a.major.len() >= 2, "{a:?}");
+        // A span too narrow for its magnitude counts as constant.
+        let a = LinearAxis::covering([1e6, 1e6 + 1e-3], 0.0);
+        assert!(a.lo < 1e6 - 1e4 && a.hi > 1e6 + 1e4, "{a:?}");
+        // Just above that, the labels still differ.
+        let a = LinearAxis::covering([1.0, 1.000002], 0.0);
+        let labels: Vec<String> = a.major.iter().map(|&v| a.label(v)).collect();
+        assert!(labels.len() >= 2, "{labels:?}");
         for w in labels.windows(2) {
             assert_ne!(w[0], w[1]);
         }

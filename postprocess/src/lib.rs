@@ -1,7 +1,9 @@
 //! PNG plots from a `vpm` run directory.
 //!
-//! A run directory holds one subdirectory per solver, `spectral/` (always)
-//! and `vortex/` (when the vortex particle method ran), each with
+//! A run directory is one of two kinds.
+//!
+//! **Turbulence runs** hold one subdirectory per solver, `spectral/`
+//! (always) and `vortex/` (when the vortex particle method ran), each with
 //!
 //! * `energy.csv`: one row per step, columns including `t`, `K` (kinetic
 //!   energy) and `T` (eddy turnover time);
@@ -10,9 +12,29 @@
 //!
 //! [`plot_run`] reads them and writes `energy.png` (K/K0 against t/T0,
 //! log–log) and `spectrum.png` (E(k), log–log) into the run directory,
-//! overlaying the solvers that are present. The files may still be growing
-//! while they are read (see [`read_csv_columns`]), and the PNGs are replaced
-//! atomically, so plotting a live run is safe.
+//! overlaying the solvers that are present.
+//!
+//! **Particle-only runs** (free-space vortex ring, Lamb–Oseen tube) have no
+//! `spectral/` directory; their `vortex/` directory holds one or both of
+//!
+//! * `ring.csv`: one row per output time, columns `t, step, dt, z, radius,
+//!   speed, saffman_speed, core, impulse_x, impulse_y, impulse_z,
+//!   total_strength, particles, sigma_max_over_sigma0` (z: ring position
+//!   along its axis; speed: ring speed measured from the particles;
+//!   saffman_speed: Saffman's U = Γ/(4πR)[ln(8R/σ) − 0.9045] at that time;
+//!   core: σ at that time);
+//! * `lamb_oseen.csv`: columns `t, r, u_theta, u_exact, rel_err`, one row
+//!   per radius at each output time.
+//!
+//! [`plot_run`] then writes `ring.png` (ring position and speed against t,
+//! particles against Saffman's formula) and/or `lamb-oseen.png` (u_θ(r)
+//! against the exact profile, and the relative error on a log axis).
+//! A run directory with neither a `spectral/` directory nor one of these
+//! files is an error naming it.
+//!
+//! Columns are found by name, so extra columns are harmless. The files may
+//! still be growing while they are read (see [`read_csv_columns`]), and the
+//! PNGs are replaced atomically, so plotting a live run is safe.
 //!
 //! Text is drawn with an embedded copy of DejaVu Sans, so no system fonts
 //! are needed.
@@ -20,17 +42,23 @@
 #![warn(missing_docs)]
 
 mod axis;
+mod chart;
+mod particles;
 mod plots;
 mod render;
 mod table;
 
+pub use particles::{
+    draw_lamb_oseen, draw_ring, saffman_position, LambOseenProfiles, RingHistory, VelocityProfile,
+    LAMB_OSEEN_SIZE, MAX_PROFILE_TIMES, REL_ERR_REFERENCE, RING_SIZE,
+};
 pub use plots::{
     draw_energy, draw_spectra, EnergyCurve, Solver, SolverSpectra, Spectrum, ENERGY_SIZE,
     MAX_SPECTRUM_TIMES, SPECTRUM_SIZE,
 };
 pub use table::{read_csv_columns, Table};
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 
 /// File name of the energy-decay plot inside the run directory.
@@ -38,7 +66,39 @@ pub const ENERGY_PNG: &str = "energy.png";
 /// File name of the spectrum plot inside the run directory.
 pub const SPECTRUM_PNG: &str = "spectrum.png";
 
+/// File name of the vortex-ring plot inside the run directory.
+pub const RING_PNG: &str = "ring.png";
+/// File name of the Lamb–Oseen plot inside the run directory.
+pub const LAMB_OSEEN_PNG: &str = "lamb-oseen.png";
+/// The vortex-ring history, relative to the run directory.
+pub const RING_CSV: &str = "vortex/ring.csv";
+/// The Lamb–Oseen velocity profiles, relative to the run directory.
+pub const LAMB_OSEEN_CSV: &str = "vortex/lamb_oseen.csv";
+
 /// Draw every plot for a run directory; returns the PNG paths written.
+///
+/// A run directory with a `spectral/` subdirectory is a turbulence run:
+/// see [`plot_solver_run`] (nothing else is drawn for it). Otherwise it is
+/// a particle-only run: `<run_dir>/ring.png` is drawn when [`RING_CSV`]
+/// exists and then `<run_dir>/lamb-oseen.png` when [`LAMB_OSEEN_CSV`]
+/// exists, in that order in the returned vector. `title` starts each
+/// plot's title.
+///
+/// # Errors
+///
+/// A run directory with none of these files (or none at all) gives an
+/// error naming it and the files looked for; the other errors are those
+/// of [`plot_solver_run`] and [`plot_particle_run`].
+pub fn plot_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
+    if run_dir.join(Solver::Spectral.dir_name()).is_dir() {
+        plot_solver_run(run_dir, title)
+    } else {
+        plot_particle_run(run_dir, title)
+    }
+}
+
+/// Draw the energy and spectrum plots of a turbulence run; returns the
+/// PNG paths written.
 ///
 /// Reads `<run_dir>/spectral/{energy,spectra}.csv` and, if the `vortex/`
 /// subdirectory exists, `<run_dir>/vortex/{energy,spectra}.csv`, then writes
@@ -57,7 +117,7 @@ pub const SPECTRUM_PNG: &str = "spectrum.png";
 /// in the file T0 comes from, `t`, `k`, `E` in `spectra.csv`) or a
 /// malformed line before the last one gives an error naming the file. Empty
 /// tables are not an error: the plot then says there is no data.
-pub fn plot_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
+pub fn plot_solver_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
     let solvers: Vec<Solver> = Solver::ALL
         .into_iter()
         .filter(|&s| s == Solver::Spectral || run_dir.join(s.dir_name()).is_dir())
@@ -95,4 +155,44 @@ pub fn plot_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
     draw_energy(&energy_png, title, &curves)?;
     draw_spectra(&spectrum_png, title, &series)?;
     Ok(vec![energy_png, spectrum_png])
+}
+
+/// Draw the plots of a particle-only run: `ring.png` from [`RING_CSV`]
+/// (see [`draw_ring`]) and `lamb-oseen.png` from [`LAMB_OSEEN_CSV`] (see
+/// [`draw_lamb_oseen`]), each only when its file exists; returns the PNG
+/// paths written, in that order.
+///
+/// # Errors
+///
+/// When neither file exists, an error naming the run directory (or saying
+/// that it does not exist). A missing required column or a malformed line
+/// before the last one gives an error naming the file. Files without data
+/// rows are not an error: the plot then says there is no data.
+pub fn plot_particle_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
+    if !run_dir.is_dir() {
+        bail!("{}: no such directory", run_dir.display());
+    }
+    let ring_csv = run_dir.join(RING_CSV);
+    let lamb_oseen_csv = run_dir.join(LAMB_OSEEN_CSV);
+    let mut written = Vec::new();
+    if ring_csv.is_file() {
+        let ring = RingHistory::from_table(&read_csv_columns(&ring_csv)?)?;
+        let png = run_dir.join(RING_PNG);
+        draw_ring(&png, title, &ring)?;
+        written.push(png);
+    }
+    if lamb_oseen_csv.is_file() {
+        let profiles = LambOseenProfiles::from_table(&read_csv_columns(&lamb_oseen_csv)?)?;
+        let png = run_dir.join(LAMB_OSEEN_PNG);
+        draw_lamb_oseen(&png, title, &profiles)?;
+        written.push(png);
+    }
+    if written.is_empty() {
+        bail!(
+            "{}: nothing to plot: found neither spectral/ (with energy.csv and spectra.csv) \
+             nor {RING_CSV} nor {LAMB_OSEEN_CSV}",
+            run_dir.display()
+        );
+    }
+    Ok(written)
 }

@@ -1,9 +1,12 @@
-//! The two figures: kinetic-energy decay and energy spectra.
+//! The two figures of runs with a spectral solver: kinetic-energy decay
+//! and energy spectra.
 
 use crate::axis::{format_number, LogAxis};
+use crate::chart::{
+    build_chart, draw_line, no_data_note, positive_points, thin_evenly, time_color, BLUE, RED,
+};
 use crate::render::{
-    draw_legend, plot_err, render_png, write_atomic, Anchor, Canvas, LegendEntry, Stroke, DASH,
-    FAMILY,
+    draw_legend, plot_err, render_png, write_atomic, Anchor, Canvas, LegendEntry, Stroke, FAMILY,
 };
 use crate::table::Table;
 use anyhow::Result;
@@ -58,8 +61,8 @@ impl Solver {
     /// Line colour in the energy plot.
     fn energy_color(self) -> RGBColor {
         match self {
-            Solver::Spectral => RGBColor(25, 80, 170),
-            Solver::Vortex => RGBColor(205, 45, 35),
+            Solver::Spectral => BLUE,
+            Solver::Vortex => RED,
         }
     }
 }
@@ -323,165 +326,9 @@ fn draw_spectra_on(root: &Canvas<'_>, title: &str, series: &[SolverSpectra]) -> 
     )
 }
 
-/// Up to `max` of `v`, evenly spread, first and last included.
-fn thin_evenly(v: &[f64], max: usize) -> Vec<f64> {
-    if v.len() <= max {
-        return v.to_vec();
-    }
-    if max < 2 {
-        return v.iter().copied().take(max).collect();
-    }
-    (0..max)
-        .map(|i| v[(i * (v.len() - 1) + (max - 1) / 2) / (max - 1)])
-        .collect()
-}
-
-/// Colour of time number `i` of `n`: blue (early) through green and olive
-/// to red (late), dark enough to read on white.
-fn time_color(i: usize, n: usize) -> RGBColor {
-    let f = if n > 1 {
-        i as f64 / (n - 1) as f64
-    } else {
-        0.0
-    };
-    let (r, g, b) = HSLColor(0.67 * (1.0 - f), 0.85, 0.42).rgb();
-    RGBColor(r, g, b)
-}
-
-/// The (x, y) pairs with both coordinates positive and finite.
-fn positive_points(x: &[f64], y: &[f64]) -> Vec<(f64, f64)> {
-    x.iter()
-        .zip(y)
-        .map(|(&x, &y)| (x, y))
-        .filter(|&(x, y)| x.is_finite() && x > 0.0 && y.is_finite() && y > 0.0)
-        .collect()
-}
-
-type LogChart<'a, 'b> = ChartContext<
-    'a,
-    BitMapBackend<'b>,
-    Cartesian2d<
-        plotters::coord::combinators::WithKeyPoints<plotters::coord::combinators::LogCoord<f64>>,
-        plotters::coord::combinators::WithKeyPoints<plotters::coord::combinators::LogCoord<f64>>,
-    >,
->;
-
-fn build_chart<'a, 'b>(
-    area: &'a Canvas<'b>,
-    xa: &LogAxis,
-    ya: &LogAxis,
-    x_desc: &str,
-    y_desc: &str,
-) -> Result<LogChart<'a, 'b>> {
-    let mut chart = ChartBuilder::on(area)
-        .margin(15)
-        .margin_right(30)
-        .x_label_area_size(65)
-        .y_label_area_size(95)
-        .build_cartesian_2d(
-            (xa.lo..xa.hi)
-                .log_scale()
-                .with_key_points(xa.major.clone())
-                .with_light_points(xa.minor.clone()),
-            (ya.lo..ya.hi)
-                .log_scale()
-                .with_key_points(ya.major.clone())
-                .with_light_points(ya.minor.clone()),
-        )
-        .map_err(plot_err)?;
-    let x_fmt = |v: &f64| xa.label(*v);
-    let y_fmt = |v: &f64| ya.label(*v);
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .axis_desc_style((FAMILY, 22))
-        .label_style((FAMILY, 18))
-        .x_label_formatter(&x_fmt)
-        .y_label_formatter(&y_fmt)
-        .bold_line_style(RGBColor(205, 205, 205))
-        .light_line_style(RGBColor(238, 238, 238))
-        .axis_style(BLACK.stroke_width(1))
-        .draw()
-        .map_err(plot_err)?;
-    Ok(chart)
-}
-
-/// Series with at most this many points also get a marker at each point.
-const SPARSE_POINTS: usize = 15;
-
-/// Draw `pts` as a line, broken wherever a point falls outside the axes.
-/// Isolated points, and all points of sparse series, get a marker too
-/// (filled for solid lines, hollow for dashed ones).
-fn draw_line(
-    chart: &mut LogChart<'_, '_>,
-    pts: &[(f64, f64)],
-    xa: &LogAxis,
-    ya: &LogAxis,
-    style: ShapeStyle,
-    stroke: Stroke,
-) -> Result<()> {
-    let visible = |p: &&(f64, f64)| xa.contains(p.0) && ya.contains(p.1);
-    let sparse = pts.len() <= SPARSE_POINTS;
-    for run in pts.split(|p| !visible(&p)).filter(|r| !r.is_empty()) {
-        if run.len() >= 2 {
-            match stroke {
-                Stroke::Solid => chart.draw_series(LineSeries::new(run.iter().copied(), style)),
-                Stroke::Dashed => chart.draw_series(DashedLineSeries::new(
-                    run.iter().copied(),
-                    DASH.0,
-                    DASH.1,
-                    style,
-                )),
-            }
-            .map_err(plot_err)?;
-        }
-        if sparse || run.len() == 1 {
-            let marker = match stroke {
-                Stroke::Solid => style.color.filled(),
-                Stroke::Dashed => style.color.stroke_width(2),
-            };
-            chart
-                .draw_series(run.iter().map(|&p| Circle::new(p, 4, marker)))
-                .map_err(plot_err)?;
-        }
-    }
-    Ok(())
-}
-
-fn no_data_note(
-    root: &Canvas<'_>,
-    px: &std::ops::Range<i32>,
-    py: &std::ops::Range<i32>,
-) -> Result<()> {
-    use plotters::style::text_anchor::{HPos, Pos, VPos};
-    let style = (FAMILY, 24)
-        .into_font()
-        .color(&RGBColor(90, 90, 90))
-        .pos(Pos::new(HPos::Center, VPos::Center));
-    root.draw(&Text::new(
-        "no data to plot yet",
-        ((px.start + px.end) / 2, (py.start + py.end) / 2),
-        style,
-    ))
-    .map_err(plot_err)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn thinning_keeps_ends() {
-        let v: Vec<f64> = (0..40).map(f64::from).collect();
-        let t = thin_evenly(&v, 12);
-        assert_eq!(t.len(), 12);
-        assert_eq!(t[0], 0.0);
-        assert_eq!(t[11], 39.0);
-        assert!(t.windows(2).all(|w| w[0] < w[1]));
-        assert_eq!(thin_evenly(&v[..5], 12), v[..5].to_vec());
-        assert!(thin_evenly(&[], 12).is_empty());
-    }
 
     #[test]
     fn spectra_grouped_by_time() {

@@ -124,9 +124,49 @@ pub(crate) enum Anchor {
     TopRight(i32, i32),
     /// The box's top-left corner.
     TopLeft(i32, i32),
+    /// The box's bottom-right corner.
+    BottomRight(i32, i32),
+    /// The box's bottom-left corner.
+    BottomLeft(i32, i32),
 }
 
 const SWATCH: i32 = 40;
+
+fn legend_text_style(font_px: u32) -> TextStyle<'static> {
+    (FAMILY, font_px)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Left, VPos::Center))
+}
+
+const LEGEND_PAD: i32 = 10;
+
+/// Width and height in pixels of the box [`draw_legend`] draws for the
+/// same arguments; (0, 0) when there are no entries.
+pub(crate) fn legend_size(
+    canvas: &Canvas<'_>,
+    entries: &[LegendEntry],
+    note: Option<&str>,
+    font_px: u32,
+    line_px: i32,
+) -> Result<(i32, i32)> {
+    if entries.is_empty() {
+        return Ok((0, 0));
+    }
+    let text_style = legend_text_style(font_px);
+    let pad = LEGEND_PAD;
+    let mut text_w = 0i32;
+    for label in entries.iter().map(|e| e.label.as_str()).chain(note) {
+        let (w, _) = canvas
+            .estimate_text_size(label, &text_style)
+            .map_err(plot_err)?;
+        text_w = text_w.max(w as i32);
+    }
+    let rows = entries.len() as i32 + i32::from(note.is_some());
+    let box_w = pad + SWATCH + 8 + text_w + pad;
+    let box_h = pad + rows * line_px + pad / 2;
+    Ok((box_w, box_h))
+}
 
 /// Draw a framed legend box on a half-opaque white background; `note`, when
 /// given, is an extra unmarked line at the bottom. Returns nothing drawn
@@ -142,24 +182,14 @@ pub(crate) fn draw_legend(
     if entries.is_empty() {
         return Ok(());
     }
-    let text_style = (FAMILY, font_px)
-        .into_font()
-        .color(&BLACK)
-        .pos(Pos::new(HPos::Left, VPos::Center));
-    let pad = 10;
-    let mut text_w = 0i32;
-    for label in entries.iter().map(|e| e.label.as_str()).chain(note) {
-        let (w, _) = canvas
-            .estimate_text_size(label, &text_style)
-            .map_err(plot_err)?;
-        text_w = text_w.max(w as i32);
-    }
-    let rows = entries.len() as i32 + i32::from(note.is_some());
-    let box_w = pad + SWATCH + 8 + text_w + pad;
-    let box_h = pad + rows * line_px + pad / 2;
+    let text_style = legend_text_style(font_px);
+    let pad = LEGEND_PAD;
+    let (box_w, box_h) = legend_size(canvas, entries, note, font_px, line_px)?;
     let (x0, y0) = match anchor {
         Anchor::TopRight(x, y) => (x - box_w, y),
         Anchor::TopLeft(x, y) => (x, y),
+        Anchor::BottomRight(x, y) => (x - box_w, y - box_h),
+        Anchor::BottomLeft(x, y) => (x, y - box_h),
     };
     canvas
         .draw(&Rectangle::new(

@@ -3,11 +3,13 @@
 //! Set `POSTPROCESS_DEMO_DIR` to a directory to get copies of the plots of
 //! the main test there, for looking at them.
 
+mod common;
+
+use common::{check_png, demo_copy};
 use postprocess::{
     draw_energy, draw_spectra, plot_run, read_csv_columns, EnergyCurve, Solver, SolverSpectra,
     Spectrum, ENERGY_SIZE, SPECTRUM_SIZE,
 };
-use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
@@ -60,40 +62,6 @@ fn write_solver(run: &Path, solver: &str, energy: &str, spectra: &str) {
     fs::create_dir_all(&dir).unwrap();
     fs::write(dir.join("energy.csv"), energy).unwrap();
     fs::write(dir.join("spectra.csv"), spectra).unwrap();
-}
-
-/// Decode a PNG and check its size and that it is a real plot: many
-/// colours (anti-aliased text and coloured lines) and dark text pixels.
-fn check_png(path: &Path, size: (u32, u32)) {
-    let decoder = png::Decoder::new(fs::File::open(path).unwrap());
-    let mut reader = decoder.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    assert_eq!((info.width, info.height), size, "{}", path.display());
-    assert_eq!(info.color_type, png::ColorType::Rgb);
-    let pixels: Vec<[u8; 3]> = buf[..info.buffer_size()]
-        .chunks_exact(3)
-        .map(|p| [p[0], p[1], p[2]])
-        .collect();
-    let distinct: HashSet<[u8; 3]> = pixels.iter().copied().collect();
-    assert!(
-        distinct.len() > 50,
-        "{}: only {} colours",
-        path.display(),
-        distinct.len()
-    );
-    let dark = pixels.iter().filter(|p| p.iter().all(|&c| c < 60)).count();
-    assert!(dark > 2000, "{}: only {dark} dark pixels", path.display());
-}
-
-fn demo_copy(paths: &[std::path::PathBuf], prefix: &str) {
-    if let Some(dir) = std::env::var_os("POSTPROCESS_DEMO_DIR") {
-        fs::create_dir_all(&dir).unwrap();
-        for p in paths {
-            let name = format!("{prefix}{}", p.file_name().unwrap().to_string_lossy());
-            fs::copy(p, Path::new(&dir).join(name)).unwrap();
-        }
-    }
 }
 
 #[test]
@@ -178,7 +146,8 @@ fn missing_energy_csv_is_named() {
     let err = format!("{:#}", plot_run(run.path(), "x").unwrap_err());
     assert!(err.contains("\"K\"") && err.contains("energy.csv"), "{err}");
 
-    // So is a missing spectral directory.
+    // An empty run directory (no spectral/, nothing of a particle run)
+    // names what was looked for.
     let empty = tempfile::tempdir().unwrap();
     let err = format!("{:#}", plot_run(empty.path(), "x").unwrap_err());
     assert!(
