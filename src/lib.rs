@@ -10,6 +10,7 @@ pub mod diagnostics;
 pub mod init;
 pub mod kernel;
 pub mod output;
+pub mod particle_run;
 pub mod particles;
 pub mod simulation;
 pub mod spectral;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use vpm::cli::{BenchCommand, Cli, Command, DealiasArg};
 use vpm::config::{named_cases, resolve_case, Case, Dealias};
 use vpm::output::create_run_dir;
-use vpm::simulation::{ProgressStyle, RunEnd, RunOptions, Simulation};
+use vpm::simulation::{AnyRun, ProgressStyle, RunEnd, RunOptions};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -82,7 +82,7 @@ fn run(cli: Cli) -> Result<()> {
                 progress: progress_style(cli.quiet),
                 abort_after_steps: args.abort_after_steps,
             };
-            let mut sim = Simulation::start(case, &run_dir, options)?;
+            let mut sim = AnyRun::start(case, &run_dir, options)?;
             finish(&mut sim, cli.quiet)
         }
         Command::Resume(args) => {
@@ -92,7 +92,7 @@ fn run(cli: Cli) -> Result<()> {
                 progress: progress_style(cli.quiet),
                 abort_after_steps: args.abort_after_steps,
             };
-            let mut sim = Simulation::resume(&args.run_dir, options)?;
+            let mut sim = AnyRun::resume(&args.run_dir, options)?;
             if !cli.quiet {
                 eprintln!(
                     "vpm: resuming `{}` in {} at step {} (t = {})",
@@ -163,7 +163,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 /// Runs to the end and reports where the outputs are.
-fn finish(sim: &mut Simulation, quiet: bool) -> Result<()> {
+fn finish(sim: &mut AnyRun, quiet: bool) -> Result<()> {
     if sim.is_finished() {
         if !quiet {
             eprintln!("vpm: the run is already complete (t = {})", sim.time());

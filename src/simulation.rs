@@ -169,7 +169,7 @@ impl Simulation {
         let mut manifest = Manifest::new(options.threads);
         manifest.set_status("running");
         manifest.write(run_dir)?;
-        let grid = SpectralGrid::new(case.spectral.n, case.spectral.dealias);
+        let grid = spectral_grid(&case)?;
         let mut solver = SpectralSolver::new(grid, case.flow.nu);
         let modes = initial_modes(&case.initial, &grid.layout())
             .with_context(|| format!("case `{}`: initial condition", case.name))?;
@@ -216,7 +216,7 @@ impl Simulation {
                 run_dir.display()
             )
         })?;
-        let grid = SpectralGrid::new(case.spectral.n, case.spectral.dealias);
+        let grid = spectral_grid(&case)?;
         let mut solver = SpectralSolver::new(grid, case.flow.nu);
         let layout = grid.layout();
         let uhat = arrays
@@ -431,7 +431,15 @@ impl Simulation {
             self.clock.t = if landing { te } else { self.clock.t + dt };
             self.events_after_step(dt)?;
             steps_here += 1;
-            progress.update(&self.clock, dt, self.last_energy(), started, steps_here);
+            let energy = format!("K={:.6e}", self.last_energy());
+            progress.update(
+                self.clock.step,
+                self.clock.t,
+                dt,
+                &energy,
+                started,
+                steps_here,
+            );
             if Some(steps_here) == self.options.abort_after_steps {
                 progress.finish();
                 return Ok(RunEnd::Aborted);
@@ -560,7 +568,7 @@ impl Simulation {
             return Ok(());
         };
         let (t, step) = (self.clock.t, self.clock.step);
-        let n = self.case.spectral.n;
+        let n = self.solver.grid().n;
         let (st, spectrum, div) = v.stats(n, self.case.flow.nu)?;
         // Relative difference; undefined (nan) where the spectral value is round-off (below
         // 1e-14 of K: e.g. empty shells of Taylor–Green).
@@ -769,7 +777,7 @@ impl Simulation {
     /// Final velocity field, manifest and plots.
     fn finish(&mut self) -> Result<()> {
         let tf = Instant::now();
-        let n = self.case.spectral.n;
+        let n = self.solver.grid().n;
         let [u, v, w] = self.solver.velocity_on_grid();
         write_velocity_npz(&self.run_dir.join("spectral/final.npz"), n, &u, &v, &w)?;
         self.manifest
@@ -790,7 +798,21 @@ impl Simulation {
     }
 }
 
-fn rbf_solver(c: &RbfConfig) -> RbfSolver {
+/// The spectral grid of a field-defined case (particle-defined cases run in
+/// [`crate::particle_run`]).
+fn spectral_grid(case: &Case) -> Result<SpectralGrid> {
+    match &case.spectral {
+        Some(s) => Ok(SpectralGrid::new(s.n, s.dealias)),
+        None => bail!(
+            "case `{}`: initial.kind = \"{}\" has no spectral reference; it runs the particle \
+             solver alone",
+            case.name,
+            case.initial.kind_str()
+        ),
+    }
+}
+
+pub(crate) fn rbf_solver(c: &RbfConfig) -> RbfSolver {
     match *c {
         RbfConfig::Exact => RbfSolver::Exact,
         RbfConfig::ConjugateGradient {
@@ -866,7 +888,7 @@ impl VortexRun {
 /// (its cadence, or t_end). Event times are computed as index × cadence, so two events that
 /// coincide in exact arithmetic (3 × 0.1 and 0.3) may differ in the last bit; the landing logic
 /// puts the clock on one of them exactly, and both must count as reached there.
-fn reached(t: f64, event: f64, scale: f64) -> bool {
+pub(crate) fn reached(t: f64, event: f64, scale: f64) -> bool {
     t >= event - 1e-9 * scale
 }
 
@@ -878,7 +900,7 @@ fn flatten_modes(m: &VectorModes) -> Vec<f64> {
 }
 
 /// Progress display: a bar on a terminal, plain lines otherwise.
-struct Progress {
+pub(crate) struct Progress {
     style: ProgressStyle,
     bar: Option<indicatif::ProgressBar>,
     t_end: f64,
@@ -889,7 +911,7 @@ struct Progress {
 const BAR_TICKS: u64 = 10_000;
 
 impl Progress {
-    fn new(style: ProgressStyle, t_end: f64, t: f64) -> Self {
+    pub(crate) fn new(style: ProgressStyle, t_end: f64, t: f64) -> Self {
         let bar = (style == ProgressStyle::Bar).then(|| {
             let b = indicatif::ProgressBar::new(BAR_TICKS);
             b.set_style(
@@ -911,25 +933,30 @@ impl Progress {
         }
     }
 
-    fn update(&mut self, c: &Clock, dt: f64, energy: f64, started: Instant, steps: u64) {
+    /// Reports the clock after a step; `quantity` is a short "name=value" (e.g. the energy).
+    pub(crate) fn update(
+        &mut self,
+        step: u64,
+        t: f64,
+        dt: f64,
+        quantity: &str,
+        started: Instant,
+        steps: u64,
+    ) {
         let per_step = started.elapsed().as_secs_f64() / steps.max(1) as f64;
         let msg = format!(
-            "step {} t={:.4} dt={:.3e} K={:.6e} {:.1} ms/step",
-            c.step,
-            c.t,
-            dt,
-            energy,
+            "step {step} t={t:.4} dt={dt:.3e} {quantity} {:.1} ms/step",
             per_step * 1e3
         );
         match self.style {
             ProgressStyle::Bar => {
                 if let Some(b) = &self.bar {
-                    b.set_position((c.t / self.t_end * BAR_TICKS as f64) as u64);
+                    b.set_position((t / self.t_end * BAR_TICKS as f64) as u64);
                     b.set_message(msg);
                 }
             }
             ProgressStyle::Lines => {
-                let frac = c.t / self.t_end;
+                let frac = t / self.t_end;
                 if frac >= self.next_fraction - 1e-12 || self.last_line.elapsed().as_secs() >= 30 {
                     eprintln!("[{:5.1}%] {msg}", 100.0 * frac);
                     self.last_line = Instant::now();
@@ -942,9 +969,84 @@ impl Progress {
         }
     }
 
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if let Some(b) = self.bar.take() {
             b.finish();
+        }
+    }
+}
+
+/// A run of either kind: a field-defined flow ([`Simulation`]: the spectral solver, with the
+/// particles alongside when the case asks) or a particle-defined one
+/// ([`crate::particle_run::ParticleRun`]: vortex ring, tube).
+pub enum AnyRun {
+    Field(Box<Simulation>),
+    Particles(Box<crate::particle_run::ParticleRun>),
+}
+
+impl AnyRun {
+    /// Starts the run that the case's initial condition calls for.
+    pub fn start(case: Case, run_dir: &Path, options: RunOptions) -> Result<Self> {
+        Ok(if case.initial.is_particle_defined() {
+            AnyRun::Particles(Box::new(crate::particle_run::ParticleRun::start(
+                case, run_dir, options,
+            )?))
+        } else {
+            AnyRun::Field(Box::new(Simulation::start(case, run_dir, options)?))
+        })
+    }
+
+    /// Continues a run from its latest checkpoint.
+    pub fn resume(run_dir: &Path, options: RunOptions) -> Result<Self> {
+        let case = Case::from_file(&run_dir.join("case.toml"))?;
+        Ok(if case.initial.is_particle_defined() {
+            AnyRun::Particles(Box::new(crate::particle_run::ParticleRun::resume(
+                case, run_dir, options,
+            )?))
+        } else {
+            AnyRun::Field(Box::new(Simulation::resume(run_dir, options)?))
+        })
+    }
+
+    pub fn run_to_end(&mut self) -> Result<RunEnd> {
+        match self {
+            AnyRun::Field(s) => s.run_to_end(),
+            AnyRun::Particles(p) => p.run_to_end(),
+        }
+    }
+
+    pub fn case(&self) -> &Case {
+        match self {
+            AnyRun::Field(s) => s.case(),
+            AnyRun::Particles(p) => p.case(),
+        }
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        match self {
+            AnyRun::Field(s) => s.run_dir(),
+            AnyRun::Particles(p) => p.run_dir(),
+        }
+    }
+
+    pub fn time(&self) -> f64 {
+        match self {
+            AnyRun::Field(s) => s.time(),
+            AnyRun::Particles(p) => p.time(),
+        }
+    }
+
+    pub fn step_count(&self) -> u64 {
+        match self {
+            AnyRun::Field(s) => s.step_count(),
+            AnyRun::Particles(p) => p.step_count(),
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        match self {
+            AnyRun::Field(s) => s.is_finished(),
+            AnyRun::Particles(p) => p.is_finished(),
         }
     }
 }

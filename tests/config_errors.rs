@@ -77,7 +77,7 @@ fn assert_message(message: &str, line: Option<usize>, parts: &[&str]) {
 fn base_is_valid() {
     let case = Case::from_toml_str(BASE, ORIGIN).unwrap();
     assert_eq!(case.name, "base");
-    assert_eq!(case.spectral.n, 16);
+    assert_eq!(case.spectral.as_ref().unwrap().n, 16);
 }
 
 #[test]
@@ -502,7 +502,10 @@ n = 8
     assert_eq!(case.output.spectra_times, vec![0.0, 2.0]);
     assert_eq!(case.checkpoint.cadence, Cadence::Time(0.2));
     assert_eq!(case.checkpoint.keep, 2);
-    assert_eq!(case.spectral.dealias, Dealias::ThreeHalves);
+    assert_eq!(
+        case.spectral.as_ref().unwrap().dealias,
+        Dealias::ThreeHalves
+    );
     assert_eq!(Dealias::TwoThirds.as_str(), "2/3");
     assert_eq!(Dealias::ThreeHalves.as_str(), "3/2");
     // And the resolved text spells every one of them out.
@@ -577,8 +580,8 @@ fn every_named_case_parses_and_round_trips() {
 #[test]
 fn quick_case_is_as_documented() {
     let case = named_case("quick").unwrap().parse().unwrap();
-    assert_eq!(case.spectral.n, 16);
-    assert_eq!(case.spectral.dealias, Dealias::TwoThirds);
+    assert_eq!(case.spectral.as_ref().unwrap().n, 16);
+    assert_eq!(case.spectral.as_ref().unwrap().dealias, Dealias::TwoThirds);
     assert_eq!(case.flow.nu, 0.05);
     assert_eq!(case.time.t_end, 0.5);
     assert_eq!(case.time.step, TimeStep::Fixed { dt: 0.02 });
@@ -624,7 +627,7 @@ dealias = "2/3"
 "#;
     let case = Case::from_toml_str(text, ORIGIN).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(case.checkpoint.cadence, Cadence::Steps(9_000_000_000));
-    assert_eq!(case.spectral.n, 16);
+    assert_eq!(case.spectral.as_ref().unwrap().n, 16);
     let resolved = case.to_toml_string();
     assert_eq!(
         Case::from_toml_str(&resolved, ORIGIN).unwrap(),
@@ -818,7 +821,7 @@ reinit_every = "never"
 rbf = "cg"
 rbf_tolerance = 1e-10
 rbf_max_iterations = 1_000
-evaluator = "direct"
+evaluator = "ewald"
 accuracy = 1e-12
 backend = "cuda"
 snapshot_every_time = 0.1
@@ -842,10 +845,12 @@ fn vortex_section_is_optional() {
     let case = round_trip(BASE);
     assert_eq!(case.vortex, None);
     assert!(!case.to_toml_string().contains("[vortex]"));
-    // Only the cases that compare both solvers have the section.
+    // Only the cases that compare both solvers, and the particle-defined ones, have it.
     for named in named_cases() {
-        let has = named.parse().unwrap().vortex.is_some();
-        assert_eq!(has, named.name.ends_with("-compare"), "{}", named.name);
+        let case = named.parse().unwrap();
+        let expected = named.name.ends_with("-compare") || case.initial.is_particle_defined();
+        assert_eq!(case.vortex.is_some(), expected, "{}", named.name);
+        assert_eq!(case.spectral.is_none(), case.initial.is_particle_defined());
     }
 }
 
@@ -920,7 +925,7 @@ fn vortex_round_trip_with_every_key() {
                 tolerance: 1e-10,
                 max_iterations: 1000,
             },
-            evaluator: EvaluatorKind::Direct,
+            evaluator: EvaluatorKind::Ewald,
             accuracy: 1e-12,
             backend: Backend::Cuda,
             snapshots: Some(Cadence::Time(0.1)),
@@ -1181,4 +1186,141 @@ fn vortex_unknown_keys_and_types() {
     // And it is a top-level key now.
     let m = error(&edit(3, "solver = \"fmm\""));
     assert_message(&m, Some(3), &["unknown key `solver`", "spectral, vortex"]);
+}
+
+/// A valid particle-defined case: the vortex ring of `cases/ring.toml`, smaller.
+const RING: &str = r#"[flow]
+nu = 0.0
+
+[initial]
+kind = "vortex-ring"
+radius = 1.0
+circulation = 1.0
+core = 0.1
+
+[time]
+t_end = 0.1
+dt = 0.025
+
+[output]
+every_time = 0.05
+
+[vortex]
+n = 104
+"#;
+
+/// RING with the text `from` replaced by `to` (which must occur once).
+fn ring_with(from: &str, to: &str) -> String {
+    assert_eq!(RING.matches(from).count(), 1, "{from}");
+    RING.replace(from, to)
+}
+
+#[test]
+fn particle_defined_kinds_parse_with_their_defaults() {
+    let case = round_trip(RING);
+    assert_eq!(
+        case.initial,
+        InitialCondition::VortexRing {
+            radius: 1.0,
+            circulation: 1.0,
+            core: 0.1
+        }
+    );
+    assert!(case.spectral.is_none());
+    let v = case.vortex.unwrap();
+    // Free space: all pairs, no lattice to reinitialise on.
+    assert_eq!(
+        (v.n, v.evaluator, v.reinit_every),
+        (104, EvaluatorKind::Direct, None)
+    );
+    let tube = RING.replace(
+        "kind = \"vortex-ring\"\nradius = 1.0\ncirculation = 1.0\ncore = 0.1",
+        "kind = \"vortex-tube\"\ncirculation = -2\ncore = 0.3",
+    );
+    let case = round_trip(&tube.replace("n = 104", "n = 32"));
+    assert_eq!(
+        case.initial,
+        InitialCondition::VortexTube {
+            circulation: -2.0,
+            core: 0.3
+        }
+    );
+    // The periodic tube keeps the periodic defaults.
+    let v = case.vortex.unwrap();
+    assert_eq!(
+        (v.evaluator, v.reinit_every),
+        (EvaluatorKind::Ewald, Some(10))
+    );
+}
+
+#[test]
+fn particle_defined_kinds_refuse_spectral_settings() {
+    let m = error(&format!("{RING}\n[spectral]\nn = 16\n"));
+    assert_message(
+        &m,
+        Some(20),
+        &["[spectral]", "\"vortex-ring\"", "remove [spectral]"],
+    );
+    let m = error(&ring_with(
+        "every_time = 0.05",
+        "every_time = 0.05\nspectra_times = [0.0]",
+    ));
+    assert_message(
+        &m,
+        Some(16),
+        &["`output.spectra_times`", "no energy spectra"],
+    );
+}
+
+#[test]
+fn particle_defined_kinds_need_vortex_n() {
+    let m = error(&ring_with("[vortex]\nn = 104\n", ""));
+    assert_message(
+        &m,
+        None,
+        &["missing section [vortex]", "\"vortex-ring\"", "`n`"],
+    );
+    let m = error(&ring_with("n = 104", "overlap = 0.5"));
+    assert_message(&m, None, &["`vortex.n`", "2π/n"]);
+}
+
+#[test]
+fn ring_parameters_are_checked() {
+    let m = error(&ring_with("radius = 1.0", "radius = -1.0"));
+    assert_message(&m, Some(6), &["`initial.radius`", "> 0"]);
+    let m = error(&ring_with("circulation = 1.0", "circulation = 0"));
+    assert_message(&m, Some(7), &["`initial.circulation`", "≠ 0"]);
+    let m = error(&ring_with("core = 0.1", "core = 0.5"));
+    assert_message(&m, Some(8), &["`initial.core`", "< radius/2"]);
+    let m = error(&ring_with("core = 0.1\n", ""));
+    assert_message(&m, None, &["`initial.core`"]);
+    // The blobs must be narrower than the core they sample: σ_p = 2π/40 = 0.157 ≥ 0.09.
+    let m = error(&ring_with("n = 104", "n = 40"));
+    assert_message(
+        &m,
+        Some(18),
+        &["`vortex.n`", "0.9 × initial.core", "raise n"],
+    );
+    let m = error(&ring_with("n = 104", "n = 104\noverlap = 2"));
+    assert_message(&m, Some(19), &["`vortex.overlap`", "0.9 × initial.core"]);
+}
+
+#[test]
+fn ring_is_free_space_and_the_box_is_periodic() {
+    let m = error(&ring_with("n = 104", "n = 104\nevaluator = \"ewald\""));
+    assert_message(
+        &m,
+        Some(19),
+        &["`vortex.evaluator`", "free space", "\"direct\""],
+    );
+    let m = error(&ring_with("n = 104", "n = 104\nreinit_every = 5"));
+    assert_message(&m, Some(19), &["`vortex.reinit_every`", "\"never\""]);
+    // Never is allowed (it is the default).
+    round_trip(&ring_with("n = 104", "n = 104\nreinit_every = \"never\""));
+    let m = error(&with_vortex("evaluator = \"direct\"\n"));
+    assert_message(
+        &m,
+        Some(26),
+        &["`vortex.evaluator`", "periodic box needs \"ewald\""],
+    );
 }

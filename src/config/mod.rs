@@ -33,10 +33,11 @@ pub struct Case {
     pub output: OutputControl,
     /// Section `[checkpoint]`.
     pub checkpoint: CheckpointControl,
-    /// Section `[spectral]`.
-    pub spectral: SpectralConfig,
-    /// Section `[vortex]` (optional): the vortex particle solver; `None` when the section is
-    /// absent.
+    /// Section `[spectral]`: required for field-defined flows, absent (`None`) for
+    /// particle-defined ones ([`InitialCondition::is_particle_defined`]).
+    pub spectral: Option<SpectralConfig>,
+    /// Section `[vortex]` (optional for field-defined flows, required for particle-defined
+    /// ones): the vortex particle solver; `None` when the section is absent.
     pub vortex: Option<VortexConfig>,
 }
 
@@ -75,6 +76,50 @@ pub enum InitialCondition {
         /// `polarisation` â: unit vector ⟂ k (stored normalised).
         polarisation: [f64; 3],
     },
+    /// `kind = "vortex-ring"`: a vortex ring in free space, defined by its vorticity and carried
+    /// by particles only (no spectral reference). Axis z, centre at the origin, moving towards
+    /// +z; a Gaussian core of standard deviation `core` resolved by the particles of `[vortex]`
+    /// (spacing h = 2π/n, blob radius overlap·h < core).
+    VortexRing {
+        /// `radius` R; finite, > 0; required.
+        radius: f64,
+        /// `circulation` Γ; finite, ≠ 0; required.
+        circulation: f64,
+        /// `core` σ: standard deviation of the Gaussian core the particles represent; finite,
+        /// 0 < core < radius/2; required.
+        core: f64,
+    },
+    /// `kind = "vortex-tube"`: a straight vortex tube along z through the periodic box, axis
+    /// x = y = 0, Gaussian core `core`, particles only (the Lamb–Oseen check of PHYSICS.md §7).
+    VortexTube {
+        /// `circulation` Γ; finite, ≠ 0; required.
+        circulation: f64,
+        /// `core` σ0: standard deviation of the Gaussian core at t = 0; finite, 0 < core ≤ 1;
+        /// required.
+        core: f64,
+    },
+}
+
+impl InitialCondition {
+    /// True for flows defined by particles (vortex ring, tube): they run the particle solver
+    /// only, with no `[spectral]` reference.
+    pub fn is_particle_defined(&self) -> bool {
+        matches!(
+            self,
+            InitialCondition::VortexRing { .. } | InitialCondition::VortexTube { .. }
+        )
+    }
+
+    /// The TOML spelling of `kind`.
+    pub fn kind_str(&self) -> &'static str {
+        match self {
+            InitialCondition::TaylorGreen { .. } => "taylor-green",
+            InitialCondition::Isotropic { .. } => "isotropic",
+            InitialCondition::ShearWave { .. } => "shear-wave",
+            InitialCondition::VortexRing { .. } => "vortex-ring",
+            InitialCondition::VortexTube { .. } => "vortex-tube",
+        }
+    }
 }
 
 /// Section `[time]`.
@@ -456,6 +501,21 @@ impl Case {
                 let _ = writeln!(s, "seed = {seed}");
                 let _ = writeln!(s, "k_cut = {}", toml_f64(*k_cut));
             }
+            InitialCondition::VortexRing {
+                radius,
+                circulation,
+                core,
+            } => {
+                let _ = writeln!(s, "kind = \"vortex-ring\"");
+                let _ = writeln!(s, "radius = {}", toml_f64(*radius));
+                let _ = writeln!(s, "circulation = {}", toml_f64(*circulation));
+                let _ = writeln!(s, "core = {}", toml_f64(*core));
+            }
+            InitialCondition::VortexTube { circulation, core } => {
+                let _ = writeln!(s, "kind = \"vortex-tube\"");
+                let _ = writeln!(s, "circulation = {}", toml_f64(*circulation));
+                let _ = writeln!(s, "core = {}", toml_f64(*core));
+            }
             InitialCondition::ShearWave {
                 wavevector,
                 amplitude,
@@ -487,22 +547,26 @@ impl Case {
 
         let _ = writeln!(s, "\n[output]");
         write_cadence(&mut s, "", self.output.cadence);
-        let _ = writeln!(
-            s,
-            "spectra_times = {}",
-            toml_f64_array(&self.output.spectra_times)
-        );
+        if !self.initial.is_particle_defined() {
+            let _ = writeln!(
+                s,
+                "spectra_times = {}",
+                toml_f64_array(&self.output.spectra_times)
+            );
+        }
 
         let _ = writeln!(s, "\n[checkpoint]");
         write_cadence(&mut s, "", self.checkpoint.cadence);
         let _ = writeln!(s, "keep = {}", self.checkpoint.keep);
 
-        let _ = writeln!(
-            s,
-            "\n[spectral]\nn = {}\ndealias = \"{}\"",
-            self.spectral.n,
-            self.spectral.dealias.as_str()
-        );
+        if let Some(spectral) = &self.spectral {
+            let _ = writeln!(
+                s,
+                "\n[spectral]\nn = {}\ndealias = \"{}\"",
+                spectral.n,
+                spectral.dealias.as_str()
+            );
+        }
 
         if let Some(v) = &self.vortex {
             let _ = writeln!(s, "\n[vortex]\nn = {}", v.n);

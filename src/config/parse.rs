@@ -28,7 +28,10 @@ const TOP_KEYS: &[&str] = &[
     "spectral",
     "vortex",
 ];
-const KINDS: &str = r#"must be one of "taylor-green", "isotropic", "shear-wave""#;
+const KINDS: &str =
+    r#"must be one of "taylor-green", "isotropic", "shear-wave", "vortex-ring", "vortex-tube""#;
+/// The `kind`s defined by particles (no spectral reference).
+const PARTICLE_KINDS: [&str; 2] = ["vortex-ring", "vortex-tube"];
 const N_MIN: i64 = 8;
 const N_MAX: i64 = 2048;
 /// Largest particle lattice (particles per dimension) in `[vortex]`.
@@ -434,11 +437,49 @@ pub(super) fn parse_case(text: &str, origin: &str, default_name: &str) -> Result
 
     let flow = parse_flow(&doc, &section(&doc, root, "flow")?)?;
     let time = parse_time(&doc, &section(&doc, root, "time")?)?;
-    let spectral = parse_spectral(&doc, &section(&doc, root, "spectral")?)?;
-    let initial = parse_initial(&doc, &section(&doc, root, "initial")?, &spectral)?;
-    let output = parse_output(&doc, &section(&doc, root, "output")?, time.t_end)?;
+    let initial_sec = section(&doc, root, "initial")?;
+    let spectral_sec = section(&doc, root, "spectral")?;
+    let particle_kind = match initial_sec.get("kind").map(|v| v.get_ref()) {
+        Some(DeValue::String(k)) => PARTICLE_KINDS.iter().find(|&&p| p == k.as_ref()).copied(),
+        _ => None,
+    };
+    let spectral = match particle_kind {
+        None => Some(parse_spectral(&doc, &spectral_sec)?),
+        Some(kind) => {
+            if spectral_sec.table.is_some() {
+                return Err(doc.error(
+                    spectral_sec.line,
+                    "spectral",
+                    format!(
+                        "section [spectral]: initial.kind = \"{kind}\" is defined by particles \
+                         and runs the vortex particle solver only (there is no spectral \
+                         reference for it); remove [spectral]"
+                    ),
+                ));
+            }
+            None
+        }
+    };
+    let initial = parse_initial(&doc, &initial_sec, spectral.as_ref())?;
+    let output_sec = section(&doc, root, "output")?;
+    if let (Some(kind), Some(v)) = (particle_kind, output_sec.get("spectra_times")) {
+        return Err(doc.error(
+            Some(doc.line(&v.span())),
+            "output.spectra_times",
+            format!(
+                "key `output.spectra_times`: initial.kind = \"{kind}\" has no energy spectra \
+                 (particle-defined flows write their own diagnostics); remove the key"
+            ),
+        ));
+    }
+    let output = parse_output(&doc, &output_sec, time.t_end)?;
     let checkpoint = parse_checkpoint(&doc, &section(&doc, root, "checkpoint")?, time.t_end)?;
-    let vortex = parse_vortex(&doc, &section(&doc, root, "vortex")?, &spectral)?;
+    let vortex = parse_vortex(
+        &doc,
+        &section(&doc, root, "vortex")?,
+        spectral.as_ref(),
+        &initial,
+    )?;
 
     Ok(Case {
         name,
@@ -552,16 +593,19 @@ fn parse_spectral(doc: &Doc, sec: &Section) -> Result<SpectralConfig, CaseError>
 fn parse_initial(
     doc: &Doc,
     sec: &Section,
-    spectral: &SpectralConfig,
+    spectral: Option<&SpectralConfig>,
 ) -> Result<InitialCondition, CaseError> {
     const AMPLITUDE: &str = "must be a finite number > 0";
+    const CIRCULATION: &str = "circulation Γ: must be a finite number ≠ 0";
     let kind = sec.string(doc, "kind", KINDS)?.ok_or_else(|| {
         sec.missing(
             doc,
             "kind",
-            r#"one of "taylor-green", "isotropic", "shear-wave""#,
+            r#"one of "taylor-green", "isotropic", "shear-wave", "vortex-ring", "vortex-tube""#,
         )
     })?;
+    // Field-defined kinds come with a [spectral] section (parse_case checks it first).
+    let spectral_n = spectral.map_or(0, |s| s.n);
     let context = format!(" with kind = \"{}\"", kind.value);
     let amplitude = |sec: &Section| -> Result<f64, CaseError> {
         match sec.number(doc, "amplitude", AMPLITUDE)? {
@@ -629,11 +673,10 @@ fn parse_initial(
                 &["kind", "wavevector", "amplitude", "polarisation"],
                 &context,
             )?;
-            let half = spectral.n as i64 / 2;
+            let half = spectral_n as i64 / 2;
             let k_allowed = format!(
                 "must be 3 integers, not all zero, each of magnitude < n/2 (= {half} for \
-                 spectral.n = {})",
-                spectral.n
+                 spectral.n = {spectral_n})"
             );
             let k_item = sec
                 .integers(doc, "wavevector", Some(3), &k_allowed)?
@@ -679,6 +722,64 @@ fn parse_initial(
                 wavevector: k,
                 amplitude,
                 polarisation,
+            })
+        }
+        "vortex-ring" => {
+            const RADIUS: &str = "ring radius R: must be a finite number > 0";
+            sec.check_keys(doc, &["kind", "radius", "circulation", "core"], &context)?;
+            let radius = sec
+                .number(doc, "radius", RADIUS)?
+                .ok_or_else(|| sec.missing(doc, "radius", "the ring radius R, > 0"))?;
+            radius.require(doc, radius.value.is_finite() && radius.value > 0.0, RADIUS)?;
+            let circulation = sec
+                .number(doc, "circulation", CIRCULATION)?
+                .ok_or_else(|| sec.missing(doc, "circulation", "the circulation Γ, ≠ 0"))?;
+            circulation.require(
+                doc,
+                circulation.value.is_finite() && circulation.value != 0.0,
+                CIRCULATION,
+            )?;
+            let core_allowed = format!(
+                "core standard deviation σ: must be a finite number > 0 and < radius/2 (= {})",
+                radius.value / 2.0
+            );
+            let core = sec
+                .number(doc, "core", &core_allowed)?
+                .ok_or_else(|| sec.missing(doc, "core", "the core's standard deviation σ"))?;
+            core.require(
+                doc,
+                core.value.is_finite() && core.value > 0.0 && core.value < radius.value / 2.0,
+                &core_allowed,
+            )?;
+            Ok(InitialCondition::VortexRing {
+                radius: radius.value,
+                circulation: circulation.value,
+                core: core.value,
+            })
+        }
+        "vortex-tube" => {
+            const CORE: &str =
+                "core standard deviation σ0: must be a finite number > 0 and ≤ 1 (box [-π, π)³)";
+            sec.check_keys(doc, &["kind", "circulation", "core"], &context)?;
+            let circulation = sec
+                .number(doc, "circulation", CIRCULATION)?
+                .ok_or_else(|| sec.missing(doc, "circulation", "the circulation Γ, ≠ 0"))?;
+            circulation.require(
+                doc,
+                circulation.value.is_finite() && circulation.value != 0.0,
+                CIRCULATION,
+            )?;
+            let core = sec
+                .number(doc, "core", CORE)?
+                .ok_or_else(|| sec.missing(doc, "core", "the core's standard deviation σ0"))?;
+            core.require(
+                doc,
+                core.value.is_finite() && core.value > 0.0 && core.value <= 1.0,
+                CORE,
+            )?;
+            Ok(InitialCondition::VortexTube {
+                circulation: circulation.value,
+                core: core.value,
             })
         }
         _ => Err(kind.fail(doc, KINDS)),
@@ -831,7 +932,8 @@ const VORTEX_KEYS: &[&str] = &[
 fn parse_vortex(
     doc: &Doc,
     sec: &Section,
-    spectral: &SpectralConfig,
+    spectral: Option<&SpectralConfig>,
+    initial: &InitialCondition,
 ) -> Result<Option<VortexConfig>, CaseError> {
     const N: &str = "particles per dimension: must be an even integer ≥ 8 and ≤ 512";
     const OVERLAP: &str =
@@ -846,20 +948,46 @@ fn parse_vortex(
                             number ≥ 1e-12 and ≤ 1e-2";
     const ONLY_CG: &str = "only allowed with `vortex.rbf` = \"cg\" (conjugate gradients); with \
                            rbf = \"exact\" leave it out";
+    let ring = matches!(initial, InitialCondition::VortexRing { .. });
     if sec.table.is_none() {
+        if initial.is_particle_defined() {
+            return Err(doc.error(
+                None,
+                "vortex",
+                format!(
+                    "missing section [vortex]: initial.kind = \"{}\" is carried by particles; \
+                     add [vortex] with at least `n` (particle spacing h = 2π/n)",
+                    initial.kind_str()
+                ),
+            ));
+        }
         return Ok(None);
     }
     sec.check_keys(doc, VORTEX_KEYS, "")?;
-    let defaults = VortexConfig::with_defaults(spectral.n);
+    let mut defaults = VortexConfig::with_defaults(spectral.map_or(0, |s| s.n));
+    if ring {
+        // Free space: all pairs, and no periodic lattice to reinitialise on.
+        defaults.evaluator = EvaluatorKind::Direct;
+        defaults.reinit_every = None;
+    }
     let valid_n = |n: i64| n % 2 == 0 && (N_MIN..=VORTEX_N_MAX).contains(&n);
 
-    let n = match sec.integer(doc, "n", N)? {
+    let n_item = sec.integer(doc, "n", N)?;
+    let n = match &n_item {
         Some(n) => {
             n.require(doc, valid_n(n.value), N)?;
             // 8 ≤ n ≤ 512: the conversion is exact.
             n.value as usize
         }
+        None if spectral.is_none() => {
+            return Err(sec.missing(
+                doc,
+                "n",
+                "particles per dimension (spacing h = 2π/n): an even integer ≥ 8 and ≤ 512",
+            ));
+        }
         None => {
+            let spectral = spectral.expect("checked above");
             if !valid_n(spectral.n as i64) {
                 let path = sec.path("n");
                 return Err(doc.error(
@@ -876,13 +1004,31 @@ fn parse_vortex(
         }
     };
 
-    let overlap = match sec.number(doc, "overlap", OVERLAP)? {
+    let overlap_item = sec.number(doc, "overlap", OVERLAP)?;
+    let overlap = match &overlap_item {
         Some(o) => {
             o.require(doc, o.value > 0.0 && o.value <= OVERLAP_MAX, OVERLAP)?;
             o.value
         }
         None => defaults.overlap,
     };
+    if let InitialCondition::VortexRing { core, .. } = *initial {
+        // The particles sample a core of variance core² − σ_p²: their blobs must be narrower.
+        let sigma_p = overlap * std::f64::consts::TAU / n as f64;
+        if sigma_p >= 0.9 * core {
+            let allowed = format!(
+                "the blob radius σ_p = overlap·h = overlap·2π/n = {sigma_p:.4} must be below \
+                 0.9 × initial.core = {:.4} so that the particles resolve the core (raise n or \
+                 lower overlap)",
+                0.9 * core
+            );
+            return Err(match (&overlap_item, &n_item) {
+                (Some(o), _) => o.fail(doc, &allowed),
+                (None, Some(n)) => n.fail(doc, &allowed),
+                (None, None) => doc.error(sec.line, "vortex.n", allowed),
+            });
+        }
+    }
 
     let stretching = sec.choice(
         doc,
@@ -894,6 +1040,14 @@ fn parse_vortex(
         defaults.stretching,
     )?;
 
+    if let (true, Some(v)) = (ring, sec.get("reinit_every")) {
+        if !matches!(v.get_ref(), DeValue::String(s) if s.as_ref() == "never") {
+            return Err(sec.item(doc, "reinit_every", v, ()).fail(
+                doc,
+                r#"a vortex ring lives in free space, where there is no periodic lattice to reinitialise on: must be "never""#,
+            ));
+        }
+    }
     let reinit_every = match sec.get("reinit_every") {
         // A string ("never") or a wrong type; integers are read below.
         Some(v) if !matches!(v.get_ref(), DeValue::Integer(_)) => match v.get_ref() {
@@ -971,6 +1125,20 @@ fn parse_vortex(
         ],
         defaults.evaluator,
     )?;
+    if let Some(v) = sec.get("evaluator") {
+        let bad = match evaluator {
+            EvaluatorKind::Ewald if ring => Some(
+                r#"a vortex ring lives in free space: must be "direct" (Ewald sums are periodic)"#,
+            ),
+            EvaluatorKind::Direct if !ring => Some(
+                r#"the periodic box needs "ewald" ("direct" sums in free space; a truncated image sum is only conditionally convergent)"#,
+            ),
+            _ => None,
+        };
+        if let Some(allowed) = bad {
+            return Err(sec.item(doc, "evaluator", v, ()).fail(doc, allowed));
+        }
+    }
     let accuracy = match sec.number(doc, "accuracy", ACCURACY)? {
         Some(a) => {
             let (lo, hi) = ACCURACY_RANGE;

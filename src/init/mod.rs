@@ -17,6 +17,8 @@ use std::f64::consts::{PI, TAU};
 /// Why an initial condition does not fit a grid.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
+    #[error("initial.kind = \"{0}\" is defined by particles, not by a velocity field on a grid")]
+    ParticleDefined(&'static str),
     #[error(
         "the initial field has wavenumbers up to {needed} but the grid keeps |k_i| ≤ {kept}: \
          raise spectral.n or lower {what}"
@@ -189,6 +191,9 @@ pub fn initial_modes(ic: &InitialCondition, layout: &ModeLayout) -> Result<Vecto
         }
     };
     match *ic {
+        InitialCondition::VortexRing { .. } | InitialCondition::VortexTube { .. } => {
+            return Err(InitError::ParticleDefined(ic.kind_str()));
+        }
         InitialCondition::TaylorGreen { amplitude } => {
             if kept < 1 {
                 return Err(InitError::NotResolved {

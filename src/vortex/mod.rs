@@ -230,6 +230,17 @@ impl VortexSolver {
         field::velocity_modes_from_particles(self.evaluator.as_mut(), &self.particles, n, scratch)
     }
 
+    /// Velocity induced by the particles at arbitrary `targets` (probes, profiles), with this
+    /// solver's evaluator.
+    pub fn velocity_at(
+        &mut self,
+        targets: &[[f64; 3]],
+        out: &mut Evaluation,
+    ) -> Result<(), SummationError> {
+        self.evaluator
+            .evaluate(&Sources::of(&self.particles), targets, Extra::None, out)
+    }
+
     /// A short description of the evaluator.
     pub fn evaluator_name(&self) -> String {
         self.evaluator.name()
