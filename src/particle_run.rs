@@ -193,13 +193,6 @@ impl ParticleRun {
     /// the t = 0 outputs and checkpoint.
     pub fn start(case: Case, run_dir: &Path, options: RunOptions) -> Result<Self> {
         let t0 = Instant::now();
-        if let TimeStep::Cfl { .. } = case.time.step {
-            bail!(
-                "case `{}`: particle-defined flows step with a fixed time.dt (time.cfl is for \
-                 the spectral solver)",
-                case.name
-            );
-        }
         write_atomic(&run_dir.join("case.toml"), case.to_toml_string().as_bytes())?;
         let mut manifest = Manifest::new(options.threads);
         manifest.set_status("running");
@@ -357,17 +350,21 @@ impl ParticleRun {
     /// Runs until t_end (or `abort_after_steps`), then the manifest and the plots.
     pub fn run_to_end(&mut self) -> Result<RunEnd> {
         let t_end = self.case.time.t_end;
-        let TimeStep::Fixed { dt: dt_case } = self.case.time.step else {
-            bail!(
-                "case `{}`: particle runs need a fixed time.dt",
-                self.case.name
-            );
-        };
         let mut progress = Progress::new(self.options.progress, t_end, self.clock.t);
         let mut steps_here = 0u64;
         let started = Instant::now();
         while self.clock.t < t_end {
-            let mut dt = dt_case;
+            let mut dt = match self.case.time.step {
+                TimeStep::Fixed { dt } => dt,
+                TimeStep::Cfl { cfl, dt_max } => match self.solver.stable_dt(cfl) {
+                    Ok(dt) => dt.min(dt_max.unwrap_or(f64::INFINITY)),
+                    Err(e) => return Err(self.stop_on_failure(&e.to_string())),
+                },
+            };
+            if !(dt.is_finite() && dt > 0.0) {
+                // Nothing moves: step to the next event.
+                dt = t_end - self.clock.t;
+            }
             let te = self.next_event_time();
             let landing = te - self.clock.t <= dt * (1.0 + 1e-6);
             if landing {

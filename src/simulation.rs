@@ -400,7 +400,15 @@ impl Simulation {
             let mut dt = match self.case.time.step {
                 TimeStep::Fixed { dt } => dt,
                 TimeStep::Cfl { cfl, dt_max } => {
-                    self.solver.cfl_dt(cfl).min(dt_max.unwrap_or(f64::INFINITY))
+                    let mut dt = self.solver.cfl_dt(cfl).min(dt_max.unwrap_or(f64::INFINITY));
+                    // Both solvers step together: the particles' limits apply too.
+                    if let Some(v) = &mut self.vortex {
+                        match v.solver.stable_dt(cfl) {
+                            Ok(dt_vortex) => dt = dt.min(dt_vortex),
+                            Err(e) => return Err(self.stop_on_vortex_failure(&e.to_string())),
+                        }
+                    }
+                    dt
                 }
             };
             if !(dt.is_finite() && dt > 0.0) {

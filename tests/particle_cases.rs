@@ -1,10 +1,11 @@
 //! The particle-defined named cases, shortened for CI, against their known answers
 //! (PHYSICS.md §7):
 //!
-//! * `ring`: a resolved vortex ring (Γ = R = 1, σ/R = 0.1, ~5 000 particles, free space) moves
+//! * `ring`: a resolved vortex ring (Γ = R = 1, σ/R = 0.1, ~7 000 particles, free space) moves
 //!   at Saffman's speed U = Γ/(4πR)[ln(8R/σ) − 0.9045] within 2 %, and conserves its impulse;
 //! * `lamb-oseen`: a Gaussian tube in the periodic box under core spreading follows the
-//!   Lamb–Oseen profile with σ² = σ0² + 2νt (and the box's background term) within 1 %.
+//!   Lamb–Oseen profile with σ² = σ0² + 2νt (and the box's background term) within 1 %;
+//! * `time.cfl` with particles: each step is the smaller of the two stability limits.
 //!
 //! Both run through the same driver as `vpm run` (outputs, checkpoints, plots).
 
@@ -54,8 +55,8 @@ fn run_case(mut case: Case, t_end: f64, dir: &Path) {
 
 /// The `ring` case over its first 0.3 time units: the ring speed (dZ/dt of the
 /// impulse-weighted centroid) is within 2 % of Saffman's formula at every output (measured:
-/// −1.5 % at t = 0 while the core settles, −0.1 % at t = 0.3; the full case to t = 2 moves at
-/// 0.2750 against 0.2761, −0.4 %), the impulse is conserved, and the position advances at that
+/// −1.5 % at t = 0 while the core settles, −0.15 % at t = 0.3; the full case to t = 2 moves at
+/// 0.2748 on average against 0.2761, −0.5 %), the impulse is conserved, and the position advances at that
 /// speed.
 #[test]
 fn ring_moves_at_saffmans_speed_and_keeps_its_impulse() {
@@ -156,4 +157,63 @@ fn lamb_oseen_tube_spreads_as_the_exact_solution() {
         "without core spreading the profile would be off by only {unspread_worst}"
     );
     assert!(tmp.path().join("lamb-oseen.png").is_file());
+}
+
+/// `time.cfl` for particles: every step is the smaller of the two stability limits of
+/// PHYSICS.md §3 at the state it starts from, Δt = min(cfl·h/max|u_p|, 0.2·cfl·h³/max|α_p|)
+/// (h the particle spacing), recomputed here from the snapshot of that state (its `u` is the
+/// instantaneous velocity the solver evaluated there).
+#[test]
+fn adaptive_step_follows_the_particle_stability_limits() {
+    use ndarray::{Array0, Array2};
+    use vpm::config::{InitialCondition, TimeStep};
+    let (mut case, _) = resolve_case("ring").expect("named case");
+    // A fatter core on a coarser lattice: ~900 particles, cheap enough for every-step outputs.
+    case.initial = InitialCondition::VortexRing {
+        radius: 1.0,
+        circulation: 1.0,
+        core: 0.2,
+    };
+    let vortex = case.vortex.as_mut().unwrap();
+    vortex.n = 52;
+    vortex.snapshots = Some(Cadence::Steps(1));
+    let cfl = 0.5;
+    case.time.step = TimeStep::Cfl { cfl, dt_max: None };
+    case.time.t_end = 1.0;
+    case.output.cadence = Cadence::Steps(1);
+    case.checkpoint.cadence = Cadence::Time(1.0);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut opts = options();
+    opts.abort_after_steps = Some(4);
+    let mut run = AnyRun::start(case, tmp.path(), opts).expect("start");
+    run.run_to_end().expect("run");
+    let (header, rows) = read_csv(&tmp.path().join(RING_CSV));
+    let (ct, cdt) = (col(&header, "t"), col(&header, "dt"));
+    assert_eq!(rows.len(), 5, "outputs at steps 0..=4");
+    let mut snapshots: Vec<_> = std::fs::read_dir(tmp.path().join("snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "npz"))
+        .collect();
+    snapshots.sort();
+    assert_eq!(snapshots.len(), 5);
+    let h = std::f64::consts::TAU / 52.0;
+    let norm = |r: ndarray::ArrayView1<f64>| r.dot(&r).sqrt();
+    for (k, path) in snapshots.iter().take(4).enumerate() {
+        let mut npz = ndarray_npy::NpzReader::new(std::fs::File::open(path).unwrap()).unwrap();
+        let t: Array0<f64> = npz.by_name("t").unwrap();
+        let u: Array2<f64> = npz.by_name("u").unwrap();
+        let alpha: Array2<f64> = npz.by_name("alpha").unwrap();
+        assert_eq!(t[()], rows[k][ct]);
+        let u_max = u.rows().into_iter().map(norm).fold(0.0, f64::max);
+        let alpha_max = alpha.rows().into_iter().map(norm).fold(0.0, f64::max);
+        let expected = (cfl * h / u_max).min(0.2 * cfl * h.powi(3) / alpha_max);
+        let taken = rows[k + 1][cdt];
+        assert!(
+            ((taken - expected) / expected).abs() < 1e-12,
+            "step {}: dt {taken} vs the stability limit {expected}",
+            k + 1
+        );
+        assert!(rows[k + 1][ct] - rows[k][ct] > 0.0);
+    }
 }

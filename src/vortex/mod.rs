@@ -94,6 +94,10 @@ pub struct VortexSolver {
     eval_heun: Evaluation,
     steps_since_reinit: u64,
     last_solve: Option<SolveReport>,
+    /// `eval` holds the derivatives of the current particle state (set by
+    /// [`VortexSolver::derivatives`], cleared whenever the particles change), so a step after
+    /// [`VortexSolver::stable_dt`] does not evaluate them twice.
+    derivatives_current: bool,
 }
 
 impl VortexSolver {
@@ -111,6 +115,7 @@ impl VortexSolver {
             eval_heun: Evaluation::default(),
             steps_since_reinit: 0,
             last_solve: None,
+            derivatives_current: false,
         }
     }
 
@@ -133,6 +138,9 @@ impl VortexSolver {
 
     /// Velocity and stretching at the particles (the instantaneous f64 values at this state).
     pub fn derivatives(&mut self) -> Result<Derivatives<'_>, VortexError> {
+        if self.derivatives_current {
+            return Ok((&self.eval.velocity, &self.eval.stretching));
+        }
         let p = &self.particles;
         self.evaluator.evaluate(
             &Sources::of(p),
@@ -143,13 +151,43 @@ impl VortexSolver {
             },
             &mut self.eval,
         )?;
+        self.derivatives_current = true;
         Ok((&self.eval.velocity, &self.eval.stretching))
+    }
+
+    /// The largest step the stability limits of PHYSICS.md §3 allow at this state, for a CFL
+    /// number `cfl`:
+    ///   Δt ≤ cfl · h / max_p |u_p|   and   Δt ≤ 0.2 · cfl / max_p |ω_p|,
+    /// with h = 2π/N the lattice spacing and the particle vorticity estimated as
+    /// |ω_p| ≈ |α_p| / h³ (a particle carries its volume's circulation, α = ω h³), so that
+    /// cfl = 0.5 gives the documented u_max Δt/h ≤ 0.5 and Δt·max|ω| ≤ 0.1. Infinite when
+    /// nothing moves. The derivatives it evaluates are reused by the next [`VortexSolver::step`].
+    pub fn stable_dt(&mut self, cfl: f64) -> Result<f64, VortexError> {
+        let h = TAU / self.settings.lattice_n as f64;
+        let norm = |v: &[f64; 3]| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+        let alpha_max = self.particles.alpha.iter().map(norm).fold(0.0, f64::max);
+        let (velocity, _) = self.derivatives()?;
+        let u_max = velocity.iter().map(norm).fold(0.0, f64::max);
+        let advection = if u_max > 0.0 {
+            cfl * h / u_max
+        } else {
+            f64::INFINITY
+        };
+        let omega_max = alpha_max / (h * h * h);
+        let rotation = if omega_max > 0.0 {
+            0.2 * cfl / omega_max
+        } else {
+            f64::INFINITY
+        };
+        Ok(advection.min(rotation))
     }
 
     /// One step of size `dt`: AB2 (Heun without history), core spreading, periodic wrap, and
     /// reinitialisation when due. A step whose result is not finite is not committed.
     pub fn step(&mut self, dt: f64) -> Result<(), VortexError> {
         self.derivatives()?;
+        // Whatever happens below, `eval` no longer matches the committed state afterwards.
+        self.derivatives_current = false;
         let n = self.particles.len();
         let mut next = self.particles.clone();
         let spread = 2.0 * self.settings.nu * dt;
@@ -312,6 +350,7 @@ impl VortexSolver {
                 id.len()
             ));
         }
+        self.derivatives_current = false;
         self.particles = ParticleSet {
             x,
             alpha,
@@ -353,6 +392,7 @@ impl VortexSolver {
             p.push(*x, *a, self.settings.sigma0);
         }
         self.particles = p;
+        self.derivatives_current = false;
         self.history = None;
         self.steps_since_reinit = 0;
         self.last_solve = report;
