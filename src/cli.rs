@@ -48,9 +48,31 @@ pub struct RunArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Where the vortex solver's summation runs, overriding the case's `vortex.backend`:
+    /// `auto` (a GPU when one is usable), `cpu` or `cuda` (an error without a usable GPU).
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
     /// Testing aid: stop abruptly after this many steps, as if the process were killed.
     #[arg(long, hide = true)]
     pub abort_after_steps: Option<u64>,
+}
+
+/// `--backend` values (the spellings of `vortex.backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl BackendArg {
+    pub fn backend(self) -> crate::config::Backend {
+        match self {
+            BackendArg::Auto => crate::config::Backend::Auto,
+            BackendArg::Cpu => crate::config::Backend::Cpu,
+            BackendArg::Cuda => crate::config::Backend::Cuda,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -73,6 +95,38 @@ pub enum BenchCommand {
     Direct(BenchDirectArgs),
     /// Particles per second of the periodic Ewald evaluator on lattice particles.
     Ewald(BenchEwaldArgs),
+    /// Pair interactions per second of the GPU all-pairs kernels (needs a CUDA GPU).
+    Kernel(BenchKernelArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchKernelArgs {
+    /// Particle counts (comma separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "16384,65536,262144,1048576"
+    )]
+    pub n: Vec<usize>,
+    /// Timed repetitions per measurement (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
+    /// Targets checked against the CPU f64 evaluator per size (0: no accuracy check).
+    #[arg(long, default_value_t = 2000)]
+    pub sample: usize,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Worker threads of the CPU reference (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Tuning: launch configurations to compare, BLOCKxTARGETSxUNROLL[xMINBLOCKS] (e.g.
+    /// 256x2x4,128x4x2x4).
+    #[arg(long, value_delimiter = ',', hide = true)]
+    pub configs: Vec<String>,
+    /// Tuning: write the compiled cubins and NVRTC logs into this directory.
+    #[arg(long, hide = true)]
+    pub dump: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -89,9 +143,16 @@ pub struct BenchEwaldArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: all cores; on the GPU: the CPU reference's).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// The evaluator to time: `cpu` (f64, rayon), `cuda` (the GPU, f32; an error without a
+    /// usable GPU) or `auto` (the GPU when one is usable).
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub backend: BackendArg,
+    /// GPU: particles checked against the CPU f64 evaluator per size (0: no accuracy check).
+    #[arg(long, default_value_t = 2000)]
+    pub sample: usize,
 }
 
 #[derive(Debug, Args)]

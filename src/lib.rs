@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod cuda;
 pub mod diagnostics;
 pub mod init;
 pub mod kernel;

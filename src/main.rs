@@ -5,7 +5,7 @@ use clap::Parser;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
-use vpm::cli::{BenchCommand, Cli, Command, DealiasArg};
+use vpm::cli::{BackendArg, BenchCommand, Cli, Command, DealiasArg};
 use vpm::config::{named_cases, resolve_case, Case, Dealias};
 use vpm::output::create_run_dir;
 use vpm::simulation::{AnyRun, ProgressStyle, RunEnd, RunOptions};
@@ -66,7 +66,31 @@ fn progress_style(quiet: bool) -> ProgressStyle {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run(args) => {
-            let (case, _text) = resolve_case(&args.case)?;
+            let (mut case, _text) = resolve_case(&args.case)?;
+            if let Some(b) = args.backend {
+                // Recorded in the run's case.toml, so `vpm resume` keeps it.
+                match case.vortex.as_mut() {
+                    Some(vc) => vc.backend = b.backend(),
+                    None => bail!(
+                        "--backend {}: case `{}` has no [vortex] section (the backend is where \
+                         the vortex solver's Biot–Savart sums run)",
+                        b.backend(),
+                        case.name
+                    ),
+                }
+            }
+            // backend = "cuda" without a usable GPU fails before a run directory is made.
+            if let Some(vc) = case.vortex.as_ref() {
+                if vc.backend == vpm::config::Backend::Cuda {
+                    if let Err(e) = vpm::cuda::availability() {
+                        bail!(
+                            "case `{}`: vortex.backend = \"cuda\" but no CUDA driver/GPU was \
+                             found: {e}",
+                            case.name
+                        );
+                    }
+                }
+            }
             let threads = set_threads(args.threads)?;
             let run_dir = create_run_dir(&case.name, args.out.as_deref(), args.force)?;
             if !cli.quiet {
@@ -156,9 +180,76 @@ fn run(cli: Cli) -> Result<()> {
             if !(1e-12..=1e-2).contains(&a.accuracy) {
                 bail!("--accuracy {}: must be in [1e-12, 1e-2]", a.accuracy);
             }
-            vpm::bench::bench_ewald(&a.n, a.accuracy, a.repeats, a.json.as_deref())?;
+            let gpu = match a.backend {
+                BackendArg::Cpu => false,
+                BackendArg::Cuda => {
+                    if let Err(e) = vpm::cuda::availability() {
+                        bail!("--backend cuda: no usable GPU: {e}");
+                    }
+                    true
+                }
+                BackendArg::Auto => match vpm::cuda::availability() {
+                    Ok(_) => true,
+                    Err(e) => {
+                        eprintln!("--backend auto: CPU, no usable GPU: {e}");
+                        false
+                    }
+                },
+            };
+            if gpu {
+                vpm::bench::bench_ewald_gpu(
+                    &a.n,
+                    a.accuracy,
+                    a.repeats,
+                    a.sample,
+                    a.json.as_deref(),
+                )?;
+            } else {
+                vpm::bench::bench_ewald(&a.n, a.accuracy, a.repeats, a.json.as_deref())?;
+            }
             Ok(())
         }
+        Command::Bench(BenchCommand::Kernel(a)) => {
+            set_threads(a.threads)?;
+            if let Some(n) = a.n.iter().find(|&&n| n == 0) {
+                bail!("--n {n}: particle counts must be at least 1");
+            }
+            let configs = a
+                .configs
+                .iter()
+                .map(|c| parse_kernel_config(c))
+                .collect::<Result<Vec<_>>>()?;
+            vpm::bench::bench_kernel(
+                &a.n,
+                a.repeats,
+                a.sample,
+                &configs,
+                a.json.as_deref(),
+                a.dump.as_deref(),
+            )?;
+            Ok(())
+        }
+    }
+}
+
+/// `BLOCKxTARGETSxUNROLL[xMINBLOCKS]`, e.g. `256x2x4`.
+fn parse_kernel_config(s: &str) -> Result<vpm::cuda::biot_savart::KernelConfig> {
+    let parts: Vec<u32> = s
+        .split('x')
+        .map(|p| p.trim().parse::<u32>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("--configs {s}: expected BLOCKxTARGETSxUNROLL, e.g. 256x2x4"))?;
+    let config =
+        |block, targets_per_thread, unroll, min_blocks| vpm::cuda::biot_savart::KernelConfig {
+            block,
+            targets_per_thread,
+            unroll,
+            min_blocks,
+        };
+    match parts[..] {
+        [b, t, u] => Ok(config(b, t, u, 0)),
+        [b, t, u, m] => Ok(config(b, t, u, m)),
+        _ => bail!("--configs {s}: expected BLOCKxTARGETSxUNROLL[xMINBLOCKS], e.g. 256x2x4"),
     }
 }
 

@@ -596,6 +596,74 @@ fn resume_without_checkpoints_is_a_clear_error() {
     assert!(err.contains(s(&empty)), "should name the directory:\n{err}");
 }
 
+/// `--backend cuda` without a usable GPU (hidden here by VPM_NO_CUDA, so this holds on GPU
+/// machines too) is a clear error before any run directory is made; the default `auto` runs on
+/// the CPU and says why; `--backend` on a case without particles is refused.
+#[test]
+fn backend_cuda_without_a_gpu_is_a_clear_error_and_auto_falls_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let no_gpu = |args: &[&str]| {
+        let mut c = vpm();
+        c.args(args).env("VPM_NO_CUDA", "1");
+        c.output().expect("could not start the vpm binary")
+    };
+    let out = tmp.path().join("cuda");
+    let o = no_gpu(&[
+        "run",
+        "hit-32-compare",
+        "--backend",
+        "cuda",
+        "--out",
+        s(&out),
+        "--threads",
+        "1",
+    ]);
+    assert_failed(&o, "--backend cuda without a GPU");
+    let err = stderr(&o);
+    assert_no_panic(&err);
+    assert!(
+        err.contains("vortex.backend = \"cuda\" but no CUDA driver/GPU was found")
+            && err.contains("VPM_NO_CUDA"),
+        "should say that no GPU is usable and why:\n{err}"
+    );
+    assert!(
+        !out.exists(),
+        "no run directory for a run that cannot start"
+    );
+
+    // auto (the case's default): the CPU evaluator, with the reason in the log.
+    let out = tmp.path().join("auto");
+    let o = no_gpu(&[
+        "run",
+        "hit-32-compare",
+        "--out",
+        s(&out),
+        "--threads",
+        "1",
+        "--abort-after-steps",
+        "1",
+    ]);
+    let err = stderr(&o);
+    assert_no_panic(&err);
+    assert!(
+        err.contains("backend auto: CPU, no usable GPU") && err.contains("VPM_NO_CUDA"),
+        "auto should fall back to the CPU and say why:\n{err}"
+    );
+
+    let o = run(&[
+        "run",
+        "quick",
+        "--backend",
+        "cpu",
+        "--out",
+        s(&tmp.path().join("q")),
+    ]);
+    assert_failed(&o, "--backend on a case without [vortex]");
+    let err = stderr(&o);
+    assert_no_panic(&err);
+    assert!(err.contains("no [vortex] section"), "{err}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. Bad input through the CLI
 // ---------------------------------------------------------------------------------------------

@@ -130,13 +130,43 @@ const S_CANDIDATES: [f64; 12] = [
     std::f64::consts::FRAC_1_SQRT_2,
 ];
 
-/// Cost-model constants, nanoseconds (measured on one core, see [`EwaldPeriodic::plan`]).
-const NS_PAIR_VELOCITY: f64 = 180.0;
-const NS_PAIR_EXTRA: f64 = 300.0;
-const NS_PAIR_CHECK: f64 = 5.0;
-const NS_FFT_POINT_LOG: f64 = 0.45;
-const NS_GRID_POINT: f64 = 0.5;
-const NS_PER_PARTICLE: f64 = 500.0;
+/// The constants of the planner's cost model, nanoseconds (see [`EwaldPeriodic::plan`]): the
+/// method and its accuracy rules are the same on every device, the cheapest (η, s) is not.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostModel {
+    /// Per real-space pair in range, velocity only (two kernel calls).
+    pub ns_pair_velocity: f64,
+    /// Per real-space pair in range, with stretching or the gradient.
+    pub ns_pair_extra: f64,
+    /// Per distance check of the cell search.
+    pub ns_pair_check: f64,
+    /// Per grid point and log₂(M³), for each of the 6 transforms.
+    pub ns_fft_point_log: f64,
+    /// Per window point (P³) and grid field touched.
+    pub ns_grid_point: f64,
+    /// Fields touched per window point when spreading (3 strength components).
+    pub spread_fields: f64,
+    /// … when gathering the velocity (3), and the velocity with its gradient (6: F·w and F·∂w).
+    pub gather_fields: f64,
+    pub gather_fields_gradient: f64,
+    /// Fixed cost per source and per target.
+    pub ns_per_particle: f64,
+}
+
+impl CostModel {
+    /// One CPU core, measured with the release build on the development machine.
+    pub const CPU: CostModel = CostModel {
+        ns_pair_velocity: 180.0,
+        ns_pair_extra: 300.0,
+        ns_pair_check: 5.0,
+        ns_fft_point_log: 0.45,
+        ns_grid_point: 0.5,
+        spread_fields: 3.0,
+        gather_fields: 3.0,
+        gather_fields_gradient: 6.0,
+        ns_per_particle: 500.0,
+    };
+}
 
 /// Parameters of one evaluation (see the module docs for the rules).
 #[derive(Debug, Clone, PartialEq)]
@@ -245,7 +275,7 @@ fn sub3(a: &[f64; 3], b: &[f64; 3]) -> [f64; 3] {
 }
 
 /// Smallest even 2^a 3^b 5^c 7^d ≥ n.
-fn fft_size(n: usize) -> usize {
+pub(crate) fn fft_size(n: usize) -> usize {
     let mut m = n.max(2);
     loop {
         if m % 2 == 0 {
@@ -265,7 +295,7 @@ fn fft_size(n: usize) -> usize {
 
 /// Cells per side for a cutoff: side ≥ r_cut/[`CELL_SUB`] (searched ±CELL_SUB cells), or 0 when
 /// r_cut ≥ π (explicit images).
-fn cells_for(r_cut: f64) -> usize {
+pub(crate) fn cells_for(r_cut: f64) -> usize {
     if r_cut < PI {
         ((TAU * CELL_SUB as f64 / r_cut).floor() as usize).max(2)
     } else {
@@ -275,7 +305,7 @@ fn cells_for(r_cut: f64) -> usize {
 
 /// Cells searched on each side of a target's cell: cells of side ≥ r_c/2 and a 5³ stencil
 /// check 125 (r_c/2)³ ≈ 3.7 × the cutoff sphere's volume instead of 27 r_c³ ≈ 6.4 ×.
-const CELL_SUB: usize = 2;
+pub(crate) const CELL_SUB: usize = 2;
 
 /// Folds a difference of two coordinates in [−π, π) into [−π, π] (minimum image).
 #[inline(always)]
@@ -553,6 +583,27 @@ impl EwaldPeriodic {
         n_targets: usize,
         extra: bool,
     ) -> Result<EwaldParameters, SummationError> {
+        Self::plan_with_costs(
+            accuracy,
+            sigma_max,
+            n_below_max,
+            n_sources,
+            n_targets,
+            extra,
+            &CostModel::CPU,
+        )
+    }
+
+    /// [`EwaldPeriodic::plan`] with another device's cost model (same rules, same candidates).
+    pub fn plan_with_costs(
+        accuracy: f64,
+        sigma_max: f64,
+        n_below_max: usize,
+        n_sources: usize,
+        n_targets: usize,
+        extra: bool,
+        cost: &CostModel,
+    ) -> Result<EwaldParameters, SummationError> {
         let ell = (1.0 / accuracy).ln();
         let rho_c = (2.0 * (ell + REAL_MARGIN)).sqrt();
         let (ns, nt) = (n_sources as f64, n_targets as f64);
@@ -575,11 +626,11 @@ impl EwaldPeriodic {
                 };
                 let in_range = (4.0 / 3.0 * PI * r_cut.powi(3) / volume).min(checked);
                 let pair = if extra {
-                    NS_PAIR_EXTRA
+                    cost.ns_pair_extra
                 } else {
-                    NS_PAIR_VELOCITY
+                    cost.ns_pair_velocity
                 };
-                nt * n_rs as f64 * (checked * NS_PAIR_CHECK + in_range * pair)
+                nt * n_rs as f64 * (checked * cost.ns_pair_check + in_range * pair)
             };
             for s in S_CANDIDATES {
                 let tau = s * eta;
@@ -601,10 +652,14 @@ impl EwaldPeriodic {
                 }
                 let m3 = (m as f64).powi(3);
                 let p3 = (p as f64).powi(3);
-                let gather = if extra { 6.0 } else { 3.0 };
-                let mesh_ns = 6.0 * NS_FFT_POINT_LOG * m3 * m3.log2()
-                    + NS_GRID_POINT * p3 * (3.0 * ns + gather * nt)
-                    + NS_PER_PARTICLE * (ns + nt);
+                let gather = if extra {
+                    cost.gather_fields_gradient
+                } else {
+                    cost.gather_fields
+                };
+                let mesh_ns = 6.0 * cost.ns_fft_point_log * m3 * m3.log2()
+                    + cost.ns_grid_point * p3 * (cost.spread_fields * ns + gather * nt)
+                    + cost.ns_per_particle * (ns + nt);
                 let cost = (real_ns + mesh_ns) * 1e-9;
                 if best.as_ref().is_none_or(|b| cost < b.estimated_seconds) {
                     best = Some(EwaldParameters {
@@ -923,8 +978,60 @@ fn stretching_from_gradient(g: &[[f64; 3]; 3], a: &[f64; 3], scheme: StretchingS
     }
 }
 
+/// The parameters of one evaluation of `sources` (non-empty) at `n_targets` targets — planned
+/// with `cost`, or the `fixed` ones checked and completed — and the real-space sources: those
+/// with σ_q ≠ η when η = σ_max (the sources at σ_max cancel exactly), every source when
+/// η > σ_max.
+pub(crate) fn evaluation_setup(
+    accuracy: f64,
+    fixed: Option<&EwaldParameters>,
+    sources: &Sources,
+    n_targets: usize,
+    want_grad: bool,
+    cost: &CostModel,
+) -> Result<(EwaldParameters, Vec<usize>), SummationError> {
+    let (_, sigma_max) = sigma_range(sources)?;
+    let below: Vec<usize> = (0..sources.len())
+        .filter(|&q| sources.sigma[q] != sigma_max)
+        .collect();
+    let params = match fixed {
+        None => EwaldPeriodic::plan_with_costs(
+            accuracy,
+            sigma_max,
+            below.len(),
+            sources.len(),
+            n_targets,
+            want_grad,
+            cost,
+        )?,
+        Some(f) => {
+            if f.eta < sigma_max || f.support > f.grid || f.grid < 4 {
+                return Err(SummationError::Unsupported(format!(
+                    "Ewald: fixed parameters need η ≥ σ_max = {sigma_max} and P ≤ M ({f})"
+                )));
+            }
+            let mut p = f.clone();
+            p.kmax = (p.grid - 1) / 2;
+            p.cells_per_side = cells_for(p.r_cut);
+            p.real_space_sources = if p.eta == sigma_max {
+                below.len()
+            } else {
+                sources.len()
+            };
+            p.estimated_seconds = f64::NAN;
+            p
+        }
+    };
+    let selected = if params.eta == sigma_max {
+        below
+    } else {
+        (0..sources.len()).collect()
+    };
+    Ok((params, selected))
+}
+
 /// σ_min, σ_max of the sources, checking that every core radius is positive and finite.
-fn sigma_range(sources: &Sources) -> Result<(f64, f64), SummationError> {
+pub(crate) fn sigma_range(sources: &Sources) -> Result<(f64, f64), SummationError> {
     let mut lo = f64::INFINITY;
     let mut hi = 0.0f64;
     for &s in sources.sigma {
@@ -967,45 +1074,16 @@ impl Summation for EwaldPeriodic {
             }
             return Ok(());
         }
-        let (_, sigma_max) = sigma_range(sources)?;
-        let below: Vec<usize> = (0..sources.len())
-            .filter(|&q| sources.sigma[q] != sigma_max)
-            .collect();
         let want_grad = !matches!(extra, Extra::None);
-        let params = match &self.fixed {
-            None => Self::plan(
-                self.accuracy,
-                sigma_max,
-                below.len(),
-                sources.len(),
-                nt,
-                want_grad,
-            )?,
-            Some(f) => {
-                if f.eta < sigma_max || f.support > f.grid || f.grid < 4 {
-                    return Err(SummationError::Unsupported(format!(
-                        "Ewald: fixed parameters need η ≥ σ_max = {sigma_max} and P ≤ M ({f})"
-                    )));
-                }
-                let mut p = f.clone();
-                p.kmax = (p.grid - 1) / 2;
-                p.cells_per_side = cells_for(p.r_cut);
-                p.real_space_sources = if p.eta == sigma_max {
-                    below.len()
-                } else {
-                    sources.len()
-                };
-                p.estimated_seconds = f64::NAN;
-                p
-            }
-        };
+        let (params, selected) = evaluation_setup(
+            self.accuracy,
+            self.fixed.as_ref(),
+            sources,
+            nt,
+            want_grad,
+            &CostModel::CPU,
+        )?;
         let eta = params.eta;
-        // With η = σ_max the sources at σ_max cancel exactly; with η > σ_max every source counts.
-        let selected: Vec<usize> = if eta == sigma_max {
-            below
-        } else {
-            (0..sources.len()).collect()
-        };
         let mesh = self.mesh(&params, sources, targets, want_grad);
         let t_real = Instant::now();
         let nb = Neighbours::build(sources, &selected, params.r_cut);

@@ -7,8 +7,12 @@
 //! and the diagnostics talk only to this trait, so a CPU loop, a GPU kernel, an Ewald sum, an FMM
 //! or several GPUs can answer without the stepper knowing.
 //!
-//! Implementations now: [`direct::DirectFreeSpace`] (all pairs, f64, rayon).
+//! Implementations now: [`direct::DirectFreeSpace`] (all pairs, f64, rayon),
+//! [`cuda_direct::CudaDirect`] (all pairs on the GPU, f32), [`ewald::EwaldPeriodic`] (periodic
+//! box, CPU).
 
+pub mod cuda_direct;
+pub mod cuda_ewald;
 pub mod direct;
 pub mod ewald;
 pub mod oracle;
@@ -100,6 +104,9 @@ pub enum SummationError {
     },
     #[error("{0}")]
     Unsupported(String),
+    /// The GPU failed (driver error, or an output not fully written).
+    #[error("GPU: {0}")]
+    Device(String),
 }
 
 /// Velocity (and optionally stretching or gradient) at targets induced by sources, and the blob

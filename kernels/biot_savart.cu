@@ -1,0 +1,437 @@
+// All-pairs regularised Biot–Savart on the GPU: velocity, velocity + vortex stretching (classical
+// or transposed), velocity + velocity gradient, and the blob vorticity (PHYSICS.md §2).
+//
+// Compiled at run time by NVRTC (src/cuda/mod.rs), once per process, device and option set.
+// The pair equations mirror src/kernel.rs: g, G3 = g/ρ³, G5 = (3g − ρg')/ρ⁵ with the positive
+// small-ρ series S5 below the same threshold (ρ < 2 in f32, ρ < 1 in f64) and the same
+// coefficients a_k = 1/(5·7·…·(2k+5)) (13 terms in f32, 14 in f64); above it the direct erf form.
+//
+// Options (-D):
+//   VPM_DOUBLE   real = double (the reference build; libdevice erf/exp/sqrt); default float
+//   VPM_BLOCK    threads per block = sources per shared-memory tile (default 256)
+//   VPM_TPT      targets per thread (register blocking; default 2)
+//   VPM_UNROLL   unroll factor of the loop over one tile's sources (default 4)
+//   VPM_MINB     minimum resident blocks per SM for __launch_bounds__ (0: none; default 0)
+//
+// Layout (packed on the host by src/cuda/biot_savart.rs), one 16-byte (f32) vector per item:
+//   src_pos[q] = (x_q, y_q, z_q, 1/σ_q²)
+//   src_str[q] = (α_q/(4π), (ρ_far σ_q)²)      ρ_far = 7 in f32, 10 in f64 (see far_kl)
+//   tgt_pos[i] = (x_i, y_i, z_i, unused)
+//   tgt_alp[i] = (3α_i, unused)                  stretching only (3α: see near_kl)
+// Sources are padded to a multiple of VPM_BLOCK with α = 0, far² = 0 at (1e15, 1e15, 1e15): they
+// add exact zeros. Targets: each thread clamps its target indices to nt − 1 and stores only the
+// valid ones.
+//
+// Grid: x over target blocks of VPM_BLOCK·VPM_TPT targets, y over source splits (blockIdx.y
+// sums tiles [y·tiles_per_split, min((y+1)·tiles_per_split, n_tiles))). Output: NC reals per
+// target at out[(blockIdx.y·nt + i)·NC + c]; with several splits the host sums them with
+// bs_reduce_splits (fixed order: deterministic).
+//   velocity:            NC = 3   u
+//   stretching (both):   NC = 6   u, dα/dt
+//   gradient:            NC = 12  u, ∂u_i/∂x_j row-major
+//   vorticity:           NC = 3   ω_h
+//
+// Performance notes:
+// * Far field: when every lane of a warp has ρ ≥ ρ_far for the current source (a warp vote),
+//   the pair uses g = 1 and ρg' = 0, exact to rounding there (f32: 1 − g < 1e-10 and
+//   ρ³g'·e-terms < 2e-9 relative at ρ = 7), so K = 1/r³, K'/r = −3/r⁵ from one rsqrt and no
+//   exp/erf. Otherwise (rare at large N) the lanes with ρ < ρ_far take near_kl.
+// * Stretching: Σ K (α_q × α_p) = (Σ K α_q) × α_p, so per pair only Σ K α_q is accumulated.
+// * f32 sums are two-level (per tile, then into the totals): sequential f32 accumulation over
+//   2^18 sources costs ~1e-5 relative, two-level ~1e-6.
+
+#ifndef VPM_BLOCK
+#define VPM_BLOCK 256
+#endif
+#ifndef VPM_TPT
+#define VPM_TPT 2
+#endif
+#ifndef VPM_UNROLL
+#define VPM_UNROLL 4
+#endif
+#ifndef VPM_MINB
+#define VPM_MINB 0
+#endif
+
+constexpr int kBlock = VPM_BLOCK;
+constexpr int kTpt = VPM_TPT;
+constexpr int kUnroll = VPM_UNROLL;
+
+#ifdef VPM_DOUBLE
+typedef double real;
+#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 13
+typedef double4_32a real4; // CUDA 13 deprecates plain double4; same 32-byte layout
+#else
+typedef double4 real4;
+#endif
+#else
+typedef float real;
+typedef float4 real4;
+#endif
+
+// √(2/π), 1/√2 (as in src/kernel.rs: the f64 value, rounded to the precision).
+constexpr real kSqrt2OverPi = (real)0.7978845608028654;
+constexpr real kFrac1Sqrt2 = (real)0.7071067811865476;
+constexpr real kThird = (real)(1.0 / 3.0);
+
+// Series threshold on ρ² (src/kernel.rs Real::SERIES_THRESHOLD squared: ρ < 1 in f64, ρ < 2 in f32).
+#ifdef VPM_DOUBLE
+constexpr real kSeriesX = 1.0;
+#else
+constexpr real kSeriesX = 4.0f;
+#endif
+
+// S5(x) = Σ a_k x^k (x = ρ²) by Horner, a_k = 1/(5·7·…·(2k+5)): the double values of
+// src/kernel.rs series_coeffs_f64 (shortest round-trip literals, checked by a test against
+// Real::SERIES_COEFFS), rounded to real: 14 terms in f64, 13 in f32.
+__device__ __forceinline__ real series_s5(real x)
+{
+#ifdef VPM_DOUBLE
+    real s = (real)1.5633241326771934e-17;
+    s = s * x + (real)4.846304811299299e-16;
+#else
+    real s = (real)4.846304811299299e-16;
+#endif
+    s = s * x + (real)1.4054283952767967e-14;
+    s = s * x + (real)3.7946566672473513e-13;
+    s = s * x + (real)9.486641668118378e-12;
+    s = s * x + (real)2.181927583667227e-10;
+    s = s * x + (real)4.582047925701176e-09;
+    s = s * x + (real)8.705891058832235e-08;
+    s = s * x + (real)1.48000148000148e-06;
+    s = s * x + (real)2.22000222000222e-05;
+    s = s * x + (real)0.0002886002886002886;
+    s = s * x + (real)0.0031746031746031746;
+    s = s * x + (real)0.02857142857142857;
+    s = s * x + (real)0.2;
+    return s;
+}
+
+enum Mode { MODE_VEL = 0, MODE_CLASSICAL = 1, MODE_TRANSPOSED = 2, MODE_GRADIENT = 3, MODE_VORT = 4 };
+
+template <int MODE> struct Nc;
+template <> struct Nc<MODE_VEL> { static constexpr int value = 3; };
+template <> struct Nc<MODE_CLASSICAL> { static constexpr int value = 6; };
+template <> struct Nc<MODE_TRANSPOSED> { static constexpr int value = 6; };
+template <> struct Nc<MODE_GRADIENT> { static constexpr int value = 12; };
+template <> struct Nc<MODE_VORT> { static constexpr int value = 3; };
+
+// ---- precision-specific primitives -------------------------------------------------------------
+
+#ifdef VPM_DOUBLE
+__device__ __forceinline__ real exp_mhalf(real x) { return exp(-0.5 * x); }
+__device__ __forceinline__ real rsqrt_r(real x) { return rsqrt(x); }
+__device__ __forceinline__ real sqrt_r(real x) { return sqrt(x); }
+#else
+// Built with --use_fast_math: exp2f, rsqrtf, sqrtf and __fdividef are single MUFU instructions
+// (ex2/rsqrt/sqrt/rcp.approx.ftz). e^{−x/2} = 2^{−x log2(e)/2}: relative error ~2 ulp plus the
+// argument's rounding, < 2e-6 where it matters (ρ < 7).
+__device__ __forceinline__ float exp_mhalf(float x) { return exp2f(x * -0.72134752044448170f); }
+__device__ __forceinline__ float rsqrt_r(float x) { return rsqrtf(x); }
+__device__ __forceinline__ float sqrt_r(float x) { return sqrtf(x); }
+// erf(u) = 1 − t·P(t)·e^{−u²}, t = 1/(1 + p u) (Abramowitz & Stegun 7.1.26, |error| ≤ 1.5e-7
+// for u ≥ 0), with e^{−u²} = e^{−ρ²/2} shared with g'. Used only for ρ ≥ 2 (u ≥ √2), where it
+// keeps G3 and G5 within ~4e-7 relative of the f64 values (the f32 libm erff path of
+// src/kernel.rs: 4.2e-7).
+__device__ __forceinline__ float erf_shared(float u, float e)
+{
+    const float t = __fdividef(1.0f, fmaf(0.3275911f, u, 1.0f));
+    const float p =
+        t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+    return fmaf(-p, e, 1.0f);
+}
+#endif
+
+// ---- the pair kernel ----------------------------------------------------------------------------
+
+// Far field (ρ ≥ ρ_far): g = 1, ρg' = 0, so K = g/r³ = 1/r³ and L3 = −(K'/r)/3 = 1/r⁵.
+// (Inf at r = 0: such a pair is always near and overwritten by near_kl.)
+__device__ __forceinline__ void far_kl(real r2, real &K, real &L3)
+{
+    const real ri = rsqrt_r(r2);
+    const real ri2 = ri * ri;
+    K = ri2 * ri;
+    L3 = K * ri2;
+}
+
+// src/kernel.rs g3_g5 and pair_terms: from r² and 1/σ², K = G3/σ³ and L3 = G5/(3σ⁵) (the 1/4π is in
+// the source strength, the factor 3 in the packed target strength 3α_p).
+__device__ __forceinline__ void near_kl(real r2, real is2, real &K, real &L3)
+{
+    const real x = r2 * is2;     // ρ²
+    const real e = exp_mhalf(x); // e^{−ρ²/2}
+    const real ce = kSqrt2OverPi * e;
+    real g3, g5;
+    if (x < kSeriesX) {
+        // G5 = c e S5(ρ²), G3 = c e (1 + ρ² S5)/3: positive terms only (no cancellation).
+        const real s = series_s5(x);
+        g5 = ce * s;
+        g3 = ce * (1 + x * s) * kThird;
+    } else {
+#ifdef VPM_DOUBLE
+        // g = erf(ρ/√2) − cρe, ρg' = cρ³e (exactly the src/kernel.rs f64 expressions).
+        const real rho = sqrt(x);
+        const real g = erf(rho * kFrac1Sqrt2) - ce * rho;
+        const real rho3 = x * rho;
+        g3 = g / rho3;
+        g5 = (3 * g - ce * rho3) / (rho3 * x);
+#else
+        const float ri = rsqrt_r(x);
+        const float rho = x * ri;
+        const float g = erf_shared(rho * kFrac1Sqrt2, e) - ce * rho;
+        const float ri3 = ri * ri * ri;
+        g3 = g * ri3;
+        g5 = (3.0f * g - ce * (x * rho)) * (ri3 * ri * ri);
+#endif
+    }
+    const real is3 = is2 * sqrt_r(is2);
+    K = g3 * is3;
+    L3 = g5 * is3 * is2 * kThird;
+}
+
+// Per-target accumulators: u = Σ K c (c = α'_q × r), a = Σ K α'_q, s = stretching rest,
+// gr = Σ L3 c_i r_j (gradient). Unused fields are dead code in each mode.
+struct Acc {
+    real u0, u1, u2;
+    real a0, a1, a2;
+    real s0, s1, s2;
+    real gr[9];
+};
+
+template <int MODE> __device__ __forceinline__ void acc_zero(Acc &a)
+{
+    a.u0 = 0; a.u1 = 0; a.u2 = 0;
+    if (MODE != MODE_VEL && MODE != MODE_VORT) {
+        a.a0 = 0; a.a1 = 0; a.a2 = 0;
+    }
+    if (MODE == MODE_CLASSICAL || MODE == MODE_TRANSPOSED) {
+        a.s0 = 0; a.s1 = 0; a.s2 = 0;
+    }
+    if (MODE == MODE_GRADIENT) {
+#pragma unroll
+        for (int k = 0; k < 9; ++k) a.gr[k] = 0;
+    }
+}
+
+template <int MODE> __device__ __forceinline__ void acc_add(Acc &t, const Acc &p)
+{
+    t.u0 += p.u0; t.u1 += p.u1; t.u2 += p.u2;
+    if (MODE != MODE_VEL && MODE != MODE_VORT) {
+        t.a0 += p.a0; t.a1 += p.a1; t.a2 += p.a2;
+    }
+    if (MODE == MODE_CLASSICAL || MODE == MODE_TRANSPOSED) {
+        t.s0 += p.s0; t.s1 += p.s1; t.s2 += p.s2;
+    }
+    if (MODE == MODE_GRADIENT) {
+#pragma unroll
+        for (int k = 0; k < 9; ++k) t.gr[k] += p.gr[k];
+    }
+}
+
+// One source (P = position and 1/σ², Q = α/4π and far²) acting on one target (p, 3α_p = q).
+template <int MODE>
+__device__ __forceinline__ void pair(const real4 &P, const real4 &Q, real px, real py, real pz, real qx,
+                                     real qy, real qz, Acc &acc)
+{
+    const real rx = px - P.x;
+    const real ry = py - P.y;
+    const real rz = pz - P.z;
+    const real r2 = rx * rx + ry * ry + rz * rz;
+    if (MODE == MODE_VORT) {
+        // ζ_σ(r) α = (2π)^{-3/2} σ⁻³ e^{−ρ²/2} α; the 4π of α/4π and (2π)^{-3/2} make √(2/π),
+        // applied once at the end.
+        const real z = exp_mhalf(r2 * P.w) * (P.w * sqrt_r(P.w));
+        acc.u0 += z * Q.x;
+        acc.u1 += z * Q.y;
+        acc.u2 += z * Q.z;
+        return;
+    }
+    real K, L3;
+    far_kl(r2, K, L3);
+    if (__any_sync(0xffffffffu, r2 < Q.w)) {
+        if (r2 < Q.w) {
+            near_kl(r2, P.w, K, L3);
+        }
+    }
+    const real cx = Q.y * rz - Q.z * ry;
+    const real cy = Q.z * rx - Q.x * rz;
+    const real cz = Q.x * ry - Q.y * rx;
+    acc.u0 += K * cx;
+    acc.u1 += K * cy;
+    acc.u2 += K * cz;
+    if (MODE == MODE_VEL) {
+        return;
+    }
+    acc.a0 += K * Q.x;
+    acc.a1 += K * Q.y;
+    acc.a2 += K * Q.z;
+    if (MODE == MODE_CLASSICAL) {
+        // −G5/σ⁵ (α_p·r)(α_q × r)
+        const real b = L3 * (qx * rx + qy * ry + qz * rz);
+        acc.s0 -= b * cx;
+        acc.s1 -= b * cy;
+        acc.s2 -= b * cz;
+    } else if (MODE == MODE_TRANSPOSED) {
+        // −G5/σ⁵ (α_p·(α_q × r)) r
+        const real b = L3 * (qx * cx + qy * cy + qz * cz);
+        acc.s0 -= b * rx;
+        acc.s1 -= b * ry;
+        acc.s2 -= b * rz;
+    } else if (MODE == MODE_GRADIENT) {
+        const real lx = L3 * cx;
+        const real ly = L3 * cy;
+        const real lz = L3 * cz;
+        acc.gr[0] += lx * rx; acc.gr[1] += lx * ry; acc.gr[2] += lx * rz;
+        acc.gr[3] += ly * rx; acc.gr[4] += ly * ry; acc.gr[5] += ly * rz;
+        acc.gr[6] += lz * rx; acc.gr[7] += lz * ry; acc.gr[8] += lz * rz;
+    }
+}
+
+// Writes the NC outputs of one target.
+template <int MODE>
+__device__ __forceinline__ void finish(const Acc &t, real qx, real qy, real qz, real *o)
+{
+    if (MODE == MODE_VORT) {
+        o[0] = kSqrt2OverPi * t.u0;
+        o[1] = kSqrt2OverPi * t.u1;
+        o[2] = kSqrt2OverPi * t.u2;
+        return;
+    }
+    o[0] = t.u0;
+    o[1] = t.u1;
+    o[2] = t.u2;
+    if (MODE == MODE_CLASSICAL || MODE == MODE_TRANSPOSED) {
+        const real px = qx * kThird, py = qy * kThird, pz = qz * kThird; // α_p
+        // classical: Σ K (α_q × α_p) = A × α_p; transposed: Σ K (α_p × α_q) = α_p × A.
+        real cx = t.a1 * pz - t.a2 * py;
+        real cy = t.a2 * px - t.a0 * pz;
+        real cz = t.a0 * py - t.a1 * px;
+        if (MODE == MODE_TRANSPOSED) {
+            cx = -cx;
+            cy = -cy;
+            cz = -cz;
+        }
+        o[3] = t.s0 + cx;
+        o[4] = t.s1 + cy;
+        o[5] = t.s2 + cz;
+    } else if (MODE == MODE_GRADIENT) {
+        // ∂u_i/∂x_j = [A]×_ij − 3 Σ L3 c_i r_j  ([A]× v = A × v).
+        o[3] = -3 * t.gr[0];
+        o[4] = -t.a2 - 3 * t.gr[1];
+        o[5] = t.a1 - 3 * t.gr[2];
+        o[6] = t.a2 - 3 * t.gr[3];
+        o[7] = -3 * t.gr[4];
+        o[8] = -t.a0 - 3 * t.gr[5];
+        o[9] = -t.a1 - 3 * t.gr[6];
+        o[10] = t.a0 - 3 * t.gr[7];
+        o[11] = -3 * t.gr[8];
+    }
+}
+
+template <int MODE>
+__device__ __forceinline__ void bs_body(const real4 *__restrict__ src_pos, const real4 *__restrict__ src_str,
+                                        int n_tiles, int tiles_per_split, const real4 *__restrict__ tgt_pos,
+                                        const real4 *__restrict__ tgt_alp, int nt, real *__restrict__ out)
+{
+    constexpr int NC = Nc<MODE>::value;
+    constexpr bool kHasAlpha = (MODE == MODE_CLASSICAL || MODE == MODE_TRANSPOSED);
+    __shared__ real4 sh_pos[kBlock];
+    __shared__ real4 sh_str[kBlock];
+    const int tid = threadIdx.x;
+    const int first = blockIdx.x * (kBlock * kTpt) + tid;
+
+    real px[kTpt], py[kTpt], pz[kTpt], qx[kTpt], qy[kTpt], qz[kTpt];
+    Acc tot[kTpt];
+#pragma unroll
+    for (int t = 0; t < kTpt; ++t) {
+        const int i = min(first + t * kBlock, nt - 1);
+        const real4 p = tgt_pos[i];
+        px[t] = p.x;
+        py[t] = p.y;
+        pz[t] = p.z;
+        if (kHasAlpha) {
+            const real4 a = tgt_alp[i];
+            qx[t] = a.x;
+            qy[t] = a.y;
+            qz[t] = a.z;
+        } else {
+            qx[t] = 0;
+            qy[t] = 0;
+            qz[t] = 0;
+        }
+        acc_zero<MODE>(tot[t]);
+    }
+
+    const int tile_begin = blockIdx.y * tiles_per_split;
+    const int tile_end = min(tile_begin + tiles_per_split, n_tiles);
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
+        const int q = tile * kBlock + tid;
+        __syncthreads();
+        sh_pos[tid] = src_pos[q];
+        sh_str[tid] = src_str[q];
+        __syncthreads();
+        Acc part[kTpt];
+#pragma unroll
+        for (int t = 0; t < kTpt; ++t) {
+            acc_zero<MODE>(part[t]);
+        }
+#pragma unroll (kUnroll)
+        for (int j = 0; j < kBlock; ++j) {
+            const real4 P = sh_pos[j];
+            const real4 Q = sh_str[j];
+#pragma unroll
+            for (int t = 0; t < kTpt; ++t) {
+                pair<MODE>(P, Q, px[t], py[t], pz[t], qx[t], qy[t], qz[t], part[t]);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < kTpt; ++t) {
+            acc_add<MODE>(tot[t], part[t]);
+        }
+    }
+
+    real *o = out + (size_t)blockIdx.y * (size_t)nt * NC;
+#pragma unroll
+    for (int t = 0; t < kTpt; ++t) {
+        const int i = first + t * kBlock;
+        if (i < nt) {
+            finish<MODE>(tot[t], qx[t], qy[t], qz[t], o + (size_t)i * NC);
+        }
+    }
+}
+
+#if VPM_MINB > 0
+#define VPM_BOUNDS __launch_bounds__(VPM_BLOCK, VPM_MINB)
+#else
+#define VPM_BOUNDS __launch_bounds__(VPM_BLOCK)
+#endif
+
+#define VPM_KERNEL(NAME, MODE)                                                                          \
+    extern "C" __global__ void VPM_BOUNDS                                                               \
+        NAME(const real4 *__restrict__ src_pos, const real4 *__restrict__ src_str, int n_tiles,         \
+             int tiles_per_split, const real4 *__restrict__ tgt_pos, const real4 *__restrict__ tgt_alp, \
+             int nt, real *__restrict__ out)                                                            \
+    {                                                                                                   \
+        bs_body<MODE>(src_pos, src_str, n_tiles, tiles_per_split, tgt_pos, tgt_alp, nt, out);           \
+    }
+
+VPM_KERNEL(bs_velocity, MODE_VEL)
+VPM_KERNEL(bs_stretching_classical, MODE_CLASSICAL)
+VPM_KERNEL(bs_stretching_transposed, MODE_TRANSPOSED)
+VPM_KERNEL(bs_gradient, MODE_GRADIENT)
+VPM_KERNEL(bs_vorticity, MODE_VORT)
+
+// out[i] = Σ_s part[s·len + i], s = 0 … splits − 1 in order (deterministic).
+extern "C" __global__ void bs_reduce_splits(const real *__restrict__ part, int splits, long long len,
+                                            real *__restrict__ out)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) {
+        return;
+    }
+    real s = part[i];
+    for (int k = 1; k < splits; ++k) {
+        s += part[(long long)k * len + i];
+    }
+    out[i] = s;
+}

@@ -1,0 +1,868 @@
+//! The periodic Ewald evaluator's device side: the kernels of `kernels/ewald.cu`, cuFFT plans and
+//! resident buffers (grow only), driven phase by phase on one stream. The method, its parameters
+//! and their rules are those of [`crate::summation::ewald`] (planned there); this module only
+//! moves data and launches. [`crate::summation::cuda_ewald::CudaEwald`] wraps it in the
+//! [`crate::summation::Summation`] trait.
+//!
+//! Inputs (positions, strengths, cores, targets) travel as f64 and are wrapped and located on the
+//! device in f64; the sums run in f32; outputs come back as f64, poisoned (NaN) before every
+//! evaluation and checked finite after it.
+
+use super::{gpu, CompiledModule, CudaError, Gpu};
+use crate::summation::ewald::{CostModel, EwaldParameters};
+use cudarc::cufft::{sys as cufft_sys, CudaFft};
+use cudarc::driver::{
+    CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr,
+    LaunchConfig, PushKernelArg, ValidAsZeroBits,
+};
+use std::f64::consts::{PI, TAU};
+use std::sync::Arc;
+
+/// Its name in logs and NVRTC messages.
+pub const SOURCE_NAME: &str = "ewald.cu";
+/// The kernel source, embedded in the binary.
+pub const SOURCE: &str = include_str!("../../kernels/ewald.cu");
+
+/// Largest window support the gather kernel takes (`GA_PMAX` in ewald.cu). Reached only at
+/// accuracies far below what f32 delivers (P ≈ 19 at 1e-7).
+pub const MAX_SUPPORT: usize = 32;
+/// The real-space and vorticity cell grids are capped at this many cells per side (coarser cells
+/// only add distance checks; the ±2 stencil still covers the cutoff).
+const MAX_CELLS: usize = 256;
+/// Items per block of `ew_scan_blocks` (EW_SCAN_THREADS · EW_SCAN_ITEMS).
+const SCAN_BLOCK: usize = 2048;
+/// Spreading tile (SP_TX, SP_TY, SP_TZ) and threads.
+const SPREAD_TILE: (usize, usize, usize) = (16, 16, 8);
+const SPREAD_THREADS: u32 = 256;
+const GATHER_THREADS: u32 = 128;
+const REAL_THREADS: u32 = 128;
+// ew_visit in ewald.cu searches ±2 cells, the CPU's CELL_SUB.
+const _: () = assert!(crate::summation::ewald::CELL_SUB == 2);
+
+/// Cost model of the GPU path for [`crate::summation::ewald::EwaldPeriodic::plan_with_costs`]
+/// (nanoseconds, estimates for one H100-class GPU, not yet measured into docs/performance.md:
+/// they only steer the choice of (η, s), never the accuracy). Transfers of the f64 inputs and
+/// outputs are the per-particle term.
+pub const GPU_COSTS: CostModel = CostModel {
+    ns_pair_velocity: 0.01,
+    ns_pair_extra: 0.015,
+    ns_pair_check: 0.001,
+    ns_fft_point_log: 6e-4,
+    ns_grid_point: 5e-4,
+    spread_fields: 3.0,
+    gather_fields: 3.0,
+    gather_fields_gradient: 6.0,
+    ns_per_particle: 4.0,
+};
+
+/// What the gather and real-space kernels add besides the velocity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuExtra {
+    None,
+    Classical,
+    Transposed,
+    Gradient,
+}
+
+impl GpuExtra {
+    fn index(self) -> usize {
+        match self {
+            GpuExtra::None => 0,
+            GpuExtra::Classical => 1,
+            GpuExtra::Transposed => 2,
+            GpuExtra::Gradient => 3,
+        }
+    }
+
+    /// Values per target in the extra output.
+    pub fn components(self) -> usize {
+        match self {
+            GpuExtra::None => 0,
+            GpuExtra::Classical | GpuExtra::Transposed => 3,
+            GpuExtra::Gradient => 9,
+        }
+    }
+}
+
+/// Device milliseconds of the phases of the last evaluation (CUDA events).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct GpuEwaldTimings {
+    /// Copying inputs to the device.
+    pub upload_ms: f64,
+    /// Sorting the sources by support node and spreading them onto the grid.
+    pub spread_ms: f64,
+    /// Forward transforms, multiplier, inverse transforms.
+    pub transforms_ms: f64,
+    /// Interpolation at the targets.
+    pub gather_ms: f64,
+    /// Real-space part (cell lists and pair sums), or the blob vorticity sums.
+    pub real_space_ms: f64,
+    /// Copying the results back.
+    pub download_ms: f64,
+}
+
+impl GpuEwaldTimings {
+    pub fn total_ms(&self) -> f64 {
+        self.upload_ms
+            + self.spread_ms
+            + self.transforms_ms
+            + self.gather_ms
+            + self.real_space_ms
+            + self.download_ms
+    }
+}
+
+/// A device buffer that grows only when a larger size is needed.
+struct Buf<T> {
+    buf: Option<CudaSlice<T>>,
+}
+
+impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
+    fn new() -> Self {
+        Buf { buf: None }
+    }
+
+    fn ensure(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
+        let have = self.buf.as_ref().map_or(0, |b| b.len());
+        if have < len.max(1) {
+            self.buf = None; // free first: the old contents are not needed
+            let b = stream
+                .alloc_zeros::<T>(len.max(1))
+                .map_err(|e| CudaError::driver(format!("allocating {len} device values"), e))?;
+            self.buf = Some(b);
+        }
+        Ok(())
+    }
+
+    fn get(&self) -> &CudaSlice<T> {
+        self.buf.as_ref().expect("Buf used before ensure()")
+    }
+
+    fn get_mut(&mut self) -> &mut CudaSlice<T> {
+        self.buf.as_mut().expect("Buf used before ensure()")
+    }
+
+    fn upload(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        host: &[T],
+        what: &str,
+    ) -> Result<(), CudaError> {
+        self.ensure(stream, host.len())?;
+        if host.is_empty() {
+            return Ok(());
+        }
+        let mut view = self.get_mut().slice_mut(0..host.len());
+        stream
+            .memcpy_htod(host, &mut view)
+            .map_err(|e| CudaError::driver(format!("copying {what} to the device"), e))
+    }
+
+    /// Fills the first `len` values with zero bytes.
+    fn zero(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
+        self.ensure(stream, len)?;
+        let mut view = self.get_mut().slice_mut(0..len.max(1));
+        stream
+            .memset_zeros(&mut view)
+            .map_err(|e| CudaError::driver("zeroing a device buffer", e))
+    }
+
+    /// Fills the first `len` values with 0xFF bytes (a NaN in f32 and f64).
+    fn poison(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
+        self.ensure(stream, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let bytes = len * std::mem::size_of::<T>();
+        let cu_stream = stream.cu_stream();
+        let (ptr, _record) = self.get_mut().device_ptr_mut(stream);
+        // SAFETY: ptr is a live allocation of at least `len` values of T on this stream's
+        // context (ensure() sized it); all-ones bytes are a valid (NaN) f32/f64 bit pattern.
+        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xFF, bytes, cu_stream) }
+            .map_err(|e| CudaError::driver("poisoning the output", e))
+    }
+
+    /// The raw device address (for kernel arguments that may be null).
+    fn addr(&self, stream: &Arc<CudaStream>) -> u64 {
+        let (ptr, _record) = self.get().device_ptr(stream);
+        ptr
+    }
+
+    fn download(
+        &self,
+        stream: &Arc<CudaStream>,
+        host: &mut [T],
+        what: &str,
+    ) -> Result<(), CudaError> {
+        if host.is_empty() {
+            return Ok(());
+        }
+        let view = self.get().slice(0..host.len());
+        stream
+            .memcpy_dtoh(&view, host)
+            .map_err(|e| CudaError::driver(format!("copying {what} to the host"), e))
+    }
+}
+
+/// Launches `$f` with the listed arguments; the caller's `// SAFETY:` comment states why the
+/// arguments match the kernel's signature and the buffers are large enough.
+macro_rules! launch {
+    ($stream:expr, $f:expr, $name:expr, $cfg:expr; $($arg:expr),* $(,)?) => {{
+        let mut b = $stream.launch_builder($f);
+        $( b.arg($arg); )*
+        // SAFETY: stated at the macro's call site (signature and sizes).
+        unsafe { b.launch($cfg) }
+            .map_err(|e| CudaError::driver(format!("launching {}", $name), e))
+    }};
+}
+
+fn cfg1(n: usize, threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((n.max(1) as u32).div_ceil(threads), 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+struct Kernels {
+    grid_keys: CudaFunction,
+    cell_keys: CudaFunction,
+    scan_blocks: CudaFunction,
+    scan_sums: CudaFunction,
+    scan_add: CudaFunction,
+    scatter: CudaFunction,
+    sort_buckets: CudaFunction,
+    pack_grid: CudaFunction,
+    pack_cells: CudaFunction,
+    spread: CudaFunction,
+    multiply: CudaFunction,
+    gather: [CudaFunction; 4],
+    real: [CudaFunction; 4],
+    vorticity: CudaFunction,
+}
+
+/// cuFFT plans for one grid size.
+struct Plans {
+    m: usize,
+    r2c: CudaFft,
+    c2r: CudaFft,
+}
+
+/// Inputs of one evaluation on the host.
+pub struct EwaldInputs<'a> {
+    /// Source positions, strengths, cores (flattened: 3, 3, 1 per source).
+    pub x: &'a [f64],
+    pub alpha: &'a [f64],
+    pub sigma: &'a [f64],
+    /// Targets (flattened), and whether they are the source positions themselves.
+    pub targets: &'a [f64],
+    pub targets_are_sources: bool,
+    /// Target strengths for stretching (flattened), and whether they are the source strengths.
+    pub target_alpha: Option<&'a [f64]>,
+    pub target_alpha_is_alpha: bool,
+    /// Real-space sources (indices), `None` for all of them.
+    pub selected: Option<&'a [i32]>,
+    pub n_selected: usize,
+}
+
+/// Resident device state of the GPU Ewald evaluator.
+pub struct EwaldDevice {
+    gpu: Arc<Gpu>,
+    stream: Arc<CudaStream>,
+    module: Arc<CompiledModule>,
+    k: Kernels,
+    plans: Option<Plans>,
+    events: Vec<CudaEvent>,
+    // inputs
+    x: Buf<f64>,
+    alpha: Buf<f64>,
+    sigma: Buf<f64>,
+    tx: Buf<f64>,
+    talpha: Buf<f64>,
+    sel: Buf<i32>,
+    // sorting
+    keys: Buf<i32>,
+    slots: Buf<i32>,
+    start: Buf<i32>,
+    order: Buf<i32>,
+    sums: Buf<i32>,
+    cstart: Buf<i32>,
+    corder: Buf<i32>,
+    // packed sources
+    sd: Buf<[f32; 4]>,
+    sa: Buf<[f32; 4]>,
+    sp: Buf<[f64; 4]>,
+    csa: Buf<[f32; 4]>,
+    // mesh
+    grid: Buf<f32>,
+    spec: Buf<cufft_sys::float2>,
+    // outputs
+    u: Buf<f64>,
+    ex: Buf<f64>,
+    timings: GpuEwaldTimings,
+}
+
+impl std::fmt::Debug for EwaldDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EwaldDevice")
+            .field("gpu", &self.gpu.info().name)
+            .field("grid", &self.plans.as_ref().map(|p| p.m))
+            .finish()
+    }
+}
+
+/// Checks that cuFFT can be loaded (cudarc panics on a missing library).
+fn cufft_available() -> Result<(), CudaError> {
+    // SAFETY: only tries to dlopen the cuFFT library under its usual names; no cuFFT call.
+    if unsafe { cudarc::cufft::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(CudaError::Unavailable(
+            "cuFFT (libcufft.so) was not found: install it (CUDA toolkit, or the nvidia-cufft \
+             package) and put its directory on LD_LIBRARY_PATH"
+                .into(),
+        ))
+    }
+}
+
+impl EwaldDevice {
+    /// Compiles (once per process) and loads the kernels on the process's GPU.
+    pub fn new() -> Result<Self, CudaError> {
+        let gpu = gpu()?;
+        cufft_available()?;
+        let module = match super::source_override(SOURCE_NAME)? {
+            Some((name, text)) => gpu.module(&name, &text, &[])?,
+            None => gpu.module(SOURCE_NAME, SOURCE, &[])?,
+        };
+        let load = |name: &str| {
+            module
+                .module
+                .load_function(name)
+                .map_err(|e| CudaError::driver(format!("loading kernel {name}"), e))
+        };
+        let k = Kernels {
+            grid_keys: load("ew_grid_keys")?,
+            cell_keys: load("ew_cell_keys")?,
+            scan_blocks: load("ew_scan_blocks")?,
+            scan_sums: load("ew_scan_sums")?,
+            scan_add: load("ew_scan_add")?,
+            scatter: load("ew_scatter")?,
+            sort_buckets: load("ew_sort_buckets")?,
+            pack_grid: load("ew_pack_grid")?,
+            pack_cells: load("ew_pack_cells")?,
+            spread: load("ew_spread")?,
+            multiply: load("ew_multiply")?,
+            gather: [
+                load("ew_gather_velocity")?,
+                load("ew_gather_classical")?,
+                load("ew_gather_transposed")?,
+                load("ew_gather_gradient")?,
+            ],
+            real: [
+                load("ew_real_velocity")?,
+                load("ew_real_classical")?,
+                load("ew_real_transposed")?,
+                load("ew_real_gradient")?,
+            ],
+            vorticity: load("ew_vorticity")?,
+        };
+        let stream = gpu
+            .context()
+            .new_stream()
+            .map_err(|e| CudaError::driver("creating a stream", e))?;
+        let events = (0..7)
+            .map(|_| {
+                gpu.context()
+                    .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(|e| CudaError::driver("creating an event", e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(EwaldDevice {
+            gpu,
+            stream,
+            module,
+            k,
+            plans: None,
+            events,
+            x: Buf::new(),
+            alpha: Buf::new(),
+            sigma: Buf::new(),
+            tx: Buf::new(),
+            talpha: Buf::new(),
+            sel: Buf::new(),
+            keys: Buf::new(),
+            slots: Buf::new(),
+            start: Buf::new(),
+            order: Buf::new(),
+            sums: Buf::new(),
+            cstart: Buf::new(),
+            corder: Buf::new(),
+            sd: Buf::new(),
+            sa: Buf::new(),
+            sp: Buf::new(),
+            csa: Buf::new(),
+            grid: Buf::new(),
+            spec: Buf::new(),
+            u: Buf::new(),
+            ex: Buf::new(),
+            timings: GpuEwaldTimings::default(),
+        })
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// NVRTC's log of the module (registers, spills, shared memory per kernel).
+    pub fn compile_log(&self) -> &str {
+        &self.module.log
+    }
+
+    pub fn timings(&self) -> GpuEwaldTimings {
+        self.timings
+    }
+
+    fn record(&self, i: usize) -> Result<(), CudaError> {
+        self.events[i]
+            .record(&self.stream)
+            .map_err(|e| CudaError::driver("recording an event", e))
+    }
+
+    fn read_timings(&mut self) -> Result<(), CudaError> {
+        let ms = |a: usize, b: usize| -> Result<f64, CudaError> {
+            self.events[a]
+                .elapsed_ms(&self.events[b])
+                .map(f64::from)
+                .map_err(|e| CudaError::driver("reading an event", e))
+        };
+        let t = GpuEwaldTimings {
+            upload_ms: ms(0, 1)?,
+            spread_ms: ms(1, 2)?,
+            transforms_ms: ms(2, 3)?,
+            gather_ms: ms(3, 4)?,
+            real_space_ms: ms(4, 5)?,
+            download_ms: ms(5, 6)?,
+        };
+        self.timings = t;
+        Ok(())
+    }
+
+    /// In-place exclusive scan of the first `n` values of `buf` (one of `start`, `cstart`).
+    fn scan(
+        stream: &Arc<CudaStream>,
+        k: &Kernels,
+        sums: &mut Buf<i32>,
+        buf: &mut CudaSlice<i32>,
+        n: usize,
+    ) -> Result<(), CudaError> {
+        let nb = n.div_ceil(SCAN_BLOCK);
+        sums.ensure(stream, nb)?;
+        let (n_i, nb_i) = (n as i64, nb as i32);
+        let cfg = LaunchConfig {
+            grid_dim: (nb as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: ew_scan_blocks(int* v, long long n, int* sums): buf holds ≥ n ints, sums ≥ nb
+        // (one per block of 2048).
+        launch!(stream, &k.scan_blocks, "ew_scan_blocks", cfg; &mut *buf, &n_i, sums.get_mut())?;
+        // SAFETY: ew_scan_sums(int* sums, int nb), one block.
+        launch!(stream, &k.scan_sums, "ew_scan_sums", cfg1(1, 256); sums.get_mut(), &nb_i)?;
+        // SAFETY: ew_scan_add(int* v, long long n, const int* sums): as above, grid covers n.
+        launch!(stream, &k.scan_add, "ew_scan_add", cfg1(n, 256); &mut *buf, &n_i, sums.get())?;
+        Ok(())
+    }
+
+    /// Counting sort of `n` items by the keys in `keys`/`slots` (counts already in `start`, of
+    /// `nb` buckets): scan, scatter into `order`, order each bucket by item index.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_sort(
+        stream: &Arc<CudaStream>,
+        k: &Kernels,
+        sums: &mut Buf<i32>,
+        keys: &Buf<i32>,
+        slots: &Buf<i32>,
+        start: &mut Buf<i32>,
+        order: &mut Buf<i32>,
+        n: usize,
+        nb: usize,
+    ) -> Result<(), CudaError> {
+        Self::scan(stream, k, sums, start.get_mut(), nb + 1)?;
+        order.ensure(stream, n)?;
+        let (n_i, nb_i) = (n as i32, nb as i64);
+        // SAFETY: ew_scatter(const int* keys, const int* slots, const int* start, int n,
+        // int* order): keys/slots hold n values with keys < nb and slots < count(key), start
+        // nb + 1 offsets, order n entries.
+        launch!(stream, &k.scatter, "ew_scatter", cfg1(n, 256);
+            keys.get(), slots.get(), start.get(), &n_i, order.get_mut())?;
+        // SAFETY: ew_sort_buckets(const int* start, long long nb, int* order): start holds
+        // nb + 1 offsets into order (n entries).
+        launch!(stream, &k.sort_buckets, "ew_sort_buckets", cfg1(nb, 256);
+            start.get(), &nb_i, order.get_mut())?;
+        Ok(())
+    }
+
+    fn ensure_plans(&mut self, m: usize) -> Result<(), CudaError> {
+        if self.plans.as_ref().is_some_and(|p| p.m == m) {
+            return Ok(());
+        }
+        self.plans = None;
+        let mi = m as i32;
+        let real = (m * m * m) as i32;
+        let cplx = (m * m * (m / 2 + 1)) as i32;
+        let plan = |ty, idist, odist| {
+            CudaFft::plan_many(
+                &[mi, mi, mi],
+                None,
+                1,
+                idist,
+                None,
+                1,
+                odist,
+                ty,
+                3,
+                self.stream.clone(),
+            )
+            .map_err(|e| CudaError::Driver {
+                what: format!("creating a cuFFT plan for {m}^3"),
+                message: format!("{e:?}"),
+            })
+        };
+        let r2c = plan(cufft_sys::cufftType::CUFFT_R2C, real, cplx)?;
+        let c2r = plan(cufft_sys::cufftType::CUFFT_C2R, cplx, real)?;
+        self.plans = Some(Plans { m, r2c, c2r });
+        Ok(())
+    }
+
+    /// Velocity (and the extra) at the targets: mesh part, plus the real-space part when
+    /// `inp.n_selected > 0`. Results in `u_out` (3 per target) and `ex_out` (extra components
+    /// per target).
+    pub fn evaluate(
+        &mut self,
+        p: &EwaldParameters,
+        inp: &EwaldInputs,
+        extra: GpuExtra,
+        u_out: &mut [f64],
+        ex_out: &mut [f64],
+    ) -> Result<(), CudaError> {
+        let ns = inp.x.len() / 3;
+        let nt = inp.targets.len() / 3;
+        let (m, pp) = (p.grid, p.support);
+        if pp > MAX_SUPPORT || pp > m || m < 4 {
+            return Err(CudaError::Invalid(format!(
+                "GPU Ewald: window support P = {pp} (at most {MAX_SUPPORT} and M = {m})"
+            )));
+        }
+        if m * m * m >= i32::MAX as usize / 2 || ns >= i32::MAX as usize / 4 {
+            return Err(CudaError::Invalid(format!(
+                "GPU Ewald: {ns} sources on a {m}^3 grid exceed 32-bit indexing"
+            )));
+        }
+        let s = self.stream.clone();
+        self.record(0)?;
+        // Inputs.
+        self.x.upload(&s, inp.x, "source positions")?;
+        self.alpha.upload(&s, inp.alpha, "source strengths")?;
+        if !inp.targets_are_sources {
+            self.tx.upload(&s, inp.targets, "targets")?;
+        }
+        if let Some(ta) = inp.target_alpha {
+            if !inp.target_alpha_is_alpha {
+                self.talpha.upload(&s, ta, "target strengths")?;
+            }
+        }
+        if inp.n_selected > 0 {
+            self.sigma.upload(&s, inp.sigma, "core radii")?;
+            if let Some(sel) = inp.selected {
+                self.sel.upload(&s, sel, "real-space selection")?;
+            }
+        }
+        self.record(1)?;
+
+        // Sort the sources by first support node and spread.
+        let m3 = m * m * m;
+        let h = TAU / m as f64;
+        let (mi, pi, ns_i) = (m as i32, pp as i32, ns as i32);
+        self.keys.ensure(&s, ns.max(inp.n_selected))?;
+        self.slots.ensure(&s, ns.max(inp.n_selected))?;
+        self.start.zero(&s, m3 + 1)?;
+        // SAFETY: ew_grid_keys(const double* x, int n, int M, int P, double h, int* keys,
+        // int* slots, int* counts): x holds 3·ns doubles, keys/slots ≥ ns ints, counts M³ + 1
+        // zeroed ints (keys < M³).
+        launch!(s, &self.k.grid_keys, "ew_grid_keys", cfg1(ns, 256);
+            self.x.get(), &ns_i, &mi, &pi, &h, self.keys.get_mut(), self.slots.get_mut(),
+            self.start.get_mut())?;
+        Self::finish_sort(
+            &s,
+            &self.k,
+            &mut self.sums,
+            &self.keys,
+            &self.slots,
+            &mut self.start,
+            &mut self.order,
+            ns,
+            m3,
+        )?;
+        self.sd.ensure(&s, ns)?;
+        self.sa.ensure(&s, ns)?;
+        // SAFETY: ew_pack_grid(const int* order, const double* x, const double* alpha, int n,
+        // int M, int P, double h, float4* sd, float4* sa): order is a permutation of 0..ns, x
+        // and alpha hold 3·ns doubles, sd/sa ≥ ns float4 ([f32; 4]).
+        launch!(s, &self.k.pack_grid, "ew_pack_grid", cfg1(ns, 256);
+            self.order.get(), self.x.get(), self.alpha.get(), &ns_i, &mi, &pi, &h,
+            self.sd.get_mut(), self.sa.get_mut())?;
+        self.grid.ensure(&s, 3 * m3)?;
+        let tau = p.tau;
+        let cw2 = (h * h / (2.0 * tau * tau) * std::f64::consts::LOG2_E) as f32;
+        let norm3 = (1.0 / (TAU.sqrt() * tau)).powi(3) as f32;
+        let (tx, ty, tz) = SPREAD_TILE;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                m.div_ceil(tx) as u32,
+                m.div_ceil(ty) as u32,
+                m.div_ceil(tz) as u32,
+            ),
+            block_dim: (SPREAD_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: ew_spread(const float4* sd, const float4* sa, const int* start, int M, int P,
+        // float cw2, float norm3, float* grid): sd/sa hold the ns sorted sources, start M³ + 1
+        // bucket offsets into them, grid 3·M³ floats; the grid of blocks covers the M³ nodes in
+        // 16×16×8 tiles of 256 threads.
+        launch!(s, &self.k.spread, "ew_spread", cfg;
+            self.sd.get(), self.sa.get(), self.start.get(), &mi, &pi, &cw2, &norm3,
+            self.grid.get_mut())?;
+        self.record(2)?;
+
+        // Transform, multiply, transform back.
+        self.ensure_plans(m)?;
+        let nc = m * m * (m / 2 + 1);
+        self.spec.ensure(&s, 3 * nc)?;
+        let plans = self.plans.as_ref().expect("plans were just made");
+        plans
+            .r2c
+            .exec_r2c(self.grid.get(), self.spec.get_mut())
+            .map_err(|e| CudaError::Driver {
+                what: "cuFFT R2C".into(),
+                message: format!("{e:?}"),
+            })?;
+        let kmax = p.kmax as i32;
+        let c = (0.5 * (p.eta * p.eta - 2.0 * tau * tau)) as f32;
+        let scale = (1.0 / m3 as f64) as f32;
+        // SAFETY: ew_multiply(float2* spec, int M, int K, float c, float scale): spec holds 3
+        // spectra of M·M·(M/2+1) complex values; the grid covers one spectrum.
+        launch!(s, &self.k.multiply, "ew_multiply", cfg1(nc, 256);
+            self.spec.get_mut(), &mi, &kmax, &c, &scale)?;
+        plans
+            .c2r
+            .exec_c2r(self.spec.get_mut(), self.grid.get_mut())
+            .map_err(|e| CudaError::Driver {
+                what: "cuFFT C2R".into(),
+                message: format!("{e:?}"),
+            })?;
+        self.record(3)?;
+
+        // Gather at the targets (in the sources' sorted order when they are the sources).
+        let nex = extra.components();
+        self.u.poison(&s, 3 * nt)?;
+        self.ex.poison(&s, nex * nt)?;
+        let nt_i = nt as i32;
+        let hf = h as f32;
+        let inv_tau2 = (1.0 / (tau * tau)) as f32;
+        let gscale = (h * h * h * (1.0 / (TAU.sqrt() * tau)).powi(3)) as f32;
+        let targets = if inp.targets_are_sources {
+            self.x.addr(&s)
+        } else {
+            self.tx.addr(&s)
+        };
+        let order = if inp.targets_are_sources {
+            self.order.addr(&s)
+        } else {
+            0u64
+        };
+        let talpha = match (inp.target_alpha, inp.target_alpha_is_alpha) {
+            (Some(_), true) => self.alpha.addr(&s),
+            (Some(_), false) => self.talpha.addr(&s),
+            (None, _) => 0u64,
+        };
+        let u_addr = self.u.addr(&s);
+        let ex_addr = self.ex.addr(&s);
+        // SAFETY: ew_gather_*(const float* grid, int M, int P, double h, float hf, float cw2,
+        // float inv_tau2, float scale, const double* targets, const int* order, int nt,
+        // const double* alpha_t, double* u_out, double* ex_out): grid holds the 3·M³ inverse
+        // transforms; targets 3·nt doubles (the source positions when they are the targets);
+        // order null or a permutation of 0..nt (= ns then); alpha_t 3·nt doubles when the mode
+        // is a stretching one (null otherwise, not read); u_out 3·nt and ex_out nex·nt doubles
+        // (poisoned above).
+        launch!(s, &self.k.gather[extra.index()], "ew_gather", cfg1(nt, GATHER_THREADS);
+            self.grid.get(), &mi, &pi, &h, &hf, &cw2, &inv_tau2, &gscale, &targets, &order,
+            &nt_i, &talpha, &u_addr, &ex_addr)?;
+        self.record(4)?;
+
+        // Real-space part.
+        if inp.n_selected > 0 {
+            let nsel = inp.n_selected;
+            let sel = if inp.selected.is_some() {
+                self.sel.addr(&s)
+            } else {
+                0u64
+            };
+            let (cells, side, m_img) = cell_grid(p.r_cut);
+            self.build_cells(sel, nsel, cells, side)?;
+            let (nsel_i, cells_i, m_img_i) = (nsel as i32, cells as i32, m_img as i32);
+            let r_cut2 = p.r_cut * p.r_cut;
+            let inv_eta = (1.0 / p.eta) as f32;
+            // SAFETY: ew_real_*(const ew_d4* sp, const float4* sa, const int* start, int ns,
+            // int cells, double side, int m_img, double r_cut2, float inv_eta,
+            // const double* targets, const int* order, int nt, const double* alpha_t,
+            // double* u_out, double* ex_out): sp/csa hold the nsel sorted selected sources,
+            // cstart cells³ + 1 offsets (1 + 1 when cells = 0); the rest as for the gather.
+            launch!(s, &self.k.real[extra.index()], "ew_real", cfg1(nt, REAL_THREADS);
+                self.sp.get(), self.csa.get(), self.cstart.get(), &nsel_i, &cells_i, &side,
+                &m_img_i, &r_cut2, &inv_eta, &targets, &order, &nt_i, &talpha, &u_addr,
+                &ex_addr)?;
+        }
+        self.record(5)?;
+
+        // Results.
+        self.u.download(&s, &mut u_out[..3 * nt], "velocities")?;
+        self.ex
+            .download(&s, &mut ex_out[..nex * nt], "stretching/gradient")?;
+        self.record(6)?;
+        s.synchronize()
+            .map_err(|e| CudaError::driver("waiting for the evaluation", e))?;
+        self.read_timings()?;
+        check_written(&u_out[..3 * nt], "velocity")?;
+        check_written(&ex_out[..nex * nt], "stretching/gradient")?;
+        Ok(())
+    }
+
+    /// Sorts the `n` selected sources (indices at device address `sel`, 0 for all) into cells
+    /// (`cells` per side, 0: one bucket) and packs them into `sp`/`csa`.
+    fn build_cells(
+        &mut self,
+        sel: u64,
+        n: usize,
+        cells: usize,
+        side: f64,
+    ) -> Result<(), CudaError> {
+        let s = self.stream.clone();
+        let nb = cells.max(1).pow(3);
+        self.keys.ensure(&s, n)?;
+        self.slots.ensure(&s, n)?;
+        self.cstart.zero(&s, nb + 1)?;
+        let (n_i, cells_i) = (n as i32, cells as i32);
+        // SAFETY: ew_cell_keys(const double* x, const int* sel, int n, int cells, double side,
+        // int* keys, int* slots, int* counts): x holds the sources (3 doubles each), sel null or
+        // n indices into them, keys/slots ≥ n, counts cells³ + 1 zeroed ints (keys < cells³).
+        launch!(s, &self.k.cell_keys, "ew_cell_keys", cfg1(n, 256);
+            self.x.get(), &sel, &n_i, &cells_i, &side, self.keys.get_mut(),
+            self.slots.get_mut(), self.cstart.get_mut())?;
+        Self::finish_sort(
+            &s,
+            &self.k,
+            &mut self.sums,
+            &self.keys,
+            &self.slots,
+            &mut self.cstart,
+            &mut self.corder,
+            n,
+            nb,
+        )?;
+        self.sp.ensure(&s, n)?;
+        self.csa.ensure(&s, n)?;
+        // SAFETY: ew_pack_cells(const int* order, const int* sel, const double* x,
+        // const double* alpha, const double* sigma, int n, ew_d4* sp, float4* sa): corder is a
+        // permutation of 0..n, sel null or n source indices, x/alpha/sigma the uploaded
+        // sources (sigma uploaded whenever cells are built), sp ≥ n ew_d4 ([f64; 4]), csa ≥ n
+        // float4.
+        launch!(s, &self.k.pack_cells, "ew_pack_cells", cfg1(n, 256);
+            self.corder.get(), &sel, self.x.get(), self.alpha.get(), self.sigma.get(), &n_i,
+            self.sp.get_mut(), self.csa.get_mut())?;
+        Ok(())
+    }
+
+    /// Blob vorticity Σ_q α_q ζ_σq(x − x_q) at the targets, over sources within
+    /// `cutoff`·σ_q (`cutoff`·σ_max for the cell search).
+    #[allow(clippy::too_many_arguments)]
+    pub fn vorticity(
+        &mut self,
+        x: &[f64],
+        alpha: &[f64],
+        sigma: &[f64],
+        sigma_max: f64,
+        cutoff: f64,
+        targets: &[f64],
+        targets_are_sources: bool,
+        w_out: &mut [f64],
+    ) -> Result<(), CudaError> {
+        let ns = x.len() / 3;
+        let nt = targets.len() / 3;
+        let s = self.stream.clone();
+        self.record(0)?;
+        self.x.upload(&s, x, "source positions")?;
+        self.alpha.upload(&s, alpha, "source strengths")?;
+        self.sigma.upload(&s, sigma, "core radii")?;
+        if !targets_are_sources {
+            self.tx.upload(&s, targets, "targets")?;
+        }
+        self.record(1)?;
+        self.record(2)?;
+        self.record(3)?;
+        self.record(4)?;
+        let r_cut = cutoff * sigma_max;
+        let (cells, side, m_img) = cell_grid(r_cut);
+        self.build_cells(0, ns, cells, side)?;
+        self.u.poison(&s, 3 * nt)?;
+        let t = if targets_are_sources {
+            self.x.addr(&s)
+        } else {
+            self.tx.addr(&s)
+        };
+        let (ns_i, cells_i, m_img_i, nt_i) = (ns as i32, cells as i32, m_img as i32, nt as i32);
+        let r_cut2 = r_cut * r_cut;
+        let cut2 = cutoff * cutoff;
+        // SAFETY: ew_vorticity(const ew_d4* sp, const int* order, const double* alpha,
+        // const int* start, int ns, int cells, double side, int m_img, double r_cut2,
+        // double cut2, const double* targets, int nt, double* w_out): sp/cstart from
+        // build_cells over all ns sources (no selection), corder the permutation of 0..ns that
+        // sorted them, alpha the 3·ns uploaded f64 strengths, targets 3·nt doubles, u (the
+        // output) 3·nt doubles.
+        launch!(s, &self.k.vorticity, "ew_vorticity", cfg1(nt, REAL_THREADS);
+            self.sp.get(), self.corder.get(), self.alpha.get(), self.cstart.get(), &ns_i,
+            &cells_i, &side, &m_img_i, &r_cut2, &cut2, &t, &nt_i, self.u.get_mut())?;
+        self.record(5)?;
+        self.u.download(&s, &mut w_out[..3 * nt], "vorticity")?;
+        self.record(6)?;
+        s.synchronize()
+            .map_err(|e| CudaError::driver("waiting for the vorticity", e))?;
+        self.read_timings()?;
+        check_written(&w_out[..3 * nt], "vorticity")
+    }
+}
+
+/// Cells per side (capped), their side, and the image range for explicit images (cells = 0),
+/// as in `Neighbours::build` of the CPU evaluator.
+fn cell_grid(r_cut: f64) -> (usize, f64, usize) {
+    let cells = crate::summation::ewald::cells_for(r_cut).min(MAX_CELLS);
+    let side = TAU / cells.max(1) as f64;
+    let m_img = if cells == 0 {
+        ((r_cut + PI) / TAU).ceil() as usize
+    } else {
+        0
+    };
+    (cells, side, m_img)
+}
+
+/// Every value was written (outputs are poisoned with NaN before each launch) and is finite.
+fn check_written(v: &[f64], what: &str) -> Result<(), CudaError> {
+    use rayon::prelude::*;
+    match v.par_iter().position_any(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(CudaError::Invalid(format!(
+            "GPU Ewald: {what} value {i} of {} is {} (not written, or non-finite inputs)",
+            v.len(),
+            v[i]
+        ))),
+    }
+}

@@ -1,0 +1,429 @@
+//! CUDA through cudarc: device detection that never panics, one context per process, and GPU
+//! kernels compiled from `kernels/*.cu` by NVRTC at run time, once per process, device and
+//! option set.
+//!
+//! Nothing here needs the CUDA toolkit at build time: the driver (`libcuda.so`) and NVRTC
+//! (`libnvrtc.so`) are loaded with `dlopen` on first use. [`gpu`] probes for both before any
+//! other CUDA call (cudarc panics when a library is missing), so a machine without a GPU gets a
+//! [`CudaError::Unavailable`] with the reason, never a panic. `VPM_NO_CUDA=1` hides the GPU (for
+//! tests of the CPU fallback on a GPU machine).
+//!
+//! One `.cu` file per family of kernels; [`Gpu::module`] compiles a family for the device's
+//! architecture (`sm_XY`, straight to a cubin, so the driver's PTX JIT is not involved) and
+//! caches the loaded module. Families so far: [`biot_savart`] (all-pairs free-space sums) and
+//! [`ewald`] (periodic particle-mesh Ewald, with cuFFT).
+//!
+//! Kernel development: with `VPM_KERNELS_DIR=DIR`, the sources are read from `DIR/<file>.cu`
+//! at run time instead of the copies embedded in the binary (no rebuild to try a change).
+
+pub mod biot_savart;
+pub mod ewald;
+
+use cudarc::driver::{CudaContext, CudaModule, DriverError};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Why a GPU operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CudaError {
+    /// No usable GPU (no driver, no device, no NVRTC, or hidden by `VPM_NO_CUDA`).
+    #[error("{0}")]
+    Unavailable(String),
+    /// NVRTC rejected a kernel source.
+    #[error("NVRTC could not compile {source_name} with {options:?}:\n{log}")]
+    Compile {
+        source_name: String,
+        options: Vec<String>,
+        log: String,
+    },
+    /// A driver call failed.
+    #[error("CUDA error while {what}: {message}")]
+    Driver { what: String, message: String },
+    /// Bad inputs or outputs (sizes out of range, output not fully written, …).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl CudaError {
+    /// A driver error with what was being done.
+    pub fn driver(what: impl Into<String>, e: DriverError) -> Self {
+        CudaError::Driver {
+            what: what.into(),
+            message: describe_driver_error(e),
+        }
+    }
+}
+
+fn describe_driver_error(e: DriverError) -> String {
+    match e.error_string() {
+        Ok(s) => format!("{:?} ({})", e.0, s.to_string_lossy()),
+        Err(_) => format!("{:?}", e.0),
+    }
+}
+
+/// What the device is, for logs and benchmark reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GpuInfo {
+    pub name: String,
+    pub ordinal: usize,
+    /// Compute capability (major, minor), e.g. (9, 0) for an H100.
+    pub compute_capability: (i32, i32),
+    pub multiprocessors: i32,
+    pub total_memory_bytes: usize,
+    /// The driver's CUDA version, e.g. "13.0".
+    pub driver_cuda_version: String,
+    /// NVRTC's version, e.g. "13.0".
+    pub nvrtc_version: String,
+}
+
+impl std::fmt::Display for GpuInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (sm_{}{}, {} SMs, {:.0} GiB; driver CUDA {}, NVRTC {})",
+            self.name,
+            self.compute_capability.0,
+            self.compute_capability.1,
+            self.multiprocessors,
+            self.total_memory_bytes as f64 / (1u64 << 30) as f64,
+            self.driver_cuda_version,
+            self.nvrtc_version
+        )
+    }
+}
+
+/// A compiled, loaded kernel family.
+pub struct CompiledModule {
+    pub module: Arc<CudaModule>,
+    /// The NVRTC options it was compiled with.
+    pub options: Vec<String>,
+    /// NVRTC's log (with `--ptxas-options=-v`: registers, spills, shared memory per kernel).
+    pub log: String,
+    /// The cubin (for `cuobjdump`/`nvdisasm` in performance work).
+    pub cubin: Vec<u8>,
+}
+
+/// Compiled modules by (source name, NVRTC options).
+type ModuleCache = HashMap<(String, Vec<String>), Arc<CompiledModule>>;
+
+/// The process's GPU: device 0, its primary context and the compiled-module cache.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    info: GpuInfo,
+    modules: Mutex<ModuleCache>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("info", &self.info).finish()
+    }
+}
+
+static GPU: OnceLock<Result<Arc<Gpu>, String>> = OnceLock::new();
+
+/// The process's GPU, probed once. `Err` (never a panic) when no usable device is present, with
+/// the reason.
+pub fn gpu() -> Result<Arc<Gpu>, CudaError> {
+    GPU.get_or_init(|| {
+        // cudarc panics on a missing library or symbol; the probe checks for the libraries
+        // first, and the catch turns anything unforeseen into an error as well.
+        match std::panic::catch_unwind(probe) {
+            Ok(r) => r.map(Arc::new),
+            Err(p) => Err(format!(
+                "the CUDA libraries could not be used ({})",
+                p.downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| p.downcast_ref::<&str>().copied())
+                    .unwrap_or("panic while loading")
+            )),
+        }
+    })
+    .clone()
+    .map_err(CudaError::Unavailable)
+}
+
+/// `Ok(info)` when a GPU is usable, otherwise the reason.
+pub fn availability() -> Result<GpuInfo, CudaError> {
+    gpu().map(|g| g.info.clone())
+}
+
+fn probe() -> Result<Gpu, String> {
+    if let Some(v) = std::env::var_os("VPM_NO_CUDA") {
+        if !v.is_empty() && v != "0" {
+            return Err("the GPU is hidden by the environment variable VPM_NO_CUDA".into());
+        }
+    }
+    // SAFETY: only tries to dlopen the driver library under its usual names; no CUDA call.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(
+            "the CUDA driver library (libcuda.so) is not installed or not on the library path"
+                .into(),
+        );
+    }
+    let count = CudaContext::device_count().map_err(|e| {
+        format!(
+            "the CUDA driver could not be initialised: {}",
+            describe_driver_error(e)
+        )
+    })?;
+    if count < 1 {
+        return Err("the CUDA driver found no GPU".into());
+    }
+    // SAFETY: as above, for the NVRTC library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(
+            "NVRTC (libnvrtc.so, CUDA's run-time compiler) was not found: install it (CUDA \
+             toolkit, or the nvidia-cuda-nvrtc package) and put its directory on LD_LIBRARY_PATH"
+                .into(),
+        );
+    }
+    let ctx = CudaContext::new(0).map_err(|e| {
+        format!(
+            "could not create a context on GPU 0: {}",
+            describe_driver_error(e)
+        )
+    })?;
+    let attr = |a| ctx.attribute(a).map_err(describe_driver_error);
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    let info = GpuInfo {
+        name: ctx.name().map_err(describe_driver_error)?,
+        ordinal: 0,
+        compute_capability: (
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ),
+        multiprocessors: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+        total_memory_bytes: ctx.total_mem().map_err(describe_driver_error)?,
+        driver_cuda_version: driver_version(),
+        nvrtc_version: nvrtc_version(),
+    };
+    Ok(Gpu {
+        ctx,
+        info,
+        modules: Mutex::new(HashMap::new()),
+    })
+}
+
+fn driver_version() -> String {
+    let mut v: c_int = 0;
+    // SAFETY: writes one int; the driver library is loaded (probed before).
+    let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+    if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+        format!("{}.{}", v / 1000, (v % 1000) / 10)
+    } else {
+        "unknown".into()
+    }
+}
+
+fn nvrtc_version() -> String {
+    let (mut major, mut minor): (c_int, c_int) = (0, 0);
+    // SAFETY: writes two ints; the NVRTC library is present (probed before).
+    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if r == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        format!("{major}.{minor}")
+    } else {
+        "unknown".into()
+    }
+}
+
+impl Gpu {
+    pub fn info(&self) -> &GpuInfo {
+        &self.info
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The module compiled from `source` (named `source_name` in logs) with `options` (besides
+    /// the architecture, which is the device's), compiled and loaded on first request and cached
+    /// for the life of the process.
+    pub fn module(
+        &self,
+        source_name: &str,
+        source: &str,
+        options: &[String],
+    ) -> Result<Arc<CompiledModule>, CudaError> {
+        let key = (source_name.to_string(), options.to_vec());
+        let mut cache = self
+            .modules
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(m) = cache.get(&key) {
+            return Ok(m.clone());
+        }
+        let (major, minor) = self.info.compute_capability;
+        let mut opts = vec![
+            format!("--gpu-architecture=sm_{major}{minor}"),
+            "--std=c++17".to_string(),
+        ];
+        opts.extend(options.iter().cloned());
+        // Registers and spills in the log; retried without if this NVRTC rejects the option.
+        let mut verbose = opts.clone();
+        verbose.push("--ptxas-options=-v".to_string());
+        let (cubin, log, used) = match compile_cubin(source_name, source, &verbose) {
+            Ok((c, l)) => (c, l, verbose),
+            Err(CompileFailure::InvalidOption) => match compile_cubin(source_name, source, &opts) {
+                Ok((c, l)) => (c, l, opts),
+                Err(f) => return Err(f.into_error(source_name, &opts)),
+            },
+            Err(f) => return Err(f.into_error(source_name, &verbose)),
+        };
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.clone()))
+            .map_err(|e| CudaError::driver(format!("loading the {source_name} module"), e))?;
+        let m = Arc::new(CompiledModule {
+            module,
+            options: used,
+            log,
+            cubin,
+        });
+        cache.insert(key, m.clone());
+        Ok(m)
+    }
+
+    /// Every module compiled so far (for `--dump` in benchmarks).
+    pub fn compiled_modules(&self) -> Vec<(String, Arc<CompiledModule>)> {
+        let cache = self
+            .modules
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut v: Vec<_> = cache
+            .iter()
+            .map(|((name, opts), m)| (format!("{name} {}", opts.join(" ")), m.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+}
+
+/// The text of kernel file `file` from `VPM_KERNELS_DIR`, when that variable is set: (a name
+/// for the module cache and logs, the text).
+pub(crate) fn source_override(file: &str) -> Result<Option<(String, String)>, CudaError> {
+    let Some(dir) = std::env::var_os("VPM_KERNELS_DIR") else {
+        return Ok(None);
+    };
+    let path = std::path::Path::new(&dir).join(file);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        CudaError::Invalid(format!(
+            "VPM_KERNELS_DIR: cannot read {}: {e}",
+            path.display()
+        ))
+    })?;
+    Ok(Some((path.display().to_string(), text)))
+}
+
+enum CompileFailure {
+    InvalidOption,
+    Failed { what: String, log: String },
+}
+
+impl CompileFailure {
+    fn into_error(self, source_name: &str, options: &[String]) -> CudaError {
+        match self {
+            CompileFailure::InvalidOption => CudaError::Compile {
+                source_name: source_name.to_string(),
+                options: options.to_vec(),
+                log: "NVRTC rejected an option".into(),
+            },
+            CompileFailure::Failed { what, log } => CudaError::Compile {
+                source_name: source_name.to_string(),
+                options: options.to_vec(),
+                log: format!("{what}\n{log}"),
+            },
+        }
+    }
+}
+
+/// Compiles `source` to a cubin with NVRTC; returns the cubin and the log.
+fn compile_cubin(
+    name: &str,
+    source: &str,
+    options: &[String],
+) -> Result<(Vec<u8>, String), CompileFailure> {
+    use cudarc::nvrtc::sys::{self as nv, nvrtcResult};
+    let failed = |what: String| CompileFailure::Failed {
+        what,
+        log: String::new(),
+    };
+    let src = CString::new(source).map_err(|_| failed("source has a NUL byte".into()))?;
+    let cname = CString::new(name).map_err(|_| failed("name has a NUL byte".into()))?;
+    let copts: Vec<CString> = options
+        .iter()
+        .map(|o| CString::new(o.as_str()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| failed("option has a NUL byte".into()))?;
+    let ptrs: Vec<*const c_char> = copts.iter().map(|c| c.as_ptr()).collect();
+    let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: src and cname are NUL-terminated and outlive the program (destroyed below); no
+    // headers are passed (null arrays with count 0).
+    let r = unsafe {
+        nv::nvrtcCreateProgram(
+            &mut prog,
+            src.as_ptr(),
+            cname.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    if r != nvrtcResult::NVRTC_SUCCESS {
+        return Err(failed(format!("nvrtcCreateProgram: {r:?}")));
+    }
+    // SAFETY: prog is a valid program; ptrs holds options.len() NUL-terminated strings that
+    // outlive the call.
+    let r = unsafe { nv::nvrtcCompileProgram(prog, ptrs.len() as c_int, ptrs.as_ptr()) };
+    let log = program_log(prog);
+    let result = if r == nvrtcResult::NVRTC_ERROR_INVALID_OPTION {
+        Err(CompileFailure::InvalidOption)
+    } else if r != nvrtcResult::NVRTC_SUCCESS {
+        Err(CompileFailure::Failed {
+            what: format!("nvrtcCompileProgram: {r:?}"),
+            log: log.clone(),
+        })
+    } else {
+        let mut size: usize = 0;
+        // SAFETY: prog compiled successfully; writes one usize.
+        let r = unsafe { nv::nvrtcGetCUBINSize(prog, &mut size) };
+        if r != nvrtcResult::NVRTC_SUCCESS || size == 0 {
+            Err(failed(format!(
+                "nvrtcGetCUBINSize: {r:?} (size {size}); is the architecture a real sm_XY?"
+            )))
+        } else {
+            let mut cubin = vec![0u8; size];
+            // SAFETY: cubin has the `size` bytes NVRTC just reported.
+            let r = unsafe { nv::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char) };
+            if r != nvrtcResult::NVRTC_SUCCESS {
+                Err(failed(format!("nvrtcGetCUBIN: {r:?}")))
+            } else {
+                Ok((cubin, log))
+            }
+        }
+    };
+    // SAFETY: prog is valid and destroyed exactly once.
+    unsafe { nv::nvrtcDestroyProgram(&mut prog) };
+    result
+}
+
+fn program_log(prog: cudarc::nvrtc::sys::nvrtcProgram) -> String {
+    use cudarc::nvrtc::sys as nv;
+    let mut size: usize = 0;
+    // SAFETY: prog is a valid program; writes one usize.
+    if unsafe { nv::nvrtcGetProgramLogSize(prog, &mut size) } != nv::nvrtcResult::NVRTC_SUCCESS
+        || size == 0
+    {
+        return String::new();
+    }
+    let mut buf = vec![0u8; size];
+    // SAFETY: buf has the `size` bytes (NUL included) NVRTC just reported.
+    if unsafe { nv::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut c_char) }
+        != nv::nvrtcResult::NVRTC_SUCCESS
+    {
+        return String::new();
+    }
+    CStr::from_bytes_until_nul(&buf)
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}

@@ -1,0 +1,125 @@
+//! All-pairs free-space summation on the GPU (`kernels/biot_savart.cu`), behind the
+//! [`Summation`] trait: the GPU counterpart of [`super::direct::DirectFreeSpace`].
+//!
+//! Inputs are the same f64 slices; they are rounded to the device precision (f32 for
+//! [`CudaDirect`], f64 for the reference build [`CudaDirectOf<f64>`]) and the results converted
+//! back. Device buffers stay allocated between calls and grow only when N grows; every output
+//! is poisoned before the launch and checked fully written after it.
+
+use super::{check_inputs, Boundary, Evaluation, Extra, Sources, Summation, SummationError};
+use crate::cuda::biot_savart::{AllPairs, GpuReal, KernelConfig, Mode};
+use crate::cuda::CudaError;
+use crate::kernel::StretchingScheme;
+
+/// All-pairs evaluation in unbounded space on the GPU, in precision `T`.
+#[derive(Debug)]
+pub struct CudaDirectOf<T: GpuReal> {
+    engine: AllPairs<T>,
+}
+
+/// The production GPU evaluator: f32 on the device.
+pub type CudaDirect = CudaDirectOf<f32>;
+
+impl<T: GpuReal> CudaDirectOf<T> {
+    /// The evaluator with the default launch configuration; an error (never a panic) when no
+    /// GPU is usable.
+    pub fn new() -> Result<Self, CudaError> {
+        Self::with_config(KernelConfig::default())
+    }
+
+    pub fn with_config(config: KernelConfig) -> Result<Self, CudaError> {
+        Ok(CudaDirectOf {
+            engine: AllPairs::new(config)?,
+        })
+    }
+
+    /// The device engine (uploads, launches, timing).
+    pub fn engine(&mut self) -> &mut AllPairs<T> {
+        &mut self.engine
+    }
+}
+
+fn device_error(e: CudaError) -> SummationError {
+    SummationError::Device(e.to_string())
+}
+
+impl<T: GpuReal> Summation for CudaDirectOf<T> {
+    fn name(&self) -> String {
+        format!(
+            "direct free-space CUDA {} on {}",
+            T::PRECISION,
+            self.engine.gpu().info().name
+        )
+    }
+
+    fn boundary(&self) -> Boundary {
+        Boundary::FreeSpace
+    }
+
+    fn evaluate(
+        &mut self,
+        sources: &Sources,
+        targets: &[[f64; 3]],
+        extra: Extra,
+        out: &mut Evaluation,
+    ) -> Result<(), SummationError> {
+        check_inputs(sources, targets, &extra)?;
+        out.resize_for(targets.len(), &extra);
+        let (mode, alpha) = match extra {
+            Extra::None => (Mode::Velocity, None),
+            Extra::Stretching { alpha, scheme } => (
+                match scheme {
+                    StretchingScheme::Classical => Mode::Classical,
+                    StretchingScheme::Transposed => Mode::Transposed,
+                },
+                Some(alpha),
+            ),
+            Extra::Gradient => (Mode::Gradient, None),
+        };
+        let e = &mut self.engine;
+        e.upload_sources(sources).map_err(device_error)?;
+        e.upload_targets(targets, alpha).map_err(device_error)?;
+        e.launch(mode).map_err(device_error)?;
+        let d = e.download().map_err(device_error)?;
+        let nc = mode.components();
+        let v = |i: usize, c: usize| d[i * nc + c].to_f64();
+        for i in 0..targets.len() {
+            out.velocity[i] = [v(i, 0), v(i, 1), v(i, 2)];
+        }
+        match mode {
+            Mode::Classical | Mode::Transposed => {
+                for i in 0..targets.len() {
+                    out.stretching[i] = [v(i, 3), v(i, 4), v(i, 5)];
+                }
+            }
+            Mode::Gradient => {
+                for i in 0..targets.len() {
+                    out.gradient[i] =
+                        std::array::from_fn(|r| std::array::from_fn(|c| v(i, 3 + 3 * r + c)));
+                }
+            }
+            Mode::Velocity | Mode::Vorticity => {}
+        }
+        Ok(())
+    }
+
+    fn vorticity(
+        &mut self,
+        sources: &Sources,
+        targets: &[[f64; 3]],
+        out: &mut Vec<[f64; 3]>,
+    ) -> Result<(), SummationError> {
+        check_inputs(sources, targets, &Extra::None)?;
+        let e = &mut self.engine;
+        e.upload_sources(sources).map_err(device_error)?;
+        e.upload_targets(targets, None).map_err(device_error)?;
+        e.launch(Mode::Vorticity).map_err(device_error)?;
+        let d = e.download().map_err(device_error)?;
+        out.clear();
+        out.extend(
+            d.chunks_exact(3)
+                .map(|w| [w[0].to_f64(), w[1].to_f64(), w[2].to_f64()]),
+        );
+        Ok(())
+    }
+}
