@@ -1,7 +1,8 @@
 //! Embeds the case files `cases/*.toml` in the binary: writes `$OUT_DIR/named_cases.rs`, a
 //! static table with each file's name (stem), summary (first comment line) and text
 //! (`include_str!`), sorted by name, for `vpm::config::named_cases`. Adding a case file needs
-//! no code change.
+//! no code change. Also records the git commit being built as `VPM_GIT_COMMIT` (for run
+//! manifests), rebuilt when HEAD moves.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ fn main() {
     let cases_dir = manifest.join("cases");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed={}", cases_dir.display());
+    embed_git_commit(&manifest);
 
     let mut cases: Vec<(String, PathBuf)> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(&cases_dir) {
@@ -67,4 +69,38 @@ fn summary(text: &str) -> String {
 
 fn absolute(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Sets `VPM_GIT_COMMIT` to the commit being built (unless the environment already gives one,
+/// or git is unavailable), and asks cargo to rerun when HEAD or the branch it names moves, so a
+/// binary carried to another machine still reports the commit it was built from.
+fn embed_git_commit(manifest: &Path) {
+    println!("cargo:rerun-if-env-changed=VPM_GIT_COMMIT");
+    if std::env::var_os("VPM_GIT_COMMIT").is_some() {
+        return;
+    }
+    let git = |args: &[&str]| -> Option<String> {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(manifest)
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && !s.is_empty()).then_some(s)
+    };
+    let Some(commit) = git(&["rev-parse", "HEAD"]) else {
+        return;
+    };
+    for path in ["HEAD", "packed-refs"] {
+        if let Some(p) = git(&["rev-parse", "--git-path", path]) {
+            println!("cargo:rerun-if-changed={}", manifest.join(p).display());
+        }
+    }
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        if let Some(p) = git(&["rev-parse", "--git-path", &branch]) {
+            println!("cargo:rerun-if-changed={}", manifest.join(p).display());
+        }
+    }
+    println!("cargo:rustc-env=VPM_GIT_COMMIT={commit}");
 }

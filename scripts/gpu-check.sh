@@ -4,8 +4,8 @@
 #   tests   the GPU test binaries .gpu/tests/gpu-* (all-pairs) and .gpu/tests/gpu_ewald-* (Ewald)
 #   bench   vpm bench kernel (all-pairs kernels, f32, vs CPU f64 on a sample)
 #   ewald   vpm bench ewald --backend cuda (GPU particle-mesh Ewald, vs CPU f64 on a sample)
-#   run     short `vpm run … --backend cuda` runs of periodic cases (hit-32-compare, and hit-64
-#           with a [vortex] section added), t_end shortened to RUN_T_END
+#   run     short `vpm run … --backend cuda` runs of periodic cases (hit-32-compare,
+#           hit-64-compare; a case without [vortex] gets one), t_end shortened to RUN_T_END
 #   sweep   launch-configuration sweep of the all-pairs kernels, cubins, registers, SASS counts
 #   ncu     an Nsight Compute profile of one all-pairs launch per kernel (when ncu exists)
 # Usage, from the project root on the GPU machine: scripts/gpu-check.sh  (or .gpu/gpu-check.sh)
@@ -29,7 +29,7 @@ CONFIGS=${CONFIGS:-256x2x4}
 SWEEP_N=${SWEEP_N:-1048576}
 EWALD_N=${EWALD_N:-32,64,96}
 EWALD_ACCURACY=${EWALD_ACCURACY:-1e-6}
-RUN_CASES=${RUN_CASES:-hit-32-compare hit-64}
+RUN_CASES=${RUN_CASES:-hit-32-compare hit-64-compare}
 RUN_T_END=${RUN_T_END:-0.1}
 STEPS=${STEPS:-tests bench ewald run}
 mkdir -p "$OUT"
@@ -90,7 +90,8 @@ if step run; then
     src=$cases_dir/$c.toml
     [ -f "$src" ] || { note_fail "no case file $src"; continue; }
     f=$work/$c-gpu.toml
-    sed -E "s/^t_end *=.*/t_end = $RUN_T_END/" "$src" > "$f"
+    # Shorten: t_end, and drop spectra_times (the default is [0, t_end]).
+    sed -E -e "s/^t_end *=.*/t_end = $RUN_T_END/" -e "/^spectra_times *=/d" "$src" > "$f"
     if ! grep -q '^\[vortex\]' "$f"; then
       n=$(awk '/^\[spectral\]/{s=1;next} /^\[/{s=0} s && /^n *=/{print $3; exit}' "$f")
       printf '\n[vortex]\nn = %s\n' "${n:-64}" >> "$f"

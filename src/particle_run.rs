@@ -606,6 +606,13 @@ impl ParticleRun {
             "vortex_diagnostics",
             std::mem::take(&mut self.diagnostics_seconds),
         );
+        let phases = self.solver.take_timings();
+        self.manifest
+            .add_stage_time("vortex_evaluation", phases.evaluation);
+        self.manifest
+            .add_stage_time("vortex_reinit_vorticity", phases.reinit_vorticity);
+        self.manifest
+            .add_stage_time("vortex_reinit_solve", phases.reinit_solve);
         if let Err(e) = self.manifest.write(&self.run_dir) {
             tracing::warn!("could not write the manifest: {e}");
         }

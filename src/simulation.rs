@@ -771,11 +771,20 @@ impl Simulation {
         self.manifest.add_stage_time("time_stepping", t.stepping);
         self.manifest.add_stage_time("diagnostics", t.diagnostics);
         self.manifest.add_stage_time("checkpoints", t.checkpoints);
-        if self.vortex.is_some() {
+        if let Some(v) = &mut self.vortex {
             self.manifest
                 .add_stage_time("vortex_time_stepping", t.vortex_stepping);
             self.manifest
                 .add_stage_time("vortex_diagnostics", t.vortex_diagnostics);
+            // Parts of vortex_time_stepping (also of vortex_diagnostics: outputs and snapshots
+            // evaluate the particles' derivatives too).
+            let phases = v.solver.take_timings();
+            self.manifest
+                .add_stage_time("vortex_evaluation", phases.evaluation);
+            self.manifest
+                .add_stage_time("vortex_reinit_vorticity", phases.reinit_vorticity);
+            self.manifest
+                .add_stage_time("vortex_reinit_solve", phases.reinit_solve);
         }
         if let Err(e) = self.manifest.write(&self.run_dir) {
             tracing::warn!("could not write the manifest: {e}");

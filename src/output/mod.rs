@@ -230,9 +230,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
     })
 }
 
-/// The git commit vpm was built from, when known: `VPM_GIT_COMMIT` at build
-/// time, else `git rev-parse HEAD` run now in the crate's source directory
-/// (so it reflects the source tree's current HEAD). `None` on any failure.
+/// The git commit vpm was built from, when known: `VPM_GIT_COMMIT` at build time (build.rs
+/// sets it from the checkout being built), else `git rev-parse HEAD` run now in the crate's
+/// source directory. `None` on any failure.
 pub fn git_commit() -> Option<String> {
     if let Some(c) = option_env!("VPM_GIT_COMMIT") {
         let c = c.trim();

@@ -76,6 +76,17 @@ pub struct VortexClock {
     pub steps_since_reinit: u64,
 }
 
+/// Wall seconds the solver spent in each phase since the last [`VortexSolver::take_timings`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PhaseTimes {
+    /// Velocity and stretching at the particles (the evaluator's sums, Heun's second included).
+    pub evaluation: f64,
+    /// Reinitialisation: blob vorticity at the lattice nodes.
+    pub reinit_vorticity: f64,
+    /// Reinitialisation: the RBF solve for the strengths.
+    pub reinit_solve: f64,
+}
+
 /// Derivatives from the previous step, for AB2.
 #[derive(Debug, Clone)]
 struct History {
@@ -98,6 +109,7 @@ pub struct VortexSolver {
     /// [`VortexSolver::derivatives`], cleared whenever the particles change), so a step after
     /// [`VortexSolver::stable_dt`] does not evaluate them twice.
     derivatives_current: bool,
+    times: PhaseTimes,
 }
 
 impl VortexSolver {
@@ -116,6 +128,7 @@ impl VortexSolver {
             steps_since_reinit: 0,
             last_solve: None,
             derivatives_current: false,
+            times: PhaseTimes::default(),
         }
     }
 
@@ -131,6 +144,11 @@ impl VortexSolver {
         &self.settings
     }
 
+    /// Wall time per phase since the last call (and resets it).
+    pub fn take_timings(&mut self) -> PhaseTimes {
+        std::mem::take(&mut self.times)
+    }
+
     /// The last reinitialisation solve's iterations and residual.
     pub fn last_solve(&self) -> Option<SolveReport> {
         self.last_solve
@@ -141,6 +159,7 @@ impl VortexSolver {
         if self.derivatives_current {
             return Ok((&self.eval.velocity, &self.eval.stretching));
         }
+        let t0 = std::time::Instant::now();
         let p = &self.particles;
         self.evaluator.evaluate(
             &Sources::of(p),
@@ -151,6 +170,7 @@ impl VortexSolver {
             },
             &mut self.eval,
         )?;
+        self.times.evaluation += t0.elapsed().as_secs_f64();
         self.derivatives_current = true;
         Ok((&self.eval.velocity, &self.eval.stretching))
     }
@@ -213,6 +233,7 @@ impl VortexSolver {
                     }
                     pred.sigma[i] = (pred.sigma[i] * pred.sigma[i] + spread).sqrt();
                 }
+                let t0 = std::time::Instant::now();
                 self.evaluator.evaluate(
                     &Sources::of(&pred),
                     &pred.x,
@@ -222,6 +243,7 @@ impl VortexSolver {
                     },
                     &mut self.eval_heun,
                 )?;
+                self.times.evaluation += t0.elapsed().as_secs_f64();
                 for i in 0..n {
                     for c in 0..3 {
                         next.x[i][c] +=
@@ -378,8 +400,11 @@ impl VortexSolver {
         let n = self.settings.lattice_n;
         let nodes = lattice_nodes(n);
         let mut omega = Vec::new();
+        let t0 = std::time::Instant::now();
         self.evaluator
             .vorticity(&Sources::of(&self.particles), &nodes, &mut omega)?;
+        self.times.reinit_vorticity += t0.elapsed().as_secs_f64();
+        let t0 = std::time::Instant::now();
         let (alpha, report) = solve_strengths(
             &omega,
             n,
@@ -387,6 +412,7 @@ impl VortexSolver {
             self.settings.rbf,
             self.settings.zero_total_strength,
         );
+        self.times.reinit_solve += t0.elapsed().as_secs_f64();
         let mut p = ParticleSet::with_capacity(nodes.len());
         for (x, a) in nodes.iter().zip(&alpha) {
             p.push(*x, *a, self.settings.sigma0);
