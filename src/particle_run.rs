@@ -20,11 +20,10 @@
 use crate::config::{Cadence, Case, InitialCondition, TimeStep, VortexConfig};
 use crate::init::particles::{saffman_ring_speed, vortex_ring, vortex_tube, CoreSampling};
 use crate::output::{
-    read_latest_checkpoint, write_atomic, write_checkpoint, write_particle_snapshot,
-    CheckpointArrays, CsvLog, Manifest, ParticleSnapshot,
+    read_latest_checkpoint, write_atomic, write_checkpoint, CheckpointArrays, CsvLog, Manifest,
 };
 use crate::particles::ParticleSet;
-use crate::simulation::{rbf_solver, reached, Progress, RunEnd, RunOptions};
+use crate::simulation::{rbf_solver, reached, write_vortex_snapshot, Progress, RunEnd, RunOptions};
 use crate::summation::{planner, Boundary, Evaluation};
 use crate::vortex::{VortexClock, VortexSettings, VortexSolver};
 use anyhow::{bail, Context, Result};
@@ -529,25 +528,12 @@ impl ParticleRun {
     }
 
     fn write_snapshot(&mut self) -> Result<()> {
-        let (u, dadt) = {
-            let (u, s) = self.solver.derivatives()?;
-            (u.to_vec(), s.to_vec())
-        };
-        let p = self.solver.particles();
-        write_particle_snapshot(
+        write_vortex_snapshot(
             &self.run_dir,
-            &ParticleSnapshot {
-                t: self.clock.t,
-                step: self.clock.step,
-                x: &p.x,
-                alpha: &p.alpha,
-                sigma: &p.sigma,
-                id: &p.id,
-                velocity: &u,
-                dalpha_dt: &dadt,
-            },
-        )?;
-        Ok(())
+            &mut self.solver,
+            self.clock.t,
+            self.clock.step,
+        )
     }
 
     fn write_checkpoint(&mut self) -> Result<()> {

@@ -79,6 +79,36 @@ fn vortex_columns() -> Vec<&'static str> {
         .collect()
 }
 
+/// Writes `snapshots/particles-<step>.npz/.vtp` (and the .pvd index) for `solver` at (t, step):
+/// the particles with the instantaneous f64 velocity and stretching at that state (not the AB2
+/// combination; the step that follows reuses them).
+pub(crate) fn write_vortex_snapshot(
+    run_dir: &Path,
+    solver: &mut VortexSolver,
+    t: f64,
+    step: u64,
+) -> Result<()> {
+    let (u, dadt) = {
+        let (u, s) = solver.derivatives()?;
+        (u.to_vec(), s.to_vec())
+    };
+    let p = solver.particles();
+    write_particle_snapshot(
+        run_dir,
+        &ParticleSnapshot {
+            t,
+            step,
+            x: &p.x,
+            alpha: &p.alpha,
+            sigma: &p.sigma,
+            id: &p.id,
+            velocity: &u,
+            dalpha_dt: &dadt,
+        },
+    )?;
+    Ok(())
+}
+
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProgressStyle {
@@ -661,25 +691,7 @@ impl Simulation {
         let Some(v) = &mut self.vortex else {
             return Ok(());
         };
-        let (u, dadt) = {
-            let (u, s) = v.solver.derivatives()?;
-            (u.to_vec(), s.to_vec())
-        };
-        let p = v.solver.particles();
-        write_particle_snapshot(
-            &self.run_dir,
-            &ParticleSnapshot {
-                t: self.clock.t,
-                step: self.clock.step,
-                x: &p.x,
-                alpha: &p.alpha,
-                sigma: &p.sigma,
-                id: &p.id,
-                velocity: &u,
-                dalpha_dt: &dadt,
-            },
-        )?;
-        Ok(())
+        write_vortex_snapshot(&self.run_dir, &mut v.solver, self.clock.t, self.clock.step)
     }
 
     /// The particle step failed: the spectral state has advanced but the particles have not, so

@@ -1219,4 +1219,16 @@ impl Summation for EwaldPeriodic {
             });
         Ok(())
     }
+
+    /// At the lattice nodes the Gaussian's separability makes the sum several times cheaper
+    /// ([`super::lattice::lattice_vorticity`]; same cutoff, agrees with [`Self::vorticity`] to
+    /// its dropped tail).
+    fn vorticity_on_lattice(
+        &mut self,
+        sources: &Sources,
+        n: usize,
+        out: &mut Vec<[f64; 3]>,
+    ) -> Result<(), SummationError> {
+        super::lattice::lattice_vorticity(sources, n, out)
+    }
 }

@@ -15,6 +15,7 @@ pub mod cuda_direct;
 pub mod cuda_ewald;
 pub mod direct;
 pub mod ewald;
+pub mod lattice;
 pub mod oracle;
 pub mod planner;
 
@@ -134,6 +135,18 @@ pub trait Summation: Send {
         targets: &[[f64; 3]],
         out: &mut Vec<[f64; 3]>,
     ) -> Result<(), SummationError>;
+
+    /// Blob vorticity at the nodes of the n³ lattice on [−π, π)³ ([`lattice::lattice_nodes`]
+    /// order), the sums of reinitialisation. By default [`Summation::vorticity`] at those nodes;
+    /// an evaluator may use the lattice's structure ([`lattice::lattice_vorticity`]).
+    fn vorticity_on_lattice(
+        &mut self,
+        sources: &Sources,
+        n: usize,
+        out: &mut Vec<[f64; 3]>,
+    ) -> Result<(), SummationError> {
+        self.vorticity(sources, &lattice::lattice_nodes(n), out)
+    }
 }
 
 /// Checks that sources and the per-target inputs have consistent lengths.

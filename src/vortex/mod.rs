@@ -20,7 +20,7 @@ use crate::kernel::StretchingScheme;
 use crate::particles::ParticleSet;
 use crate::summation::{Boundary, Evaluation, Extra, Sources, Summation, SummationError};
 use rbf::{LatticeGaussian, SolveReport};
-use std::f64::consts::{PI, TAU};
+use std::f64::consts::TAU;
 
 /// How the reinitialisation solves for the strengths.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -402,7 +402,7 @@ impl VortexSolver {
         let mut omega = Vec::new();
         let t0 = std::time::Instant::now();
         self.evaluator
-            .vorticity(&Sources::of(&self.particles), &nodes, &mut omega)?;
+            .vorticity_on_lattice(&Sources::of(&self.particles), n, &mut omega)?;
         self.times.reinit_vorticity += t0.elapsed().as_secs_f64();
         let t0 = std::time::Instant::now();
         let (alpha, report) = solve_strengths(
@@ -426,19 +426,7 @@ impl VortexSolver {
     }
 }
 
-/// Lattice nodes x_ijk = (−π + i h, −π + j h, −π + k h), h = 2π/N, in [i][j][k] order.
-pub fn lattice_nodes(n: usize) -> Vec<[f64; 3]> {
-    let h = TAU / n as f64;
-    let mut v = Vec::with_capacity(n * n * n);
-    for i in 0..n {
-        for j in 0..n {
-            for k in 0..n {
-                v.push([-PI + i as f64 * h, -PI + j as f64 * h, -PI + k as f64 * h]);
-            }
-        }
-    }
-    v
-}
+pub use crate::summation::lattice::lattice_nodes;
 
 /// Strengths β (one vector per node) with Σ_j β_j ζ_σ0(x_i − x_j) = ω_i on the periodic lattice,
 /// each component solved separately; optionally with Σβ = 0. Returns the CG report (worst of
