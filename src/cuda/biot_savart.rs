@@ -5,12 +5,12 @@
 //! [`AllPairs`] is the engine; [`crate::summation::cuda_direct::CudaDirect`] puts the
 //! [`crate::summation::Summation`] trait on it.
 
+use super::buffer::DeviceBuffer;
 use super::{gpu, CompiledModule, CudaError, Gpu};
 use crate::kernel::Real;
 use crate::summation::Sources;
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg,
-    ValidAsZeroBits,
+    CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 use std::sync::Arc;
 
@@ -190,71 +190,6 @@ pub struct KernelResources {
     pub static_shared_bytes: i32,
     /// Resident blocks per multiprocessor at this block size.
     pub blocks_per_sm: u32,
-}
-
-/// A device buffer that grows only when a larger size is needed.
-struct DeviceBuffer<T> {
-    buf: Option<CudaSlice<T>>,
-}
-
-impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
-    fn new() -> Self {
-        DeviceBuffer { buf: None }
-    }
-
-    fn ensure(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
-        let have = self.buf.as_ref().map_or(0, |b| b.len());
-        if have < len.max(1) {
-            self.buf = None; // free first: the old contents are not needed
-            let b = stream
-                .alloc_zeros::<T>(len.max(1))
-                .map_err(|e| CudaError::driver(format!("allocating {len} device values"), e))?;
-            self.buf = Some(b);
-        }
-        Ok(())
-    }
-
-    fn get(&self) -> &CudaSlice<T> {
-        self.buf
-            .as_ref()
-            .expect("DeviceBuffer used before ensure()")
-    }
-
-    fn get_mut(&mut self) -> &mut CudaSlice<T> {
-        self.buf
-            .as_mut()
-            .expect("DeviceBuffer used before ensure()")
-    }
-
-    fn upload(
-        &mut self,
-        stream: &Arc<CudaStream>,
-        host: &[T],
-        what: &str,
-    ) -> Result<(), CudaError> {
-        self.ensure(stream, host.len())?;
-        if host.is_empty() {
-            return Ok(());
-        }
-        let mut view = self.get_mut().slice_mut(0..host.len());
-        stream
-            .memcpy_htod(host, &mut view)
-            .map_err(|e| CudaError::driver(format!("copying {what} to the device"), e))
-    }
-
-    /// Fills the first `len` values with 0xFF bytes (a NaN in f32 and f64).
-    fn poison(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
-        if len == 0 {
-            return Ok(());
-        }
-        let bytes = len * std::mem::size_of::<T>();
-        let cu_stream = stream.cu_stream();
-        let (ptr, _record) = self.get_mut().device_ptr_mut(stream);
-        // SAFETY: ptr is a live allocation of at least `len` values of T on this stream's
-        // context (ensure() sized it); all-ones bytes are a valid (NaN) f32/f64 bit pattern.
-        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xFF, bytes, cu_stream) }
-            .map_err(|e| CudaError::driver("poisoning the output", e))
-    }
 }
 
 /// The last upload: counts that the launches use.

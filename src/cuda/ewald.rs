@@ -8,13 +8,11 @@
 //! device in f64; the sums run in f32; outputs come back as f64, poisoned (NaN) before every
 //! evaluation and checked finite after it.
 
+use super::buffer::DeviceBuffer;
 use super::{gpu, CompiledModule, CudaError, Gpu};
 use crate::summation::ewald::{CostModel, EwaldParameters};
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
-use cudarc::driver::{
-    CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr,
-    LaunchConfig, PushKernelArg, ValidAsZeroBits,
-};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::f64::consts::{PI, TAU};
 use std::sync::Arc;
 
@@ -112,98 +110,6 @@ impl GpuEwaldTimings {
     }
 }
 
-/// A device buffer that grows only when a larger size is needed.
-struct Buf<T> {
-    buf: Option<CudaSlice<T>>,
-}
-
-impl<T: DeviceRepr + ValidAsZeroBits> Buf<T> {
-    fn new() -> Self {
-        Buf { buf: None }
-    }
-
-    fn ensure(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
-        let have = self.buf.as_ref().map_or(0, |b| b.len());
-        if have < len.max(1) {
-            self.buf = None; // free first: the old contents are not needed
-            let b = stream
-                .alloc_zeros::<T>(len.max(1))
-                .map_err(|e| CudaError::driver(format!("allocating {len} device values"), e))?;
-            self.buf = Some(b);
-        }
-        Ok(())
-    }
-
-    fn get(&self) -> &CudaSlice<T> {
-        self.buf.as_ref().expect("Buf used before ensure()")
-    }
-
-    fn get_mut(&mut self) -> &mut CudaSlice<T> {
-        self.buf.as_mut().expect("Buf used before ensure()")
-    }
-
-    fn upload(
-        &mut self,
-        stream: &Arc<CudaStream>,
-        host: &[T],
-        what: &str,
-    ) -> Result<(), CudaError> {
-        self.ensure(stream, host.len())?;
-        if host.is_empty() {
-            return Ok(());
-        }
-        let mut view = self.get_mut().slice_mut(0..host.len());
-        stream
-            .memcpy_htod(host, &mut view)
-            .map_err(|e| CudaError::driver(format!("copying {what} to the device"), e))
-    }
-
-    /// Fills the first `len` values with zero bytes.
-    fn zero(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
-        self.ensure(stream, len)?;
-        let mut view = self.get_mut().slice_mut(0..len.max(1));
-        stream
-            .memset_zeros(&mut view)
-            .map_err(|e| CudaError::driver("zeroing a device buffer", e))
-    }
-
-    /// Fills the first `len` values with 0xFF bytes (a NaN in f32 and f64).
-    fn poison(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
-        self.ensure(stream, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        let bytes = len * std::mem::size_of::<T>();
-        let cu_stream = stream.cu_stream();
-        let (ptr, _record) = self.get_mut().device_ptr_mut(stream);
-        // SAFETY: ptr is a live allocation of at least `len` values of T on this stream's
-        // context (ensure() sized it); all-ones bytes are a valid (NaN) f32/f64 bit pattern.
-        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xFF, bytes, cu_stream) }
-            .map_err(|e| CudaError::driver("poisoning the output", e))
-    }
-
-    /// The raw device address (for kernel arguments that may be null).
-    fn addr(&self, stream: &Arc<CudaStream>) -> u64 {
-        let (ptr, _record) = self.get().device_ptr(stream);
-        ptr
-    }
-
-    fn download(
-        &self,
-        stream: &Arc<CudaStream>,
-        host: &mut [T],
-        what: &str,
-    ) -> Result<(), CudaError> {
-        if host.is_empty() {
-            return Ok(());
-        }
-        let view = self.get().slice(0..host.len());
-        stream
-            .memcpy_dtoh(&view, host)
-            .map_err(|e| CudaError::driver(format!("copying {what} to the host"), e))
-    }
-}
-
 /// Launches `$f` with the listed arguments; the caller's `// SAFETY:` comment states why the
 /// arguments match the kernel's signature and the buffers are large enough.
 macro_rules! launch {
@@ -274,31 +180,31 @@ pub struct EwaldDevice {
     plans: Option<Plans>,
     events: Vec<CudaEvent>,
     // inputs
-    x: Buf<f64>,
-    alpha: Buf<f64>,
-    sigma: Buf<f64>,
-    tx: Buf<f64>,
-    talpha: Buf<f64>,
-    sel: Buf<i32>,
+    x: DeviceBuffer<f64>,
+    alpha: DeviceBuffer<f64>,
+    sigma: DeviceBuffer<f64>,
+    tx: DeviceBuffer<f64>,
+    talpha: DeviceBuffer<f64>,
+    sel: DeviceBuffer<i32>,
     // sorting
-    keys: Buf<i32>,
-    slots: Buf<i32>,
-    start: Buf<i32>,
-    order: Buf<i32>,
-    sums: Buf<i32>,
-    cstart: Buf<i32>,
-    corder: Buf<i32>,
+    keys: DeviceBuffer<i32>,
+    slots: DeviceBuffer<i32>,
+    start: DeviceBuffer<i32>,
+    order: DeviceBuffer<i32>,
+    sums: DeviceBuffer<i32>,
+    cstart: DeviceBuffer<i32>,
+    corder: DeviceBuffer<i32>,
     // packed sources
-    sd: Buf<[f32; 4]>,
-    sa: Buf<[f32; 4]>,
-    sp: Buf<[f64; 4]>,
-    csa: Buf<[f32; 4]>,
+    sd: DeviceBuffer<[f32; 4]>,
+    sa: DeviceBuffer<[f32; 4]>,
+    sp: DeviceBuffer<[f64; 4]>,
+    csa: DeviceBuffer<[f32; 4]>,
     // mesh
-    grid: Buf<f32>,
-    spec: Buf<cufft_sys::float2>,
+    grid: DeviceBuffer<f32>,
+    spec: DeviceBuffer<cufft_sys::float2>,
     // outputs
-    u: Buf<f64>,
-    ex: Buf<f64>,
+    u: DeviceBuffer<f64>,
+    ex: DeviceBuffer<f64>,
     timings: GpuEwaldTimings,
 }
 
@@ -384,27 +290,27 @@ impl EwaldDevice {
             k,
             plans: None,
             events,
-            x: Buf::new(),
-            alpha: Buf::new(),
-            sigma: Buf::new(),
-            tx: Buf::new(),
-            talpha: Buf::new(),
-            sel: Buf::new(),
-            keys: Buf::new(),
-            slots: Buf::new(),
-            start: Buf::new(),
-            order: Buf::new(),
-            sums: Buf::new(),
-            cstart: Buf::new(),
-            corder: Buf::new(),
-            sd: Buf::new(),
-            sa: Buf::new(),
-            sp: Buf::new(),
-            csa: Buf::new(),
-            grid: Buf::new(),
-            spec: Buf::new(),
-            u: Buf::new(),
-            ex: Buf::new(),
+            x: DeviceBuffer::new(),
+            alpha: DeviceBuffer::new(),
+            sigma: DeviceBuffer::new(),
+            tx: DeviceBuffer::new(),
+            talpha: DeviceBuffer::new(),
+            sel: DeviceBuffer::new(),
+            keys: DeviceBuffer::new(),
+            slots: DeviceBuffer::new(),
+            start: DeviceBuffer::new(),
+            order: DeviceBuffer::new(),
+            sums: DeviceBuffer::new(),
+            cstart: DeviceBuffer::new(),
+            corder: DeviceBuffer::new(),
+            sd: DeviceBuffer::new(),
+            sa: DeviceBuffer::new(),
+            sp: DeviceBuffer::new(),
+            csa: DeviceBuffer::new(),
+            grid: DeviceBuffer::new(),
+            spec: DeviceBuffer::new(),
+            u: DeviceBuffer::new(),
+            ex: DeviceBuffer::new(),
             timings: GpuEwaldTimings::default(),
         })
     }
@@ -451,7 +357,7 @@ impl EwaldDevice {
     fn scan(
         stream: &Arc<CudaStream>,
         k: &Kernels,
-        sums: &mut Buf<i32>,
+        sums: &mut DeviceBuffer<i32>,
         buf: &mut CudaSlice<i32>,
         n: usize,
     ) -> Result<(), CudaError> {
@@ -479,11 +385,11 @@ impl EwaldDevice {
     fn finish_sort(
         stream: &Arc<CudaStream>,
         k: &Kernels,
-        sums: &mut Buf<i32>,
-        keys: &Buf<i32>,
-        slots: &Buf<i32>,
-        start: &mut Buf<i32>,
-        order: &mut Buf<i32>,
+        sums: &mut DeviceBuffer<i32>,
+        keys: &DeviceBuffer<i32>,
+        slots: &DeviceBuffer<i32>,
+        start: &mut DeviceBuffer<i32>,
+        order: &mut DeviceBuffer<i32>,
         n: usize,
         nb: usize,
     ) -> Result<(), CudaError> {

@@ -17,6 +17,7 @@
 //! at run time instead of the copies embedded in the binary (no rebuild to try a change).
 
 pub mod biot_savart;
+mod buffer;
 pub mod ewald;
 
 use cudarc::driver::{CudaContext, CudaModule, DriverError};

@@ -1066,12 +1066,7 @@ impl Summation for EwaldPeriodic {
         out.resize_for(targets.len(), &extra);
         let nt = targets.len();
         if sources.is_empty() {
-            out.velocity[..nt].fill([0.0; 3]);
-            match extra {
-                Extra::None => {}
-                Extra::Stretching { .. } => out.stretching[..nt].fill([0.0; 3]),
-                Extra::Gradient => out.gradient[..nt].fill([[0.0; 3]; 3]),
-            }
+            out.fill_zero(nt, &extra);
             return Ok(());
         }
         let want_grad = !matches!(extra, Extra::None);

@@ -90,6 +90,17 @@ impl Evaluation {
             Extra::Gradient => self.gradient.resize(n, [[0.0; 3]; 3]),
         }
     }
+
+    /// Sets the first `n` results of the velocity and the requested extra to zero (the answer
+    /// when there are no sources).
+    pub fn fill_zero(&mut self, n: usize, extra: &Extra) {
+        self.velocity[..n].fill([0.0; 3]);
+        match extra {
+            Extra::None => {}
+            Extra::Stretching { .. } => self.stretching[..n].fill([0.0; 3]),
+            Extra::Gradient => self.gradient[..n].fill([[0.0; 3]; 3]),
+        }
+    }
 }
 
 /// Why a summation could not be done.

@@ -1,0 +1,102 @@
+//! Device buffers shared by the GPU engines: allocations that grow only when a larger size is
+//! needed and stay resident between evaluations, with upload, download, zero and NaN poisoning.
+
+use super::CudaError;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits};
+use std::sync::Arc;
+
+/// A device buffer that grows only when a larger size is needed.
+pub(crate) struct DeviceBuffer<T> {
+    buf: Option<CudaSlice<T>>,
+}
+
+impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
+    pub(crate) fn new() -> Self {
+        DeviceBuffer { buf: None }
+    }
+
+    pub(crate) fn ensure(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
+        let have = self.buf.as_ref().map_or(0, |b| b.len());
+        if have < len.max(1) {
+            self.buf = None; // free first: the old contents are not needed
+            let b = stream
+                .alloc_zeros::<T>(len.max(1))
+                .map_err(|e| CudaError::driver(format!("allocating {len} device values"), e))?;
+            self.buf = Some(b);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn get(&self) -> &CudaSlice<T> {
+        self.buf
+            .as_ref()
+            .expect("DeviceBuffer used before ensure()")
+    }
+
+    pub(crate) fn get_mut(&mut self) -> &mut CudaSlice<T> {
+        self.buf
+            .as_mut()
+            .expect("DeviceBuffer used before ensure()")
+    }
+
+    pub(crate) fn upload(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        host: &[T],
+        what: &str,
+    ) -> Result<(), CudaError> {
+        self.ensure(stream, host.len())?;
+        if host.is_empty() {
+            return Ok(());
+        }
+        let mut view = self.get_mut().slice_mut(0..host.len());
+        stream
+            .memcpy_htod(host, &mut view)
+            .map_err(|e| CudaError::driver(format!("copying {what} to the device"), e))
+    }
+
+    /// Fills the first `len` values with zero bytes.
+    pub(crate) fn zero(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
+        self.ensure(stream, len)?;
+        let mut view = self.get_mut().slice_mut(0..len.max(1));
+        stream
+            .memset_zeros(&mut view)
+            .map_err(|e| CudaError::driver("zeroing a device buffer", e))
+    }
+
+    /// Fills the first `len` values with 0xFF bytes (a NaN in f32 and f64).
+    pub(crate) fn poison(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
+        self.ensure(stream, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let bytes = len * std::mem::size_of::<T>();
+        let cu_stream = stream.cu_stream();
+        let (ptr, _record) = self.get_mut().device_ptr_mut(stream);
+        // SAFETY: ptr is a live allocation of at least `len` values of T on this stream's
+        // context (ensure() sized it); all-ones bytes are a valid (NaN) f32/f64 bit pattern.
+        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xFF, bytes, cu_stream) }
+            .map_err(|e| CudaError::driver("poisoning the output", e))
+    }
+
+    /// The raw device address (for kernel arguments that may be null).
+    pub(crate) fn addr(&self, stream: &Arc<CudaStream>) -> u64 {
+        let (ptr, _record) = self.get().device_ptr(stream);
+        ptr
+    }
+
+    pub(crate) fn download(
+        &self,
+        stream: &Arc<CudaStream>,
+        host: &mut [T],
+        what: &str,
+    ) -> Result<(), CudaError> {
+        if host.is_empty() {
+            return Ok(());
+        }
+        let view = self.get().slice(0..host.len());
+        stream
+            .memcpy_dtoh(&view, host)
+            .map_err(|e| CudaError::driver(format!("copying {what} to the host"), e))
+    }
+}
