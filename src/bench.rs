@@ -1,9 +1,10 @@
 //! Benchmarks (`vpm bench …`): wall-clock medians after warm-up, on fresh random inputs, with the
 //! hardware stated. Each prints a table and can write JSON.
 
-use crate::config::{Dealias, InitialCondition};
+use crate::config::InitialCondition;
 use crate::init::initial_modes;
 use crate::output::{cpu_model, write_atomic};
+use crate::spectral::Dealias;
 use crate::spectral::{Fft3d, SpectralGrid, SpectralSolver};
 use anyhow::Result;
 use serde::Serialize;

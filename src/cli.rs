@@ -48,31 +48,14 @@ pub struct RunArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Where the vortex solver's summation runs, overriding the case's `vortex.backend`:
-    /// `auto` (a GPU when one is usable), `cpu` or `cuda` (an error without a usable GPU).
-    #[arg(long, value_enum)]
-    pub backend: Option<BackendArg>,
+    /// Where the run's solvers run, overriding the case's `device` (`--backend` is the older
+    /// name): `auto` (a GPU when one is usable), `cpu`, `cuda` or `cuda:N` (an error without
+    /// that GPU).
+    #[arg(long, alias = "backend", value_name = "DEVICE")]
+    pub device: Option<crate::device::DeviceRequest>,
     /// Testing aid: stop abruptly after this many steps, as if the process were killed.
     #[arg(long, hide = true)]
     pub abort_after_steps: Option<u64>,
-}
-
-/// `--backend` values (the spellings of `vortex.backend`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendArg {
-    Auto,
-    Cpu,
-    Cuda,
-}
-
-impl BackendArg {
-    pub fn backend(self) -> crate::config::Backend {
-        match self {
-            BackendArg::Auto => crate::config::Backend::Auto,
-            BackendArg::Cpu => crate::config::Backend::Cpu,
-            BackendArg::Cuda => crate::config::Backend::Cuda,
-        }
-    }
 }
 
 #[derive(Debug, Args)]
@@ -146,10 +129,11 @@ pub struct BenchEwaldArgs {
     /// Worker threads (default: all cores; on the GPU: the CPU reference's).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// The evaluator to time: `cpu` (f64, rayon), `cuda` (the GPU, f32; an error without a
-    /// usable GPU) or `auto` (the GPU when one is usable).
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub backend: BackendArg,
+    /// The evaluator to time: `cpu` (f64, rayon), `cuda`/`cuda:N` (the GPU, f32; an error
+    /// without a usable GPU) or `auto` (the GPU when one is usable). `--backend` is the older
+    /// name.
+    #[arg(long, alias = "backend", default_value = "cpu", value_name = "DEVICE")]
+    pub device: crate::device::DeviceRequest,
     /// GPU: particles checked against the CPU f64 evaluator per size (0: no accuracy check).
     #[arg(long, default_value_t = 2000)]
     pub sample: usize,

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod cuda;
+pub mod device;
 pub mod diagnostics;
 pub mod init;
 pub mod kernel;

@@ -5,7 +5,7 @@ use clap::Parser;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
-use vpm::cli::{BackendArg, BenchCommand, Cli, Command, DealiasArg};
+use vpm::cli::{BenchCommand, Cli, Command, DealiasArg};
 use vpm::config::{named_cases, resolve_case, Case, Dealias};
 use vpm::output::create_run_dir;
 use vpm::simulation::{AnyRun, ProgressStyle, RunEnd, RunOptions};
@@ -67,28 +67,11 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run(args) => {
             let (mut case, _text) = resolve_case(&args.case)?;
-            if let Some(b) = args.backend {
+            if let Some(d) = args.device {
                 // Recorded in the run's case.toml, so `vpm resume` keeps it.
-                match case.vortex.as_mut() {
-                    Some(vc) => vc.backend = b.backend(),
-                    None => bail!(
-                        "--backend {}: case `{}` has no [vortex] section (the backend is where \
-                         the vortex solver's Biot–Savart sums run)",
-                        b.backend(),
-                        case.name
-                    ),
-                }
-            }
-            // backend = "cuda" without a usable GPU fails before a run directory is made.
-            if let Some(vc) = case.vortex.as_ref() {
-                if vc.backend == vpm::config::Backend::Cuda {
-                    if let Err(e) = vpm::cuda::availability() {
-                        bail!(
-                            "case `{}`: vortex.backend = \"cuda\" but no CUDA driver/GPU was \
-                             found: {e}",
-                            case.name
-                        );
-                    }
+                case.device = d;
+                if let Some(v) = case.vortex.as_mut() {
+                    v.device = None;
                 }
             }
             let threads = set_threads(args.threads)?;
@@ -180,22 +163,11 @@ fn run(cli: Cli) -> Result<()> {
             if !(1e-12..=1e-2).contains(&a.accuracy) {
                 bail!("--accuracy {}: must be in [1e-12, 1e-2]", a.accuracy);
             }
-            let gpu = match a.backend {
-                BackendArg::Cpu => false,
-                BackendArg::Cuda => {
-                    if let Err(e) = vpm::cuda::availability() {
-                        bail!("--backend cuda: no usable GPU: {e}");
-                    }
-                    true
-                }
-                BackendArg::Auto => match vpm::cuda::availability() {
-                    Ok(_) => true,
-                    Err(e) => {
-                        eprintln!("--backend auto: CPU, no usable GPU: {e}");
-                        false
-                    }
-                },
-            };
+            let (device, note) = vpm::device::Device::open(a.device)?;
+            if !cli.quiet {
+                eprintln!("--device {}: {note}", a.device);
+            }
+            let gpu = device.is_cuda();
             if gpu {
                 vpm::bench::bench_ewald_gpu(
                     &a.n,

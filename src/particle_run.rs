@@ -23,7 +23,9 @@ use crate::output::{
     read_latest_checkpoint, write_atomic, write_checkpoint, CheckpointArrays, CsvLog, Manifest,
 };
 use crate::particles::ParticleSet;
-use crate::simulation::{rbf_solver, reached, write_vortex_snapshot, Progress, RunEnd, RunOptions};
+use crate::simulation::{
+    reached, vortex_device, write_vortex_snapshot, Progress, RunEnd, RunOptions,
+};
 use crate::summation::{planner, Boundary, Evaluation};
 use crate::vortex::{VortexClock, VortexSettings, VortexSolver};
 use anyhow::{bail, Context, Result};
@@ -164,8 +166,13 @@ fn solver_for(case: &Case, particles: ParticleSet) -> Result<VortexSolver> {
         Flow::Ring { .. } => Boundary::FreeSpace,
         Flow::Tube { .. } => Boundary::Periodic { length: TAU },
     };
-    let plan = planner::plan(boundary, vc.evaluator, vc.backend, vc.accuracy)
-        .with_context(|| format!("case `{}`: [vortex]", case.name))?;
+    let plan = planner::plan(
+        boundary,
+        vc.evaluator,
+        &vortex_device(case, vc)?,
+        vc.accuracy,
+    )
+    .with_context(|| format!("case `{}`: [vortex]", case.name))?;
     tracing::info!("vortex evaluator: {}", plan.description);
     let settings = VortexSettings {
         nu: case.flow.nu,
@@ -173,7 +180,7 @@ fn solver_for(case: &Case, particles: ParticleSet) -> Result<VortexSolver> {
         reinit_every: vc.reinit_every,
         lattice_n: vc.n,
         sigma0: vc.sigma0(),
-        rbf: rbf_solver(&vc.rbf),
+        rbf: vc.rbf,
         // A single tube or ring carries its own circulation: no Σα = 0 enforcement.
         zero_total_strength: false,
     };

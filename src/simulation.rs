@@ -10,7 +10,7 @@
 //! - A step that produces a non-finite state is not committed: the run stops with a clear error,
 //!   after writing a checkpoint of the last good state.
 
-use crate::config::{Cadence, Case, RbfConfig, TimeStep, VortexConfig};
+use crate::config::{Cadence, Case, TimeStep, VortexConfig};
 use crate::diagnostics::{flow_stats, max_divergence, shell_spectrum, FlowStats};
 use crate::init::initial_modes;
 use crate::output::{
@@ -23,7 +23,7 @@ use crate::spectral::{Fft3d, ModeLayout, SpectralGrid, SpectralSolver, VectorMod
 use crate::summation::{planner, Boundary, Evaluation};
 use crate::vortex::field::{grid_kmax, particles_from_modes};
 use crate::vortex::rbf::SolveReport;
-use crate::vortex::{RbfSolver, VortexClock, VortexSettings, VortexSolver};
+use crate::vortex::{VortexClock, VortexSettings, VortexSolver};
 use anyhow::{bail, Context, Result};
 use num_complex::Complex64;
 use serde_json::json;
@@ -841,17 +841,13 @@ fn spectral_grid(case: &Case) -> Result<SpectralGrid> {
     }
 }
 
-pub(crate) fn rbf_solver(c: &RbfConfig) -> RbfSolver {
-    match *c {
-        RbfConfig::Exact => RbfSolver::Exact,
-        RbfConfig::ConjugateGradient {
-            tolerance,
-            max_iterations,
-        } => RbfSolver::ConjugateGradient {
-            tolerance,
-            max_iterations,
-        },
-    }
+/// The device the particle solver of a case runs on: `[vortex] device`, else the run's.
+pub(crate) fn vortex_device(case: &Case, vc: &VortexConfig) -> Result<crate::device::Device> {
+    let request = vc.device.unwrap_or(case.device);
+    let (device, note) = crate::device::Device::open(request)
+        .with_context(|| format!("case `{}`: [vortex]", case.name))?;
+    tracing::info!("vortex device: {note}");
+    Ok(device)
 }
 
 /// The particle solver of a case (periodic box) around the given particles.
@@ -861,7 +857,7 @@ fn vortex_solver(case: &Case, vc: &VortexConfig, particles: ParticleSet) -> Resu
             length: std::f64::consts::TAU,
         },
         vc.evaluator,
-        vc.backend,
+        &vortex_device(case, vc)?,
         vc.accuracy,
     )
     .with_context(|| format!("case `{}`: [vortex]", case.name))?;
@@ -872,7 +868,7 @@ fn vortex_solver(case: &Case, vc: &VortexConfig, particles: ParticleSet) -> Resu
         reinit_every: vc.reinit_every,
         lattice_n: vc.n,
         sigma0: vc.sigma0(),
-        rbf: rbf_solver(&vc.rbf),
+        rbf: vc.rbf,
         zero_total_strength: true,
     };
     Ok(VortexSolver::new(particles, plan.evaluator, settings))
@@ -890,7 +886,7 @@ impl VortexRun {
             )
         })?;
         let (particles, initial_solve) =
-            particles_from_modes(&layout, &modes, vc.n, vc.overlap, rbf_solver(&vc.rbf));
+            particles_from_modes(&layout, &modes, vc.n, vc.overlap, vc.rbf);
         Ok(Self {
             solver: vortex_solver(case, vc, particles)?,
             sigma0: vc.sigma0(),

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use vpm::config::{
-    named_case, named_cases, resolve_case, Backend, Cadence, Case, CaseError, Dealias,
-    EvaluatorKind, InitialCondition, RbfConfig, TimeStep, VortexConfig,
+    named_case, named_cases, resolve_case, Cadence, Case, CaseError, Dealias, DeviceRequest,
+    EvaluatorKind, InitialCondition, RbfSolver, TimeStep, VortexConfig,
 };
 use vpm::kernel::StretchingScheme;
 
@@ -861,17 +861,17 @@ fn vortex_defaults() {
         overlap: 1.0,
         stretching: StretchingScheme::Classical,
         reinit_every: Some(10),
-        rbf: RbfConfig::ConjugateGradient {
+        rbf: RbfSolver::ConjugateGradient {
             tolerance: 1e-8,
             max_iterations: 200,
         },
         evaluator: EvaluatorKind::Ewald,
         accuracy: 1e-6,
-        backend: Backend::Auto,
+        device: None,
         snapshots: None,
     };
     assert_eq!(VortexConfig::with_defaults(16), expected);
-    assert_eq!(RbfConfig::DEFAULT, expected.rbf);
+    assert_eq!(RbfSolver::DEFAULT, expected.rbf);
     // An empty section, and an empty inline table.
     let case = round_trip(&with_vortex(""));
     assert_eq!(case.vortex, Some(expected.clone()));
@@ -887,7 +887,7 @@ fn vortex_defaults() {
         section,
         "n = 16\noverlap = 1.0\nstretching = \"classical\"\nreinit_every = 10\nrbf = \"cg\"\n\
          rbf_tolerance = 1e-8\nrbf_max_iterations = 200\nevaluator = \"ewald\"\n\
-         accuracy = 1e-6\nbackend = \"auto\"\n",
+         accuracy = 1e-6\n",
         "{resolved}"
     );
     // Lattice spacing and core radius.
@@ -903,12 +903,12 @@ fn vortex_defaults() {
 fn vortex_spellings() {
     assert_eq!(EvaluatorKind::Direct.as_str(), "direct");
     assert_eq!(EvaluatorKind::Ewald.as_str(), "ewald");
-    assert_eq!(Backend::Auto.as_str(), "auto");
-    assert_eq!(Backend::Cpu.as_str(), "cpu");
-    assert_eq!(Backend::Cuda.as_str(), "cuda");
-    assert_eq!(Backend::Cuda.to_string(), "cuda");
-    assert_eq!(RbfConfig::Exact.as_str(), "exact");
-    assert_eq!(RbfConfig::DEFAULT.as_str(), "cg");
+    assert_eq!(DeviceRequest::Auto.to_string(), "auto");
+    assert_eq!(DeviceRequest::Cpu.to_string(), "cpu");
+    assert_eq!(DeviceRequest::Cuda(None).to_string(), "cuda");
+    assert_eq!(DeviceRequest::Cuda(Some(1)).to_string(), "cuda:1");
+    assert_eq!(RbfSolver::Exact.as_str(), "exact");
+    assert_eq!(RbfSolver::DEFAULT.as_str(), "cg");
 }
 
 #[test]
@@ -921,13 +921,13 @@ fn vortex_round_trip_with_every_key() {
             overlap: 0.30000000000000004,
             stretching: StretchingScheme::Transposed,
             reinit_every: None,
-            rbf: RbfConfig::ConjugateGradient {
+            rbf: RbfSolver::ConjugateGradient {
                 tolerance: 1e-10,
                 max_iterations: 1000,
             },
             evaluator: EvaluatorKind::Ewald,
             accuracy: 1e-12,
-            backend: Backend::Cuda,
+            device: Some(DeviceRequest::Cuda(None)),
             snapshots: Some(Cadence::Time(0.1)),
         })
     );
@@ -938,15 +938,15 @@ fn vortex_round_trip_with_every_key() {
     ));
     let v = case.vortex.unwrap();
     assert_eq!((v.n, v.overlap, v.reinit_every), (512, 3.0, Some(7)));
-    assert_eq!((v.rbf, v.accuracy), (RbfConfig::Exact, 1e-2));
-    assert_eq!(v.backend, Backend::Cpu);
+    assert_eq!((v.rbf, v.accuracy), (RbfSolver::Exact, 1e-2));
+    assert_eq!(v.device, Some(DeviceRequest::Cpu));
     assert_eq!(v.snapshots, Some(Cadence::Steps(5)));
     let case = round_trip(&with_vortex(
         "n = 8\nrbf_tolerance = 1e-2\nrbf_max_iterations = 1\n",
     ));
     assert_eq!(
         case.vortex.unwrap().rbf,
-        RbfConfig::ConjugateGradient {
+        RbfSolver::ConjugateGradient {
             tolerance: 1e-2,
             max_iterations: 1
         }
@@ -955,7 +955,7 @@ fn vortex_round_trip_with_every_key() {
     let mut case = round_trip(BASE);
     case.vortex = Some(VortexConfig {
         reinit_every: None,
-        rbf: RbfConfig::Exact,
+        rbf: RbfSolver::Exact,
         snapshots: Some(Cadence::Steps(1)),
         ..VortexConfig::with_defaults(64)
     });
@@ -1134,7 +1134,11 @@ fn vortex_bad_evaluator_accuracy_backend() {
     assert_message(
         &m,
         l,
-        &["`vortex.backend`", "\"opencl\"", r#""auto", "cpu", "cuda""#],
+        &[
+            "`vortex.backend`",
+            "\"opencl\"",
+            r#""auto", "cpu", "cuda" or "cuda:N""#,
+        ],
     );
 }
 
@@ -1169,7 +1173,7 @@ fn vortex_unknown_keys_and_types() {
         &[
             "unknown key `vortex.sigma0`",
             "allowed keys in [vortex]: n, overlap, stretching, reinit_every, rbf, \
-             rbf_tolerance, rbf_max_iterations, evaluator, accuracy, backend, \
+             rbf_tolerance, rbf_max_iterations, evaluator, accuracy, device, backend, \
              snapshot_every_steps, snapshot_every_time",
         ],
     );

@@ -10,12 +10,13 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use vpm::config::{Backend, EvaluatorKind};
 use vpm::cuda::biot_savart::{GpuReal, KernelConfig};
+use vpm::device::{Device, DeviceRequest};
 use vpm::kernel::{Real, StretchingScheme};
 use vpm::summation::cuda_direct::{CudaDirect, CudaDirectOf};
 use vpm::summation::direct::DirectFreeSpace;
 use vpm::summation::planner::plan;
+use vpm::summation::EvaluatorKind;
 use vpm::summation::{Boundary, Evaluation, Extra, Sources, Summation};
 
 /// True when a GPU is usable; otherwise prints why the calling test is skipped.
@@ -302,47 +303,38 @@ fn gpu_buffers_are_reused_across_sizes_and_edge_cases() {
 }
 
 #[test]
-fn planner_cuda_backend_without_gpu_is_a_clear_error() {
-    let free = plan(
-        Boundary::FreeSpace,
-        EvaluatorKind::Direct,
-        Backend::Cuda,
-        1e-6,
-    );
+fn planner_cuda_device_without_gpu_is_a_clear_error() {
+    let cuda = Device::open(DeviceRequest::Cuda(None));
     match vpm::cuda::availability() {
         Ok(info) => {
-            let p = free.unwrap_or_else(|e| panic!("GPU {info} present but: {e}"));
+            let (device, _) = cuda.unwrap_or_else(|e| panic!("GPU {info} present but: {e}"));
+            let p = plan(Boundary::FreeSpace, EvaluatorKind::Direct, &device, 1e-6)
+                .unwrap_or_else(|e| panic!("GPU {info} present but: {e}"));
             assert!(p.description.contains("CUDA"), "{}", p.description);
+            assert!(p.description.contains("device cuda:0"), "{}", p.description);
         }
         Err(why) => {
-            let e = free.err().expect("cuda backend without a GPU must fail");
-            let m = e.to_string();
+            let m = cuda
+                .err()
+                .expect("cuda without a GPU must fail")
+                .to_string();
             assert!(
-                m.contains("vortex.backend = \"cuda\" but no CUDA driver/GPU was found: "),
+                m.contains("device \"cuda\" asked for, but no usable CUDA GPU: "),
                 "{m}"
             );
             assert!(m.contains(&why.to_string()), "{m}");
             // auto falls back to the CPU and says why.
-            let p = plan(
-                Boundary::FreeSpace,
-                EvaluatorKind::Direct,
-                Backend::Auto,
-                1e-6,
-            )
-            .unwrap();
-            assert!(
-                p.description.contains("auto: CPU, no usable GPU"),
-                "{}",
-                p.description
-            );
+            let (device, note) = Device::open(DeviceRequest::Auto).unwrap();
+            assert_eq!(device.label(), "cpu");
+            assert!(note.contains("auto: cpu, no usable GPU"), "{note}");
         }
     }
     // The periodic box (GPU Ewald) is checked in tests/gpu_ewald.rs; `cpu` never asks for a GPU.
     let periodic = Boundary::Periodic {
         length: std::f64::consts::TAU,
     };
-    let p = plan(periodic, EvaluatorKind::Ewald, Backend::Cpu, 1e-6).unwrap();
-    assert!(p.description.contains("backend cpu"), "{}", p.description);
+    let p = plan(periodic, EvaluatorKind::Ewald, &Device::Cpu, 1e-6).unwrap();
+    assert!(p.description.contains("device cpu"), "{}", p.description);
 }
 
 /// The kernel source's series coefficients and thresholds are src/kernel.rs's (the GPU mirrors

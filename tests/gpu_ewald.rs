@@ -13,12 +13,13 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::f64::consts::{PI, TAU};
-use vpm::config::{Backend, EvaluatorKind};
+use vpm::device::{Device, DeviceRequest};
 use vpm::kernel::StretchingScheme;
 use vpm::particles::ParticleSet;
 use vpm::summation::cuda_ewald::CudaEwald;
 use vpm::summation::ewald::EwaldPeriodic;
 use vpm::summation::planner::plan;
+use vpm::summation::EvaluatorKind;
 use vpm::summation::{Boundary, Evaluation, Extra, Sources, Summation};
 use vpm::vortex::{lattice_nodes, RbfSolver, VortexSettings, VortexSolver};
 
@@ -366,34 +367,27 @@ fn gpu_ewald_reuses_buffers_across_sizes_and_edge_cases() {
 }
 
 #[test]
-fn planner_periodic_cuda_backend() {
+fn planner_periodic_cuda_device() {
     let periodic = Boundary::Periodic { length: TAU };
-    let p = plan(periodic, EvaluatorKind::Ewald, Backend::Cuda, ACCURACY);
-    match vpm::cuda::availability() {
-        Ok(info) => {
-            let p = p.unwrap_or_else(|e| panic!("GPU {info} present but: {e}"));
+    match Device::open(DeviceRequest::Cuda(None)) {
+        Ok((device, _)) => {
+            let p = plan(periodic, EvaluatorKind::Ewald, &device, ACCURACY)
+                .unwrap_or_else(|e| panic!("GPU present but: {e}"));
             assert!(p.description.contains("CUDA"), "{}", p.description);
-            assert!(p.description.contains("backend cuda"), "{}", p.description);
-            let p = plan(periodic, EvaluatorKind::Ewald, Backend::Auto, ACCURACY).unwrap();
-            assert!(p.description.contains("auto: CUDA"), "{}", p.description);
+            assert!(p.description.contains("device cuda:0"), "{}", p.description);
+            let (auto, note) = Device::open(DeviceRequest::Auto).unwrap();
+            assert!(note.contains("auto: cuda:0"), "{note}");
+            assert!(auto.is_cuda());
         }
-        Err(why) => {
-            let m = p
-                .err()
-                .expect("cuda backend without a GPU must fail")
-                .to_string();
-            assert!(m.contains("vortex.backend = \"cuda\""), "{m}");
+        Err(e) => {
+            let why = vpm::cuda::availability().expect_err("no GPU");
+            let m = e.to_string();
+            assert!(m.contains("device \"cuda\""), "{m}");
             assert!(m.contains(&why.to_string()), "{m}");
-            let p = plan(periodic, EvaluatorKind::Ewald, Backend::Auto, ACCURACY).unwrap();
-            assert!(
-                p.description.contains("auto: CPU, no usable GPU"),
-                "{}",
-                p.description
-            );
         }
     }
-    let p = plan(periodic, EvaluatorKind::Ewald, Backend::Cpu, ACCURACY).unwrap();
-    assert!(p.description.contains("backend cpu"), "{}", p.description);
+    let p = plan(periodic, EvaluatorKind::Ewald, &Device::Cpu, ACCURACY).unwrap();
+    assert!(p.description.contains("device cpu"), "{}", p.description);
 }
 
 /// Whole vortex steps on the GPU (velocity, stretching, reinitialisation vorticity, grid

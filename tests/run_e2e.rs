@@ -622,7 +622,7 @@ fn backend_cuda_without_a_gpu_is_a_clear_error_and_auto_falls_back() {
     let err = stderr(&o);
     assert_no_panic(&err);
     assert!(
-        err.contains("vortex.backend = \"cuda\" but no CUDA driver/GPU was found")
+        err.contains("device \"cuda\" asked for, but no usable CUDA GPU")
             && err.contains("VPM_NO_CUDA"),
         "should say that no GPU is usable and why:\n{err}"
     );

@@ -13,6 +13,12 @@
 
 mod parse;
 
+// Physics owns its enums; the case file parses into them (re-exported here for convenience).
+pub use crate::device::DeviceRequest;
+pub use crate::spectral::Dealias;
+pub use crate::summation::EvaluatorKind;
+pub use crate::vortex::RbfSolver;
+
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -36,6 +42,9 @@ pub struct Case {
     /// Section `[spectral]`: required for field-defined flows, absent (`None`) for
     /// particle-defined ones ([`InitialCondition::is_particle_defined`]).
     pub spectral: Option<SpectralConfig>,
+    /// Key `device`: where the run's solvers run unless a section overrides it; default
+    /// `"auto"`.
+    pub device: DeviceRequest,
     /// Section `[vortex]` (optional for field-defined flows, required for particle-defined
     /// ones): the vortex particle solver; `None` when the section is absent.
     pub vortex: Option<VortexConfig>,
@@ -129,6 +138,14 @@ pub struct TimeControl {
     pub t_end: f64,
     /// Fixed (`dt`) or adaptive (`cfl`) step.
     pub step: TimeStep,
+    /// `max_steps`: the run stops with an error after this many steps; `None`: no limit
+    /// (a fixed-Δt case with more than [`TimeControl::MAX_FIXED_STEPS`] steps is refused).
+    pub max_steps: Option<u64>,
+}
+
+impl TimeControl {
+    /// The most steps a fixed-Δt case may take.
+    pub const MAX_FIXED_STEPS: f64 = 1e9;
 }
 
 /// The time step: exactly one of `dt` and `cfl` is given in `[time]`.
@@ -183,31 +200,9 @@ pub struct SpectralConfig {
     pub n: usize,
     /// Dealiasing rule; default 3/2.
     pub dealias: Dealias,
-}
-
-/// Dealiasing of the nonlinear term.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Dealias {
-    /// `"3/2"`: pad to 3n/2, multiply, truncate (exact for quadratic terms).
-    ThreeHalves,
-    /// `"2/3"`: zero the modes with |k_i| > n/3 (cheaper).
-    TwoThirds,
-}
-
-impl Dealias {
-    /// The TOML spelling: `"3/2"` or `"2/3"`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Dealias::ThreeHalves => "3/2",
-            Dealias::TwoThirds => "2/3",
-        }
-    }
-}
-
-impl std::fmt::Display for Dealias {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
+    /// `device`: where the spectral solver runs, overriding the run's `device`; `None` (the
+    /// default): the run's.
+    pub device: Option<DeviceRequest>,
 }
 
 /// Section `[vortex]`: the vortex particle solver (PHYSICS.md §2–3). It steps with the `[time]`
@@ -226,14 +221,15 @@ pub struct VortexConfig {
     pub reinit_every: Option<u64>,
     /// `rbf`, `rbf_tolerance`, `rbf_max_iterations`: how reinitialisation solves for the
     /// strengths; default conjugate gradients to 1e-8 in at most 200 iterations.
-    pub rbf: RbfConfig,
+    pub rbf: RbfSolver,
     /// `evaluator`: the Biot–Savart summation; default `"ewald"`.
     pub evaluator: EvaluatorKind,
     /// `accuracy`: requested relative accuracy of the periodic evaluator; in [1e-12, 1e-2];
     /// default 1e-6.
     pub accuracy: f64,
-    /// `backend`: where the summation runs; default `"auto"`.
-    pub backend: Backend,
+    /// `device` (alias `backend`): where the particle solver runs, overriding the run's
+    /// `device`; `None` (the default): the run's.
+    pub device: Option<DeviceRequest>,
     /// `snapshot_every_steps` / `snapshot_every_time`: how often the particles are written;
     /// `None` (the default): never.
     pub snapshots: Option<Cadence>,
@@ -255,10 +251,10 @@ impl VortexConfig {
             overlap: Self::DEFAULT_OVERLAP,
             stretching: crate::kernel::StretchingScheme::Classical,
             reinit_every: Some(Self::DEFAULT_REINIT_EVERY),
-            rbf: RbfConfig::DEFAULT,
+            rbf: RbfSolver::DEFAULT,
             evaluator: EvaluatorKind::Ewald,
             accuracy: Self::DEFAULT_ACCURACY,
-            backend: Backend::Auto,
+            device: None,
             snapshots: None,
         }
     }
@@ -271,94 +267,6 @@ impl VortexConfig {
     /// Initial (and post-reinitialisation) core radius σ0 = overlap · h.
     pub fn sigma0(&self) -> f64 {
         self.overlap * self.spacing()
-    }
-}
-
-/// How reinitialisation solves Σ_j β_j ζ_σ0(x_i − x_j) = ω_h(x_i) for the strengths.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum RbfConfig {
-    /// `rbf = "exact"`: by FFT on the periodic lattice.
-    Exact,
-    /// `rbf = "cg"`: conjugate gradients.
-    ConjugateGradient {
-        /// `rbf_tolerance`: relative residual; in (0, 1e-2]; default 1e-8.
-        tolerance: f64,
-        /// `rbf_max_iterations`: iteration cap; ≥ 1; default 200.
-        max_iterations: usize,
-    },
-}
-
-impl RbfConfig {
-    /// Default `rbf_tolerance`.
-    pub const DEFAULT_TOLERANCE: f64 = 1e-8;
-    /// Default `rbf_max_iterations`.
-    pub const DEFAULT_MAX_ITERATIONS: usize = 200;
-    /// The default: conjugate gradients to a relative residual of 1e-8, at most 200 iterations.
-    pub const DEFAULT: RbfConfig = RbfConfig::ConjugateGradient {
-        tolerance: Self::DEFAULT_TOLERANCE,
-        max_iterations: Self::DEFAULT_MAX_ITERATIONS,
-    };
-
-    /// The TOML spelling of `rbf`: `"exact"` or `"cg"`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            RbfConfig::Exact => "exact",
-            RbfConfig::ConjugateGradient { .. } => "cg",
-        }
-    }
-}
-
-/// Which Biot–Savart summation the vortex solver uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EvaluatorKind {
-    /// `"direct"`: all pairs.
-    Direct,
-    /// `"ewald"`: Ewald splitting, short-range pairs plus a particle-mesh Fourier part (the
-    /// default for the periodic box).
-    Ewald,
-}
-
-impl EvaluatorKind {
-    /// The TOML spelling: `"direct"` or `"ewald"`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            EvaluatorKind::Direct => "direct",
-            EvaluatorKind::Ewald => "ewald",
-        }
-    }
-}
-
-impl std::fmt::Display for EvaluatorKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Where the summation runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Backend {
-    /// `"auto"`: a GPU when one is usable, otherwise the CPU.
-    Auto,
-    /// `"cpu"`.
-    Cpu,
-    /// `"cuda"`: an NVIDIA GPU (an error when none is usable).
-    Cuda,
-}
-
-impl Backend {
-    /// The TOML spelling: `"auto"`, `"cpu"` or `"cuda"`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Backend::Auto => "auto",
-            Backend::Cpu => "cpu",
-            Backend::Cuda => "cuda",
-        }
-    }
-}
-
-impl std::fmt::Display for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -480,6 +388,7 @@ impl Case {
         );
         let _ = writeln!(s, "name = {}", toml_str(&self.name));
         let _ = writeln!(s, "description = {}", toml_str(&self.description));
+        let _ = writeln!(s, "device = \"{}\"", self.device);
 
         let _ = writeln!(s, "\n[flow]\nnu = {}", toml_f64(self.flow.nu));
 
@@ -533,6 +442,9 @@ impl Case {
         }
 
         let _ = writeln!(s, "\n[time]\nt_end = {}", toml_f64(self.time.t_end));
+        if let Some(m) = self.time.max_steps {
+            let _ = writeln!(s, "max_steps = {m}");
+        }
         match self.time.step {
             TimeStep::Fixed { dt } => {
                 let _ = writeln!(s, "dt = {}", toml_f64(dt));
@@ -566,6 +478,9 @@ impl Case {
                 spectral.n,
                 spectral.dealias.as_str()
             );
+            if let Some(d) = spectral.device {
+                let _ = writeln!(s, "device = \"{d}\"");
+            }
         }
 
         if let Some(v) = &self.vortex {
@@ -577,7 +492,7 @@ impl Case {
                 None => writeln!(s, "reinit_every = \"never\""),
             };
             let _ = writeln!(s, "rbf = \"{}\"", v.rbf.as_str());
-            if let RbfConfig::ConjugateGradient {
+            if let RbfSolver::ConjugateGradient {
                 tolerance,
                 max_iterations,
             } = v.rbf
@@ -587,7 +502,9 @@ impl Case {
             }
             let _ = writeln!(s, "evaluator = \"{}\"", v.evaluator.as_str());
             let _ = writeln!(s, "accuracy = {}", toml_f64(v.accuracy));
-            let _ = writeln!(s, "backend = \"{}\"", v.backend.as_str());
+            if let Some(d) = v.device {
+                let _ = writeln!(s, "device = \"{d}\"");
+            }
             if let Some(cadence) = v.snapshots {
                 write_cadence(&mut s, "snapshot_", cadence);
             }

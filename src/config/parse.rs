@@ -9,8 +9,8 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use super::{
-    Backend, Cadence, Case, CaseError, CheckpointControl, Dealias, EvaluatorKind, Flow,
-    InitialCondition, OutputControl, RbfConfig, SpectralConfig, TimeControl, TimeStep,
+    Cadence, Case, CaseError, CheckpointControl, Dealias, DeviceRequest, EvaluatorKind, Flow,
+    InitialCondition, OutputControl, RbfSolver, SpectralConfig, TimeControl, TimeStep,
     VortexConfig,
 };
 use crate::kernel::StretchingScheme;
@@ -27,6 +27,7 @@ const TOP_KEYS: &[&str] = &[
     "checkpoint",
     "spectral",
     "vortex",
+    "device",
 ];
 const KINDS: &str =
     r#"must be one of "taylor-green", "isotropic", "shear-wave", "vortex-ring", "vortex-tube""#;
@@ -247,6 +248,17 @@ impl<'a, 'i> Section<'a, 'i> {
         }
     }
 
+    /// A device request (`"auto" | "cpu" | "cuda" | "cuda:N"`); `None` when absent.
+    fn device(&self, doc: &Doc, key: &str) -> Result<Option<DeviceRequest>, CaseError> {
+        let Some(item) = self.string(doc, key, DeviceRequest::ALLOWED)? else {
+            return Ok(None);
+        };
+        match DeviceRequest::parse(&item.value) {
+            Some(d) => Ok(Some(d)),
+            None => Err(item.fail(doc, DeviceRequest::ALLOWED)),
+        }
+    }
+
     /// A string that must be one of `options` (TOML spelling, value); `default` when absent.
     fn choice<T: Copy>(
         &self,
@@ -434,6 +446,7 @@ pub(super) fn parse_case(text: &str, origin: &str, default_name: &str) -> Result
     let description = top
         .string(&doc, "description", "any string")?
         .map_or_else(String::new, |item| item.value);
+    let device = top.device(&doc, "device")?.unwrap_or_default();
 
     let flow = parse_flow(&doc, &section(&doc, root, "flow")?)?;
     let time = parse_time(&doc, &section(&doc, root, "time")?)?;
@@ -491,6 +504,7 @@ pub(super) fn parse_case(text: &str, origin: &str, default_name: &str) -> Result
         checkpoint,
         spectral,
         vortex,
+        device,
     })
 }
 
@@ -516,7 +530,8 @@ fn parse_time(doc: &Doc, sec: &Section) -> Result<TimeControl, CaseError> {
     const CFL: &str = "CFL number: must be in (0, 2.5]";
     const DT_MAX: &str = "largest adaptive step: must be a finite number > 0";
     const ONE_OF: &str = "give exactly one of `dt` (fixed step) or `cfl` (adaptive step)";
-    sec.check_keys(doc, &["t_end", "dt", "cfl", "dt_max"], "")?;
+    const MAX_STEPS: &str = "the most steps the run may take: must be an integer ≥ 1";
+    sec.check_keys(doc, &["t_end", "dt", "cfl", "dt_max", "max_steps"], "")?;
     let t_end = sec
         .number(doc, "t_end", T_END)?
         .ok_or_else(|| sec.missing(doc, "t_end", "final time, > 0"))?;
@@ -543,6 +558,18 @@ fn parse_time(doc: &Doc, sec: &Section) -> Result<TimeControl, CaseError> {
                 ));
             }
             dt.require(doc, dt.value > 0.0 && dt.value <= t_end, &dt_allowed)?;
+            let steps = (t_end / dt.value).ceil();
+            if steps > TimeControl::MAX_FIXED_STEPS {
+                return Err(dt.fail(
+                    doc,
+                    &format!(
+                        "t_end / dt = {t_end} / {} = {steps:.3e} steps, more than the {:.0e} a \
+                         run may take: raise dt or shorten t_end",
+                        dt.value,
+                        TimeControl::MAX_FIXED_STEPS
+                    ),
+                ));
+            }
             TimeStep::Fixed { dt: dt.value }
         }
         (None, Some(cfl)) => {
@@ -560,13 +587,24 @@ fn parse_time(doc: &Doc, sec: &Section) -> Result<TimeControl, CaseError> {
             }
         }
     };
-    Ok(TimeControl { t_end, step })
+    let max_steps = match sec.integer(doc, "max_steps", MAX_STEPS)? {
+        Some(m) => {
+            m.require(doc, m.value >= 1, MAX_STEPS)?;
+            Some(m.value as u64)
+        }
+        None => None,
+    };
+    Ok(TimeControl {
+        t_end,
+        step,
+        max_steps,
+    })
 }
 
 fn parse_spectral(doc: &Doc, sec: &Section) -> Result<SpectralConfig, CaseError> {
     const N: &str = "must be an even integer ≥ 8 and ≤ 2048";
     const DEALIAS: &str = r#"must be one of "3/2", "2/3""#;
-    sec.check_keys(doc, &["n", "dealias"], "")?;
+    sec.check_keys(doc, &["n", "dealias", "device"], "")?;
     let n = sec
         .integer(doc, "n", N)?
         .ok_or_else(|| sec.missing(doc, "n", "grid points per dimension: an even integer ≥ 8"))?;
@@ -587,6 +625,7 @@ fn parse_spectral(doc: &Doc, sec: &Section) -> Result<SpectralConfig, CaseError>
         // 8 ≤ n ≤ 2048: the conversion is exact.
         n: n.value as usize,
         dealias,
+        device: sec.device(doc, "device")?,
     })
 }
 
@@ -923,6 +962,7 @@ const VORTEX_KEYS: &[&str] = &[
     "rbf_max_iterations",
     "evaluator",
     "accuracy",
+    "device",
     "backend",
     "snapshot_every_steps",
     "snapshot_every_time",
@@ -1090,7 +1130,7 @@ fn parse_vortex(
         {
             return Err(e);
         }
-        RbfConfig::Exact
+        RbfSolver::Exact
     } else {
         let tolerance = match tolerance {
             Some(t) => {
@@ -1101,16 +1141,16 @@ fn parse_vortex(
                 )?;
                 t.value
             }
-            None => RbfConfig::DEFAULT_TOLERANCE,
+            None => RbfSolver::DEFAULT_TOLERANCE,
         };
         let max_iterations = match max_iterations {
             Some(m) => {
                 m.require(doc, m.value >= 1, MAX_ITERATIONS)?;
                 usize::try_from(m.value).map_err(|_| m.fail(doc, MAX_ITERATIONS))?
             }
-            None => RbfConfig::DEFAULT_MAX_ITERATIONS,
+            None => RbfSolver::DEFAULT_MAX_ITERATIONS,
         };
-        RbfConfig::ConjugateGradient {
+        RbfSolver::ConjugateGradient {
             tolerance,
             max_iterations,
         }
@@ -1147,16 +1187,18 @@ fn parse_vortex(
         }
         None => defaults.accuracy,
     };
-    let backend = sec.choice(
-        doc,
-        "backend",
-        &[
-            ("auto", Backend::Auto),
-            ("cpu", Backend::Cpu),
-            ("cuda", Backend::Cuda),
-        ],
-        defaults.backend,
-    )?;
+    // `backend` is the older name of `device` (case files and run directories written before
+    // the run-level device); both at once is ambiguous.
+    let device = match (sec.get("device"), sec.get("backend")) {
+        (Some(_), Some(b)) => {
+            return Err(sec.item(doc, "backend", b, ()).fail(
+                doc,
+                "`backend` is the older name of `device`: give one of them, not both",
+            ))
+        }
+        (_, Some(_)) => sec.device(doc, "backend")?,
+        _ => sec.device(doc, "device")?,
+    };
     let snapshots = parse_cadence_keys(doc, sec, "snapshot_every_steps", "snapshot_every_time")?;
 
     Ok(Some(VortexConfig {
@@ -1167,7 +1209,7 @@ fn parse_vortex(
         rbf,
         evaluator,
         accuracy,
-        backend,
+        device,
         snapshots,
     }))
 }

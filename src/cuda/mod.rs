@@ -121,27 +121,39 @@ impl std::fmt::Debug for Gpu {
     }
 }
 
-static GPU: OnceLock<Result<Arc<Gpu>, String>> = OnceLock::new();
+/// Probed GPUs by ordinal: each is probed once (its context is the device's primary context,
+/// which the driver keeps one of per process anyway). A run holds the [`Gpu`] it uses as a
+/// value ([`crate::device::Device`]); this cache only stops a second probe.
+static GPUS: OnceLock<Mutex<HashMap<usize, Result<Arc<Gpu>, String>>>> = OnceLock::new();
 
-/// The process's GPU, probed once. `Err` (never a panic) when no usable device is present, with
-/// the reason.
+/// GPU 0 (see [`gpu_at`]).
 pub fn gpu() -> Result<Arc<Gpu>, CudaError> {
-    GPU.get_or_init(|| {
-        // cudarc panics on a missing library or symbol; the probe checks for the libraries
-        // first, and the catch turns anything unforeseen into an error as well.
-        match std::panic::catch_unwind(probe) {
-            Ok(r) => r.map(Arc::new),
-            Err(p) => Err(format!(
-                "the CUDA libraries could not be used ({})",
-                p.downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| p.downcast_ref::<&str>().copied())
-                    .unwrap_or("panic while loading")
-            )),
-        }
-    })
-    .clone()
-    .map_err(CudaError::Unavailable)
+    gpu_at(0)
+}
+
+/// The GPU with this ordinal, probed once. `Err` (never a panic) when it is not usable, with the
+/// reason.
+pub fn gpu_at(ordinal: usize) -> Result<Arc<Gpu>, CudaError> {
+    let cache = GPUS.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    cache
+        .entry(ordinal)
+        .or_insert_with(|| {
+            // cudarc panics on a missing library or symbol; the probe checks for the libraries
+            // first, and the catch turns anything unforeseen into an error as well.
+            match std::panic::catch_unwind(|| probe(ordinal)) {
+                Ok(r) => r.map(Arc::new),
+                Err(p) => Err(format!(
+                    "the CUDA libraries could not be used ({})",
+                    p.downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| p.downcast_ref::<&str>().copied())
+                        .unwrap_or("panic while loading")
+                )),
+            }
+        })
+        .clone()
+        .map_err(CudaError::Unavailable)
 }
 
 /// `Ok(info)` when a GPU is usable, otherwise the reason.
@@ -149,7 +161,7 @@ pub fn availability() -> Result<GpuInfo, CudaError> {
     gpu().map(|g| g.info.clone())
 }
 
-fn probe() -> Result<Gpu, String> {
+fn probe(ordinal: usize) -> Result<Gpu, String> {
     if let Some(v) = std::env::var_os("VPM_NO_CUDA") {
         if !v.is_empty() && v != "0" {
             return Err("the GPU is hidden by the environment variable VPM_NO_CUDA".into());
@@ -171,6 +183,12 @@ fn probe() -> Result<Gpu, String> {
     if count < 1 {
         return Err("the CUDA driver found no GPU".into());
     }
+    if ordinal >= count as usize {
+        return Err(format!(
+            "there is no GPU {ordinal}: the CUDA driver found {count} (ordinals 0 to {})",
+            count - 1
+        ));
+    }
     // SAFETY: as above, for the NVRTC library.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(
@@ -179,9 +197,9 @@ fn probe() -> Result<Gpu, String> {
                 .into(),
         );
     }
-    let ctx = CudaContext::new(0).map_err(|e| {
+    let ctx = CudaContext::new(ordinal).map_err(|e| {
         format!(
-            "could not create a context on GPU 0: {}",
+            "could not create a context on GPU {ordinal}: {}",
             describe_driver_error(e)
         )
     })?;
@@ -189,7 +207,7 @@ fn probe() -> Result<Gpu, String> {
     use cudarc::driver::sys::CUdevice_attribute as A;
     let info = GpuInfo {
         name: ctx.name().map_err(describe_driver_error)?,
-        ordinal: 0,
+        ordinal,
         compute_capability: (
             attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
@@ -235,6 +253,16 @@ impl Gpu {
 
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
+    }
+
+    /// Free device memory now, in bytes, from the driver.
+    pub fn free_memory(&self) -> Result<usize, CudaError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| CudaError::driver("binding the context", e))?;
+        cudarc::driver::result::mem_get_info()
+            .map(|(free, _total)| free)
+            .map_err(|e| CudaError::driver("reading free memory", e))
     }
 
     /// The module compiled from `source` (named `source_name` in logs) with `options` (besides

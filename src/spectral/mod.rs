@@ -6,4 +6,4 @@ pub mod solver;
 
 pub use fft3d::Fft3d;
 pub use layout::ModeLayout;
-pub use solver::{SpectralGrid, SpectralSolver, VectorModes};
+pub use solver::{Dealias, SpectralGrid, SpectralSolver, VectorModes};

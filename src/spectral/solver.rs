@@ -23,7 +23,6 @@
 
 use super::fft3d::{Fft3d, Pointwise};
 use super::layout::ModeLayout;
-use crate::config::Dealias;
 use num_complex::Complex64;
 use rayon::prelude::*;
 
@@ -33,6 +32,31 @@ const ZERO: Complex64 = Complex64 { re: 0.0, im: 0.0 };
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error("the velocity became non-finite (NaN or Inf)")]
 pub struct NonFiniteState;
+
+/// Dealiasing of the nonlinear term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dealias {
+    /// `"3/2"`: pad to 3n/2, multiply, truncate (exact for quadratic terms).
+    ThreeHalves,
+    /// `"2/3"`: zero the modes with |k_i| > n/3 (cheaper).
+    TwoThirds,
+}
+
+impl Dealias {
+    /// The TOML spelling: `"3/2"` or `"2/3"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Dealias::ThreeHalves => "3/2",
+            Dealias::TwoThirds => "2/3",
+        }
+    }
+}
+
+impl std::fmt::Display for Dealias {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Three components of a vector field stored as retained modes.
 pub type VectorModes = [Vec<Complex64>; 3];

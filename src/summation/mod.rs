@@ -21,6 +21,32 @@ pub mod planner;
 
 use crate::kernel::StretchingScheme;
 
+/// Which Biot–Savart summation the vortex solver uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EvaluatorKind {
+    /// `"direct"`: all pairs.
+    Direct,
+    /// `"ewald"`: Ewald splitting, short-range pairs plus a particle-mesh Fourier part (the
+    /// default for the periodic box).
+    Ewald,
+}
+
+impl EvaluatorKind {
+    /// The TOML spelling: `"direct"` or `"ewald"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EvaluatorKind::Direct => "direct",
+            EvaluatorKind::Ewald => "ewald",
+        }
+    }
+}
+
+impl std::fmt::Display for EvaluatorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Where the particles live.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Boundary {

@@ -7,9 +7,10 @@ use super::cuda_direct::CudaDirect;
 use super::cuda_ewald::CudaEwald;
 use super::direct::DirectFreeSpace;
 use super::ewald::EwaldPeriodic;
+use super::EvaluatorKind;
 use super::{Boundary, Summation, SummationError};
-use crate::config::{Backend, EvaluatorKind};
 use crate::cuda::CudaError;
+use crate::device::Device;
 
 /// The planned evaluator and a sentence saying what was chosen and why.
 pub struct Plan {
@@ -17,16 +18,16 @@ pub struct Plan {
     pub description: String,
 }
 
-/// Picks the evaluator for `boundary`. `accuracy` is the requested relative accuracy of the
-/// periodic evaluator.
+/// Picks the evaluator for `boundary` on `device`. `accuracy` is the requested relative
+/// accuracy of the periodic evaluator.
 ///
-/// Backends: `cpu` always runs on the CPU; `cuda` runs on the GPU (all pairs in free space,
-/// Ewald in the periodic box) and is an error when no GPU is usable (with the reason); `auto`
-/// takes the GPU when it can and says why when it does not.
+/// On the CPU: direct (free space) or Ewald (periodic), f64. On a GPU: all pairs in free space,
+/// Ewald in the periodic box, f32 sums; an error (with the reason) when the GPU evaluator cannot
+/// be set up. The device was chosen before (`auto` resolved by [`crate::device::Device::open`]).
 pub fn plan(
     boundary: Boundary,
     kind: EvaluatorKind,
-    backend: Backend,
+    device: &Device,
     accuracy: f64,
 ) -> Result<Plan, SummationError> {
     match (boundary, kind) {
@@ -46,36 +47,16 @@ pub fn plan(
         }
         _ => {}
     }
-    let (evaluator, note): (Box<dyn Summation>, String) = match backend {
-        Backend::Cpu => (cpu_evaluator(boundary, accuracy), "cpu".into()),
-        Backend::Cuda => {
-            let e = gpu_evaluator(boundary, accuracy).map_err(|e| {
-                SummationError::Unsupported(match e {
-                    CudaError::Unavailable(_) => {
-                        format!("vortex.backend = \"cuda\" but no CUDA driver/GPU was found: {e}")
-                    }
-                    _ => format!(
-                        "vortex.backend = \"cuda\": the GPU evaluator could not be set up: {e}"
-                    ),
-                })
-            })?;
-            (e, "cuda".into())
-        }
-        Backend::Auto => match gpu_evaluator(boundary, accuracy) {
-            Ok(e) => (e, "auto: CUDA, a GPU is usable".into()),
-            Err(why) => {
-                let why = match why {
-                    CudaError::Unavailable(_) => format!("no usable GPU: {why}"),
-                    _ => format!("the GPU evaluator could not be set up: {why}"),
-                };
-                (
-                    cpu_evaluator(boundary, accuracy),
-                    format!("auto: CPU, {why}"),
-                )
-            }
-        },
+    let evaluator: Box<dyn Summation> = match device {
+        Device::Cpu => cpu_evaluator(boundary, accuracy),
+        Device::Cuda(_) => gpu_evaluator(boundary, accuracy).map_err(|e| {
+            SummationError::Unsupported(format!(
+                "device {}: the GPU evaluator could not be set up: {e}",
+                device.label()
+            ))
+        })?,
     };
-    let description = format!("{} (backend {note})", evaluator.name());
+    let description = format!("{} (device {})", evaluator.name(), device.label());
     Ok(Plan {
         evaluator,
         description,

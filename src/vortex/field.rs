@@ -90,8 +90,9 @@ pub fn velocity_modes_from_particles(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Dealias, InitialCondition};
+    use crate::config::InitialCondition;
     use crate::init::initial_modes;
+    use crate::spectral::Dealias;
     use crate::spectral::SpectralGrid;
     use crate::vortex::rbf::LatticeGaussian;
     use std::f64::consts::PI;

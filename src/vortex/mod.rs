@@ -22,16 +22,38 @@ use crate::summation::{Boundary, Evaluation, Extra, Sources, Summation, Summatio
 use rbf::{LatticeGaussian, SolveReport};
 use std::f64::consts::TAU;
 
-/// How the reinitialisation solves for the strengths.
+/// How reinitialisation solves Σ_j β_j ζ_σ0(x_i − x_j) = ω_h(x_i) for the strengths.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RbfSolver {
-    /// Exact, by FFT on the lattice (separable circulant).
+    /// `rbf = "exact"`: by FFT on the periodic lattice.
     Exact,
-    /// Conjugate gradients to a relative residual, with an iteration cap.
+    /// `rbf = "cg"`: conjugate gradients.
     ConjugateGradient {
+        /// `rbf_tolerance`: relative residual; in (0, 1e-2]; default 1e-8.
         tolerance: f64,
+        /// `rbf_max_iterations`: iteration cap; ≥ 1; default 200.
         max_iterations: usize,
     },
+}
+
+impl RbfSolver {
+    /// Default `rbf_tolerance`.
+    pub const DEFAULT_TOLERANCE: f64 = 1e-8;
+    /// Default `rbf_max_iterations`.
+    pub const DEFAULT_MAX_ITERATIONS: usize = 200;
+    /// The default: conjugate gradients to a relative residual of 1e-8, at most 200 iterations.
+    pub const DEFAULT: RbfSolver = RbfSolver::ConjugateGradient {
+        tolerance: Self::DEFAULT_TOLERANCE,
+        max_iterations: Self::DEFAULT_MAX_ITERATIONS,
+    };
+
+    /// The TOML spelling of `rbf`: `"exact"` or `"cg"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RbfSolver::Exact => "exact",
+            RbfSolver::ConjugateGradient { .. } => "cg",
+        }
+    }
 }
 
 /// Physics and numerics of the particle solver.

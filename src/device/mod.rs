@@ -1,0 +1,238 @@
+//! Where a solver runs: the run-level device choice ([`DeviceRequest`], parsed from the case's
+//! `device` key or `--device`), the runtime [`Device`] value made from it once and passed to
+//! every planner, and the memory each side has ([`host_memory_available`], [`Device::memory`]).
+//!
+//! No physics lives here, and there is no process-global device: a solver gets the device it
+//! runs on as a value.
+
+use crate::cuda::{CudaError, Gpu};
+use std::sync::Arc;
+
+/// Which device a run (or one solver of it) asks for: `"auto" | "cpu" | "cuda" | "cuda:N"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DeviceRequest {
+    /// `"auto"`: a GPU when one is usable (and the solver has a GPU implementation), else the
+    /// CPU; the choice is logged with its reason.
+    #[default]
+    Auto,
+    /// `"cpu"`.
+    Cpu,
+    /// `"cuda"` (`None`: GPU 0) or `"cuda:N"`: an NVIDIA GPU; an error when it is not usable.
+    Cuda(Option<usize>),
+}
+
+impl DeviceRequest {
+    /// What the spellings are, for error messages.
+    pub const ALLOWED: &'static str =
+        r#"must be "auto", "cpu", "cuda" or "cuda:N" (N = GPU ordinal, 0, 1, …)"#;
+
+    /// Parses `"auto" | "cpu" | "cuda" | "cuda:N"`.
+    pub fn parse(s: &str) -> Option<DeviceRequest> {
+        match s {
+            "auto" => Some(DeviceRequest::Auto),
+            "cpu" => Some(DeviceRequest::Cpu),
+            "cuda" => Some(DeviceRequest::Cuda(None)),
+            _ => {
+                let n = s.strip_prefix("cuda:")?;
+                if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || n.len() > 4 {
+                    return None;
+                }
+                n.parse().ok().map(|n| DeviceRequest::Cuda(Some(n)))
+            }
+        }
+    }
+
+    /// Whether this asks for a GPU explicitly.
+    pub fn is_cuda(&self) -> bool {
+        matches!(self, DeviceRequest::Cuda(_))
+    }
+}
+
+impl std::fmt::Display for DeviceRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceRequest::Auto => f.write_str("auto"),
+            DeviceRequest::Cpu => f.write_str("cpu"),
+            DeviceRequest::Cuda(None) => f.write_str("cuda"),
+            DeviceRequest::Cuda(Some(n)) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for DeviceRequest {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        DeviceRequest::parse(s).ok_or_else(|| format!("`{s}`: {}", DeviceRequest::ALLOWED))
+    }
+}
+
+/// Why a device could not be had.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DeviceError {
+    /// A GPU was asked for and none is usable (with the reason).
+    #[error("device \"{request}\" asked for, but no usable CUDA GPU: {reason}")]
+    Unavailable { request: String, reason: String },
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+}
+
+/// A device a solver runs on, created once per run and passed down by value (cheap to clone).
+#[derive(Debug, Clone)]
+pub enum Device {
+    /// The host CPU (rayon threads).
+    Cpu,
+    /// A CUDA GPU: its context, module cache and description.
+    Cuda(Arc<Gpu>),
+}
+
+impl Device {
+    /// Opens the device a request names. `auto` falls back to the CPU when no GPU is usable;
+    /// the returned sentence says what was chosen and why.
+    pub fn open(request: DeviceRequest) -> Result<(Device, String), DeviceError> {
+        match request {
+            DeviceRequest::Cpu => Ok((Device::Cpu, "cpu".into())),
+            DeviceRequest::Cuda(ordinal) => {
+                let gpu = crate::cuda::gpu_at(ordinal.unwrap_or(0)).map_err(|e| match e {
+                    CudaError::Unavailable(reason) => DeviceError::Unavailable {
+                        request: request.to_string(),
+                        reason,
+                    },
+                    e => DeviceError::Cuda(e),
+                })?;
+                let note = format!("cuda:{} ({})", gpu.info().ordinal, gpu.info());
+                Ok((Device::Cuda(gpu), note))
+            }
+            DeviceRequest::Auto => match crate::cuda::gpu_at(0) {
+                Ok(gpu) => {
+                    let note = format!("auto: cuda:0, a GPU is usable ({})", gpu.info());
+                    Ok((Device::Cuda(gpu), note))
+                }
+                Err(e) => Ok((Device::Cpu, format!("auto: cpu, no usable GPU ({e})"))),
+            },
+        }
+    }
+
+    /// `"cpu"` or `"cuda:N"`: recorded in manifests and checkpoints.
+    pub fn label(&self) -> String {
+        match self {
+            Device::Cpu => "cpu".into(),
+            Device::Cuda(g) => format!("cuda:{}", g.info().ordinal),
+        }
+    }
+
+    /// A longer description: the GPU's name and capability, or the CPU model.
+    pub fn describe(&self) -> String {
+        match self {
+            Device::Cpu => format!("cpu ({})", crate::output::cpu_model()),
+            Device::Cuda(g) => format!("cuda:{} {}", g.info().ordinal, g.info()),
+        }
+    }
+
+    pub fn is_cuda(&self) -> bool {
+        matches!(self, Device::Cuda(_))
+    }
+
+    /// The GPU, if this is one.
+    pub fn gpu(&self) -> Option<&Arc<Gpu>> {
+        match self {
+            Device::Cpu => None,
+            Device::Cuda(g) => Some(g),
+        }
+    }
+
+    /// Memory this device can give a run, in bytes: the host's available memory for the CPU,
+    /// the driver's free memory for a GPU. `None` when it cannot be read.
+    pub fn memory_available(&self) -> Option<u64> {
+        match self {
+            Device::Cpu => host_memory_available(),
+            Device::Cuda(g) => g.free_memory().ok().map(|b| b as u64),
+        }
+    }
+}
+
+/// Memory available to this process on the host, in bytes: the smaller of the kernel's
+/// `MemAvailable` and the room left under the cgroup's memory limit (v2 `memory.max` −
+/// `memory.current`, or v1 `memory.limit_in_bytes` − `memory.usage_in_bytes`). `None` where
+/// neither can be read (not Linux).
+pub fn host_memory_available() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|rest| rest.trim().strip_suffix("kB"))
+            .and_then(|kb| kb.trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    });
+    let cgroup = cgroup_room();
+    match (meminfo, cgroup) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Room left under the cgroup memory limit of this process, if it has one.
+fn cgroup_room() -> Option<u64> {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let num = |s: Option<String>| s.and_then(|s| s.parse::<u64>().ok());
+    // cgroup v2: the process's own group from /proc/self/cgroup ("0::/path").
+    let group = read("/proc/self/cgroup")
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+        })
+        .unwrap_or_default();
+    for dir in [
+        format!("/sys/fs/cgroup{group}"),
+        "/sys/fs/cgroup".to_string(),
+    ] {
+        if let Some(max) = num(read(&format!("{dir}/memory.max"))) {
+            let used = num(read(&format!("{dir}/memory.current"))).unwrap_or(0);
+            return Some(max.saturating_sub(used));
+        }
+    }
+    // cgroup v1 (an unlimited group reports a huge number, which the min() above ignores).
+    let max = num(read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))?;
+    let used = num(read("/sys/fs/cgroup/memory/memory.usage_in_bytes")).unwrap_or(0);
+    Some(max.saturating_sub(used))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_and_print() {
+        for (s, r) in [
+            ("auto", DeviceRequest::Auto),
+            ("cpu", DeviceRequest::Cpu),
+            ("cuda", DeviceRequest::Cuda(None)),
+            ("cuda:0", DeviceRequest::Cuda(Some(0))),
+            ("cuda:3", DeviceRequest::Cuda(Some(3))),
+        ] {
+            assert_eq!(DeviceRequest::parse(s), Some(r));
+            assert_eq!(r.to_string(), s);
+        }
+        for bad in ["", "gpu", "cuda:", "cuda:x", "cuda:-1", "CUDA", "cuda:1:2"] {
+            assert_eq!(DeviceRequest::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn host_memory_is_read_on_linux() {
+        if cfg!(target_os = "linux") {
+            let m = host_memory_available().expect("/proc/meminfo");
+            assert!(m > 1 << 20, "{m}");
+        }
+    }
+
+    #[test]
+    fn cpu_device_opens() {
+        let (d, note) = Device::open(DeviceRequest::Cpu).unwrap();
+        assert_eq!(d.label(), "cpu");
+        assert_eq!(note, "cpu");
+        assert!(d.memory_available().is_some() || !cfg!(target_os = "linux"));
+    }
+}
