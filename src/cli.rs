@@ -21,8 +21,11 @@ pub struct Cli {
 pub enum Command {
     /// Run a case: a named case (see `vpm cases`) or the path of a case file.
     Run(RunArgs),
-    /// Continue a run that was stopped or killed, from its latest checkpoint.
+    /// Continue a run that was stopped or killed, from its latest checkpoint (or extend a
+    /// finished one with --t-end).
     Resume(ResumeArgs),
+    /// Validate a case and print it resolved, with its memory and a rough time estimate.
+    Check(CheckArgs),
     /// List the named cases, one line each.
     Cases,
     /// Redraw energy.png and spectrum.png of a run directory from its CSV files.
@@ -59,9 +62,25 @@ pub struct RunArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// A named case or the path of a case file (TOML).
+    pub case: String,
+    /// Threads the time estimate assumes (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+#[derive(Debug, Args)]
 pub struct ResumeArgs {
     /// The run directory to continue.
     pub run_dir: PathBuf,
+    /// A later end time: extends the run (a finished one too) and records it in case.toml.
+    #[arg(long, value_name = "T")]
+    pub t_end: Option<f64>,
+    /// Resume on another device (every solver): `auto`, `cpu`, `cuda` or `cuda:N`; recorded in
+    /// case.toml. The checkpoint's device is reported when it differs.
+    #[arg(long, alias = "backend", value_name = "DEVICE")]
+    pub device: Option<crate::device::DeviceRequest>,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,

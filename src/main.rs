@@ -7,8 +7,11 @@ use std::path::Path;
 use std::process::ExitCode;
 use vpm::cli::{BenchCommand, Cli, Command, DealiasArg};
 use vpm::config::{named_cases, resolve_case, Case, Dealias};
+use vpm::device::Device;
 use vpm::output::create_run_dir;
-use vpm::simulation::{AnyRun, ProgressStyle, RunEnd, RunOptions};
+use vpm::run::memory;
+use vpm::run::simulation::{ResumeChanges, Run};
+use vpm::run::{ProgressStyle, RunEnd, RunOptions};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -74,6 +77,17 @@ fn run(cli: Cli) -> Result<()> {
                     v.device = None;
                 }
             }
+            // A GPU that was asked for and is missing fails before a run directory is made.
+            for (section, own) in [("vortex", case.vortex.as_ref().map(|v| v.device))] {
+                if let Some(own) = own {
+                    let request = own.unwrap_or(case.device);
+                    if request.is_cuda() {
+                        Device::open(request)
+                            .with_context(|| format!("case `{}`: [{section}]", case.name))?;
+                    }
+                }
+            }
+            vpm::run::memory::check_fits(&case)?;
             let threads = set_threads(args.threads)?;
             let run_dir = create_run_dir(&case.name, args.out.as_deref(), args.force)?;
             if !cli.quiet {
@@ -89,8 +103,9 @@ fn run(cli: Cli) -> Result<()> {
                 progress: progress_style(cli.quiet),
                 abort_after_steps: args.abort_after_steps,
             };
-            let mut sim = AnyRun::start(case, &run_dir, options)?;
-            finish(&mut sim, cli.quiet)
+            vpm::run::install_signal_handlers()?;
+            let mut sim = vpm::run::start(case, &run_dir, options)?;
+            finish(sim.as_mut(), cli.quiet)
         }
         Command::Resume(args) => {
             let threads = set_threads(args.threads)?;
@@ -99,18 +114,25 @@ fn run(cli: Cli) -> Result<()> {
                 progress: progress_style(cli.quiet),
                 abort_after_steps: args.abort_after_steps,
             };
-            let mut sim = AnyRun::resume(&args.run_dir, options)?;
+            let changes = ResumeChanges {
+                t_end: args.t_end,
+                device: args.device,
+            };
+            vpm::run::install_signal_handlers()?;
+            let mut sim = vpm::run::resume(&args.run_dir, options, &changes)?;
             if !cli.quiet {
                 eprintln!(
-                    "vpm: resuming `{}` in {} at step {} (t = {})",
+                    "vpm: resuming `{}` in {} at step {} (t = {}, t_end = {})",
                     sim.case().name,
                     args.run_dir.display(),
                     sim.step_count(),
-                    sim.time()
+                    sim.time(),
+                    sim.case().time.t_end
                 );
             }
-            finish(&mut sim, cli.quiet)
+            finish(sim.as_mut(), cli.quiet)
         }
+        Command::Check(args) => check(&args.case, args.threads),
         Command::Cases => {
             let width = named_cases()
                 .iter()
@@ -226,10 +248,14 @@ fn parse_kernel_config(s: &str) -> Result<vpm::cuda::biot_savart::KernelConfig> 
 }
 
 /// Runs to the end and reports where the outputs are.
-fn finish(sim: &mut AnyRun, quiet: bool) -> Result<()> {
+fn finish(sim: &mut dyn Run, quiet: bool) -> Result<()> {
     if sim.is_finished() {
         if !quiet {
-            eprintln!("vpm: the run is already complete (t = {})", sim.time());
+            eprintln!(
+                "vpm: the run is already complete (t = {}); `vpm resume {} --t-end T` extends it",
+                sim.time(),
+                sim.run_dir().display()
+            );
         }
         return Ok(());
     }
@@ -245,10 +271,79 @@ fn finish(sim: &mut AnyRun, quiet: bool) -> Result<()> {
             }
             Ok(())
         }
+        RunEnd::Interrupted => {
+            eprintln!(
+                "vpm: interrupted at t = {} (step {}); the state is checkpointed. `vpm resume {}` \
+                 continues the run.",
+                sim.time(),
+                sim.step_count(),
+                sim.run_dir().display()
+            );
+            std::process::exit(130);
+        }
         RunEnd::Aborted => {
             // Testing aid: behave like a killed process (no final outputs, non-zero status).
             std::process::exit(137);
         }
+    }
+}
+
+/// `vpm check CASE`: validates, prints the resolved case, its memory and a rough time.
+fn check(arg: &str, threads: Option<usize>) -> Result<()> {
+    let (case, _text) = resolve_case(arg)?;
+    print!("{}", case.to_toml_string());
+    let gpu = case
+        .vortex
+        .as_ref()
+        .is_some_and(|v| v.device.unwrap_or(case.device).is_cuda());
+    let estimate = memory::estimate(&case, gpu)?;
+    println!("\n# Memory (estimate of the large arrays):");
+    for (part, bytes) in &estimate.host {
+        println!("#   host   {:>12}  {part}", memory::human_bytes(*bytes));
+    }
+    for (part, bytes) in &estimate.device {
+        println!("#   device {:>12}  {part}", memory::human_bytes(*bytes));
+    }
+    let host_total = estimate.host_total();
+    match vpm::device::host_memory_available() {
+        Some(avail) => println!(
+            "#   host total {} of {} available{}",
+            memory::human_bytes(host_total),
+            memory::human_bytes(avail),
+            if host_total > avail {
+                ": DOES NOT FIT"
+            } else {
+                ""
+            }
+        ),
+        None => println!("#   host total {}", memory::human_bytes(host_total)),
+    }
+    let threads =
+        threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let (per_step, steps) = memory::rough_cpu_time(&case, threads)?;
+    println!("\n# Time (rough, CPU with {threads} threads; `vpm bench` measures):");
+    println!("#   about {} per step", human_seconds(per_step));
+    match steps {
+        Some(n) => println!(
+            "#   {n} steps (fixed dt): about {}",
+            human_seconds(per_step * n as f64)
+        ),
+        None => {
+            println!("#   adaptive dt (cfl): the number of steps is known only as the run goes")
+        }
+    }
+    memory::check_fits(&case)
+}
+
+fn human_seconds(s: f64) -> String {
+    if s < 1.0 {
+        format!("{:.0} ms", s * 1e3)
+    } else if s < 120.0 {
+        format!("{s:.1} s")
+    } else if s < 7200.0 {
+        format!("{:.1} min", s / 60.0)
+    } else {
+        format!("{:.1} h", s / 3600.0)
     }
 }
 

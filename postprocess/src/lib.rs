@@ -43,6 +43,7 @@
 
 mod axis;
 mod chart;
+pub mod layout;
 mod particles;
 mod plots;
 mod render;
@@ -70,10 +71,7 @@ pub const SPECTRUM_PNG: &str = "spectrum.png";
 pub const RING_PNG: &str = "ring.png";
 /// File name of the Lamb–Oseen plot inside the run directory.
 pub const LAMB_OSEEN_PNG: &str = "lamb-oseen.png";
-/// The vortex-ring history, relative to the run directory.
-pub const RING_CSV: &str = "vortex/ring.csv";
-/// The Lamb–Oseen velocity profiles, relative to the run directory.
-pub const LAMB_OSEEN_CSV: &str = "vortex/lamb_oseen.csv";
+pub use layout::{LAMB_OSEEN_CSV, RING_CSV};
 
 /// Draw every plot for a run directory; returns the PNG paths written.
 ///

@@ -44,6 +44,14 @@ pub struct Manifest {
     pub status: String,
     /// One entry per resume, oldest first.
     pub resumes: Vec<ResumeRecord>,
+    /// The device each solver ran on (solver → description), e.g. "vortex" → "cuda:0 NVIDIA
+    /// H100 …".
+    #[serde(default)]
+    pub devices: BTreeMap<String, String>,
+    /// Peak device memory in use while the run stepped (bytes, from the driver), when a GPU was
+    /// used.
+    #[serde(default)]
+    pub peak_device_memory_bytes: Option<u64>,
 }
 
 /// The CPU model: the first "model name" of `/proc/cpuinfo`, else `"unknown"`.
@@ -85,6 +93,8 @@ impl Manifest {
             stage_wall_seconds: BTreeMap::new(),
             status: "running".to_string(),
             resumes: Vec::new(),
+            devices: BTreeMap::new(),
+            peak_device_memory_bytes: None,
         }
     }
 

@@ -117,6 +117,13 @@ struct History {
     dt: f64,
 }
 
+/// A computed but not yet committed step ([`VortexSolver::prepare_step`]).
+#[derive(Debug)]
+pub struct PreparedStep {
+    next: ParticleSet,
+    dt: f64,
+}
+
 /// Particles, physics and the AB2 stepper.
 pub struct VortexSolver {
     particles: ParticleSet,
@@ -227,9 +234,15 @@ impl VortexSolver {
     /// One step of size `dt`: AB2 (Heun without history), core spreading, periodic wrap, and
     /// reinitialisation when due. A step whose result is not finite is not committed.
     pub fn step(&mut self, dt: f64) -> Result<(), VortexError> {
+        let prepared = self.prepare_step(dt)?;
+        self.commit_step(prepared)
+    }
+
+    /// The first half of [`VortexSolver::step`]: computes the next particle state without
+    /// committing it (the solver is unchanged, its derivatives at the current state cached), so
+    /// a caller stepping several solvers together can commit all or none.
+    pub fn prepare_step(&mut self, dt: f64) -> Result<PreparedStep, VortexError> {
         self.derivatives()?;
-        // Whatever happens below, `eval` no longer matches the committed state afterwards.
-        self.derivatives_current = false;
         let n = self.particles.len();
         let mut next = self.particles.clone();
         let spread = 2.0 * self.settings.nu * dt;
@@ -286,7 +299,16 @@ impl VortexSolver {
         if !next.is_finite() {
             return Err(VortexError::NonFinite);
         }
-        // Commit, and refresh the history with this step's derivatives.
+        Ok(PreparedStep { next, dt })
+    }
+
+    /// The second half of [`VortexSolver::step`]: commits a state from
+    /// [`VortexSolver::prepare_step`], refreshes the AB2 history with this step's derivatives
+    /// and reinitialises when due.
+    pub fn commit_step(&mut self, prepared: PreparedStep) -> Result<(), VortexError> {
+        let PreparedStep { next, dt } = prepared;
+        // `eval` no longer matches the committed state afterwards.
+        self.derivatives_current = false;
         self.particles = next;
         self.history = Some(History {
             velocity: std::mem::take(&mut self.eval.velocity),

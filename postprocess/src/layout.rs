@@ -1,0 +1,86 @@
+//! The run directory's layout: file names and CSV columns, defined once. `vpm` writes these
+//! files and this crate reads them, both through the constants here.
+
+/// The spectral solver's folder.
+pub const SPECTRAL_DIR: &str = "spectral";
+/// The vortex particle solver's folder.
+pub const VORTEX_DIR: &str = "vortex";
+
+/// `spectral/energy.csv`: a row per output time.
+pub const SPECTRAL_ENERGY_CSV: &str = "spectral/energy.csv";
+/// `spectral/spectra.csv`: a row per shell at each spectrum time.
+pub const SPECTRAL_SPECTRA_CSV: &str = "spectral/spectra.csv";
+/// `vortex/energy.csv` (field-defined runs with particles).
+pub const VORTEX_ENERGY_CSV: &str = "vortex/energy.csv";
+/// `vortex/spectra.csv` (field-defined runs with particles).
+pub const VORTEX_SPECTRA_CSV: &str = "vortex/spectra.csv";
+/// `comparison.csv`: vortex against spectral, K at output times and E(k) at spectrum times.
+pub const COMPARISON_CSV: &str = "comparison.csv";
+/// The vortex-ring history, relative to the run directory.
+pub const RING_CSV: &str = "vortex/ring.csv";
+/// The Lamb–Oseen velocity profiles, relative to the run directory.
+pub const LAMB_OSEEN_CSV: &str = "vortex/lamb_oseen.csv";
+/// The final spectral velocity field.
+pub const FINAL_NPZ: &str = "spectral/final.npz";
+
+/// Columns of `energy.csv` (both solvers; the vortex file adds [`VORTEX_EXTRA_COLUMNS`]).
+pub const ENERGY_COLUMNS: [&str; 13] = [
+    "t",
+    "step",
+    "dt",
+    "K",
+    "eps",
+    "Z",
+    "minus_dKdt",
+    "u_rms",
+    "L",
+    "T",
+    "lambda",
+    "Re_lambda",
+    "max_div",
+];
+/// Columns of `spectra.csv`.
+pub const SPECTRA_COLUMNS: [&str; 3] = ["t", "k", "E"];
+/// Extra columns of `vortex/energy.csv` (after the [`ENERGY_COLUMNS`]; there `minus_dKdt` is
+/// `nan`: the particle method has no right-hand side in Fourier space to take it from).
+pub const VORTEX_EXTRA_COLUMNS: [&str; 8] = [
+    "sigma_max_over_sigma0",
+    "rbf_iterations",
+    "rbf_residual",
+    "total_strength",
+    "impulse_x",
+    "impulse_y",
+    "impulse_z",
+    "particles",
+];
+/// Columns of `comparison.csv`: `quantity` is `K` (k = 0) or `E` (shell k); rel_diff =
+/// (vortex − spectral)/spectral.
+pub const COMPARISON_COLUMNS: [&str; 6] = ["t", "quantity", "k", "spectral", "vortex", "rel_diff"];
+/// Columns of `vortex/ring.csv`.
+pub const RING_COLUMNS: [&str; 14] = [
+    "t",
+    "step",
+    "dt",
+    "z",
+    "radius",
+    "speed",
+    "saffman_speed",
+    "core",
+    "impulse_x",
+    "impulse_y",
+    "impulse_z",
+    "total_strength",
+    "particles",
+    "sigma_max_over_sigma0",
+];
+/// Columns of `vortex/lamb_oseen.csv` (one row per output time and radius).
+pub const LAMB_OSEEN_COLUMNS: [&str; 5] = ["t", "r", "u_theta", "u_exact", "rel_err"];
+
+/// The columns of `vortex/energy.csv`: [`ENERGY_COLUMNS`] then [`VORTEX_EXTRA_COLUMNS`].
+pub fn vortex_energy_columns() -> Vec<&'static str> {
+    ENERGY_COLUMNS
+        .iter()
+        .chain(VORTEX_EXTRA_COLUMNS.iter())
+        .copied()
+        .collect()
+}

@@ -1,0 +1,524 @@
+//! The model of a flow given as a velocity field: the pseudo-spectral solver, with the vortex
+//! particles alongside when the case has `[vortex]`. Both start from the same initial field
+//! (the particles by RBF interpolation on their own lattice) and step in lockstep with the same
+//! Δt; the particle velocity is sampled at the spectral grid's nodes and handed to the same
+//! diagnostics, so K, ε and E(k) mean the same thing in `spectral/` and `vortex/`.
+//!
+//! Writers: `output` (a row of `spectral/energy.csv`, and of `vortex/energy.csv` with the K row
+//! of `comparison.csv`) and `spectra` (the shell spectra of both and the E rows of
+//! `comparison.csv`) at the listed times.
+
+use crate::config::Case;
+use crate::device::Device;
+use crate::diagnostics::compare::relative_difference;
+use crate::diagnostics::{flow_stats, max_divergence, shell_spectrum, FlowStats};
+use crate::init::initial_modes;
+use crate::output::{format_f64, write_velocity_npz, CheckpointArrays};
+use crate::particles::ParticleSet;
+use crate::run::callbacks::{CallContext, Callback, LogSpec, ScheduledCallback};
+use crate::run::model::{Model, ModelState, StepFailure};
+use crate::run::schedule::{Schedule, Scheduled};
+use crate::spectral::solver::zero_modes;
+use crate::spectral::{Fft3d, ModeLayout, SpectralGrid, SpectralSolver, VectorModes};
+use crate::summation::{Boundary, Evaluation};
+use crate::vortex::field::{grid_kmax, particles_from_modes};
+use crate::vortex::rbf::SolveReport;
+use crate::vortex::VortexSolver;
+use anyhow::{bail, Context, Result};
+use num_complex::Complex64;
+use postprocess::layout::{
+    vortex_energy_columns, COMPARISON_COLUMNS, COMPARISON_CSV, ENERGY_COLUMNS, FINAL_NPZ,
+    SPECTRAL_ENERGY_CSV, SPECTRAL_SPECTRA_CSV, SPECTRA_COLUMNS, VORTEX_ENERGY_CSV,
+    VORTEX_SPECTRA_CSV,
+};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+/// The particle side of a field-defined run.
+struct VortexSide {
+    solver: VortexSolver,
+    device: Device,
+    sigma0: f64,
+    /// The initial RBF solve, reported until the first reinitialisation.
+    initial_solve: Option<SolveReport>,
+    scratch: Evaluation,
+}
+
+/// Diagnostics of the particle field on the spectral grid.
+#[derive(Clone)]
+struct VortexStats {
+    stats: FlowStats,
+    spectrum: Vec<f64>,
+    max_div: f64,
+}
+
+/// The spectral solver ± the particle solver (module docs).
+pub struct FieldModel {
+    spectral: SpectralSolver,
+    spectral_device: Device,
+    /// Transform on the N³ solution grid (divergence check).
+    grid_fft: Fft3d,
+    vortex: Option<VortexSide>,
+    nu: f64,
+    timings: BTreeMap<&'static str, f64>,
+    /// The particle diagnostics of the current state (the output and spectrum writers share
+    /// them when both are due; cleared by every step).
+    vortex_stats: Option<VortexStats>,
+    last_energy: f64,
+}
+
+/// The spectral grid of a field-defined case.
+fn spectral_grid(case: &Case) -> Result<SpectralGrid> {
+    match &case.spectral {
+        Some(s) => Ok(SpectralGrid::new(s.n, s.dealias)),
+        None => bail!(
+            "case `{}`: initial.kind = \"{}\" has no spectral reference; it runs the particle \
+             solver alone",
+            case.name,
+            case.initial.kind_str()
+        ),
+    }
+}
+
+/// The spectral solver's device: the CPU (the solver has no GPU implementation yet). An
+/// explicit `[spectral] device = "cuda"` is an error; a run-level GPU request is followed by the
+/// particle solver only, and the log says so.
+fn spectral_device(case: &Case) -> Result<Device> {
+    let own = case.spectral.as_ref().and_then(|s| s.device);
+    match own {
+        Some(d) if d.is_cuda() => bail!(
+            "case `{}`: spectral.device = \"{d}\": the spectral solver runs on the CPU only (its \
+             GPU version is not written yet); use \"cpu\" or \"auto\", or leave the key out",
+            case.name
+        ),
+        _ => {
+            if case.device.is_cuda()
+                || own.is_none() && case.device != crate::device::DeviceRequest::Cpu
+            {
+                tracing::info!("spectral device: cpu (the spectral solver has no GPU version yet)");
+            }
+            Ok(Device::Cpu)
+        }
+    }
+}
+
+impl FieldModel {
+    fn build(case: &Case, particles: Option<(ParticleSet, Option<SolveReport>)>) -> Result<Self> {
+        let grid = spectral_grid(case)?;
+        let spectral_device = spectral_device(case)?;
+        let vortex = match (&case.vortex, particles) {
+            (Some(vc), Some((p, initial_solve))) => {
+                let boundary = Boundary::Periodic {
+                    length: std::f64::consts::TAU,
+                };
+                let (solver, device) = crate::run::vortex_solver(case, p, boundary, true)?;
+                Some(VortexSide {
+                    solver,
+                    device,
+                    sigma0: vc.sigma0(),
+                    initial_solve,
+                    scratch: Evaluation::default(),
+                })
+            }
+            _ => None,
+        };
+        Ok(FieldModel {
+            spectral: SpectralSolver::new(grid, case.flow.nu),
+            spectral_device,
+            grid_fft: Fft3d::new(grid.n, grid.layout()),
+            vortex,
+            nu: case.flow.nu,
+            timings: BTreeMap::new(),
+            vortex_stats: None,
+            last_energy: f64::NAN,
+        })
+    }
+
+    fn add_time(&mut self, stage: &'static str, since: Instant) {
+        *self.timings.entry(stage).or_insert(0.0) += since.elapsed().as_secs_f64();
+    }
+
+    /// The spectral solver (for inspection).
+    pub fn spectral(&self) -> &SpectralSolver {
+        &self.spectral
+    }
+
+    /// The particle solver, when the case has one.
+    pub fn vortex(&self) -> Option<&VortexSolver> {
+        self.vortex.as_ref().map(|v| &v.solver)
+    }
+
+    /// Diagnostics of the particle field on the spectral solver's N³ grid (the same code as the
+    /// spectral side): stats, shell spectrum, max |∇·u|; computed once per state.
+    fn vortex_stats(&mut self) -> Result<Option<VortexStats>> {
+        if self.vortex_stats.is_none() {
+            let n = self.spectral.grid().n;
+            let nu = self.nu;
+            let Some(v) = &mut self.vortex else {
+                return Ok(None);
+            };
+            let t0 = Instant::now();
+            let (layout, modes) = v.solver.velocity_modes_on_grid(n, &mut v.scratch)?;
+            let mut fft = Fft3d::new(n, layout);
+            self.vortex_stats = Some(VortexStats {
+                stats: flow_stats(&layout, &modes, nu),
+                spectrum: shell_spectrum(&layout, &modes),
+                max_div: max_divergence(&mut fft, &modes),
+            });
+            self.add_time("vortex_diagnostics", t0);
+        }
+        Ok(self.vortex_stats.clone())
+    }
+}
+
+impl Model for FieldModel {
+    fn initial(case: &Case) -> Result<Self> {
+        let grid = spectral_grid(case)?;
+        let particles = match &case.vortex {
+            Some(vc) => {
+                // Particles on the n³ lattice from the same initial field as the spectral one.
+                let layout = ModeLayout::new(grid_kmax(vc.n));
+                let modes = initial_modes(&case.initial, &layout).with_context(|| {
+                    format!(
+                        "case `{}`: initial field on the particle lattice",
+                        case.name
+                    )
+                })?;
+                Some(particles_from_modes(
+                    &layout, &modes, vc.n, vc.overlap, vc.rbf,
+                ))
+            }
+            None => None,
+        };
+        let mut model = FieldModel::build(case, particles)?;
+        let modes = initial_modes(&case.initial, &grid.layout())
+            .with_context(|| format!("case `{}`: initial condition", case.name))?;
+        model.spectral.set_velocity_modes(modes);
+        Ok(model)
+    }
+
+    fn for_restore(case: &Case) -> Result<Self> {
+        let particles = case.vortex.as_ref().map(|_| (ParticleSet::default(), None));
+        FieldModel::build(case, particles)
+    }
+
+    fn callbacks(case: &Case) -> Vec<ScheduledCallback<Self>> {
+        let with_vortex = case.vortex.is_some();
+        vec![
+            ScheduledCallback::new(
+                "output",
+                Scheduled::new(Schedule::from(case.output.cadence), true),
+                EnergyWriter { with_vortex },
+            ),
+            ScheduledCallback::new(
+                "spectra",
+                Scheduled::new(
+                    Schedule::SpecifiedTimes {
+                        times: case.output.spectra_times.clone(),
+                        scale: case.time.t_end,
+                    },
+                    false,
+                ),
+                SpectraWriter { with_vortex },
+            ),
+        ]
+    }
+
+    fn stable_dt(&mut self, cfl: f64) -> Result<f64, StepFailure> {
+        let mut dt = self.spectral.cfl_dt(cfl);
+        // Both solvers step together: the particles' limits apply too.
+        if let Some(v) = &mut self.vortex {
+            let t0 = Instant::now();
+            let dt_vortex = v
+                .solver
+                .stable_dt(cfl)
+                .map_err(|e| StepFailure::new(format!("vortex solver: {e}")))?;
+            dt = dt.min(dt_vortex);
+            self.add_time("vortex_time_stepping", t0);
+        }
+        Ok(dt)
+    }
+
+    /// Both solvers or neither: the particle step is prepared first and committed only when
+    /// the spectral step succeeded.
+    fn step(&mut self, dt: f64) -> Result<(), StepFailure> {
+        self.vortex_stats = None;
+        let prepared = match &mut self.vortex {
+            Some(v) => {
+                let t0 = Instant::now();
+                let p = v
+                    .solver
+                    .prepare_step(dt)
+                    .map_err(|e| StepFailure::new(format!("vortex solver: {e}")));
+                *self.timings.entry("vortex_time_stepping").or_insert(0.0) +=
+                    t0.elapsed().as_secs_f64();
+                Some(p?)
+            }
+            None => None,
+        };
+        let t0 = Instant::now();
+        let spectral = self.spectral.step(dt);
+        self.add_time("spectral_time_stepping", t0);
+        spectral.map_err(|e| StepFailure::new(format!("spectral solver: {e}")))?;
+        if let (Some(v), Some(p)) = (&mut self.vortex, prepared) {
+            let t0 = Instant::now();
+            let r = v.solver.commit_step(p);
+            *self.timings.entry("vortex_time_stepping").or_insert(0.0) +=
+                t0.elapsed().as_secs_f64();
+            r.map_err(|e| StepFailure::new(format!("vortex solver: {e}")))?;
+        }
+        self.last_energy = f64::NAN;
+        Ok(())
+    }
+
+    fn save(&self) -> ModelState {
+        let layout = self.spectral.layout();
+        let mut arrays = CheckpointArrays::new();
+        arrays.push(
+            "uhat",
+            vec![3, layout.len(), 2],
+            flatten_modes(self.spectral.velocity_modes()),
+        );
+        let mut state = ModelState {
+            arrays,
+            meta: serde_json::json!({}),
+        };
+        if let Some(v) = &self.vortex {
+            crate::run::save_vortex(&v.solver, &mut state);
+        }
+        state
+    }
+
+    fn restore(&mut self, state: &ModelState) -> Result<()> {
+        let layout = self.spectral.layout();
+        let (shape, data) = state
+            .arrays
+            .get("uhat")
+            .context("checkpoint has no array `uhat`")?;
+        let expected = vec![3, layout.len(), 2];
+        if shape != expected.as_slice() {
+            let grid = self.spectral.grid();
+            bail!(
+                "checkpoint array `uhat` has shape {shape:?}, expected {expected:?} for n = {} \
+                 with {} dealiasing",
+                grid.n,
+                grid.dealias
+            );
+        }
+        let mut modes = zero_modes(&layout);
+        for (c, comp) in modes.iter_mut().enumerate() {
+            for (i, z) in comp.iter_mut().enumerate() {
+                let j = 2 * (c * layout.len() + i);
+                *z = Complex64::new(data[j], data[j + 1]);
+            }
+        }
+        self.spectral.restore_velocity_modes(modes);
+        if let Some(v) = &mut self.vortex {
+            crate::run::restore_vortex(&mut v.solver, state)?;
+        }
+        self.vortex_stats = None;
+        Ok(())
+    }
+
+    fn take_timings(&mut self) -> Vec<(&'static str, f64)> {
+        let mut t: Vec<_> = std::mem::take(&mut self.timings).into_iter().collect();
+        if let Some(v) = &mut self.vortex {
+            // Parts of vortex_time_stepping (and of vortex_diagnostics: outputs and snapshots
+            // evaluate the particles' derivatives too).
+            let phases = v.solver.take_timings();
+            t.push(("vortex_evaluation", phases.evaluation));
+            t.push(("vortex_reinit_vorticity", phases.reinit_vorticity));
+            t.push(("vortex_reinit_solve", phases.reinit_solve));
+        }
+        t
+    }
+
+    fn progress_figure(&mut self) -> String {
+        if self.last_energy.is_nan() {
+            self.last_energy =
+                flow_stats(&self.spectral.layout(), self.spectral.velocity_modes(), 0.0).energy;
+        }
+        format!("K={:.6e}", self.last_energy)
+    }
+
+    fn particles(&mut self) -> Option<&mut VortexSolver> {
+        self.vortex.as_mut().map(|v| &mut v.solver)
+    }
+
+    fn write_final(&mut self, run_dir: &Path) -> Result<()> {
+        let n = self.spectral.grid().n;
+        let [u, v, w] = self.spectral.velocity_on_grid();
+        write_velocity_npz(&run_dir.join(FINAL_NPZ), n, &u, &v, &w)?;
+        Ok(())
+    }
+
+    fn devices(&self) -> Vec<(&'static str, Device)> {
+        let mut d = vec![("spectral", self.spectral_device.clone())];
+        if let Some(v) = &self.vortex {
+            d.push(("vortex", v.device.clone()));
+        }
+        d
+    }
+}
+
+/// Interleaved (re, im) values of a vector field, component-major.
+fn flatten_modes(m: &VectorModes) -> Vec<f64> {
+    m.iter()
+        .flat_map(|c| c.iter().flat_map(|z| [z.re, z.im]))
+        .collect()
+}
+
+/// The fields of an `energy.csv` row after (t, step): Δt, the flow statistics, −dK/dt, max|∇·u|.
+fn energy_fields(dt: f64, st: &FlowStats, minus_dkdt: f64, div: f64) -> Vec<String> {
+    [
+        dt,
+        st.energy,
+        st.dissipation,
+        st.enstrophy,
+        minus_dkdt,
+        st.u_rms,
+        st.integral_scale,
+        st.turnover_time,
+        st.taylor_microscale,
+        st.re_lambda,
+        div,
+    ]
+    .map(format_f64)
+    .to_vec()
+}
+
+/// `output`: a row of `spectral/energy.csv`; with particles, a row of `vortex/energy.csv` and
+/// the K row of `comparison.csv`.
+struct EnergyWriter {
+    with_vortex: bool,
+}
+
+impl Callback<FieldModel> for EnergyWriter {
+    fn logs(&self) -> Vec<LogSpec> {
+        let mut logs = vec![LogSpec {
+            file: SPECTRAL_ENERGY_CSV,
+            columns: ENERGY_COLUMNS.to_vec(),
+        }];
+        if self.with_vortex {
+            logs.push(LogSpec {
+                file: VORTEX_ENERGY_CSV,
+                columns: vortex_energy_columns(),
+            });
+            logs.push(LogSpec {
+                file: COMPARISON_CSV,
+                columns: COMPARISON_COLUMNS.to_vec(),
+            });
+        }
+        logs
+    }
+
+    fn call(&mut self, m: &mut FieldModel, ctx: &mut CallContext) -> Result<()> {
+        let t0 = Instant::now();
+        let layout = m.spectral.layout();
+        let st = flow_stats(&layout, m.spectral.velocity_modes(), m.nu);
+        let minus_dkdt = -m.spectral.dkdt_from_rhs();
+        let div = max_divergence(&mut m.grid_fft, m.spectral.velocity_modes());
+        let mut fields = ctx.time_fields();
+        fields.extend(energy_fields(ctx.dt, &st, minus_dkdt, div));
+        ctx.logs.row_fmt(SPECTRAL_ENERGY_CSV, &fields)?;
+        m.last_energy = st.energy;
+        m.add_time("diagnostics", t0);
+        let Some(vs) = m.vortex_stats()? else {
+            return Ok(());
+        };
+        let v = m.vortex.as_ref().expect("vortex stats come from particles");
+        let p = v.solver.particles();
+        let sigma_max = p.sigma.iter().copied().fold(0.0, f64::max);
+        let solve = v.solver.last_solve().or(v.initial_solve);
+        let total = p.total_strength();
+        let impulse = p.impulse();
+        let mut fields = ctx.time_fields();
+        fields.extend(energy_fields(ctx.dt, &vs.stats, f64::NAN, vs.max_div));
+        fields.push(format_f64(sigma_max / v.sigma0));
+        fields.push(solve.map_or("nan".into(), |r| r.iterations.to_string()));
+        fields.push(solve.map_or("nan".into(), |r| format_f64(r.relative_residual)));
+        fields.extend(
+            [
+                (total[0].powi(2) + total[1].powi(2) + total[2].powi(2)).sqrt(),
+                impulse[0],
+                impulse[1],
+                impulse[2],
+            ]
+            .map(format_f64),
+        );
+        fields.push(p.len().to_string());
+        ctx.logs.row_fmt(VORTEX_ENERGY_CSV, &fields)?;
+        ctx.logs.row_fmt(
+            COMPARISON_CSV,
+            &[
+                format_f64(ctx.t),
+                "K".into(),
+                "0".into(),
+                format_f64(st.energy),
+                format_f64(vs.stats.energy),
+                format_f64(relative_difference(st.energy, vs.stats.energy, st.energy)),
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+/// `spectra`: the shell spectrum of each solver, and the E rows of `comparison.csv`.
+struct SpectraWriter {
+    with_vortex: bool,
+}
+
+impl Callback<FieldModel> for SpectraWriter {
+    fn logs(&self) -> Vec<LogSpec> {
+        let mut logs = vec![LogSpec {
+            file: SPECTRAL_SPECTRA_CSV,
+            columns: SPECTRA_COLUMNS.to_vec(),
+        }];
+        if self.with_vortex {
+            logs.push(LogSpec {
+                file: VORTEX_SPECTRA_CSV,
+                columns: SPECTRA_COLUMNS.to_vec(),
+            });
+        }
+        logs
+    }
+
+    fn call(&mut self, m: &mut FieldModel, ctx: &mut CallContext) -> Result<()> {
+        let t0 = Instant::now();
+        let layout = m.spectral.layout();
+        let spectrum = shell_spectrum(&layout, m.spectral.velocity_modes());
+        let energy = flow_stats(&layout, m.spectral.velocity_modes(), m.nu).energy;
+        let t = format_f64(ctx.t);
+        for (k, e) in spectrum.iter().enumerate() {
+            ctx.logs.row_fmt(
+                SPECTRAL_SPECTRA_CSV,
+                &[t.clone(), k.to_string(), format_f64(*e)],
+            )?;
+        }
+        m.add_time("diagnostics", t0);
+        let Some(vs) = m.vortex_stats()? else {
+            return Ok(());
+        };
+        for (k, e) in vs.spectrum.iter().enumerate() {
+            ctx.logs.row_fmt(
+                VORTEX_SPECTRA_CSV,
+                &[t.clone(), k.to_string(), format_f64(*e)],
+            )?;
+        }
+        for (k, (a, b)) in spectrum.iter().zip(&vs.spectrum).enumerate().skip(1) {
+            ctx.logs.row_fmt(
+                COMPARISON_CSV,
+                &[
+                    t.clone(),
+                    "E".into(),
+                    k.to_string(),
+                    format_f64(*a),
+                    format_f64(*b),
+                    format_f64(relative_difference(*a, *b, energy)),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+}

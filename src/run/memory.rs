@@ -1,0 +1,227 @@
+//! What a case needs before anything is allocated: memory on the host and on the device,
+//! checked against what each has ([`check_fits`]), and a rough time per step (`vpm check`).
+//!
+//! The figures count the large arrays each solver holds (documented per term below), not every
+//! small allocation; they are meant to be within a factor of about 1.5 of the peak resident
+//! size, which is what decides whether a run can start.
+
+use crate::config::{Case, TimeStep};
+use crate::device::{host_memory_available, Device, DeviceRequest};
+use crate::spectral::{Dealias, SpectralGrid};
+use anyhow::{bail, Result};
+
+/// Bytes of one complex f64.
+const C64: u64 = 16;
+/// Host bytes per particle of the CPU particle solver: the set (x, α, σ, id: 64 B), the next
+/// and Heun-predictor copies (128 B), velocity and stretching now, at the predictor and in the
+/// AB2 history (144 B), and the evaluator's per-particle buffers (cell lists, sorted copies,
+/// about 128 B).
+const HOST_BYTES_PER_PARTICLE: u64 = 464;
+/// Device bytes per particle of a GPU evaluator: f32 positions, strengths and cores (28 B),
+/// f32 results (24 B), sorting keys and cell indices (16 B), f64 inputs staged (56 B).
+const DEVICE_BYTES_PER_PARTICLE: u64 = 124;
+
+/// Memory a case needs, by part.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryEstimate {
+    /// Host bytes per part (name, bytes).
+    pub host: Vec<(String, u64)>,
+    /// Device bytes per part, when a solver runs on a GPU.
+    pub device: Vec<(String, u64)>,
+}
+
+impl MemoryEstimate {
+    pub fn host_total(&self) -> u64 {
+        self.host.iter().map(|(_, b)| b).sum()
+    }
+    pub fn device_total(&self) -> u64 {
+        self.device.iter().map(|(_, b)| b).sum()
+    }
+}
+
+/// Bytes as GiB/MiB for messages.
+pub fn human_bytes(b: u64) -> String {
+    let b = b as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", b / (1u64 << 30) as f64)
+    } else {
+        format!("{:.1} MiB", b / (1u64 << 20) as f64)
+    }
+}
+
+/// The spectral solver's arrays for grid n with `dealias`: the mixed-space buffers of the
+/// product-grid transform (M² (K+1) complex values for the six inputs and three outputs of the
+/// rotational form), five vector mode arrays of L retained modes (state, first stage, two stage
+/// buffers, accumulator), per-mode |k|², k and the viscous factor, the N³ diagnostic transform
+/// (three fields) and the final velocity field on the grid (3 N³ f64).
+pub fn spectral_bytes(n: usize, dealias: Dealias) -> u64 {
+    let grid = SpectralGrid::new(n, dealias);
+    let m = grid.product_grid() as u64;
+    let k1 = grid.kmax() as u64 + 1;
+    let side = 2 * grid.kmax() as u64 + 1;
+    let modes = side * side * k1;
+    let n = n as u64;
+    let mixed = m * m * k1 * 9 * C64;
+    let vectors = modes * (5 * 3 * C64 + 40);
+    let diagnostics = n * n * k1 * 3 * C64 + 3 * n * n * n * 8;
+    mixed + vectors + diagnostics
+}
+
+/// The number of particles a case starts with.
+pub fn particle_count(case: &Case) -> Result<usize> {
+    match &case.vortex {
+        None => Ok(0),
+        Some(vc) if !case.initial.is_particle_defined() => Ok(vc.n.pow(3)),
+        Some(_) => Ok(crate::run::particles::initial_particles(case)?.len()),
+    }
+}
+
+/// The device the case's particle solver would run on, without opening it: `Some(true)` for a
+/// GPU, `Some(false)` for the CPU, `None` for `auto` (decided at run time).
+fn vortex_wants_gpu(case: &Case) -> Option<bool> {
+    let request = case
+        .vortex
+        .as_ref()
+        .and_then(|v| v.device)
+        .unwrap_or(case.device);
+    match request {
+        DeviceRequest::Cpu => Some(false),
+        DeviceRequest::Cuda(_) => Some(true),
+        DeviceRequest::Auto => None,
+    }
+}
+
+/// Estimates the memory of a case; `gpu` says whether its particle solver runs on a GPU.
+pub fn estimate(case: &Case, gpu: bool) -> Result<MemoryEstimate> {
+    let mut e = MemoryEstimate::default();
+    if let Some(s) = &case.spectral {
+        e.host
+            .push(("spectral solver".into(), spectral_bytes(s.n, s.dealias)));
+    }
+    if let Some(vc) = &case.vortex {
+        let np = particle_count(case)? as u64;
+        e.host
+            .push((format!("{np} particles"), np * HOST_BYTES_PER_PARTICLE));
+        if vc.reinit_every.is_some() {
+            // Blob vorticity and the RBF solve on the n³ lattice: three complex fields and a
+            // real copy.
+            let lattice = (vc.n as u64).pow(3);
+            e.host
+                .push(("reinitialisation lattice".into(), lattice * (3 * C64 + 24)));
+        }
+        if let Some(s) = &case.spectral {
+            // The particle velocity at the N³ nodes and its modes, for the shared diagnostics.
+            let nodes = (s.n as u64).pow(3);
+            e.host
+                .push(("particle diagnostics grid".into(), nodes * 48));
+        }
+        if gpu {
+            e.device
+                .push((format!("{np} particles"), np * DEVICE_BYTES_PER_PARTICLE));
+        }
+    }
+    Ok(e)
+}
+
+/// Refuses, before anything is allocated, a case whose estimate exceeds the memory the host
+/// (the smaller of available memory and the cgroup limit) or the GPU (free memory from the
+/// driver) has, naming both figures.
+pub fn check_fits(case: &Case) -> Result<()> {
+    let gpu = vortex_wants_gpu(case).unwrap_or(false);
+    let e = estimate(case, gpu)?;
+    if let Some(avail) = host_memory_available() {
+        let need = e.host_total();
+        if need > avail {
+            bail!(
+                "case `{}` needs about {} of host memory ({}), but {} is available (the smaller \
+                 of MemAvailable and the cgroup limit); reduce spectral.n or vortex.n",
+                case.name,
+                human_bytes(need),
+                parts(&e.host),
+                human_bytes(avail)
+            );
+        }
+    }
+    if gpu && e.device_total() > 0 {
+        let request = case
+            .vortex
+            .as_ref()
+            .and_then(|v| v.device)
+            .unwrap_or(case.device);
+        if let Ok((device @ Device::Cuda(_), _)) = Device::open(request) {
+            if let Some(free) = device.memory_available() {
+                let need = e.device_total();
+                if need > free {
+                    bail!(
+                        "case `{}` needs about {} of GPU memory ({}), but {} has {} free",
+                        case.name,
+                        human_bytes(need),
+                        parts(&e.device),
+                        device.label(),
+                        human_bytes(free)
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn parts(p: &[(String, u64)]) -> String {
+    p.iter()
+        .map(|(k, b)| format!("{k}: {}", human_bytes(*b)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Seconds per RK4 step of the spectral solver per M³·log2 M on one thread (measured: 128³ on 2
+/// threads, docs/performance.md: 158 ms with 2/3, 671 ms with 3/2).
+const SPECTRAL_SECONDS_PER_UNIT: f64 = 2.4e-8;
+/// Seconds per particle per velocity + stretching evaluation of the CPU Ewald evaluator on one
+/// thread (1.4e5 particles/s on 2 threads at accuracy 1e-6, docs/performance.md).
+const EWALD_SECONDS_PER_PARTICLE: f64 = 1.4e-5;
+/// Seconds per pair of the CPU direct sum on one thread (3.1e7 pairs/s on 2 threads).
+const DIRECT_SECONDS_PER_PAIR: f64 = 6.5e-8;
+
+/// A rough run-time estimate on the CPU with `threads` threads (the GPU is much faster for the
+/// particles; `vpm bench` measures both): (seconds per step, steps when Δt is fixed).
+pub fn rough_cpu_time(case: &Case, threads: usize) -> Result<(f64, Option<u64>)> {
+    let threads = threads.max(1) as f64;
+    let mut per_step = 0.0;
+    if let Some(s) = &case.spectral {
+        let m = SpectralGrid::new(s.n, s.dealias).product_grid() as f64;
+        per_step += SPECTRAL_SECONDS_PER_UNIT * m.powi(3) * m.log2() / threads;
+    }
+    if let Some(vc) = &case.vortex {
+        let np = particle_count(case)? as f64;
+        // One evaluation per step (AB2), plus about half an evaluation's worth for the
+        // reinitialisation every few steps.
+        let evals = 1.0 + vc.reinit_every.map_or(0.0, |k| 2.0 / k as f64);
+        per_step += evals
+            * match vc.evaluator {
+                crate::summation::EvaluatorKind::Direct => DIRECT_SECONDS_PER_PAIR * np * np,
+                crate::summation::EvaluatorKind::Ewald => EWALD_SECONDS_PER_PARTICLE * np,
+            }
+            / threads;
+    }
+    let steps = match case.time.step {
+        TimeStep::Fixed { dt } => Some((case.time.t_end / dt).ceil() as u64),
+        TimeStep::Cfl { .. } => None,
+    };
+    Ok((per_step, steps))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spectral_estimate_grows_as_n_cubed() {
+        let a = spectral_bytes(64, Dealias::ThreeHalves) as f64;
+        let b = spectral_bytes(128, Dealias::ThreeHalves) as f64;
+        assert!((b / a - 8.0).abs() < 0.5, "{}", b / a);
+        // 2048³ with the 3/2 rule needs terabytes.
+        assert!(spectral_bytes(2048, Dealias::ThreeHalves) > 1u64 << 40);
+        assert!(spectral_bytes(64, Dealias::TwoThirds) < spectral_bytes(64, Dealias::ThreeHalves));
+    }
+}

@@ -1,0 +1,225 @@
+//! Running a case: one run core for every kind of flow.
+//!
+//! - [`simulation::Simulation`] owns the clock, lands Δt on events, runs the output writers,
+//!   snapshots and checkpoints on their schedules ([`schedule`], [`callbacks`]), stops on a
+//!   failed step or a signal with the last good state on disk, resumes from a checkpoint and
+//!   keeps the manifest.
+//! - A [`model::Model`] holds the state and the physics: [`field::FieldModel`] for flows given as
+//!   a velocity field (the spectral solver, with the vortex particles alongside in lockstep) and
+//!   [`particles::ParticleModel`] for flows given by particles (ring, tube).
+//! - [`memory`] estimates what a case needs before anything is allocated; [`start`] refuses a
+//!   case that does not fit.
+
+pub mod callbacks;
+pub mod field;
+pub mod memory;
+pub mod model;
+pub mod particles;
+pub mod progress;
+pub mod schedule;
+pub mod simulation;
+
+use crate::config::Case;
+use crate::device::{Device, DeviceRequest};
+use crate::output::{write_particle_snapshot, ParticleSnapshot};
+use crate::particles::ParticleSet;
+use crate::summation::{planner, Boundary};
+use crate::vortex::{VortexSettings, VortexSolver};
+use anyhow::{Context, Result};
+use simulation::{ResumeChanges, Run, Simulation};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressStyle {
+    /// An indicatif bar (for a terminal).
+    Bar,
+    /// Plain progress lines (for logs and pipes).
+    Lines,
+    /// Nothing.
+    Quiet,
+}
+
+/// Options of a run that are not part of the case.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub threads: usize,
+    pub progress: ProgressStyle,
+    /// For tests of kill-and-resume: stop abruptly (no final outputs) after this many steps of
+    /// this process, as a killed process would.
+    pub abort_after_steps: Option<u64>,
+}
+
+/// How [`simulation::Simulation::run_to_end`] ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// t_end reached; final outputs and plots written.
+    Finished,
+    /// SIGINT or SIGTERM: stopped after a checkpoint (`vpm resume` continues).
+    Interrupted,
+    /// Stopped by `abort_after_steps` (tests only).
+    Aborted,
+}
+
+/// Starts the run the case calls for (field- or particle-defined) in an existing, empty run
+/// directory, after checking that its memory fits.
+pub fn start(case: Case, run_dir: &Path, options: RunOptions) -> Result<Box<dyn Run>> {
+    memory::check_fits(&case)?;
+    Ok(if case.initial.is_particle_defined() {
+        Box::new(Simulation::<particles::ParticleModel>::start(
+            case, run_dir, options,
+        )?)
+    } else {
+        Box::new(Simulation::<field::FieldModel>::start(
+            case, run_dir, options,
+        )?)
+    })
+}
+
+/// Continues a run from its latest checkpoint, with optional changes (a later t_end, another
+/// device).
+pub fn resume(
+    run_dir: &Path,
+    options: RunOptions,
+    changes: &ResumeChanges,
+) -> Result<Box<dyn Run>> {
+    let case = Case::from_file(&run_dir.join("case.toml"))?;
+    Ok(if case.initial.is_particle_defined() {
+        Box::new(Simulation::<particles::ParticleModel>::resume(
+            case, run_dir, options, changes,
+        )?)
+    } else {
+        Box::new(Simulation::<field::FieldModel>::resume(
+            case, run_dir, options, changes,
+        )?)
+    })
+}
+
+fn stop_flag() -> &'static Arc<AtomicBool> {
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
+}
+
+/// Makes SIGINT and SIGTERM ask the run to stop after the step in progress, with a checkpoint;
+/// a second signal of either kind ends the process at once (exit status 130).
+pub fn install_signal_handlers() -> Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    for sig in [SIGINT, SIGTERM] {
+        // The order matters: the conditional shutdown sees the flag set by a first signal.
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(stop_flag()))
+            .context("installing the signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(stop_flag()))
+            .context("installing the signal handlers")?;
+    }
+    Ok(())
+}
+
+/// Whether a stop was asked for by a signal.
+pub fn interrupted() -> bool {
+    stop_flag().load(Ordering::Relaxed)
+}
+
+/// Opens the device a solver section asks for (its own `device`, else the run's).
+pub(crate) fn open_device(
+    case: &Case,
+    section: &str,
+    own: Option<DeviceRequest>,
+) -> Result<Device> {
+    let request = own.unwrap_or(case.device);
+    let (device, note) =
+        Device::open(request).with_context(|| format!("case `{}`: [{section}]", case.name))?;
+    tracing::info!("{section} device: {note}");
+    Ok(device)
+}
+
+/// The particle solver of a case around `particles`, on its device, with the evaluator the
+/// planner picks for `boundary`. `zero_total_strength`: keep Σα = 0 at reinitialisation (a
+/// periodic field; not a single tube or ring, which carries its own circulation).
+pub(crate) fn vortex_solver(
+    case: &Case,
+    particles: ParticleSet,
+    boundary: Boundary,
+    zero_total_strength: bool,
+) -> Result<(VortexSolver, Device)> {
+    let vc = case.vortex.as_ref().with_context(|| {
+        format!(
+            "case `{}`: initial.kind = \"{}\" needs a [vortex] section",
+            case.name,
+            case.initial.kind_str()
+        )
+    })?;
+    let device = open_device(case, "vortex", vc.device)?;
+    let plan = planner::plan(boundary, vc.evaluator, &device, vc.accuracy)
+        .with_context(|| format!("case `{}`: [vortex]", case.name))?;
+    tracing::info!("vortex evaluator: {}", plan.description);
+    let settings = VortexSettings {
+        nu: case.flow.nu,
+        scheme: vc.stretching,
+        reinit_every: vc.reinit_every,
+        lattice_n: vc.n,
+        sigma0: vc.sigma0(),
+        rbf: vc.rbf,
+        zero_total_strength,
+    };
+    Ok((
+        VortexSolver::new(particles, plan.evaluator, settings),
+        device,
+    ))
+}
+
+/// Adds the particle solver's exact state to a checkpoint: its arrays, and its AB2 clock as
+/// `vortex_clock` in the model's meta.
+pub(crate) fn save_vortex(solver: &VortexSolver, state: &mut model::ModelState) {
+    let (arrays, clock) = solver.state_arrays();
+    for (name, shape, data) in arrays {
+        state.arrays.push(name, shape, data);
+    }
+    state.meta["vortex_clock"] = serde_json::to_value(clock).expect("a plain struct");
+}
+
+/// Restores the particle solver from a checkpoint written by [`save_vortex`].
+pub(crate) fn restore_vortex(solver: &mut VortexSolver, state: &model::ModelState) -> Result<()> {
+    let clock: crate::vortex::VortexClock = serde_json::from_value(
+        state
+            .meta
+            .get("vortex_clock")
+            .cloned()
+            .context("checkpoint meta.json lacks `vortex_clock`")?,
+    )
+    .context("checkpoint meta.json: `vortex_clock`")?;
+    solver
+        .restore_state(|name| state.arrays.get(name).map(|(_, d)| d.to_vec()), clock)
+        .map_err(anyhow::Error::msg)
+}
+
+/// Writes `snapshots/particles-<step>.npz/.vtp` (and the .pvd index) for `solver` at (t, step):
+/// the particles with the instantaneous f64 velocity and stretching at that state (not the AB2
+/// combination; the step that follows reuses them).
+pub(crate) fn write_vortex_snapshot(
+    run_dir: &Path,
+    solver: &mut VortexSolver,
+    t: f64,
+    step: u64,
+) -> Result<()> {
+    let (u, dadt) = {
+        let (u, s) = solver.derivatives()?;
+        (u.to_vec(), s.to_vec())
+    };
+    let p = solver.particles();
+    write_particle_snapshot(
+        run_dir,
+        &ParticleSnapshot {
+            t,
+            step,
+            x: &p.x,
+            alpha: &p.alpha,
+            sigma: &p.sigma,
+            id: &p.id,
+            velocity: &u,
+            dalpha_dt: &dadt,
+        },
+    )?;
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! What the run core asks of a model: a stable step, a step that is not committed when it
+//! fails, its exact state for checkpoints, its timings and a figure for the progress line.
+//!
+//! Two models implement it: [`crate::run::field::FieldModel`] (a flow given as a velocity
+//! field: the spectral solver, with the particles alongside in lockstep when the case has
+//! `[vortex]`) and [`crate::run::particles::ParticleModel`] (a flow given by its particles: a
+//! vortex ring in free space, a tube in the periodic box).
+
+use crate::config::Case;
+use crate::output::CheckpointArrays;
+use crate::run::callbacks::ScheduledCallback;
+use std::path::Path;
+
+/// Why a model could not step (or report its stable step). The state in hand is the last good
+/// one: a failed step is not committed.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct StepFailure {
+    /// What failed, e.g. "spectral solver: the velocity became non-finite".
+    pub message: String,
+}
+
+impl StepFailure {
+    pub fn new(message: impl Into<String>) -> StepFailure {
+        StepFailure {
+            message: message.into(),
+        }
+    }
+}
+
+/// A model's exact state for a checkpoint: arrays for `state.npz`, scalars for `meta.json`.
+#[derive(Debug, Clone, Default)]
+pub struct ModelState {
+    pub arrays: CheckpointArrays,
+    /// Model-specific scalars (e.g. the particle stepper's AB2 clock).
+    pub meta: serde_json::Value,
+}
+
+/// A model of the run core (see the module docs).
+pub trait Model: Sized {
+    /// A model at t = 0 from the case's initial condition.
+    fn initial(case: &Case) -> anyhow::Result<Self>;
+
+    /// A model ready for [`Model::restore`] (no initial-condition work).
+    fn for_restore(case: &Case) -> anyhow::Result<Self>;
+
+    /// The output writers of this model, with their schedules from the case (the snapshot
+    /// writer and the checkpointer are the run core's).
+    fn callbacks(case: &Case) -> Vec<ScheduledCallback<Self>>;
+
+    /// The largest step its stability limits allow for a CFL number `cfl` (infinite when nothing
+    /// moves).
+    fn stable_dt(&mut self, cfl: f64) -> Result<f64, StepFailure>;
+
+    /// Advances by `dt`. On error the state is unchanged (the step was not committed).
+    fn step(&mut self, dt: f64) -> Result<(), StepFailure>;
+
+    /// The exact state, so that [`Model::restore`] continues bit for bit.
+    fn save(&self) -> ModelState;
+
+    /// Restores a state written by [`Model::save`].
+    fn restore(&mut self, state: &ModelState) -> anyhow::Result<()>;
+
+    /// Wall seconds per phase since the last call, for the manifest (`stage_wall_seconds`).
+    fn take_timings(&mut self) -> Vec<(&'static str, f64)>;
+
+    /// A short "name=value" for the progress line (e.g. the energy).
+    fn progress_figure(&mut self) -> String;
+
+    /// The particle solver, if the model has particles (snapshots).
+    fn particles(&mut self) -> Option<&mut crate::vortex::VortexSolver>;
+
+    /// Final outputs written once at t_end (e.g. the spectral field).
+    fn write_final(&mut self, run_dir: &Path) -> anyhow::Result<()>;
+
+    /// Which device each solver runs on ("spectral" → "cpu", "vortex" → "cuda:0"), for the
+    /// manifest and the checkpoint.
+    fn devices(&self) -> Vec<(&'static str, crate::device::Device)>;
+}

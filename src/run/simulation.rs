@@ -1,0 +1,647 @@
+//! The run core: a generic [`Simulation`] that owns the clock, the Δt that lands exactly on
+//! events, the schedules of the output writers, snapshots and checkpoints, the NaN stop, pickup
+//! from a checkpoint, signals, and the manifest. Models ([`Model`]) hold the state and the
+//! physics; they know nothing about files or schedules.
+//!
+//! - Time-based events are landed on exactly by shortening the step that would cross them, and
+//!   t_end always is.
+//! - A checkpoint holds the model's exact state, the clock, every schedule's counter and the
+//!   length of every CSV ([`CheckpointMeta`]); a resume truncates the CSVs to those lengths and
+//!   continues, so a killed and resumed run writes the same bytes as an uninterrupted one.
+//! - A step that fails (a non-finite state) is not committed: the run stops with a clear error
+//!   after checkpointing the last good state.
+//! - SIGINT or SIGTERM: the step in progress finishes, a checkpoint is written and the run stops
+//!   cleanly (`vpm resume` continues it).
+
+use crate::config::{Case, TimeStep};
+use crate::device::Device;
+use crate::output::{read_latest_checkpoint, write_atomic, write_checkpoint, Manifest};
+use crate::run::callbacks::{CallContext, LogSpec, Logs, ScheduledCallback};
+use crate::run::model::{Model, ModelState, StepFailure};
+use crate::run::progress::Progress;
+use crate::run::schedule::{Schedule, Scheduled};
+use crate::run::{interrupted, RunEnd, RunOptions};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Version of [`CheckpointMeta`]'s layout.
+const CHECKPOINT_FORMAT: u32 = 2;
+/// A CFL step below this fraction of t_end stops the run (it would never finish).
+const DT_FLOOR_OVER_T_END: f64 = 1e-12;
+/// Name of the checkpointer's schedule.
+const CHECKPOINT: &str = "checkpoint";
+/// Name of the particle-snapshot schedule.
+const SNAPSHOTS: &str = "snapshots";
+
+/// `meta.json` of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMeta {
+    /// Layout version ([`CHECKPOINT_FORMAT`]).
+    pub format: u32,
+    /// The case's name.
+    pub case: String,
+    pub step: u64,
+    pub t: f64,
+    /// The counter (index of the next event) of every time-based schedule, by name.
+    pub schedules: BTreeMap<String, u64>,
+    /// Byte length of every CSV, by file name.
+    pub csv: BTreeMap<String, u64>,
+    /// The device each solver ran on ("spectral" → "cpu", "vortex" → "cuda:0").
+    pub devices: BTreeMap<String, String>,
+    /// The model's own scalars.
+    pub model: serde_json::Value,
+}
+
+impl CheckpointMeta {
+    /// Reads `meta.json` in this layout or in the layout of vpm before the run core (flat
+    /// `next_output`, `next_checkpoint`, `next_spectrum`, `next_snapshot`, `vortex_clock`).
+    fn from_json(v: serde_json::Value) -> Result<CheckpointMeta> {
+        if v.get("format").is_some() {
+            return serde_json::from_value(v).context("checkpoint meta.json");
+        }
+        #[derive(Deserialize)]
+        struct Legacy {
+            step: u64,
+            t: f64,
+            case: String,
+            next_output: u64,
+            next_checkpoint: u64,
+            #[serde(default)]
+            next_spectrum: u64,
+            #[serde(default)]
+            next_snapshot: u64,
+            csv: BTreeMap<String, u64>,
+            vortex_clock: Option<serde_json::Value>,
+        }
+        let l: Legacy = serde_json::from_value(v).context("checkpoint meta.json")?;
+        let schedules = [
+            ("output", l.next_output),
+            (CHECKPOINT, l.next_checkpoint),
+            ("spectra", l.next_spectrum),
+            (SNAPSHOTS, l.next_snapshot),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let model = match l.vortex_clock {
+            Some(c) => serde_json::json!({ "vortex_clock": c }),
+            None => serde_json::json!({}),
+        };
+        Ok(CheckpointMeta {
+            format: 1,
+            case: l.case,
+            step: l.step,
+            t: l.t,
+            schedules,
+            csv: l.csv,
+            devices: BTreeMap::new(),
+            model,
+        })
+    }
+}
+
+/// Changes a resume makes to the case (recorded in the run's case.toml).
+#[derive(Debug, Clone, Default)]
+pub struct ResumeChanges {
+    /// A later end time (`--t-end`): extends a finished or unfinished run.
+    pub t_end: Option<f64>,
+    /// Another device for every solver (`--device`).
+    pub device: Option<crate::device::DeviceRequest>,
+}
+
+/// A run of a model: see the module docs.
+pub struct Simulation<M: Model> {
+    case: Case,
+    run_dir: PathBuf,
+    model: M,
+    t: f64,
+    step: u64,
+    callbacks: Vec<ScheduledCallback<M>>,
+    snapshots: Option<Scheduled>,
+    checkpoints: Scheduled,
+    logs: Logs,
+    manifest: Manifest,
+    options: RunOptions,
+    /// Wall seconds of the run core's own stages since the last manifest write.
+    stage_seconds: BTreeMap<&'static str, f64>,
+    /// Peak device memory in use (bytes) seen on the GPUs the model uses.
+    peak_device_bytes: Option<u64>,
+    /// The step at which the last checkpoint was written (no second one at the same step).
+    last_checkpoint_step: Option<u64>,
+    _lock: crate::output::RunLock,
+}
+
+fn schedules_of<M: Model>(
+    case: &Case,
+) -> (Vec<ScheduledCallback<M>>, Option<Scheduled>, Scheduled) {
+    let callbacks = M::callbacks(case);
+    let snapshots = case
+        .vortex
+        .as_ref()
+        .and_then(|v| v.snapshots)
+        .map(|c| Scheduled::new(Schedule::from(c), false));
+    let checkpoints = Scheduled::new(Schedule::from(case.checkpoint.cadence), true);
+    (callbacks, snapshots, checkpoints)
+}
+
+fn log_specs<M>(callbacks: &[ScheduledCallback<M>]) -> Vec<LogSpec> {
+    callbacks.iter().flat_map(|c| c.callback.logs()).collect()
+}
+
+impl<M: Model> Simulation<M> {
+    /// Sets up a new run in an existing (empty) run directory: writes case.toml, the manifest,
+    /// the CSV headers and the t = 0 outputs and checkpoint.
+    pub fn start(case: Case, run_dir: &Path, options: RunOptions) -> Result<Self> {
+        let lock = crate::output::RunLock::acquire(run_dir, "vpm run")?;
+        let t0 = Instant::now();
+        write_atomic(&run_dir.join("case.toml"), case.to_toml_string().as_bytes())?;
+        let mut manifest = Manifest::new(options.threads);
+        manifest.set_status("running");
+        manifest.write(run_dir)?;
+        let model = M::initial(&case)?;
+        let mut sim = Simulation::assemble(case, run_dir, model, options, manifest, lock);
+        sim.logs = Logs::create(run_dir, &log_specs(&sim.callbacks))?;
+        sim.record_devices();
+        sim.add_time("setup", t0.elapsed().as_secs_f64());
+        sim.events_after_step(0.0)?;
+        Ok(sim)
+    }
+
+    /// Continues a run from its latest checkpoint, with the case changes of `changes`.
+    pub fn resume(
+        case: Case,
+        run_dir: &Path,
+        options: RunOptions,
+        changes: &ResumeChanges,
+    ) -> Result<Self> {
+        let lock = crate::output::RunLock::acquire(run_dir, "vpm resume")?;
+        let t0 = Instant::now();
+        let (step, meta, arrays) = read_latest_checkpoint(run_dir)?.with_context(|| {
+            format!(
+                "{}: no valid checkpoint to resume from (checkpoints/ is empty or damaged)",
+                run_dir.display()
+            )
+        })?;
+        let meta = CheckpointMeta::from_json(meta)?;
+        if meta.step != step {
+            bail!(
+                "checkpoint step {step} disagrees with its meta.json ({})",
+                meta.step
+            );
+        }
+        let case = apply_changes(case, run_dir, changes, meta.t)?;
+        let mut model = M::for_restore(&case)?;
+        model
+            .restore(&ModelState {
+                arrays,
+                meta: meta.model.clone(),
+            })
+            .with_context(|| format!("checkpoint step {step}"))?;
+        for (solver, device) in model.devices() {
+            if let Some(was) = meta.devices.get(solver) {
+                if *was != device.label() {
+                    let msg = format!(
+                        "the checkpoint was written with the {solver} solver on {was}; it resumes \
+                         on {} (results continue, but not bit for bit as on {was})",
+                        device.label()
+                    );
+                    tracing::warn!("{msg}");
+                    if options.progress != crate::run::ProgressStyle::Quiet {
+                        eprintln!("vpm: {msg}");
+                    }
+                }
+            }
+        }
+        let mut manifest =
+            Manifest::read(run_dir).unwrap_or_else(|_| Manifest::new(options.threads));
+        manifest.record_resume(step);
+        manifest.set_status("running");
+        manifest.write(run_dir)?;
+        let mut sim = Simulation::assemble(case, run_dir, model, options, manifest, lock);
+        sim.t = meta.t;
+        sim.step = step;
+        sim.last_checkpoint_step = Some(step);
+        let counter = |name: &str| meta.schedules.get(name).copied().unwrap_or(0);
+        for c in &mut sim.callbacks {
+            c.schedule.next = counter(c.name);
+        }
+        if let Some(s) = &mut sim.snapshots {
+            s.next = counter(SNAPSHOTS);
+        }
+        sim.checkpoints.next = counter(CHECKPOINT);
+        sim.logs = Logs::reopen(run_dir, &log_specs(&sim.callbacks), &meta.csv)?;
+        sim.record_devices();
+        sim.add_time("setup", t0.elapsed().as_secs_f64());
+        Ok(sim)
+    }
+
+    /// A simulation at t = 0 with the case's schedules and no logs yet.
+    fn assemble(
+        case: Case,
+        run_dir: &Path,
+        model: M,
+        options: RunOptions,
+        manifest: Manifest,
+        lock: crate::output::RunLock,
+    ) -> Self {
+        let (callbacks, snapshots, checkpoints) = schedules_of::<M>(&case);
+        Simulation {
+            case,
+            run_dir: run_dir.to_path_buf(),
+            model,
+            t: 0.0,
+            step: 0,
+            callbacks,
+            snapshots,
+            checkpoints,
+            logs: Logs::default(),
+            manifest,
+            options,
+            stage_seconds: BTreeMap::new(),
+            peak_device_bytes: None,
+            last_checkpoint_step: None,
+            _lock: lock,
+        }
+    }
+
+    pub fn case(&self) -> &Case {
+        &self.case
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    pub fn time(&self) -> f64 {
+        self.t
+    }
+
+    pub fn step_count(&self) -> u64 {
+        self.step
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.t >= self.case.time.t_end
+    }
+
+    /// The model (for inspection in tests).
+    pub fn model(&mut self) -> &mut M {
+        &mut self.model
+    }
+
+    fn add_time(&mut self, stage: &'static str, seconds: f64) {
+        *self.stage_seconds.entry(stage).or_insert(0.0) += seconds;
+    }
+
+    fn record_devices(&mut self) {
+        for (solver, device) in self.model.devices() {
+            self.manifest
+                .devices
+                .insert(solver.to_string(), device.describe());
+        }
+    }
+
+    /// The time of the next event the clock must land on exactly.
+    fn next_event_time(&self) -> f64 {
+        self.callbacks
+            .iter()
+            .map(|c| &c.schedule)
+            .chain(self.snapshots.iter())
+            .chain(std::iter::once(&self.checkpoints))
+            .filter_map(Scheduled::next_time)
+            .fold(self.case.time.t_end, f64::min)
+    }
+
+    /// The next step: the case's fixed Δt or the model's stable one, shortened to land on the
+    /// next event. Returns (Δt, the event time when landing on it).
+    fn next_dt(&mut self) -> Result<(f64, Option<f64>)> {
+        let t_end = self.case.time.t_end;
+        let mut dt = match self.case.time.step {
+            TimeStep::Fixed { dt } => dt,
+            TimeStep::Cfl { cfl, dt_max } => match self.model.stable_dt(cfl) {
+                Ok(dt) => dt.min(dt_max.unwrap_or(f64::INFINITY)),
+                Err(f) => return Err(self.stop_on_failure(&f)),
+            },
+        };
+        if !(dt.is_finite() && dt > 0.0) {
+            // A CFL step with nothing moving: step to the next event.
+            dt = t_end - self.t;
+        } else if dt < DT_FLOOR_OVER_T_END * t_end {
+            let f = StepFailure::new(format!(
+                "the CFL time step fell to Δt = {dt:e}, below {DT_FLOOR_OVER_T_END:e}·t_end = \
+                 {:e}: the flow is under-resolved or blowing up and the run would not finish",
+                DT_FLOOR_OVER_T_END * t_end
+            ));
+            return Err(self.stop_on_failure(&f));
+        }
+        let te = self.next_event_time();
+        // Land on the event when this step reaches it, allowing for round-off in t.
+        if te - self.t <= dt * (1.0 + 1e-6) {
+            Ok((te - self.t, Some(te)))
+        } else {
+            Ok((dt, None))
+        }
+    }
+
+    /// Runs until t_end (or a signal, `time.max_steps`, or `abort_after_steps`), writing outputs
+    /// on schedule, then the final outputs, the manifest and the plots.
+    pub fn run_to_end(&mut self) -> Result<RunEnd> {
+        let t_end = self.case.time.t_end;
+        let mut progress = Progress::new(self.options.progress, t_end, self.t);
+        let mut steps_here = 0u64;
+        let started = Instant::now();
+        while self.t < t_end {
+            if let Some(max) = self.case.time.max_steps {
+                if self.step >= max {
+                    progress.finish();
+                    return Err(self.stop_at_max_steps(max));
+                }
+            }
+            let (dt, landing) = self.next_dt()?;
+            let ts = Instant::now();
+            let stepped = self.model.step(dt);
+            self.add_time("time_stepping", ts.elapsed().as_secs_f64());
+            if let Err(f) = stepped {
+                progress.finish();
+                return Err(self.stop_on_failure(&f));
+            }
+            self.step += 1;
+            self.t = landing.unwrap_or(self.t + dt);
+            self.events_after_step(dt)?;
+            self.sample_device_memory();
+            steps_here += 1;
+            let figure = self.model.progress_figure();
+            progress.update(self.step, self.t, dt, &figure, started, steps_here);
+            if interrupted() {
+                progress.finish();
+                self.stop_on_signal()?;
+                return Ok(RunEnd::Interrupted);
+            }
+            if Some(steps_here) == self.options.abort_after_steps {
+                progress.finish();
+                return Ok(RunEnd::Aborted);
+            }
+        }
+        progress.finish();
+        self.finish()?;
+        Ok(RunEnd::Finished)
+    }
+
+    /// Outputs, snapshots and the checkpoint due at the current clock (after a step of `dt`).
+    fn events_after_step(&mut self, dt: f64) -> Result<()> {
+        let (t, step) = (self.t, self.step);
+        let at_end = t >= self.case.time.t_end;
+        for c in &mut self.callbacks {
+            if c.schedule.is_due(t, step, at_end) {
+                let tc = Instant::now();
+                let mut ctx = CallContext {
+                    t,
+                    step,
+                    dt,
+                    run_dir: &self.run_dir,
+                    logs: &mut self.logs,
+                };
+                c.callback.call(&mut self.model, &mut ctx)?;
+                c.schedule.advance_past(t);
+                *self.stage_seconds.entry(c.name).or_insert(0.0) += tc.elapsed().as_secs_f64();
+            }
+        }
+        if let Some(s) = &mut self.snapshots {
+            if s.is_due(t, step, at_end) {
+                s.advance_past(t);
+                let ts = Instant::now();
+                if let Some(solver) = self.model.particles() {
+                    crate::run::write_vortex_snapshot(&self.run_dir, solver, t, step)?;
+                }
+                self.add_time(SNAPSHOTS, ts.elapsed().as_secs_f64());
+            }
+        }
+        if self.checkpoints.is_due(t, step, at_end) {
+            self.checkpoints.advance_past(t);
+            self.write_checkpoint()?;
+        }
+        Ok(())
+    }
+
+    fn write_checkpoint(&mut self) -> Result<()> {
+        let tc = Instant::now();
+        let state = self.model.save();
+        let mut schedules: BTreeMap<String, u64> = self
+            .callbacks
+            .iter()
+            .map(|c| (c.name.to_string(), c.schedule.next))
+            .collect();
+        if let Some(s) = &self.snapshots {
+            schedules.insert(SNAPSHOTS.into(), s.next);
+        }
+        schedules.insert(CHECKPOINT.into(), self.checkpoints.next);
+        let meta = CheckpointMeta {
+            format: CHECKPOINT_FORMAT,
+            case: self.case.name.clone(),
+            step: self.step,
+            t: self.t,
+            schedules,
+            csv: self.logs.lengths(),
+            devices: self
+                .model
+                .devices()
+                .into_iter()
+                .map(|(s, d)| (s.to_string(), d.label()))
+                .collect(),
+            model: state.meta,
+        };
+        write_checkpoint(
+            &self.run_dir,
+            self.step,
+            &serde_json::to_value(&meta)?,
+            &state.arrays,
+            self.case.checkpoint.keep,
+        )?;
+        self.last_checkpoint_step = Some(self.step);
+        self.add_time("checkpoints", tc.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Checkpoints the state in hand (unless one was just written at this step); returns
+    /// whether the last good state is on disk.
+    fn checkpoint_now(&mut self) -> bool {
+        if self.last_checkpoint_step == Some(self.step) {
+            return true;
+        }
+        match self.write_checkpoint() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!("could not write the checkpoint: {e:#}");
+                false
+            }
+        }
+    }
+
+    /// A failed step: the model's state is the last good one; checkpoint it, record the
+    /// failure and return the error to report.
+    fn stop_on_failure(&mut self, f: &StepFailure) -> anyhow::Error {
+        let saved = self.checkpoint_now();
+        let msg = format!(
+            "{} in the step after step {} (t = {}); the run stopped. The last good state (step \
+             {}) is {} in {}, and the CSV files hold every row up to it. Reduce the time step \
+             (time.dt or time.cfl) or raise the resolution, then `vpm run` again.",
+            f.message,
+            self.step,
+            self.t,
+            self.step,
+            if saved {
+                "checkpointed"
+            } else {
+                "NOT checkpointed"
+            },
+            self.run_dir.join("checkpoints").display(),
+        );
+        self.manifest.set_status(format!("failed: {msg}"));
+        self.flush_manifest();
+        anyhow::anyhow!(msg)
+    }
+
+    fn stop_at_max_steps(&mut self, max: u64) -> anyhow::Error {
+        let saved = self.checkpoint_now();
+        let msg = format!(
+            "time.max_steps = {max} reached at t = {} (t_end = {}); the run stopped with its \
+             state {} in {}. Raise time.max_steps in {} and `vpm resume {}` to go on.",
+            self.t,
+            self.case.time.t_end,
+            if saved {
+                "checkpointed"
+            } else {
+                "NOT checkpointed"
+            },
+            self.run_dir.join("checkpoints").display(),
+            self.run_dir.join("case.toml").display(),
+            self.run_dir.display(),
+        );
+        self.manifest.set_status(format!("stopped: {msg}"));
+        self.flush_manifest();
+        anyhow::anyhow!(msg)
+    }
+
+    fn stop_on_signal(&mut self) -> Result<()> {
+        let saved = self.checkpoint_now();
+        let msg = format!(
+            "interrupted at step {} (t = {}); {}",
+            self.step,
+            self.t,
+            if saved {
+                "the state is checkpointed"
+            } else {
+                "the checkpoint could NOT be written; the previous one remains"
+            }
+        );
+        self.manifest.set_status(format!("stopped: {msg}"));
+        self.flush_manifest();
+        if !saved {
+            bail!("{msg}");
+        }
+        Ok(())
+    }
+
+    fn sample_device_memory(&mut self) {
+        for (_, device) in self.model.devices() {
+            if let Device::Cuda(gpu) = &device {
+                if let Ok(free) = gpu.free_memory() {
+                    let used = (gpu.info().total_memory_bytes as u64).saturating_sub(free as u64);
+                    self.peak_device_bytes = Some(self.peak_device_bytes.unwrap_or(0).max(used));
+                }
+            }
+        }
+    }
+
+    fn flush_manifest(&mut self) {
+        for (stage, s) in std::mem::take(&mut self.stage_seconds) {
+            self.manifest.add_stage_time(stage, s);
+        }
+        for (stage, s) in self.model.take_timings() {
+            self.manifest.add_stage_time(stage, s);
+        }
+        if let Some(p) = self.peak_device_bytes {
+            let m = &mut self.manifest.peak_device_memory_bytes;
+            *m = Some(m.unwrap_or(0).max(p));
+        }
+        if let Err(e) = self.manifest.write(&self.run_dir) {
+            tracing::warn!("could not write the manifest: {e}");
+        }
+    }
+
+    /// Final outputs, manifest and plots.
+    fn finish(&mut self) -> Result<()> {
+        let tf = Instant::now();
+        self.model.write_final(&self.run_dir)?;
+        self.add_time("final_field", tf.elapsed().as_secs_f64());
+        let tp = Instant::now();
+        let plots = postprocess::plot_run(&self.run_dir, &self.case.name);
+        self.add_time("plots", tp.elapsed().as_secs_f64());
+        self.manifest.set_status("finished");
+        self.flush_manifest();
+        plots.context("drawing the plots")?;
+        Ok(())
+    }
+}
+
+/// The case of a resumed run with `changes` applied, validated, and written back to the run's
+/// case.toml when it changed.
+fn apply_changes(mut case: Case, run_dir: &Path, changes: &ResumeChanges, t: f64) -> Result<Case> {
+    if changes.t_end.is_none() && changes.device.is_none() {
+        return Ok(case);
+    }
+    if let Some(t_end) = changes.t_end {
+        if !(t_end.is_finite() && t_end > t) {
+            bail!("--t-end {t_end}: must be later than the time of the latest checkpoint, t = {t}");
+        }
+        case.time.t_end = t_end;
+    }
+    if let Some(d) = changes.device {
+        case.device = d;
+        if let Some(s) = case.spectral.as_mut() {
+            s.device = None;
+        }
+        if let Some(v) = case.vortex.as_mut() {
+            v.device = None;
+        }
+    }
+    let text = case.to_toml_string();
+    let case = Case::from_toml_str(&text, &run_dir.join("case.toml").display().to_string())
+        .context("the changed case is not valid")?;
+    write_atomic(&run_dir.join("case.toml"), text.as_bytes())?;
+    Ok(case)
+}
+
+/// The trait object the binary drives: a [`Simulation`] of either model.
+pub trait Run {
+    fn run_to_end(&mut self) -> Result<RunEnd>;
+    fn case(&self) -> &Case;
+    fn run_dir(&self) -> &Path;
+    fn time(&self) -> f64;
+    fn step_count(&self) -> u64;
+    fn is_finished(&self) -> bool;
+}
+
+impl<M: Model> Run for Simulation<M> {
+    fn run_to_end(&mut self) -> Result<RunEnd> {
+        Simulation::run_to_end(self)
+    }
+    fn case(&self) -> &Case {
+        Simulation::case(self)
+    }
+    fn run_dir(&self) -> &Path {
+        Simulation::run_dir(self)
+    }
+    fn time(&self) -> f64 {
+        Simulation::time(self)
+    }
+    fn step_count(&self) -> u64 {
+        Simulation::step_count(self)
+    }
+    fn is_finished(&self) -> bool {
+        Simulation::is_finished(self)
+    }
+}

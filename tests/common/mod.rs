@@ -1,0 +1,80 @@
+//! Helpers shared by the end-to-end tests of the `vpm` binary.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// The binary, with stdin closed and a log level that does not depend on the environment.
+pub fn vpm() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vpm"));
+    c.stdin(Stdio::null()).env_remove("VPM_LOG");
+    c
+}
+
+/// Runs `vpm args…` (in `cwd` when given) and returns its output.
+pub fn run_in(cwd: Option<&Path>, args: &[&str]) -> Output {
+    let mut c = vpm();
+    c.args(args);
+    if let Some(d) = cwd {
+        c.current_dir(d);
+    }
+    c.output().expect("could not start the vpm binary")
+}
+
+pub fn run(args: &[&str]) -> Output {
+    run_in(None, args)
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Panics with the command's output unless it exited 0.
+#[track_caller]
+pub fn assert_ok(o: &Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what}: expected success, got {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
+}
+
+/// Panics unless the command exited with a non-zero code (and was not killed by a signal).
+#[track_caller]
+pub fn assert_failed(o: &Output, what: &str) {
+    let code = o.status.code();
+    assert!(
+        matches!(code, Some(c) if c != 0),
+        "{what}: expected a non-zero exit code, got {:?}\n--- stderr\n{}",
+        o.status,
+        stderr(o)
+    );
+}
+
+/// A CLI failure must be a message, not a crash.
+#[track_caller]
+pub fn assert_no_panic(err: &str) {
+    assert!(!err.contains("panicked"), "the binary panicked:\n{err}");
+    assert!(
+        !err.contains("RUST_BACKTRACE"),
+        "the binary panicked:\n{err}"
+    );
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("temporary paths are UTF-8")
+}
+
+pub fn manifest(run_dir: &Path) -> serde_json::Value {
+    let p = run_dir.join("manifest.json");
+    let text =
+        fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", p.display()))
+}
