@@ -77,14 +77,15 @@ fn run(cli: Cli) -> Result<()> {
                     v.device = None;
                 }
             }
-            // A GPU that was asked for and is missing fails before a run directory is made.
-            for (section, own) in [("vortex", case.vortex.as_ref().map(|v| v.device))] {
-                if let Some(own) = own {
-                    let request = own.unwrap_or(case.device);
-                    if request.is_cuda() {
-                        Device::open(request)
-                            .with_context(|| format!("case `{}`: [{section}]", case.name))?;
-                    }
+            // A device that cannot be had fails before a run directory is made.
+            if case.spectral.is_some() {
+                vpm::run::field::spectral_device(&case)?;
+            }
+            if let Some(v) = &case.vortex {
+                let request = v.device.unwrap_or(case.device);
+                if request.is_cuda() {
+                    Device::open(request)
+                        .with_context(|| format!("case `{}`: [vortex]", case.name))?;
                 }
             }
             vpm::run::memory::check_fits(&case)?;

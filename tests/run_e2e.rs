@@ -19,7 +19,6 @@ use vpm::output::{read_latest_checkpoint, read_velocity_npz, utc_now_compact};
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-
 /// A CSV file of numbers: header and rows.
 struct Csv {
     header: Vec<String>,
@@ -146,7 +145,6 @@ fn checkpoints(run_dir: &Path) -> Vec<String> {
     v.sort();
     v
 }
-
 
 /// ½⟨|u|²⟩ of a field written by `write_velocity_npz`.
 fn field_energy(path: &Path) -> (usize, f64) {
@@ -576,22 +574,44 @@ fn backend_cuda_without_a_gpu_is_a_clear_error_and_auto_falls_back() {
     let err = stderr(&o);
     assert_no_panic(&err);
     assert!(
-        err.contains("backend auto: CPU, no usable GPU") && err.contains("VPM_NO_CUDA"),
+        err.contains("vortex device: auto: cpu, no usable GPU") && err.contains("VPM_NO_CUDA"),
         "auto should fall back to the CPU and say why:\n{err}"
     );
 
+    // A spectral-only case follows --device cpu; it cannot run on a GPU yet, and asking for
+    // one is an error that says so.
+    let q = tmp.path().join("q");
     let o = run(&[
         "run",
         "quick",
-        "--backend",
+        "--device",
         "cpu",
         "--out",
-        s(&tmp.path().join("q")),
+        s(&q),
+        "--threads",
+        "1",
     ]);
-    assert_failed(&o, "--backend on a case without [vortex]");
+    assert_ok(&o, "--device cpu on a spectral-only case");
+    assert!(manifest(&q)["devices"]["spectral"]
+        .as_str()
+        .unwrap()
+        .starts_with("cpu"));
+    let o = no_gpu(&[
+        "run",
+        "quick",
+        "--backend",
+        "cuda",
+        "--out",
+        s(&tmp.path().join("g")),
+    ]);
+    assert_failed(&o, "--device cuda on a spectral-only case");
     let err = stderr(&o);
     assert_no_panic(&err);
-    assert!(err.contains("no [vortex] section"), "{err}");
+    assert!(
+        err.contains("the spectral solver runs on the CPU only"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("g").exists());
 }
 
 // ---------------------------------------------------------------------------------------------

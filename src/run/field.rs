@@ -81,26 +81,24 @@ fn spectral_grid(case: &Case) -> Result<SpectralGrid> {
     }
 }
 
-/// The spectral solver's device: the CPU (the solver has no GPU implementation yet). An
-/// explicit `[spectral] device = "cuda"` is an error; a run-level GPU request is followed by the
-/// particle solver only, and the log says so.
-fn spectral_device(case: &Case) -> Result<Device> {
+/// The spectral solver's device: the CPU (the solver has no GPU version yet). Asking for a GPU
+/// where only the spectral solver would use it (`[spectral] device`, or the run's `device` in a
+/// case without particles) is an error; with particles, a run-level GPU request is followed by
+/// the particle solver, and the log says the spectral one stays on the CPU.
+pub fn spectral_device(case: &Case) -> Result<Device> {
     let own = case.spectral.as_ref().and_then(|s| s.device);
-    match own {
-        Some(d) if d.is_cuda() => bail!(
-            "case `{}`: spectral.device = \"{d}\": the spectral solver runs on the CPU only (its \
-             GPU version is not written yet); use \"cpu\" or \"auto\", or leave the key out",
+    let request = own.unwrap_or(case.device);
+    if request.is_cuda() && (own.is_some() || case.vortex.is_none()) {
+        bail!(
+            "case `{}`: device \"{request}\": the spectral solver runs on the CPU only (its GPU \
+             version is not written yet); use \"cpu\" or \"auto\"",
             case.name
-        ),
-        _ => {
-            if case.device.is_cuda()
-                || own.is_none() && case.device != crate::device::DeviceRequest::Cpu
-            {
-                tracing::info!("spectral device: cpu (the spectral solver has no GPU version yet)");
-            }
-            Ok(Device::Cpu)
-        }
+        );
     }
+    if request != crate::device::DeviceRequest::Cpu {
+        tracing::info!("spectral device: cpu (the spectral solver has no GPU version yet)");
+    }
+    Ok(Device::Cpu)
 }
 
 impl FieldModel {

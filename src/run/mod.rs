@@ -190,7 +190,10 @@ pub(crate) fn restore_vortex(solver: &mut VortexSolver, state: &model::ModelStat
     )
     .context("checkpoint meta.json: `vortex_clock`")?;
     solver
-        .restore_state(|name| state.arrays.get(name).map(|(_, d)| d.to_vec()), clock)
+        .restore_state(
+            |name| state.arrays.get(name).map(|(_, d)| d.to_vec()),
+            clock,
+        )
         .map_err(anyhow::Error::msg)
 }
 
