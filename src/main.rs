@@ -7,7 +7,6 @@ use std::path::Path;
 use std::process::ExitCode;
 use vpm::cli::{BenchCommand, Cli, Command, DealiasArg};
 use vpm::config::{named_cases, resolve_case, Case, Dealias};
-use vpm::device::Device;
 use vpm::output::create_run_dir;
 use vpm::run::memory;
 use vpm::run::simulation::{ResumeChanges, Run};
@@ -78,16 +77,7 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
             // A device that cannot be had fails before a run directory is made.
-            if case.spectral.is_some() {
-                vpm::run::field::spectral_device(&case)?;
-            }
-            if let Some(v) = &case.vortex {
-                let request = v.device.unwrap_or(case.device);
-                if request.is_cuda() {
-                    Device::open(request)
-                        .with_context(|| format!("case `{}`: [vortex]", case.name))?;
-                }
-            }
+            vpm::run::RunDevices::open(&case)?;
             vpm::run::memory::check_fits(&case)?;
             let threads = set_threads(args.threads)?;
             let run_dir = create_run_dir(&case.name, args.out.as_deref(), args.force)?;

@@ -61,7 +61,7 @@ fn sigint_checkpoints_and_resume_reproduces_the_uninterrupted_run() {
     // Long enough (2 000 steps) that the signal lands mid-run.
     let case = write_case(tmp.path(), "long.toml", &case_text("20", ""));
     let (a, b) = (tmp.path().join("A"), tmp.path().join("B"));
-    let mut child = vpm()
+    let child = vpm()
         .args(["run", &case, "--out", s(&b), "--threads", "1"])
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -142,7 +142,10 @@ fn resume_with_a_later_t_end_extends_a_finished_run() {
     // to round-off rather than to the bit.
     let long = write_case(tmp.path(), "long.toml", &case_text("0.16", ""));
     let direct = tmp.path().join("D");
-    assert_ok(&run(&["run", &long, "--out", s(&direct), "--threads", "1"]), "direct run");
+    assert_ok(
+        &run(&["run", &long, "--out", s(&direct), "--threads", "1"]),
+        "direct run",
+    );
     let k = |dir: &Path| -> Vec<f64> {
         let text = fs::read_to_string(dir.join("spectral/energy.csv")).unwrap();
         text.lines()

@@ -18,12 +18,14 @@ use crate::particles::ParticleSet;
 use crate::run::callbacks::{CallContext, Callback, LogSpec, ScheduledCallback};
 use crate::run::model::{Model, ModelState, StepFailure};
 use crate::run::schedule::{Schedule, Scheduled};
+use crate::run::RunDevices;
 use crate::spectral::solver::zero_modes;
-use crate::spectral::{Fft3d, ModeLayout, SpectralGrid, SpectralSolver, VectorModes};
-use crate::summation::{Boundary, Evaluation};
+use crate::spectral::{Fft3d, ModeLayout, SpectralGrid, SpectralStepper, VectorModes};
+use crate::summation::Boundary;
 use crate::vortex::field::{grid_kmax, particles_from_modes};
 use crate::vortex::rbf::SolveReport;
-use crate::vortex::VortexSolver;
+use crate::vortex::stepper::ParticleStepper;
+use crate::vortex::VortexError;
 use anyhow::{bail, Context, Result};
 use num_complex::Complex64;
 use postprocess::layout::{
@@ -37,12 +39,10 @@ use std::time::Instant;
 
 /// The particle side of a field-defined run.
 struct VortexSide {
-    solver: VortexSolver,
-    device: Device,
+    solver: Box<dyn ParticleStepper>,
     sigma0: f64,
     /// The initial RBF solve, reported until the first reinitialisation.
     initial_solve: Option<SolveReport>,
-    scratch: Evaluation,
 }
 
 /// Diagnostics of the particle field on the spectral grid.
@@ -55,8 +55,7 @@ struct VortexStats {
 
 /// The spectral solver ± the particle solver (module docs).
 pub struct FieldModel {
-    spectral: SpectralSolver,
-    spectral_device: Device,
+    spectral: Box<dyn SpectralStepper>,
     /// Transform on the N³ solution grid (divergence check).
     grid_fft: Fft3d,
     vortex: Option<VortexSide>,
@@ -81,49 +80,32 @@ fn spectral_grid(case: &Case) -> Result<SpectralGrid> {
     }
 }
 
-/// The spectral solver's device: the CPU (the solver has no GPU version yet). Asking for a GPU
-/// where only the spectral solver would use it (`[spectral] device`, or the run's `device` in a
-/// case without particles) is an error; with particles, a run-level GPU request is followed by
-/// the particle solver, and the log says the spectral one stays on the CPU.
-pub fn spectral_device(case: &Case) -> Result<Device> {
-    let own = case.spectral.as_ref().and_then(|s| s.device);
-    let request = own.unwrap_or(case.device);
-    if request.is_cuda() && (own.is_some() || case.vortex.is_none()) {
-        bail!(
-            "case `{}`: device \"{request}\": the spectral solver runs on the CPU only (its GPU \
-             version is not written yet); use \"cpu\" or \"auto\"",
-            case.name
-        );
-    }
-    if request != crate::device::DeviceRequest::Cpu {
-        tracing::info!("spectral device: cpu (the spectral solver has no GPU version yet)");
-    }
-    Ok(Device::Cpu)
-}
-
 impl FieldModel {
-    fn build(case: &Case, particles: Option<(ParticleSet, Option<SolveReport>)>) -> Result<Self> {
+    fn build(
+        case: &Case,
+        devices: &RunDevices,
+        particles: Option<(ParticleSet, Option<SolveReport>)>,
+    ) -> Result<Self> {
         let grid = spectral_grid(case)?;
-        let spectral_device = spectral_device(case)?;
-        let vortex = match (&case.vortex, particles) {
-            (Some(vc), Some((p, initial_solve))) => {
+        let spectral_device = devices.spectral.clone().unwrap_or(Device::Cpu);
+        let spectral = crate::spectral::stepper::plan(grid, case.flow.nu, &spectral_device)
+            .with_context(|| format!("case `{}`: [spectral]", case.name))?;
+        let vortex = match (&case.vortex, particles, &devices.vortex) {
+            (Some(vc), Some((p, initial_solve)), Some(device)) => {
                 let boundary = Boundary::Periodic {
                     length: std::f64::consts::TAU,
                 };
-                let (solver, device) = crate::run::vortex_solver(case, p, boundary, true)?;
+                let solver = crate::run::particle_stepper(case, device, p, boundary, true)?;
                 Some(VortexSide {
                     solver,
-                    device,
                     sigma0: vc.sigma0(),
                     initial_solve,
-                    scratch: Evaluation::default(),
                 })
             }
             _ => None,
         };
         Ok(FieldModel {
-            spectral: SpectralSolver::new(grid, case.flow.nu),
-            spectral_device,
+            spectral,
             grid_fft: Fft3d::new(grid.n, grid.layout()),
             vortex,
             nu: case.flow.nu,
@@ -137,16 +119,6 @@ impl FieldModel {
         *self.timings.entry(stage).or_insert(0.0) += since.elapsed().as_secs_f64();
     }
 
-    /// The spectral solver (for inspection).
-    pub fn spectral(&self) -> &SpectralSolver {
-        &self.spectral
-    }
-
-    /// The particle solver, when the case has one.
-    pub fn vortex(&self) -> Option<&VortexSolver> {
-        self.vortex.as_ref().map(|v| &v.solver)
-    }
-
     /// Diagnostics of the particle field on the spectral solver's N³ grid (the same code as the
     /// spectral side): stats, shell spectrum, max |∇·u|; computed once per state.
     fn vortex_stats(&mut self) -> Result<Option<VortexStats>> {
@@ -157,7 +129,7 @@ impl FieldModel {
                 return Ok(None);
             };
             let t0 = Instant::now();
-            let (layout, modes) = v.solver.velocity_modes_on_grid(n, &mut v.scratch)?;
+            let (layout, modes) = v.solver.velocity_modes_on_grid(n)?;
             let mut fft = Fft3d::new(n, layout);
             self.vortex_stats = Some(VortexStats {
                 stats: flow_stats(&layout, &modes, nu),
@@ -171,7 +143,7 @@ impl FieldModel {
 }
 
 impl Model for FieldModel {
-    fn initial(case: &Case) -> Result<Self> {
+    fn initial(case: &Case, devices: &RunDevices) -> Result<Self> {
         let grid = spectral_grid(case)?;
         let particles = match &case.vortex {
             Some(vc) => {
@@ -189,16 +161,16 @@ impl Model for FieldModel {
             }
             None => None,
         };
-        let mut model = FieldModel::build(case, particles)?;
+        let mut model = FieldModel::build(case, devices, particles)?;
         let modes = initial_modes(&case.initial, &grid.layout())
             .with_context(|| format!("case `{}`: initial condition", case.name))?;
         model.spectral.set_velocity_modes(modes);
         Ok(model)
     }
 
-    fn for_restore(case: &Case) -> Result<Self> {
+    fn for_restore(case: &Case, devices: &RunDevices) -> Result<Self> {
         let particles = case.vortex.as_ref().map(|_| (ParticleSet::default(), None));
-        FieldModel::build(case, particles)
+        FieldModel::build(case, devices, particles)
     }
 
     fn callbacks(case: &Case) -> Vec<ScheduledCallback<Self>> {
@@ -242,35 +214,35 @@ impl Model for FieldModel {
     /// the spectral step succeeded.
     fn step(&mut self, dt: f64) -> Result<(), StepFailure> {
         self.vortex_stats = None;
-        let prepared = match &mut self.vortex {
-            Some(v) => {
-                let t0 = Instant::now();
-                let p = v
-                    .solver
-                    .prepare_step(dt)
-                    .map_err(|e| StepFailure::new(format!("vortex solver: {e}")));
-                *self.timings.entry("vortex_time_stepping").or_insert(0.0) +=
-                    t0.elapsed().as_secs_f64();
-                Some(p?)
-            }
-            None => None,
-        };
+        self.last_energy = f64::NAN;
+        let vortex_failed = |e: VortexError| StepFailure::new(format!("vortex solver: {e}"));
+        if let Some(v) = &mut self.vortex {
+            let t0 = Instant::now();
+            let prepared = v.solver.prepare_step(dt);
+            *self.timings.entry("vortex_time_stepping").or_insert(0.0) +=
+                t0.elapsed().as_secs_f64();
+            prepared.map_err(vortex_failed)?;
+        }
         let t0 = Instant::now();
         let spectral = self.spectral.step(dt);
         self.add_time("spectral_time_stepping", t0);
-        spectral.map_err(|e| StepFailure::new(format!("spectral solver: {e}")))?;
-        if let (Some(v), Some(p)) = (&mut self.vortex, prepared) {
+        if let Err(e) = spectral {
+            if let Some(v) = &mut self.vortex {
+                v.solver.discard_step();
+            }
+            return Err(StepFailure::new(format!("spectral solver: {e}")));
+        }
+        if let Some(v) = &mut self.vortex {
             let t0 = Instant::now();
-            let r = v.solver.commit_step(p);
+            let committed = v.solver.commit_step();
             *self.timings.entry("vortex_time_stepping").or_insert(0.0) +=
                 t0.elapsed().as_secs_f64();
-            r.map_err(|e| StepFailure::new(format!("vortex solver: {e}")))?;
+            committed.map_err(vortex_failed)?;
         }
-        self.last_energy = f64::NAN;
         Ok(())
     }
 
-    fn save(&self) -> ModelState {
+    fn save(&mut self) -> Result<ModelState> {
         let layout = self.spectral.layout();
         let mut arrays = CheckpointArrays::new();
         arrays.push(
@@ -282,10 +254,10 @@ impl Model for FieldModel {
             arrays,
             meta: serde_json::json!({}),
         };
-        if let Some(v) = &self.vortex {
-            crate::run::save_vortex(&v.solver, &mut state);
+        if let Some(v) = &mut self.vortex {
+            crate::run::save_vortex(v.solver.as_mut(), &mut state)?;
         }
-        state
+        Ok(state)
     }
 
     fn restore(&mut self, state: &ModelState) -> Result<()> {
@@ -313,7 +285,7 @@ impl Model for FieldModel {
         }
         self.spectral.restore_velocity_modes(modes);
         if let Some(v) = &mut self.vortex {
-            crate::run::restore_vortex(&mut v.solver, state)?;
+            crate::run::restore_vortex(v.solver.as_mut(), state)?;
         }
         self.vortex_stats = None;
         Ok(())
@@ -340,8 +312,11 @@ impl Model for FieldModel {
         format!("K={:.6e}", self.last_energy)
     }
 
-    fn particles(&mut self) -> Option<&mut VortexSolver> {
-        self.vortex.as_mut().map(|v| &mut v.solver)
+    fn particles(&mut self) -> Option<&mut dyn ParticleStepper> {
+        match &mut self.vortex {
+            Some(v) => Some(v.solver.as_mut()),
+            None => None,
+        }
     }
 
     fn write_final(&mut self, run_dir: &Path) -> Result<()> {
@@ -352,9 +327,9 @@ impl Model for FieldModel {
     }
 
     fn devices(&self) -> Vec<(&'static str, Device)> {
-        let mut d = vec![("spectral", self.spectral_device.clone())];
+        let mut d = vec![("spectral", self.spectral.device())];
         if let Some(v) = &self.vortex {
-            d.push(("vortex", v.device.clone()));
+            d.push(("vortex", v.solver.device()));
         }
         d
     }
@@ -425,15 +400,16 @@ impl Callback<FieldModel> for EnergyWriter {
         let Some(vs) = m.vortex_stats()? else {
             return Ok(());
         };
-        let v = m.vortex.as_ref().expect("vortex stats come from particles");
-        let p = v.solver.particles();
-        let sigma_max = p.sigma.iter().copied().fold(0.0, f64::max);
+        let v = m.vortex.as_mut().expect("vortex stats come from particles");
         let solve = v.solver.last_solve().or(v.initial_solve);
+        let sigma0 = v.sigma0;
+        let p = v.solver.particles()?;
+        let sigma_max = p.sigma.iter().copied().fold(0.0, f64::max);
         let total = p.total_strength();
         let impulse = p.impulse();
         let mut fields = ctx.time_fields();
         fields.extend(energy_fields(ctx.dt, &vs.stats, f64::NAN, vs.max_div));
-        fields.push(format_f64(sigma_max / v.sigma0));
+        fields.push(format_f64(sigma_max / sigma0));
         fields.push(solve.map_or("nan".into(), |r| r.iterations.to_string()));
         fields.push(solve.map_or("nan".into(), |r| format_f64(r.relative_residual)));
         fields.extend(

@@ -24,8 +24,9 @@ use crate::device::{Device, DeviceRequest};
 use crate::output::{write_particle_snapshot, ParticleSnapshot};
 use crate::particles::ParticleSet;
 use crate::summation::{planner, Boundary};
-use crate::vortex::{VortexSettings, VortexSolver};
-use anyhow::{Context, Result};
+use crate::vortex::stepper::ParticleStepper;
+use crate::vortex::VortexSettings;
+use anyhow::{bail, Context, Result};
 use simulation::{ResumeChanges, Run, Simulation};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -121,28 +122,64 @@ pub fn interrupted() -> bool {
     stop_flag().load(Ordering::Relaxed)
 }
 
-/// Opens the device a solver section asks for (its own `device`, else the run's).
-pub(crate) fn open_device(
-    case: &Case,
-    section: &str,
-    own: Option<DeviceRequest>,
-) -> Result<Device> {
-    let request = own.unwrap_or(case.device);
-    let (device, note) =
-        Device::open(request).with_context(|| format!("case `{}`: [{section}]", case.name))?;
-    tracing::info!("{section} device: {note}");
-    Ok(device)
+/// The devices of a run, opened once from the case and passed to every planner: the
+/// spectral solver's and the particle solver's (each section's own `device`, else the run's).
+#[derive(Debug, Clone)]
+pub struct RunDevices {
+    pub spectral: Option<Device>,
+    pub vortex: Option<Device>,
 }
 
-/// The particle solver of a case around `particles`, on its device, with the evaluator the
+impl RunDevices {
+    /// Opens the devices the case's solvers ask for; an unusable GPU that was asked for is an
+    /// error naming the section.
+    pub fn open(case: &Case) -> Result<RunDevices> {
+        let spectral = match &case.spectral {
+            Some(s) => Some(spectral_device(case, s.device)?),
+            None => None,
+        };
+        let vortex = match &case.vortex {
+            Some(v) => {
+                let (device, note) = Device::open(v.device.unwrap_or(case.device))
+                    .with_context(|| format!("case `{}`: [vortex]", case.name))?;
+                tracing::info!("vortex device: {note}");
+                Some(device)
+            }
+            None => None,
+        };
+        Ok(RunDevices { spectral, vortex })
+    }
+}
+
+/// The spectral solver's device. The solver has no GPU version yet: asking for a GPU where only
+/// the spectral solver would use it (`[spectral] device`, or the run's `device` in a case
+/// without particles) is an error; with particles, a run-level GPU request is followed by the
+/// particle solver, and the log says the spectral one stays on the CPU.
+fn spectral_device(case: &Case, own: Option<DeviceRequest>) -> Result<Device> {
+    let request = own.unwrap_or(case.device);
+    if request.is_cuda() && (own.is_some() || case.vortex.is_none()) {
+        bail!(
+            "case `{}`: device \"{request}\": {}",
+            case.name,
+            crate::spectral::stepper::SpectralPlanError::NoGpuVersion
+        );
+    }
+    if request != DeviceRequest::Cpu {
+        tracing::info!("spectral device: cpu (the spectral solver has no GPU version yet)");
+    }
+    Ok(Device::Cpu)
+}
+
+/// The particle stepper of a case around `particles`, on `device`, with the evaluator the
 /// planner picks for `boundary`. `zero_total_strength`: keep Σα = 0 at reinitialisation (a
 /// periodic field; not a single tube or ring, which carries its own circulation).
-pub(crate) fn vortex_solver(
+pub(crate) fn particle_stepper(
     case: &Case,
+    device: &Device,
     particles: ParticleSet,
     boundary: Boundary,
     zero_total_strength: bool,
-) -> Result<(VortexSolver, Device)> {
+) -> Result<Box<dyn ParticleStepper>> {
     let vc = case.vortex.as_ref().with_context(|| {
         format!(
             "case `{}`: initial.kind = \"{}\" needs a [vortex] section",
@@ -150,8 +187,7 @@ pub(crate) fn vortex_solver(
             case.initial.kind_str()
         )
     })?;
-    let device = open_device(case, "vortex", vc.device)?;
-    let plan = planner::plan(boundary, vc.evaluator, &device, vc.accuracy)
+    let plan = planner::plan(boundary, vc.evaluator, device, vc.accuracy)
         .with_context(|| format!("case `{}`: [vortex]", case.name))?;
     tracing::info!("vortex evaluator: {}", plan.description);
     let settings = VortexSettings {
@@ -163,24 +199,30 @@ pub(crate) fn vortex_solver(
         rbf: vc.rbf,
         zero_total_strength,
     };
-    Ok((
-        VortexSolver::new(particles, plan.evaluator, settings),
-        device,
+    Ok(crate::vortex::stepper::plan(
+        particles, plan, settings, device,
     ))
 }
 
 /// Adds the particle solver's exact state to a checkpoint: its arrays, and its AB2 clock as
 /// `vortex_clock` in the model's meta.
-pub(crate) fn save_vortex(solver: &VortexSolver, state: &mut model::ModelState) {
-    let (arrays, clock) = solver.state_arrays();
+pub(crate) fn save_vortex(
+    solver: &mut dyn ParticleStepper,
+    state: &mut model::ModelState,
+) -> Result<()> {
+    let (arrays, clock) = solver.state_arrays()?;
     for (name, shape, data) in arrays {
         state.arrays.push(name, shape, data);
     }
-    state.meta["vortex_clock"] = serde_json::to_value(clock).expect("a plain struct");
+    state.meta["vortex_clock"] = serde_json::to_value(clock)?;
+    Ok(())
 }
 
 /// Restores the particle solver from a checkpoint written by [`save_vortex`].
-pub(crate) fn restore_vortex(solver: &mut VortexSolver, state: &model::ModelState) -> Result<()> {
+pub(crate) fn restore_vortex(
+    solver: &mut dyn ParticleStepper,
+    state: &model::ModelState,
+) -> Result<()> {
     let clock: crate::vortex::VortexClock = serde_json::from_value(
         state
             .meta
@@ -191,7 +233,7 @@ pub(crate) fn restore_vortex(solver: &mut VortexSolver, state: &model::ModelStat
     .context("checkpoint meta.json: `vortex_clock`")?;
     solver
         .restore_state(
-            |name| state.arrays.get(name).map(|(_, d)| d.to_vec()),
+            &|name: &str| state.arrays.get(name).map(|(_, d)| d.to_vec()),
             clock,
         )
         .map_err(anyhow::Error::msg)
@@ -202,15 +244,12 @@ pub(crate) fn restore_vortex(solver: &mut VortexSolver, state: &model::ModelStat
 /// combination; the step that follows reuses them).
 pub(crate) fn write_vortex_snapshot(
     run_dir: &Path,
-    solver: &mut VortexSolver,
+    solver: &mut dyn ParticleStepper,
     t: f64,
     step: u64,
 ) -> Result<()> {
-    let (u, dadt) = {
-        let (u, s) = solver.derivatives()?;
-        (u.to_vec(), s.to_vec())
-    };
-    let p = solver.particles();
+    let (u, dadt) = solver.derivatives()?;
+    let p = solver.particles()?;
     write_particle_snapshot(
         run_dir,
         &ParticleSnapshot {

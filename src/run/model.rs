@@ -9,6 +9,8 @@
 use crate::config::Case;
 use crate::output::CheckpointArrays;
 use crate::run::callbacks::ScheduledCallback;
+use crate::run::RunDevices;
+use crate::vortex::stepper::ParticleStepper;
 use std::path::Path;
 
 /// Why a model could not step (or report its stable step). The state in hand is the last good
@@ -38,11 +40,11 @@ pub struct ModelState {
 
 /// A model of the run core (see the module docs).
 pub trait Model: Sized {
-    /// A model at t = 0 from the case's initial condition.
-    fn initial(case: &Case) -> anyhow::Result<Self>;
+    /// A model at t = 0 from the case's initial condition, its solvers on `devices`.
+    fn initial(case: &Case, devices: &RunDevices) -> anyhow::Result<Self>;
 
     /// A model ready for [`Model::restore`] (no initial-condition work).
-    fn for_restore(case: &Case) -> anyhow::Result<Self>;
+    fn for_restore(case: &Case, devices: &RunDevices) -> anyhow::Result<Self>;
 
     /// The output writers of this model, with their schedules from the case (the snapshot
     /// writer and the checkpointer are the run core's).
@@ -56,7 +58,7 @@ pub trait Model: Sized {
     fn step(&mut self, dt: f64) -> Result<(), StepFailure>;
 
     /// The exact state, so that [`Model::restore`] continues bit for bit.
-    fn save(&self) -> ModelState;
+    fn save(&mut self) -> anyhow::Result<ModelState>;
 
     /// Restores a state written by [`Model::save`].
     fn restore(&mut self, state: &ModelState) -> anyhow::Result<()>;
@@ -68,7 +70,7 @@ pub trait Model: Sized {
     fn progress_figure(&mut self) -> String;
 
     /// The particle solver, if the model has particles (snapshots).
-    fn particles(&mut self) -> Option<&mut crate::vortex::VortexSolver>;
+    fn particles(&mut self) -> Option<&mut dyn ParticleStepper>;
 
     /// Final outputs written once at t_end (e.g. the spectral field).
     fn write_final(&mut self, run_dir: &Path) -> anyhow::Result<()>;

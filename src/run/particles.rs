@@ -17,8 +17,9 @@ use crate::particles::ParticleSet;
 use crate::run::callbacks::{CallContext, Callback, LogSpec, ScheduledCallback};
 use crate::run::model::{Model, ModelState, StepFailure};
 use crate::run::schedule::{Schedule, Scheduled};
+use crate::run::RunDevices;
 use crate::summation::{Boundary, Evaluation};
-use crate::vortex::VortexSolver;
+use crate::vortex::stepper::ParticleStepper;
 use anyhow::{bail, Context, Result};
 use postprocess::layout::{LAMB_OSEEN_COLUMNS, LAMB_OSEEN_CSV, RING_COLUMNS, RING_CSV};
 use std::f64::consts::TAU;
@@ -89,8 +90,7 @@ pub fn initial_particles(case: &Case) -> Result<ParticleSet> {
 /// The particle solver alone (module docs).
 pub struct ParticleModel {
     flow: Flow,
-    solver: VortexSolver,
-    device: Device,
+    solver: Box<dyn ParticleStepper>,
     sigma0: f64,
     nu: f64,
     scratch: Evaluation,
@@ -101,18 +101,18 @@ pub struct ParticleModel {
 }
 
 impl ParticleModel {
-    fn build(case: &Case, particles: ParticleSet) -> Result<Self> {
+    fn build(case: &Case, devices: &RunDevices, particles: ParticleSet) -> Result<Self> {
         let flow = flow_of(case)?;
         let boundary = match flow {
             Flow::Ring { .. } => Boundary::FreeSpace,
             Flow::Tube { .. } => Boundary::Periodic { length: TAU },
         };
         // A single tube or ring carries its own circulation: no Σα = 0 enforcement.
-        let (solver, device) = crate::run::vortex_solver(case, particles, boundary, false)?;
+        let device = devices.vortex.clone().unwrap_or(Device::Cpu);
+        let solver = crate::run::particle_stepper(case, &device, particles, boundary, false)?;
         Ok(ParticleModel {
             flow,
             solver,
-            device,
             sigma0: case.vortex.as_ref().map_or(0.0, |v| v.sigma0()),
             nu: case.flow.nu,
             scratch: Evaluation::default(),
@@ -121,22 +121,17 @@ impl ParticleModel {
             last_figure: String::new(),
         })
     }
-
-    /// The particles (for tests).
-    pub fn particles(&self) -> &ParticleSet {
-        self.solver.particles()
-    }
 }
 
 impl Model for ParticleModel {
-    fn initial(case: &Case) -> Result<Self> {
+    fn initial(case: &Case, devices: &RunDevices) -> Result<Self> {
         let particles = initial_particles(case)?;
         tracing::info!("{} particles", particles.len());
-        ParticleModel::build(case, particles)
+        ParticleModel::build(case, devices, particles)
     }
 
-    fn for_restore(case: &Case) -> Result<Self> {
-        ParticleModel::build(case, ParticleSet::default())
+    fn for_restore(case: &Case, devices: &RunDevices) -> Result<Self> {
+        ParticleModel::build(case, devices, ParticleSet::default())
     }
 
     fn callbacks(case: &Case) -> Vec<ScheduledCallback<Self>> {
@@ -162,17 +157,17 @@ impl Model for ParticleModel {
         r.map_err(|e| StepFailure::new(format!("vortex solver: {e}")))
     }
 
-    fn save(&self) -> ModelState {
+    fn save(&mut self) -> Result<ModelState> {
         let mut state = ModelState {
             arrays: CheckpointArrays::new(),
             meta: serde_json::json!({}),
         };
-        crate::run::save_vortex(&self.solver, &mut state);
-        state
+        crate::run::save_vortex(self.solver.as_mut(), &mut state)?;
+        Ok(state)
     }
 
     fn restore(&mut self, state: &ModelState) -> Result<()> {
-        crate::run::restore_vortex(&mut self.solver, state)
+        crate::run::restore_vortex(self.solver.as_mut(), state)
     }
 
     fn take_timings(&mut self) -> Vec<(&'static str, f64)> {
@@ -196,8 +191,8 @@ impl Model for ParticleModel {
         self.last_figure.clone()
     }
 
-    fn particles(&mut self) -> Option<&mut VortexSolver> {
-        Some(&mut self.solver)
+    fn particles(&mut self) -> Option<&mut dyn ParticleStepper> {
+        Some(self.solver.as_mut())
     }
 
     fn write_final(&mut self, _run_dir: &Path) -> Result<()> {
@@ -205,7 +200,7 @@ impl Model for ParticleModel {
     }
 
     fn devices(&self) -> Vec<(&'static str, Device)> {
-        vec![("vortex", self.device.clone())]
+        vec![("vortex", self.solver.device())]
     }
 }
 
@@ -226,11 +221,8 @@ impl Callback<ParticleModel> for RingWriter {
         };
         let t0 = Instant::now();
         let sigma = core_at(core, m.nu, ctx.t);
-        let (u, dadt) = {
-            let (u, s) = m.solver.derivatives()?;
-            (u.to_vec(), s.to_vec())
-        };
-        let p = m.solver.particles();
+        let (u, dadt) = m.solver.derivatives()?;
+        let p = m.solver.particles()?;
         let d = ring_diagnostics(p, &u, &dadt, circulation);
         let saffman = saffman_ring_speed(d.radius, circulation, sigma);
         let impulse = p.impulse();

@@ -161,7 +161,8 @@ impl<M: Model> Simulation<M> {
         let mut manifest = Manifest::new(options.threads);
         manifest.set_status("running");
         manifest.write(run_dir)?;
-        let model = M::initial(&case)?;
+        let devices = crate::run::RunDevices::open(&case)?;
+        let model = M::initial(&case, &devices)?;
         let mut sim = Simulation::assemble(case, run_dir, model, options, manifest, lock);
         sim.logs = Logs::create(run_dir, &log_specs(&sim.callbacks))?;
         sim.record_devices();
@@ -193,7 +194,8 @@ impl<M: Model> Simulation<M> {
             );
         }
         let case = apply_changes(case, run_dir, changes, meta.t)?;
-        let mut model = M::for_restore(&case)?;
+        let devices = crate::run::RunDevices::open(&case)?;
+        let mut model = M::for_restore(&case, &devices)?;
         model
             .restore(&ModelState {
                 arrays,
@@ -428,7 +430,7 @@ impl<M: Model> Simulation<M> {
 
     fn write_checkpoint(&mut self) -> Result<()> {
         let tc = Instant::now();
-        let state = self.model.save();
+        let state = self.model.save()?;
         let mut schedules: BTreeMap<String, u64> = self
             .callbacks
             .iter()

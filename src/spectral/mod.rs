@@ -3,7 +3,9 @@
 pub mod fft3d;
 pub mod layout;
 pub mod solver;
+pub mod stepper;
 
 pub use fft3d::Fft3d;
 pub use layout::ModeLayout;
 pub use solver::{Dealias, SpectralGrid, SpectralSolver, VectorModes};
+pub use stepper::SpectralStepper;

@@ -15,6 +15,7 @@
 
 pub mod field;
 pub mod rbf;
+pub mod stepper;
 
 use crate::kernel::StretchingScheme;
 use crate::particles::ParticleSet;
@@ -139,6 +140,14 @@ pub struct VortexSolver {
     /// [`VortexSolver::stable_dt`] does not evaluate them twice.
     derivatives_current: bool,
     times: PhaseTimes,
+    /// A step prepared through the [`stepper::ParticleStepper`] seam, not yet committed.
+    pending: Option<PreparedStep>,
+    /// The device the evaluator runs on (the particles themselves are on the host).
+    device: crate::device::Device,
+    /// What the planner chose, for logs.
+    description: String,
+    /// Scratch of the grid-velocity evaluation.
+    grid_scratch: Evaluation,
 }
 
 impl VortexSolver {
@@ -158,6 +167,10 @@ impl VortexSolver {
             last_solve: None,
             derivatives_current: false,
             times: PhaseTimes::default(),
+            pending: None,
+            device: crate::device::Device::Cpu,
+            description: String::new(),
+            grid_scratch: Evaluation::default(),
         }
     }
 
@@ -345,9 +358,13 @@ impl VortexSolver {
             .evaluate(&Sources::of(&self.particles), targets, Extra::None, out)
     }
 
-    /// A short description of the evaluator.
+    /// A short description of the evaluator (and of the planner's choice, when planned).
     pub fn evaluator_name(&self) -> String {
-        self.evaluator.name()
+        if self.description.is_empty() {
+            self.evaluator.name()
+        } else {
+            self.description.clone()
+        }
     }
 
     /// The exact solver state for a checkpoint: arrays (name, shape, values) and scalars.

@@ -1,0 +1,153 @@
+//! The seam between the run core and a particle solver: [`ParticleStepper`], implemented by the
+//! CPU-driven [`VortexSolver`] (host particles, any [`crate::summation::Summation`] evaluator)
+//! and meant for a GPU-resident stepper whose particles, AB2 history and reinitialisation stay
+//! on the device. The run core reaches particle data only through the methods that return host
+//! values (particles, derivatives, grid velocity, checkpoint arrays), which such a stepper
+//! answers by pulling from the device at output, snapshot, checkpoint and progress times.
+//!
+//! A step is prepared, then committed or discarded ([`ParticleStepper::prepare_step`]), so a
+//! run stepping several solvers together commits all of them or none.
+
+use super::rbf::SolveReport;
+use super::{NamedArray, PhaseTimes, VortexClock, VortexError, VortexSettings, VortexSolver};
+use crate::device::Device;
+use crate::particles::ParticleSet;
+use crate::spectral::{ModeLayout, VectorModes};
+use crate::summation::{planner::Plan, Evaluation};
+
+/// Velocity and stretching at every particle, on the host.
+pub type HostDerivatives = (Vec<[f64; 3]>, Vec<[f64; 3]>);
+
+/// A vortex particle stepper (PHYSICS.md §2–3).
+pub trait ParticleStepper: Send {
+    /// The evaluator and device, for logs.
+    fn describe(&self) -> String;
+    /// Physics and numerics.
+    fn settings(&self) -> &VortexSettings;
+    /// The device the particles live on.
+    fn device(&self) -> Device;
+    /// The largest step the stability limits of §3.4 allow for CFL number `cfl`.
+    fn stable_dt(&mut self, cfl: f64) -> Result<f64, VortexError>;
+    /// Computes the next state without committing it (see the module docs).
+    fn prepare_step(&mut self, dt: f64) -> Result<(), VortexError>;
+    /// Commits the prepared step (and reinitialises when due).
+    fn commit_step(&mut self) -> Result<(), VortexError>;
+    /// Drops the prepared step: the state stays as it was.
+    fn discard_step(&mut self);
+    /// The particles, on the host.
+    fn particles(&mut self) -> Result<&ParticleSet, VortexError>;
+    /// Velocity and stretching at the particles at the current state, on the host.
+    fn derivatives(&mut self) -> Result<HostDerivatives, VortexError>;
+    /// Velocity induced at arbitrary points (probes, profiles).
+    fn velocity_at(
+        &mut self,
+        targets: &[[f64; 3]],
+        out: &mut Evaluation,
+    ) -> Result<(), VortexError>;
+    /// The particle velocity at the nodes of an n³ grid as retained modes (shared diagnostics).
+    fn velocity_modes_on_grid(
+        &mut self,
+        n: usize,
+    ) -> Result<(ModeLayout, VectorModes), VortexError>;
+    /// The exact state for a checkpoint.
+    fn state_arrays(&mut self) -> Result<(Vec<NamedArray>, VortexClock), VortexError>;
+    /// Restores a state from [`ParticleStepper::state_arrays`].
+    fn restore_state(
+        &mut self,
+        get: &dyn Fn(&str) -> Option<Vec<f64>>,
+        clock: VortexClock,
+    ) -> Result<(), String>;
+    /// Wall time per phase since the last call.
+    fn take_timings(&mut self) -> PhaseTimes;
+    /// The last reinitialisation solve.
+    fn last_solve(&self) -> Option<SolveReport>;
+
+    /// One step: prepare and commit.
+    fn step(&mut self, dt: f64) -> Result<(), VortexError> {
+        self.prepare_step(dt)?;
+        self.commit_step()
+    }
+}
+
+impl ParticleStepper for VortexSolver {
+    fn describe(&self) -> String {
+        self.evaluator_name()
+    }
+    fn settings(&self) -> &VortexSettings {
+        VortexSolver::settings(self)
+    }
+    fn device(&self) -> Device {
+        self.device.clone()
+    }
+    fn stable_dt(&mut self, cfl: f64) -> Result<f64, VortexError> {
+        VortexSolver::stable_dt(self, cfl)
+    }
+    fn prepare_step(&mut self, dt: f64) -> Result<(), VortexError> {
+        let p = VortexSolver::prepare_step(self, dt)?;
+        self.pending = Some(p);
+        Ok(())
+    }
+    fn commit_step(&mut self) -> Result<(), VortexError> {
+        match self.pending.take() {
+            Some(p) => VortexSolver::commit_step(self, p),
+            None => Ok(()),
+        }
+    }
+    fn discard_step(&mut self) {
+        self.pending = None;
+    }
+    fn particles(&mut self) -> Result<&ParticleSet, VortexError> {
+        Ok(VortexSolver::particles(self))
+    }
+    fn derivatives(&mut self) -> Result<HostDerivatives, VortexError> {
+        let (u, s) = VortexSolver::derivatives(self)?;
+        Ok((u.to_vec(), s.to_vec()))
+    }
+    fn velocity_at(
+        &mut self,
+        targets: &[[f64; 3]],
+        out: &mut Evaluation,
+    ) -> Result<(), VortexError> {
+        Ok(VortexSolver::velocity_at(self, targets, out)?)
+    }
+    fn velocity_modes_on_grid(
+        &mut self,
+        n: usize,
+    ) -> Result<(ModeLayout, VectorModes), VortexError> {
+        let mut scratch = std::mem::take(&mut self.grid_scratch);
+        let r = VortexSolver::velocity_modes_on_grid(self, n, &mut scratch);
+        self.grid_scratch = scratch;
+        Ok(r?)
+    }
+    fn state_arrays(&mut self) -> Result<(Vec<NamedArray>, VortexClock), VortexError> {
+        Ok(VortexSolver::state_arrays(self))
+    }
+    fn restore_state(
+        &mut self,
+        get: &dyn Fn(&str) -> Option<Vec<f64>>,
+        clock: VortexClock,
+    ) -> Result<(), String> {
+        VortexSolver::restore_state(self, get, clock)
+    }
+    fn take_timings(&mut self) -> PhaseTimes {
+        VortexSolver::take_timings(self)
+    }
+    fn last_solve(&self) -> Option<SolveReport> {
+        VortexSolver::last_solve(self)
+    }
+}
+
+/// The particle stepper for a planned evaluator on `device`: today the host-driven
+/// [`VortexSolver`] for every device (a GPU evaluator then sums on the GPU and the particles
+/// cross to it each evaluation); the place where a GPU-resident stepper is chosen.
+pub fn plan(
+    particles: ParticleSet,
+    evaluator: Plan,
+    settings: VortexSettings,
+    device: &Device,
+) -> Box<dyn ParticleStepper> {
+    let mut solver = VortexSolver::new(particles, evaluator.evaluator, settings);
+    solver.device = device.clone();
+    solver.description = evaluator.description;
+    Box::new(solver)
+}
