@@ -289,3 +289,39 @@ fn a_checkpoint_written_before_the_run_core_resumes() {
     );
     assert_same_outputs(&a, &b);
 }
+
+#[test]
+fn resuming_on_another_device_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let case = write_case(tmp.path(), "d.toml", &case_text("0.12", ""));
+    let b = tmp.path().join("B");
+    let o = run(&[
+        "run",
+        &case,
+        "--out",
+        s(&b),
+        "--threads",
+        "1",
+        "--abort-after-steps",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(137));
+    let meta_path = b.join("checkpoints/ckpt-0000000004/meta.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&fs::read(&meta_path).unwrap()).unwrap();
+    assert_eq!(
+        meta["devices"]["spectral"], "cpu",
+        "the checkpoint records the device"
+    );
+    meta["devices"]["spectral"] = "cuda:1".into();
+    fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+    let o = run(&["resume", s(&b), "--threads", "1"]);
+    assert_ok(&o, "resume");
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            "the checkpoint was written with the spectral solver on cuda:1; it resumes on cpu"
+        ),
+        "{err}"
+    );
+}
