@@ -15,8 +15,8 @@
 //! gathering the particles whose cube reaches it, so threads never write the same node and the
 //! result does not depend on the thread count.
 
-use super::ewald::VORTICITY_CUTOFF;
-use super::{Sources, SummationError};
+use super::cells::VORTICITY_CUTOFF;
+use super::{sigma_range, Sources, SummationError};
 use rayon::prelude::*;
 use std::f64::consts::{PI, TAU};
 
@@ -81,7 +81,7 @@ pub fn lattice_vorticity(
     n: usize,
     out: &mut Vec<[f64; 3]>,
 ) -> Result<(), SummationError> {
-    super::ewald::sigma_range(sources)?;
+    sigma_range(sources)?;
     if n == 0 {
         out.clear();
         return Ok(());

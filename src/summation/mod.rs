@@ -7,19 +7,29 @@
 //! and the diagnostics talk only to this trait, so a CPU loop, a GPU kernel, an Ewald sum, an FMM
 //! or several GPUs can answer without the stepper knowing.
 //!
-//! Implementations now: [`direct::DirectFreeSpace`] (all pairs, f64, rayon),
-//! [`cuda_direct::CudaDirect`] (all pairs on the GPU, f32), [`ewald::EwaldPeriodic`] (periodic
-//! box, CPU).
+//! Implementations, one folder per method, one file per device:
+//! [`direct::DirectFreeSpace`] (free space, all pairs, f64, rayon), [`direct::CudaDirect`] (all
+//! pairs on a GPU, f32), [`ewald::EwaldPeriodic`] (periodic box, Ewald split, CPU f64),
+//! [`ewald::CudaEwald`] (the same on a GPU, f32). [`planner`] picks one from a registry;
+//! [`verify`] measures any of them against a reference; [`cells`] (cell lists in the box),
+//! [`lattice`] (blob vorticity on the lattice) and [`oracle`] (the Fourier-series oracle of
+//! PHYSICS.md §4) are shared by them and the tests.
 
-pub mod cuda_direct;
-pub mod cuda_ewald;
+pub mod cells;
 pub mod direct;
 pub mod ewald;
 pub mod lattice;
 pub mod oracle;
 pub mod planner;
+pub mod verify;
 
 use crate::kernel::StretchingScheme;
+
+/// The device-side pair kernel (PHYSICS.md §2: g(ρ), G3, G5 with their series near 0, and the
+/// velocity and stretching pair terms), written once in `kernels/common.cuh` and included by
+/// both GPU families (`biot_savart.cu`, `ewald.cu`) as a named NVRTC header.
+pub const PAIR_KERNEL_HEADER: (&str, &str) =
+    ("common.cuh", include_str!("../../kernels/common.cuh"));
 
 /// Which Biot–Savart summation the vortex solver uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -210,4 +220,20 @@ pub(crate) fn check_inputs(
         }
     }
     Ok(())
+}
+
+/// σ_min, σ_max of the sources, checking that every core radius is positive and finite.
+pub(crate) fn sigma_range(sources: &Sources) -> Result<(f64, f64), SummationError> {
+    let mut lo = f64::INFINITY;
+    let mut hi = 0.0f64;
+    for &s in sources.sigma {
+        if !(s > 0.0 && s.is_finite()) {
+            return Err(SummationError::BadSources(format!(
+                "core radius {s} (must be positive and finite)"
+            )));
+        }
+        lo = lo.min(s);
+        hi = hi.max(s);
+    }
+    Ok((lo, hi))
 }

@@ -3,8 +3,10 @@
 //! u(x_i) = Σ_q K_σq(x_i − x_q) α_q with the kernel of [`crate::kernel`]; O(N_targets · N_sources).
 //! The exact reference every faster free-space evaluator is checked against.
 
-use super::{check_inputs, Boundary, Evaluation, Extra, Sources, Summation, SummationError};
 use crate::kernel::{gaussian_zeta, velocity, velocity_and_stretching, velocity_gradient};
+use crate::summation::{
+    check_inputs, Boundary, Evaluation, Extra, Sources, Summation, SummationError,
+};
 use rayon::prelude::*;
 
 /// Targets per rayon task: large enough to amortise scheduling, small enough to balance.

@@ -2,11 +2,11 @@
 //! the f64 inputs, device buffers that stay resident and only grow, launches with error checks,
 //! poisoned outputs checked fully written, and CUDA-event timing for the benchmark.
 //!
-//! [`AllPairs`] is the engine; [`crate::summation::cuda_direct::CudaDirect`] puts the
-//! [`crate::summation::Summation`] trait on it.
+//! [`AllPairs`] is the engine, made on the GPU it is given (no process-global device);
+//! [`super::CudaDirect`] puts the [`crate::summation::Summation`] trait on it.
 
-use super::buffer::DeviceBuffer;
-use super::{gpu, CompiledModule, CudaError, Gpu};
+use crate::device::buffer::DeviceBuffer;
+use crate::device::cuda::{CompiledModule, CudaError, Gpu, KernelSource};
 use crate::kernel::Real;
 use crate::summation::Sources;
 use cudarc::driver::{
@@ -15,9 +15,15 @@ use cudarc::driver::{
 use std::sync::Arc;
 
 /// The kernel source, embedded in the binary.
-pub const SOURCE: &str = include_str!("../../kernels/biot_savart.cu");
+pub const SOURCE: &str = include_str!("../../../kernels/biot_savart.cu");
 /// Its name in logs and NVRTC messages.
 pub const SOURCE_NAME: &str = "biot_savart.cu";
+/// The family with the header it includes.
+pub const KERNELS: KernelSource = KernelSource {
+    file: SOURCE_NAME,
+    text: SOURCE,
+    headers: &[crate::summation::PAIR_KERNEL_HEADER],
+};
 
 /// A real type the kernels run in: `f32` (the production precision) or `f64` (the reference
 /// build, `-DVPM_DOUBLE`).
@@ -234,16 +240,12 @@ impl<T: GpuReal> std::fmt::Debug for AllPairs<T> {
 }
 
 impl<T: GpuReal> AllPairs<T> {
-    /// Compiles (once per process) and loads the kernels for `config` on the process's GPU.
-    pub fn new(config: KernelConfig) -> Result<Self, CudaError> {
+    /// Compiles (once per process and GPU) and loads the kernels for `config` on `gpu`.
+    pub fn new(gpu: Arc<Gpu>, config: KernelConfig) -> Result<Self, CudaError> {
         config.check()?;
-        let gpu = gpu()?;
         let mut options = T::precision_options();
         options.extend(config.options());
-        let module = match super::source_override(SOURCE_NAME)? {
-            Some((name, text)) => gpu.module(&name, &text, &options)?,
-            None => gpu.module(SOURCE_NAME, SOURCE, &options)?,
-        };
+        let module = gpu.module_from(&KERNELS, &options)?;
         let load = |name: &str| {
             module
                 .module

@@ -1,15 +1,18 @@
 //! All-pairs free-space summation on the GPU (`kernels/biot_savart.cu`), behind the
-//! [`Summation`] trait: the GPU counterpart of [`super::direct::DirectFreeSpace`].
+//! [`Summation`] trait: the GPU counterpart of [`super::DirectFreeSpace`].
 //!
 //! Inputs are the same f64 slices; they are rounded to the device precision (f32 for
 //! [`CudaDirect`], f64 for the reference build [`CudaDirectOf<f64>`]) and the results converted
 //! back. Device buffers stay allocated between calls and grow only when N grows; every output
 //! is poisoned before the launch and checked fully written after it.
 
-use super::{check_inputs, Boundary, Evaluation, Extra, Sources, Summation, SummationError};
-use crate::cuda::biot_savart::{AllPairs, GpuReal, KernelConfig, Mode};
-use crate::cuda::CudaError;
+use super::all_pairs::{AllPairs, GpuReal, KernelConfig, Mode};
+use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
+use crate::summation::{
+    check_inputs, Boundary, Evaluation, Extra, Sources, Summation, SummationError,
+};
+use std::sync::Arc;
 
 /// All-pairs evaluation in unbounded space on the GPU, in precision `T`.
 #[derive(Debug)]
@@ -21,15 +24,15 @@ pub struct CudaDirectOf<T: GpuReal> {
 pub type CudaDirect = CudaDirectOf<f32>;
 
 impl<T: GpuReal> CudaDirectOf<T> {
-    /// The evaluator with the default launch configuration; an error (never a panic) when no
-    /// GPU is usable.
-    pub fn new() -> Result<Self, CudaError> {
-        Self::with_config(KernelConfig::default())
+    /// The evaluator on `gpu` with the default launch configuration; an error (never a panic)
+    /// when the kernels cannot be compiled or loaded.
+    pub fn new(gpu: Arc<Gpu>) -> Result<Self, CudaError> {
+        Self::with_config(gpu, KernelConfig::default())
     }
 
-    pub fn with_config(config: KernelConfig) -> Result<Self, CudaError> {
+    pub fn with_config(gpu: Arc<Gpu>, config: KernelConfig) -> Result<Self, CudaError> {
         Ok(CudaDirectOf {
-            engine: AllPairs::new(config)?,
+            engine: AllPairs::new(gpu, config)?,
         })
     }
 

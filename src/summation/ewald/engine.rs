@@ -1,16 +1,16 @@
 //! The periodic Ewald evaluator's device side: the kernels of `kernels/ewald.cu`, cuFFT plans and
 //! resident buffers (grow only), driven phase by phase on one stream. The method, its parameters
-//! and their rules are those of [`crate::summation::ewald`] (planned there); this module only
-//! moves data and launches. [`crate::summation::cuda_ewald::CudaEwald`] wraps it in the
+//! and their rules are those of [`super`] (planned in [`super::params`]); this module only
+//! moves data and launches. [`super::CudaEwald`] wraps it in the
 //! [`crate::summation::Summation`] trait.
 //!
 //! Inputs (positions, strengths, cores, targets) travel as f64 and are wrapped and located on the
 //! device in f64; the sums run in f32; outputs come back as f64, poisoned (NaN) before every
 //! evaluation and checked finite after it.
 
-use super::buffer::DeviceBuffer;
-use super::{gpu, CompiledModule, CudaError, Gpu};
-use crate::summation::ewald::{CostModel, EwaldParameters};
+use super::params::{CostModel, EwaldParameters};
+use crate::device::buffer::DeviceBuffer;
+use crate::device::cuda::{CompiledModule, CudaError, Gpu, KernelSource};
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::f64::consts::{PI, TAU};
@@ -19,7 +19,13 @@ use std::sync::Arc;
 /// Its name in logs and NVRTC messages.
 pub const SOURCE_NAME: &str = "ewald.cu";
 /// The kernel source, embedded in the binary.
-pub const SOURCE: &str = include_str!("../../kernels/ewald.cu");
+pub const SOURCE: &str = include_str!("../../../kernels/ewald.cu");
+/// The family with the header it includes.
+pub const KERNELS: KernelSource = KernelSource {
+    file: SOURCE_NAME,
+    text: SOURCE,
+    headers: &[crate::summation::PAIR_KERNEL_HEADER],
+};
 
 /// Largest window support the gather kernel takes (`GA_PMAX` in ewald.cu). Reached only at
 /// accuracies far below what f32 delivers (P ≈ 19 at 1e-7).
@@ -35,9 +41,9 @@ const SPREAD_THREADS: u32 = 256;
 const GATHER_THREADS: u32 = 128;
 const REAL_THREADS: u32 = 128;
 // ew_visit in ewald.cu searches ±2 cells, the CPU's CELL_SUB.
-const _: () = assert!(crate::summation::ewald::CELL_SUB == 2);
+const _: () = assert!(crate::summation::cells::CELL_SUB == 2);
 
-/// Cost model of the GPU path for [`crate::summation::ewald::EwaldPeriodic::plan_with_costs`]
+/// Cost model of the GPU path for [`super::params::plan`]
 /// (nanoseconds, estimates for one H100-class GPU, not yet measured into docs/performance.md:
 /// they only steer the choice of (η, s), never the accuracy). Transfers of the f64 inputs and
 /// outputs are the per-particle term.
@@ -232,14 +238,10 @@ fn cufft_available() -> Result<(), CudaError> {
 }
 
 impl EwaldDevice {
-    /// Compiles (once per process) and loads the kernels on the process's GPU.
-    pub fn new() -> Result<Self, CudaError> {
-        let gpu = gpu()?;
+    /// Compiles (once per process and GPU) and loads the kernels on `gpu`.
+    pub fn new(gpu: Arc<Gpu>) -> Result<Self, CudaError> {
         cufft_available()?;
-        let module = match super::source_override(SOURCE_NAME)? {
-            Some((name, text)) => gpu.module(&name, &text, &[])?,
-            None => gpu.module(SOURCE_NAME, SOURCE, &[])?,
-        };
+        let module = gpu.module_from(&KERNELS, &[])?;
         let load = |name: &str| {
             module
                 .module
@@ -750,7 +752,7 @@ impl EwaldDevice {
 /// Cells per side (capped), their side, and the image range for explicit images (cells = 0),
 /// as in `Neighbours::build` of the CPU evaluator.
 fn cell_grid(r_cut: f64) -> (usize, f64, usize) {
-    let cells = crate::summation::ewald::cells_for(r_cut).min(MAX_CELLS);
+    let cells = crate::summation::cells::cells_for(r_cut).min(MAX_CELLS);
     let side = TAU / cells.max(1) as f64;
     let m_img = if cells == 0 {
         ((r_cut + PI) / TAU).ceil() as usize

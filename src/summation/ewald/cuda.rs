@@ -1,8 +1,8 @@
-//! The periodic Ewald evaluator on the GPU, f32: the method of [`super::ewald`] (Ewald split,
+//! The periodic Ewald evaluator on the GPU, f32: the method of [`super`] (Ewald split,
 //! particle-mesh smooth part with a Gaussian window, cell-list real-space part, direct blob
 //! vorticity) with the same parameter rules and planner; only the cost model that picks the
-//! cheapest (η, s) is the GPU's ([`GPU_COSTS`]). Kernels: `kernels/ewald.cu`, driven by
-//! [`crate::cuda::ewald`].
+//! cheapest (η, s) is the GPU's ([`GPU_COSTS`]), and the grid cap comes from the GPU's free
+//! memory. Kernels: `kernels/ewald.cu`, driven by [`super::engine`].
 //!
 //! Precision: positions are wrapped and located in f64 on the device, sums run in f32, results
 //! come back as f64. Against the CPU f64 evaluator at accuracy 1e-6, tests/gpu_ewald.rs holds the
@@ -11,12 +11,18 @@
 //! [`F32_ACCURACY_FLOOR`] are planned as that floor (a finer window or grid would cost more and
 //! gain nothing).
 
-use super::ewald::{evaluation_setup, sigma_range, EwaldParameters, VORTICITY_CUTOFF};
-use super::{check_inputs, Boundary, Evaluation, Extra, Sources, Summation, SummationError};
-use crate::cuda::ewald::{EwaldDevice, EwaldInputs, GpuEwaldTimings, GpuExtra, GPU_COSTS};
-use crate::cuda::CudaError;
+use super::engine::{EwaldDevice, EwaldInputs, GpuEwaldTimings, GpuExtra, GPU_COSTS};
+use super::params::{
+    evaluation_setup, max_grid_for_memory, EwaldParameters, GPU_BYTES_PER_GRID_POINT,
+};
+use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
+use crate::summation::cells::VORTICITY_CUTOFF;
+use crate::summation::{
+    check_inputs, sigma_range, Boundary, Evaluation, Extra, Sources, Summation, SummationError,
+};
 use std::f64::consts::TAU;
+use std::sync::Arc;
 
 /// Accuracies below this are planned as this (f32 arithmetic).
 pub const F32_ACCURACY_FLOOR: f64 = 1e-7;
@@ -26,6 +32,8 @@ pub struct CudaEwald {
     accuracy: f64,
     fixed: Option<EwaldParameters>,
     params: Option<EwaldParameters>,
+    /// Largest grid side the planner may choose (from the GPU's free memory at construction).
+    max_grid: usize,
     dev: EwaldDevice,
     sel: Vec<i32>,
 }
@@ -50,29 +58,40 @@ fn same<T>(a: &[T], b: &[T]) -> bool {
 }
 
 impl CudaEwald {
-    /// An evaluator with relative accuracy `accuracy` on the process's GPU (kernels compiled on
-    /// first use). Errors when no GPU, NVRTC or cuFFT is usable, or when the accuracy is outside
+    /// An evaluator with relative accuracy `accuracy` on `gpu` (kernels compiled on first use
+    /// per GPU). Errors when NVRTC or cuFFT is not usable, or when the accuracy is outside
     /// [1e-15, 1).
-    pub fn new(accuracy: f64) -> Result<Self, CudaError> {
+    pub fn new(gpu: Arc<Gpu>, accuracy: f64) -> Result<Self, CudaError> {
         if !(1e-15..1.0).contains(&accuracy) {
             return Err(CudaError::Invalid(format!(
                 "CudaEwald: accuracy {accuracy} outside [1e-15, 1)"
             )));
         }
+        let max_grid = max_grid_for_memory(
+            gpu.free_memory().ok().map(|b| b as u64),
+            GPU_BYTES_PER_GRID_POINT,
+        );
         Ok(Self {
             accuracy,
             fixed: None,
             params: None,
-            dev: EwaldDevice::new()?,
+            max_grid,
+            dev: EwaldDevice::new(gpu)?,
             sel: Vec::new(),
         })
     }
 
-    /// An evaluator with fixed parameters (as [`super::ewald::EwaldPeriodic::with_parameters`]).
-    pub fn with_parameters(params: EwaldParameters) -> Result<Self, CudaError> {
-        let mut e = Self::new(params.accuracy)?;
+    /// An evaluator with fixed parameters (as [`super::EwaldPeriodic::with_parameters`]).
+    pub fn with_parameters(gpu: Arc<Gpu>, params: EwaldParameters) -> Result<Self, CudaError> {
+        let mut e = Self::new(gpu, params.accuracy)?;
         e.fixed = Some(params);
         Ok(e)
+    }
+
+    /// The same evaluator with the grid side capped at `max_grid`.
+    pub fn with_max_grid(mut self, max_grid: usize) -> Self {
+        self.max_grid = max_grid;
+        self
     }
 
     pub fn accuracy(&self) -> f64 {
@@ -134,6 +153,7 @@ impl Summation for CudaEwald {
             nt,
             want_grad,
             &GPU_COSTS,
+            self.max_grid,
         )?;
         if nt == 0 {
             self.params = Some(params);
