@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use vpm::device::cuda::Gpu;
 use vpm::device::{Device, DeviceRequest};
-use vpm::kernel::{Real, StretchingScheme};
+use vpm::kernel::StretchingScheme;
 use vpm::summation::direct::{CudaDirect, CudaDirectOf, DirectFreeSpace, GpuReal, KernelConfig};
 use vpm::summation::planner::plan;
 use vpm::summation::verify::{self, Particles};
@@ -270,48 +270,4 @@ fn planner_cuda_device_without_gpu_is_a_clear_error() {
     };
     let p = plan(periodic, EvaluatorKind::Ewald, &Device::Cpu, 1e-6).unwrap();
     assert!(p.description.contains("device cpu"), "{}", p.description);
-}
-
-/// The kernel source's series coefficients and thresholds are src/kernel.rs's (the GPU mirrors
-/// the CPU pair kernel).
-#[test]
-fn kernel_source_mirrors_the_cpu_series() {
-    let src = vpm::summation::direct::all_pairs::SOURCE;
-    let body = src
-        .split("__device__ __forceinline__ real series_s5(real x)")
-        .nth(1)
-        .expect("series_s5 in biot_savart.cu");
-    let body = &body[..body.find("return s;").expect("end of series_s5")];
-    // Literals after "(real)", in source order: f64 branch a13, a12; f32 branch a12; then a11…a0.
-    let lits: Vec<f64> = body
-        .split("(real)")
-        .skip(1)
-        .map(|t| {
-            let end = t.find(';').expect("literal ends with ;");
-            t[..end].trim().parse::<f64>().expect("a float literal")
-        })
-        .collect();
-    assert_eq!(lits.len(), 15, "{lits:?}");
-    let a64 = <f64 as Real>::SERIES_COEFFS;
-    let a32 = <f32 as Real>::SERIES_COEFFS;
-    assert_eq!(a64.len(), 14);
-    assert_eq!(a32.len(), 13);
-    assert_eq!(lits[0], a64[13]);
-    assert_eq!(lits[1], a64[12]);
-    assert_eq!(lits[2] as f32, a32[12]);
-    for k in 0..12 {
-        assert_eq!(lits[3 + k], a64[11 - k], "a_{}", 11 - k);
-        assert_eq!(lits[3 + k] as f32, a32[11 - k], "a_{} (f32)", 11 - k);
-    }
-    // Thresholds on ρ² = (src/kernel.rs ρ threshold)².
-    let t64 = <f64 as Real>::SERIES_THRESHOLD;
-    let t32 = <f32 as Real>::SERIES_THRESHOLD as f64;
-    assert!(
-        src.contains(&format!("constexpr real kSeriesX = {:.1};", t64 * t64)),
-        "f64 threshold"
-    );
-    assert!(
-        src.contains(&format!("constexpr real kSeriesX = {:.1}f;", t32 * t32)),
-        "f32 threshold"
-    );
 }

@@ -347,36 +347,3 @@ fn gpu_vortex_steps_match_cpu() {
     // velocity above). So the strengths are only held to a loose bound.
     assert!(ea <= 1e-2, "strengths {ea:.2e}");
 }
-
-/// ewald.cu's f32 pair kernel uses src/kernel.rs's f32 series (coefficients and threshold).
-#[test]
-fn ewald_kernel_source_mirrors_the_cpu_series() {
-    use vpm::kernel::Real;
-    let src = vpm::summation::ewald::engine::SOURCE;
-    let body = src
-        .split("__device__ __forceinline__ float ew_series_s5(float x)")
-        .nth(1)
-        .expect("ew_series_s5 in ewald.cu");
-    let body = &body[..body.find("return s;").expect("end of ew_series_s5")];
-    // Literals in source order: a12 (after "float s = "), then a11 … a0 (after "s * x + ").
-    let lits: Vec<f32> = body
-        .split("float s = ")
-        .nth(1)
-        .expect("first coefficient")
-        .split("s * x + ")
-        .map(|t| {
-            let end = t.find("f;").expect("literal ends with f;");
-            t[..end].trim().parse::<f32>().expect("a float literal")
-        })
-        .collect();
-    let a32 = <f32 as Real>::SERIES_COEFFS;
-    assert_eq!(lits.len(), a32.len(), "{lits:?}");
-    for (k, &l) in lits.iter().enumerate() {
-        assert_eq!(l, a32[a32.len() - 1 - k], "a_{}", a32.len() - 1 - k);
-    }
-    let t32 = <f32 as Real>::SERIES_THRESHOLD;
-    assert!(
-        src.contains(&format!("if (rho < {t32:.1}f)")),
-        "f32 series threshold ρ < {t32}"
-    );
-}
