@@ -408,3 +408,89 @@ extern "C" __global__ void bs_reduce_splits(const real *__restrict__ part, int s
     }
     out[i] = s;
 }
+
+// ---- the device form (src/summation/direct/cuda.rs DeviceSummation): packing on the device --
+
+// Packs n f64 sources (x, α: 3 per source; σ: 1) into the layout above, as the host packing
+// does (the same f64 operations, then one rounding): pos = (x, 1/σ²), str = (α·f4pi, far2·σ²);
+// items n … padded − 1 are the far-away zero-strength padding.
+extern "C" __global__ void bs_pack_sources(const double *__restrict__ x,
+                                           const double *__restrict__ alpha,
+                                           const double *__restrict__ sigma, int n, int padded,
+                                           double f4pi, double far2, real4 *__restrict__ pos,
+                                           real4 *__restrict__ str)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= padded) {
+        return;
+    }
+    real4 p, q;
+    if (i < n) {
+        const double s2 = sigma[i] * sigma[i];
+        p.x = (real)x[3 * (size_t)i];
+        p.y = (real)x[3 * (size_t)i + 1];
+        p.z = (real)x[3 * (size_t)i + 2];
+        p.w = (real)(1.0 / s2);
+        q.x = (real)(alpha[3 * (size_t)i] * f4pi);
+        q.y = (real)(alpha[3 * (size_t)i + 1] * f4pi);
+        q.z = (real)(alpha[3 * (size_t)i + 2] * f4pi);
+        q.w = (real)(far2 * s2);
+    } else {
+        p.x = (real)1e15;
+        p.y = (real)1e15;
+        p.z = (real)1e15;
+        p.w = (real)1;
+        q.x = 0;
+        q.y = 0;
+        q.z = 0;
+        q.w = 0;
+    }
+    pos[i] = p;
+    str[i] = q;
+}
+
+// Packs n f64 points (3 each) as targets (x, y, z, 0) and, when alpha is not null, their
+// strengths as (3α, 0), as the host packing does.
+extern "C" __global__ void bs_pack_targets(const double *__restrict__ x,
+                                           const double *__restrict__ alpha, int n,
+                                           real4 *__restrict__ pos, real4 *__restrict__ alp)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) {
+        return;
+    }
+    real4 p;
+    p.x = (real)x[3 * (size_t)i];
+    p.y = (real)x[3 * (size_t)i + 1];
+    p.z = (real)x[3 * (size_t)i + 2];
+    p.w = 0;
+    pos[i] = p;
+    if (alpha) {
+        real4 a;
+        a.x = (real)(3.0 * alpha[3 * (size_t)i]);
+        a.y = (real)(3.0 * alpha[3 * (size_t)i + 1]);
+        a.z = (real)(3.0 * alpha[3 * (size_t)i + 2]);
+        a.w = 0;
+        alp[i] = a;
+    }
+}
+
+// Splits the output (nc reals per target) into f64 arrays: u (3 per target) and, when ex is not
+// null, the nc − 3 further values per target.
+extern "C" __global__ void bs_unpack(const real *__restrict__ out, int nt, int nc,
+                                     double *__restrict__ u, double *__restrict__ ex)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nt) {
+        return;
+    }
+    const real *o = out + (size_t)i * nc;
+    u[3 * (size_t)i] = (double)o[0];
+    u[3 * (size_t)i + 1] = (double)o[1];
+    u[3 * (size_t)i + 2] = (double)o[2];
+    if (ex) {
+        for (int k = 3; k < nc; ++k) {
+            ex[(size_t)i * (nc - 3) + (k - 3)] = (double)o[k];
+        }
+    }
+}

@@ -7,6 +7,19 @@
 //! and the diagnostics talk only to this trait, so a CPU loop, a GPU kernel, an Ewald sum, an FMM
 //! or several GPUs can answer without the stepper knowing.
 //!
+//! # The device form
+//!
+//! A GPU-resident stepper (particles kept on the GPU between steps), the GPU Ewald engine and a
+//! future GPU FMM share a second, device-side form of the same seam: [`DeviceSources`] (f64
+//! arrays on the GPU), [`DeviceTargets`], [`DeviceExtra`] and [`DeviceEvaluation`] (f64 device
+//! buffers for the results), and the trait [`DeviceSummation`]. An evaluator that has it returns
+//! it from [`Summation::device_form`] (default `None`: host form only). The device form computes
+//! exactly what [`Summation::evaluate`] computes — the same kernels on the same values, the f64
+//! inputs converted to the sums' f32 on the device — without copying particles or results
+//! through the host. The caller's buffers must live on the evaluator's GPU
+//! ([`DeviceSummation::gpu`]) and be fully written (its stream synchronised) before the call;
+//! the call returns when the results are complete.
+//!
 //! Implementations, one folder per method, one file per device:
 //! [`direct::DirectFreeSpace`] (free space, all pairs, f64, rayon), [`direct::CudaDirect`] (all
 //! pairs on a GPU, f32), [`ewald::EwaldPeriodic`] (periodic box, Ewald split, CPU f64),
@@ -23,7 +36,10 @@ pub mod oracle;
 pub mod planner;
 pub mod verify;
 
+use crate::device::buffer::DeviceBuffer;
+use crate::device::cuda::Gpu;
 use crate::kernel::StretchingScheme;
+use std::sync::Arc;
 
 /// The device-side pair kernel (PHYSICS.md §2: g(ρ), G3, G5 with their series near 0, and the
 /// velocity and stretching pair terms), written once in `kernels/common.cuh` and included by
@@ -139,6 +155,79 @@ impl Evaluation {
     }
 }
 
+/// Source particles resident on a GPU (the device form of [`Sources`]): f64 arrays on the
+/// evaluator's GPU, positions and strengths 3 per particle (x, y, z), core radii 1.
+#[derive(Clone, Copy)]
+pub struct DeviceSources<'a> {
+    pub x: &'a DeviceBuffer<f64>,
+    pub alpha: &'a DeviceBuffer<f64>,
+    pub sigma: &'a DeviceBuffer<f64>,
+    /// Particles (the buffers may be longer).
+    pub n: usize,
+    /// The largest core radius, which the caller knows without reading the cores back (they
+    /// change only by core spreading, the same for every particle, and by reinitialisation).
+    pub sigma_max: f64,
+    /// Whether every core radius equals `sigma_max` (then the Ewald real-space part is empty,
+    /// as in the host form; otherwise every source enters it, those at σ_max with an exact zero).
+    pub equal_cores: bool,
+}
+
+/// Where the device form evaluates.
+#[derive(Clone, Copy)]
+pub enum DeviceTargets<'a> {
+    /// At the source positions (the time step).
+    Sources,
+    /// At `n` points, f64, 3 per point.
+    Points { x: &'a DeviceBuffer<f64>, n: usize },
+}
+
+impl DeviceTargets<'_> {
+    pub fn len(&self, sources: &DeviceSources) -> usize {
+        match self {
+            DeviceTargets::Sources => sources.n,
+            DeviceTargets::Points { n, .. } => *n,
+        }
+    }
+}
+
+/// What the device form evaluates besides the velocity (as [`Extra`]).
+#[derive(Clone, Copy)]
+pub enum DeviceExtra<'a> {
+    None,
+    /// Stretching of the target strengths: `None` for the sources' own strengths (targets =
+    /// sources), else f64, 3 per target.
+    Stretching {
+        alpha: Option<&'a DeviceBuffer<f64>>,
+        scheme: StretchingScheme,
+    },
+    Gradient,
+}
+
+/// Results of the device form: f64 device buffers, 3 values per target for the velocity and
+/// the stretching, 9 (row-major ∂u_i/∂x_j) for the gradient. Owned by the caller and reused;
+/// the evaluator grows them as needed; only the parts asked for are written.
+#[derive(Default)]
+pub struct DeviceEvaluation {
+    pub velocity: DeviceBuffer<f64>,
+    pub stretching: DeviceBuffer<f64>,
+    pub gradient: DeviceBuffer<f64>,
+}
+
+/// The device form of [`Summation`] (see the module docs).
+pub trait DeviceSummation {
+    /// The GPU the inputs and outputs must live on.
+    fn gpu(&self) -> &Arc<Gpu>;
+
+    /// Velocity (and stretching or gradient) at `targets` induced by `sources`, into `out`.
+    fn evaluate_on_device(
+        &mut self,
+        sources: &DeviceSources,
+        targets: &DeviceTargets,
+        extra: &DeviceExtra,
+        out: &mut DeviceEvaluation,
+    ) -> Result<(), SummationError>;
+}
+
 /// Why a summation could not be done.
 #[derive(Debug, thiserror::Error)]
 pub enum SummationError {
@@ -174,6 +263,12 @@ pub trait Summation: Send {
         extra: Extra,
         out: &mut Evaluation,
     ) -> Result<(), SummationError>;
+
+    /// The device form of this evaluator, when it has one (GPU evaluators): the same sums on
+    /// particles that stay on the GPU. `None` by default.
+    fn device_form(&mut self) -> Option<&mut dyn DeviceSummation> {
+        None
+    }
 
     /// Blob vorticity ω_h(x) = Σ_q α_q ζ_σq(x − x_q) at `targets`.
     fn vorticity(

@@ -309,6 +309,101 @@ pub fn compare_all_extras(
     Ok((worst_v, worst_x, line))
 }
 
+/// The device form of `evaluator` ([`Summation::device_form`]) against its host form on the same
+/// particles, targets = sources, with `extra` (stretching of the particles' own strengths, the
+/// gradient, or the velocity only): the largest absolute difference of the velocity and of the
+/// extra over all components (0 when the two are bit-identical). The particles are copied to
+/// the evaluator's GPU once, the device results back once (to compare). An error when the
+/// evaluator has no device form.
+pub fn device_against_host(
+    evaluator: &mut dyn Summation,
+    p: &Particles,
+    extra: Extra,
+) -> Result<(f64, f64), SummationError> {
+    use super::{DeviceEvaluation, DeviceExtra, DeviceSources, DeviceTargets};
+    use crate::device::buffer::DeviceBuffer;
+    let mut host = Evaluation::default();
+    evaluator.evaluate(&p.sources(), &p.x, extra, &mut host)?;
+    let name = evaluator.name();
+    let dev = evaluator
+        .device_form()
+        .ok_or_else(|| SummationError::Unsupported(format!("{name} has no device form")))?;
+    let e = |e: crate::device::cuda::CudaError| SummationError::Device(e.to_string());
+    let stream = dev.gpu().context().new_stream().map_err(|err| {
+        e(crate::device::cuda::CudaError::driver(
+            "creating a stream",
+            err,
+        ))
+    })?;
+    let (mut x, mut alpha, mut sigma) = (
+        DeviceBuffer::new(),
+        DeviceBuffer::new(),
+        DeviceBuffer::new(),
+    );
+    x.upload(&stream, p.x.as_flattened(), "positions")
+        .map_err(e)?;
+    alpha
+        .upload(&stream, p.alpha.as_flattened(), "strengths")
+        .map_err(e)?;
+    sigma.upload(&stream, &p.sigma, "cores").map_err(e)?;
+    stream
+        .synchronize()
+        .map_err(|err| e(crate::device::cuda::CudaError::driver("uploading", err)))?;
+    let sigma_max = p.sigma.iter().cloned().fold(0.0, f64::max);
+    let sources = DeviceSources {
+        x: &x,
+        alpha: &alpha,
+        sigma: &sigma,
+        n: p.len(),
+        sigma_max,
+        equal_cores: p.sigma.iter().all(|&s| s == sigma_max),
+    };
+    let dextra = match extra {
+        Extra::None => DeviceExtra::None,
+        Extra::Stretching { scheme, .. } => DeviceExtra::Stretching {
+            alpha: None,
+            scheme,
+        },
+        Extra::Gradient => DeviceExtra::Gradient,
+    };
+    let mut out = DeviceEvaluation::default();
+    dev.evaluate_on_device(&sources, &DeviceTargets::Sources, &dextra, &mut out)?;
+    let n = p.len();
+    let mut u = vec![0.0; 3 * n];
+    out.velocity
+        .download(&stream, &mut u, "velocity")
+        .map_err(e)?;
+    let (ex_buf, ex_host): (_, Vec<f64>) = match extra {
+        Extra::None => (None, Vec::new()),
+        Extra::Stretching { .. } => (
+            Some(&out.stretching),
+            host.stretching.as_flattened().to_vec(),
+        ),
+        Extra::Gradient => (
+            Some(&out.gradient),
+            host.gradient.as_flattened().as_flattened().to_vec(),
+        ),
+    };
+    let mut ex = vec![0.0; ex_host.len()];
+    if let Some(b) = ex_buf {
+        b.download(&stream, &mut ex, "extra").map_err(e)?;
+    }
+    stream
+        .synchronize()
+        .map_err(|err| e(crate::device::cuda::CudaError::driver("downloading", err)))?;
+    let diff = |a: &[f64], b: &[f64]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| match (x - y).abs() {
+                _ if x == y => 0.0,
+                d if d.is_nan() => f64::INFINITY,
+                d => d.max(f64::MIN_POSITIVE),
+            })
+            .fold(0.0, f64::max)
+    };
+    Ok((diff(&u, host.velocity.as_flattened()), diff(&ex, &ex_host)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,8 @@ use super::all_pairs::{AllPairs, GpuReal, KernelConfig, Mode};
 use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
 use crate::summation::{
-    check_inputs, Boundary, Evaluation, Extra, Sources, Summation, SummationError,
+    check_inputs, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceSummation,
+    DeviceTargets, Evaluation, Extra, Sources, Summation, SummationError,
 };
 use std::sync::Arc;
 
@@ -46,7 +47,74 @@ fn device_error(e: CudaError) -> SummationError {
     SummationError::Device(e.to_string())
 }
 
+impl<T: GpuReal> DeviceSummation for CudaDirectOf<T> {
+    fn gpu(&self) -> &Arc<Gpu> {
+        self.engine.gpu()
+    }
+
+    /// The host form's launches on device-resident particles: the f64 inputs are packed and
+    /// rounded on the GPU exactly as the host packs them, so the sums are bit-identical to
+    /// [`Summation::evaluate`]'s.
+    fn evaluate_on_device(
+        &mut self,
+        sources: &DeviceSources,
+        targets: &DeviceTargets,
+        extra: &DeviceExtra,
+        out: &mut DeviceEvaluation,
+    ) -> Result<(), SummationError> {
+        let e = &mut self.engine;
+        let stream = e.stream().clone();
+        let nt = targets.len(sources);
+        let (mode, talpha) = match extra {
+            DeviceExtra::None => (Mode::Velocity, None),
+            DeviceExtra::Stretching { alpha, scheme } => (
+                match scheme {
+                    StretchingScheme::Classical => Mode::Classical,
+                    StretchingScheme::Transposed => Mode::Transposed,
+                },
+                Some(alpha.unwrap_or(sources.alpha)),
+            ),
+            DeviceExtra::Gradient => (Mode::Gradient, None),
+        };
+        let x = sources.x.addr(&stream);
+        e.pack_sources_on_device(
+            x,
+            sources.alpha.addr(&stream),
+            sources.sigma.addr(&stream),
+            sources.n,
+        )
+        .map_err(device_error)?;
+        let tx = match targets {
+            DeviceTargets::Sources => x,
+            DeviceTargets::Points { x, .. } => x.addr(&stream),
+        };
+        e.pack_targets_on_device(tx, talpha.map_or(0, |a| a.addr(&stream)), nt)
+            .map_err(device_error)?;
+        e.launch(mode).map_err(device_error)?;
+        out.velocity.ensure(&stream, 3 * nt).map_err(device_error)?;
+        let ex = match mode {
+            Mode::Classical | Mode::Transposed => Some(&mut out.stretching),
+            Mode::Gradient => Some(&mut out.gradient),
+            Mode::Velocity | Mode::Vorticity => None,
+        };
+        let ex_addr = match ex {
+            Some(b) => {
+                b.ensure(&stream, (mode.components() - 3) * nt)
+                    .map_err(device_error)?;
+                b.addr(&stream)
+            }
+            None => 0,
+        };
+        e.unpack_on_device(out.velocity.addr(&stream), ex_addr)
+            .map_err(device_error)
+    }
+}
+
 impl<T: GpuReal> Summation for CudaDirectOf<T> {
+    fn device_form(&mut self) -> Option<&mut dyn DeviceSummation> {
+        Some(self)
+    }
+
     fn name(&self) -> String {
         format!(
             "direct free-space CUDA {} on {}",

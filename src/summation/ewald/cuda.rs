@@ -11,15 +11,18 @@
 //! [`F32_ACCURACY_FLOOR`] are planned as that floor (a finer window or grid would cost more and
 //! gain nothing).
 
-use super::engine::{EwaldDevice, EwaldInputs, GpuEwaldTimings, GpuExtra, GPU_COSTS};
+use super::engine::{
+    DevicePointers, EwaldDevice, EwaldInputs, GpuEwaldTimings, GpuExtra, GPU_COSTS,
+};
 use super::params::{
-    evaluation_setup, max_grid_for_memory, EwaldParameters, GPU_BYTES_PER_GRID_POINT,
+    evaluation_setup, max_grid_for_memory, plan, EwaldParameters, GPU_BYTES_PER_GRID_POINT,
 };
 use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
 use crate::summation::cells::VORTICITY_CUTOFF;
 use crate::summation::{
-    check_inputs, sigma_range, Boundary, Evaluation, Extra, Sources, Summation, SummationError,
+    check_inputs, sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources,
+    DeviceSummation, DeviceTargets, Evaluation, Extra, Sources, Summation, SummationError,
 };
 use std::f64::consts::TAU;
 use std::sync::Arc;
@@ -118,7 +121,109 @@ impl CudaEwald {
     }
 }
 
+fn gpu_extra(scheme: StretchingScheme) -> GpuExtra {
+    match scheme {
+        StretchingScheme::Classical => GpuExtra::Classical,
+        StretchingScheme::Transposed => GpuExtra::Transposed,
+    }
+}
+
+impl DeviceSummation for CudaEwald {
+    fn gpu(&self) -> &Arc<Gpu> {
+        self.dev.gpu()
+    }
+
+    /// The host form's evaluation on device buffers: the same plan (from `sigma_max`, with the
+    /// real-space selection empty for equal cores and all sources otherwise, see
+    /// [`DeviceSources::equal_cores`]), the same kernels; the inputs are read where they are.
+    fn evaluate_on_device(
+        &mut self,
+        sources: &DeviceSources,
+        targets: &DeviceTargets,
+        extra: &DeviceExtra,
+        out: &mut DeviceEvaluation,
+    ) -> Result<(), SummationError> {
+        let nt = targets.len(sources);
+        let (ns, sigma_max) = (sources.n, sources.sigma_max);
+        if !(sigma_max > 0.0 && sigma_max.is_finite()) {
+            return Err(SummationError::BadSources(format!(
+                "core radius {sigma_max} (must be positive and finite)"
+            )));
+        }
+        let want_grad = !matches!(extra, DeviceExtra::None);
+        let below = if sources.equal_cores { 0 } else { ns };
+        if self.fixed.is_some() {
+            return Err(SummationError::Unsupported(
+                "GPU Ewald: fixed parameters are for the host form only".into(),
+            ));
+        }
+        let params = match &self.fixed {
+            Some(f) => f.clone(),
+            None => plan(
+                self.plan_accuracy(),
+                sigma_max,
+                below,
+                ns,
+                nt,
+                want_grad,
+                &GPU_COSTS,
+                self.max_grid,
+            )?,
+        };
+        let n_selected = if params.eta == sigma_max { below } else { ns };
+        let (gextra, target_alpha, ex_buf) = match extra {
+            DeviceExtra::None => (GpuExtra::None, None, None),
+            DeviceExtra::Stretching { alpha, scheme } => (
+                gpu_extra(*scheme),
+                Some(alpha.unwrap_or(sources.alpha)),
+                Some(&mut out.stretching),
+            ),
+            DeviceExtra::Gradient => (GpuExtra::Gradient, None, Some(&mut out.gradient)),
+        };
+        let stream = self.dev.stream().clone();
+        let e = |e: CudaError| SummationError::Device(e.to_string());
+        out.velocity.ensure(&stream, 3 * nt).map_err(e)?;
+        let ex_addr = match ex_buf {
+            Some(b) => {
+                b.ensure(&stream, gextra.components() * nt).map_err(e)?;
+                b.addr(&stream)
+            }
+            None => 0,
+        };
+        if ns == 0 || nt == 0 {
+            out.velocity.zero(&stream, 3 * nt).map_err(e)?;
+            self.params = Some(params);
+            return Ok(());
+        }
+        let ptrs = DevicePointers {
+            x: sources.x.addr(&stream),
+            alpha: sources.alpha.addr(&stream),
+            sigma: sources.sigma.addr(&stream),
+            targets: match targets {
+                DeviceTargets::Sources => None,
+                DeviceTargets::Points { x, .. } => Some(x.addr(&stream)),
+            },
+            target_alpha: target_alpha.map_or(0, |a| a.addr(&stream)),
+            selected: 0,
+            n_sources: ns,
+            n_targets: nt,
+            n_selected,
+            u_out: out.velocity.addr(&stream),
+            ex_out: ex_addr,
+        };
+        self.dev
+            .evaluate_device(&params, &ptrs, gextra)
+            .map_err(device_error)?;
+        self.params = Some(params);
+        Ok(())
+    }
+}
+
 impl Summation for CudaEwald {
+    fn device_form(&mut self) -> Option<&mut dyn DeviceSummation> {
+        Some(self)
+    }
+
     fn name(&self) -> String {
         format!(
             "Ewald periodic CUDA f32 (accuracy {:e}) on {}",
