@@ -10,8 +10,6 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::sync::Arc;
-use vpm::device::cuda::Gpu;
 use vpm::device::{Device, DeviceRequest};
 use vpm::kernel::StretchingScheme;
 use vpm::summation::direct::{CudaDirect, CudaDirectOf, DirectFreeSpace, GpuReal, KernelConfig};
@@ -19,17 +17,6 @@ use vpm::summation::planner::plan;
 use vpm::summation::verify::{self, Particles};
 use vpm::summation::EvaluatorKind;
 use vpm::summation::{Boundary, Evaluation, Extra, Sources, Summation};
-
-/// GPU 0 when it is usable; otherwise prints why the calling test is skipped.
-fn gpu_present(test: &str) -> Option<Arc<Gpu>> {
-    match vpm::device::cuda::gpu_at(0) {
-        Ok(g) => Some(g),
-        Err(e) => {
-            eprintln!("{test}: skipped, no usable GPU: {e}");
-            None
-        }
-    }
-}
 
 /// Particles uniform in [−π, π]^3 with cores jittered in [0.7, 1]·2π/n^{1/3} and strengths in
 /// [−1, 1]; targets: every source position (coincident pairs), copies of sources moved by
@@ -104,7 +91,7 @@ fn compare<T: GpuReal>(gpu: &mut CudaDirectOf<T>, set: &Set) -> (f64, f64, f64) 
 
 #[test]
 fn gpu_f32_matches_cpu_f64_on_random_sets() {
-    let Some(gpu0) = gpu_present("gpu_f32_matches_cpu_f64_on_random_sets") else {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_f32_matches_cpu_f64_on_random_sets") else {
         return;
     };
     let mut gpu = CudaDirect::new(gpu0.clone()).unwrap();
@@ -124,7 +111,7 @@ fn gpu_f32_matches_cpu_f64_on_random_sets() {
 
 #[test]
 fn gpu_f32_launch_configurations_agree() {
-    let Some(gpu0) = gpu_present("gpu_f32_launch_configurations_agree") else {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_f32_launch_configurations_agree") else {
         return;
     };
     let set = Set::new(3001, 77, 0xc0f1);
@@ -152,7 +139,7 @@ fn gpu_f32_launch_configurations_agree() {
 
 #[test]
 fn gpu_f32_large_n_on_a_sample_of_targets() {
-    let Some(gpu0) = gpu_present("gpu_f32_large_n_on_a_sample_of_targets") else {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_f32_large_n_on_a_sample_of_targets") else {
         return;
     };
     // 2^18 equal-core sources (the benchmark's layout); 1500 sampled targets on the CPU.
@@ -181,7 +168,7 @@ fn gpu_f32_large_n_on_a_sample_of_targets() {
 
 #[test]
 fn gpu_f64_build_matches_cpu_f64() {
-    let Some(gpu0) = gpu_present("gpu_f64_build_matches_cpu_f64") else {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_f64_build_matches_cpu_f64") else {
         return;
     };
     let mut gpu = CudaDirectOf::<f64>::new(gpu0.clone()).unwrap();
@@ -198,7 +185,8 @@ fn gpu_f64_build_matches_cpu_f64() {
 
 #[test]
 fn gpu_buffers_are_reused_across_sizes_and_edge_cases() {
-    let Some(gpu0) = gpu_present("gpu_buffers_are_reused_across_sizes_and_edge_cases") else {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_buffers_are_reused_across_sizes_and_edge_cases")
+    else {
         return;
     };
     let mut gpu = CudaDirect::new(gpu0.clone()).unwrap();
@@ -276,7 +264,7 @@ fn planner_cuda_device_without_gpu_is_a_clear_error() {
 /// same packed values: bit-identical results, f32 and f64 builds, every mode.
 #[test]
 fn gpu_device_form_is_bit_identical_to_host_form() {
-    let Some(gpu0) = gpu_present("gpu_device_form_is_bit_identical_to_host_form") else {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_device_form_is_bit_identical_to_host_form") else {
         return;
     };
     let p = Particles::free_space(3001, 0xde7);

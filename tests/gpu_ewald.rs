@@ -33,17 +33,6 @@ const TOL_EXTRA: f64 = 1e-4;
 /// the summation order and libdevice's exp differ from the CPU).
 const TOL_VORTICITY: f64 = 1e-12;
 
-/// GPU 0 when it is usable; otherwise prints why the calling test is skipped.
-fn gpu_present(test: &str) -> Option<Arc<Gpu>> {
-    match vpm::device::cuda::gpu_at(0) {
-        Ok(g) => Some(g),
-        Err(e) => {
-            eprintln!("{test}: skipped, no usable GPU: {e}");
-            None
-        }
-    }
-}
-
 fn gpu_ewald(gpu: &Arc<Gpu>) -> CudaEwald {
     CudaEwald::new(gpu.clone(), ACCURACY)
         .unwrap_or_else(|e| panic!("GPU present but CudaEwald failed: {e}"))
@@ -107,7 +96,7 @@ fn compare_vorticity(gpu: &mut CudaEwald, set: &Set, targets: &[[f64; 3]], label
 
 #[test]
 fn gpu_ewald_equal_cores_matches_cpu() {
-    let Some(gpu0) = gpu_present("gpu_ewald_equal_cores_matches_cpu") else {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_ewald_equal_cores_matches_cpu") else {
         return;
     };
     let mut gpu = gpu_ewald(&gpu0);
@@ -127,7 +116,8 @@ fn gpu_ewald_equal_cores_matches_cpu() {
 
 #[test]
 fn gpu_ewald_unequal_cores_and_other_targets_match_cpu() {
-    let Some(gpu0) = gpu_present("gpu_ewald_unequal_cores_and_other_targets_match_cpu") else {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_ewald_unequal_cores_and_other_targets_match_cpu")
+    else {
         return;
     };
     let mut gpu = gpu_ewald(&gpu0);
@@ -159,7 +149,7 @@ fn gpu_ewald_unequal_cores_and_other_targets_match_cpu() {
 
 #[test]
 fn gpu_ewald_grid_targets_and_vorticity_match_cpu() {
-    let Some(gpu0) = gpu_present("gpu_ewald_grid_targets_and_vorticity_match_cpu") else {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_ewald_grid_targets_and_vorticity_match_cpu") else {
         return;
     };
     let mut gpu = gpu_ewald(&gpu0);
@@ -195,7 +185,7 @@ fn gpu_ewald_grid_targets_and_vorticity_match_cpu() {
 
 #[test]
 fn gpu_ewald_large_cores_use_explicit_images() {
-    let Some(gpu0) = gpu_present("gpu_ewald_large_cores_use_explicit_images") else {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_ewald_large_cores_use_explicit_images") else {
         return;
     };
     let mut gpu = gpu_ewald(&gpu0);
@@ -208,7 +198,8 @@ fn gpu_ewald_large_cores_use_explicit_images() {
 
 #[test]
 fn gpu_ewald_reuses_buffers_across_sizes_and_edge_cases() {
-    let Some(gpu0) = gpu_present("gpu_ewald_reuses_buffers_across_sizes_and_edge_cases") else {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_ewald_reuses_buffers_across_sizes_and_edge_cases")
+    else {
         return;
     };
     let mut gpu = gpu_ewald(&gpu0);
@@ -282,7 +273,7 @@ fn planner_periodic_cuda_device() {
 /// velocity) against the same steps on the CPU.
 #[test]
 fn gpu_vortex_steps_match_cpu() {
-    let Some(gpu0) = gpu_present("gpu_vortex_steps_match_cpu") else {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_vortex_steps_match_cpu") else {
         return;
     };
     let n = 16;
@@ -354,7 +345,7 @@ fn gpu_vortex_steps_match_cpu() {
 /// so the parameters may differ: then it is held to the host form's accuracy against the CPU.
 #[test]
 fn gpu_ewald_device_form_matches_host_form() {
-    let Some(gpu0) = gpu_present("gpu_ewald_device_form_matches_host_form") else {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_ewald_device_form_matches_host_form") else {
         return;
     };
     let mut gpu = gpu_ewald(&gpu0);

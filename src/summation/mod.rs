@@ -291,6 +291,57 @@ pub trait Summation: Send {
     }
 }
 
+/// Stretching from the velocity gradient `g[i][j]` = ∂u_i/∂x_j and the target strength a:
+/// classical Σ_j a_j ∂_j u_i = (a·∇)u, transposed Σ_j ∂_i u_j a_j = (∇u)ᵀa (PHYSICS.md §2).
+#[inline]
+pub fn stretching_from_gradient(
+    g: &[[f64; 3]; 3],
+    a: &[f64; 3],
+    scheme: StretchingScheme,
+) -> [f64; 3] {
+    match scheme {
+        StretchingScheme::Classical => {
+            [0, 1, 2].map(|i| g[i][0] * a[0] + g[i][1] * a[1] + g[i][2] * a[2])
+        }
+        StretchingScheme::Transposed => {
+            [0, 1, 2].map(|i| g[0][i] * a[0] + g[1][i] * a[1] + g[2][i] * a[2])
+        }
+    }
+}
+
+/// Checks the inputs, sizes `out` for the targets and the extra, and when there are no sources
+/// writes the answer (zeros): `true` when nothing is left to compute. The common start of every
+/// [`Summation::evaluate`].
+pub(crate) fn begin_evaluation(
+    sources: &Sources,
+    targets: &[[f64; 3]],
+    extra: &Extra,
+    out: &mut Evaluation,
+) -> Result<bool, SummationError> {
+    check_inputs(sources, targets, extra)?;
+    out.resize_for(targets.len(), extra);
+    if sources.is_empty() {
+        out.fill_zero(targets.len(), extra);
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// The same for [`Summation::vorticity`]: checks, sizes `out`, zeros when there are no sources.
+pub(crate) fn begin_vorticity(
+    sources: &Sources,
+    targets: &[[f64; 3]],
+    out: &mut Vec<[f64; 3]>,
+) -> Result<bool, SummationError> {
+    check_inputs(sources, targets, &Extra::None)?;
+    out.resize(targets.len(), [0.0; 3]);
+    if sources.is_empty() {
+        out.fill([0.0; 3]);
+        return Ok(true);
+    }
+    Ok(false)
+}
+
 /// Checks that sources and the per-target inputs have consistent lengths.
 pub(crate) fn check_inputs(
     sources: &Sources,

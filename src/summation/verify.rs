@@ -13,6 +13,19 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::f64::consts::{PI, TAU};
 
+/// GPU 0 when it is usable; otherwise prints "`test`: skipped, no usable GPU: reason" (the line
+/// scripts/gpu-check.sh looks for on a GPU machine) and returns `None`, so GPU tests pass on
+/// machines without one.
+pub fn gpu_or_skip(test: &str) -> Option<std::sync::Arc<crate::device::cuda::Gpu>> {
+    match crate::device::cuda::gpu_at(0) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            eprintln!("{test}: skipped, no usable GPU: {e}");
+            None
+        }
+    }
+}
+
 /// Particles owned by a fixture: positions, strengths, core radii.
 #[derive(Debug, Clone, Default)]
 pub struct Particles {

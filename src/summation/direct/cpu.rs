@@ -5,7 +5,8 @@
 
 use crate::kernel::{gaussian_zeta, velocity, velocity_and_stretching, velocity_gradient};
 use crate::summation::{
-    check_inputs, Boundary, Evaluation, Extra, Sources, Summation, SummationError,
+    begin_evaluation, begin_vorticity, Boundary, Evaluation, Extra, Sources, Summation,
+    SummationError,
 };
 use rayon::prelude::*;
 
@@ -32,8 +33,9 @@ impl Summation for DirectFreeSpace {
         extra: Extra,
         out: &mut Evaluation,
     ) -> Result<(), SummationError> {
-        check_inputs(sources, targets, &extra)?;
-        out.resize_for(targets.len(), &extra);
+        if begin_evaluation(sources, targets, &extra, out)? {
+            return Ok(());
+        }
         let s = *sources;
         let pair_r = |x: &[f64; 3], q: usize| {
             let y = s.x[q];
@@ -111,8 +113,9 @@ impl Summation for DirectFreeSpace {
         targets: &[[f64; 3]],
         out: &mut Vec<[f64; 3]>,
     ) -> Result<(), SummationError> {
-        check_inputs(sources, targets, &Extra::None)?;
-        out.resize(targets.len(), [0.0; 3]);
+        if begin_vorticity(sources, targets, out)? {
+            return Ok(());
+        }
         let s = *sources;
         out.par_chunks_mut(TARGET_CHUNK)
             .zip(targets.par_chunks(TARGET_CHUNK))

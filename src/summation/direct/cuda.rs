@@ -10,8 +10,8 @@ use super::all_pairs::{AllPairs, GpuReal, KernelConfig, Mode};
 use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
 use crate::summation::{
-    check_inputs, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceSummation,
-    DeviceTargets, Evaluation, Extra, Sources, Summation, SummationError,
+    begin_evaluation, begin_vorticity, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources,
+    DeviceSummation, DeviceTargets, Evaluation, Extra, Sources, Summation, SummationError,
 };
 use std::sync::Arc;
 
@@ -43,6 +43,14 @@ impl<T: GpuReal> CudaDirectOf<T> {
     }
 }
 
+/// The kernel of a stretching scheme.
+fn stretching_mode(scheme: StretchingScheme) -> Mode {
+    match scheme {
+        StretchingScheme::Classical => Mode::Classical,
+        StretchingScheme::Transposed => Mode::Transposed,
+    }
+}
+
 fn device_error(e: CudaError) -> SummationError {
     SummationError::Device(e.to_string())
 }
@@ -68,10 +76,7 @@ impl<T: GpuReal> DeviceSummation for CudaDirectOf<T> {
         let (mode, talpha) = match extra {
             DeviceExtra::None => (Mode::Velocity, None),
             DeviceExtra::Stretching { alpha, scheme } => (
-                match scheme {
-                    StretchingScheme::Classical => Mode::Classical,
-                    StretchingScheme::Transposed => Mode::Transposed,
-                },
+                stretching_mode(*scheme),
                 Some(alpha.unwrap_or(sources.alpha)),
             ),
             DeviceExtra::Gradient => (Mode::Gradient, None),
@@ -134,17 +139,12 @@ impl<T: GpuReal> Summation for CudaDirectOf<T> {
         extra: Extra,
         out: &mut Evaluation,
     ) -> Result<(), SummationError> {
-        check_inputs(sources, targets, &extra)?;
-        out.resize_for(targets.len(), &extra);
+        if begin_evaluation(sources, targets, &extra, out)? {
+            return Ok(());
+        }
         let (mode, alpha) = match extra {
             Extra::None => (Mode::Velocity, None),
-            Extra::Stretching { alpha, scheme } => (
-                match scheme {
-                    StretchingScheme::Classical => Mode::Classical,
-                    StretchingScheme::Transposed => Mode::Transposed,
-                },
-                Some(alpha),
-            ),
+            Extra::Stretching { alpha, scheme } => (stretching_mode(scheme), Some(alpha)),
             Extra::Gradient => (Mode::Gradient, None),
         };
         let e = &mut self.engine;
@@ -180,7 +180,9 @@ impl<T: GpuReal> Summation for CudaDirectOf<T> {
         targets: &[[f64; 3]],
         out: &mut Vec<[f64; 3]>,
     ) -> Result<(), SummationError> {
-        check_inputs(sources, targets, &Extra::None)?;
+        if begin_vorticity(sources, targets, out)? {
+            return Ok(());
+        }
         let e = &mut self.engine;
         e.upload_sources(sources).map_err(device_error)?;
         e.upload_targets(targets, None).map_err(device_error)?;

@@ -3,14 +3,15 @@
 //! target; the blob vorticity by the same cell lists, on the lattice by
 //! [`crate::summation::lattice::lattice_vorticity`]. Method and parameters: [`super`].
 
-use super::mesh::{stretching_from_gradient, Mesh};
+use super::mesh::Mesh;
 use super::params::{
     evaluation_setup, max_grid_for_memory, CostModel, EwaldParameters, CPU_BYTES_PER_GRID_POINT,
 };
 use crate::kernel::{gaussian_zeta, velocity, velocity_and_stretching, velocity_gradient};
 use crate::summation::cells::{Neighbours, VORTICITY_CUTOFF};
 use crate::summation::{
-    check_inputs, sigma_range, Boundary, Evaluation, Extra, Sources, Summation, SummationError,
+    begin_evaluation, begin_vorticity, sigma_range, stretching_from_gradient, Boundary, Evaluation,
+    Extra, Sources, Summation, SummationError,
 };
 use rayon::prelude::*;
 use std::f64::consts::TAU;
@@ -141,13 +142,10 @@ impl Summation for EwaldPeriodic {
         extra: Extra,
         out: &mut Evaluation,
     ) -> Result<(), SummationError> {
-        check_inputs(sources, targets, &extra)?;
-        out.resize_for(targets.len(), &extra);
-        let nt = targets.len();
-        if sources.is_empty() {
-            out.fill_zero(nt, &extra);
+        if begin_evaluation(sources, targets, &extra, out)? {
             return Ok(());
         }
+        let nt = targets.len();
         let want_grad = !matches!(extra, Extra::None);
         let (params, selected) = evaluation_setup(
             self.accuracy,
@@ -268,10 +266,7 @@ impl Summation for EwaldPeriodic {
         targets: &[[f64; 3]],
         out: &mut Vec<[f64; 3]>,
     ) -> Result<(), SummationError> {
-        check_inputs(sources, targets, &Extra::None)?;
-        out.resize(targets.len(), [0.0; 3]);
-        if sources.is_empty() {
-            out.fill([0.0; 3]);
+        if begin_vorticity(sources, targets, out)? {
             return Ok(());
         }
         let (_, sigma_max) = sigma_range(sources)?;

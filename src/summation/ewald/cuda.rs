@@ -21,8 +21,9 @@ use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
 use crate::summation::cells::VORTICITY_CUTOFF;
 use crate::summation::{
-    check_inputs, sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources,
-    DeviceSummation, DeviceTargets, Evaluation, Extra, Sources, Summation, SummationError,
+    begin_evaluation, begin_vorticity, sigma_range, Boundary, DeviceEvaluation, DeviceExtra,
+    DeviceSources, DeviceSummation, DeviceTargets, Evaluation, Extra, Sources, Summation,
+    SummationError,
 };
 use std::f64::consts::TAU;
 use std::sync::Arc;
@@ -243,13 +244,10 @@ impl Summation for CudaEwald {
         extra: Extra,
         out: &mut Evaluation,
     ) -> Result<(), SummationError> {
-        check_inputs(sources, targets, &extra)?;
-        out.resize_for(targets.len(), &extra);
-        let nt = targets.len();
-        if sources.is_empty() {
-            out.fill_zero(nt, &extra);
+        if begin_evaluation(sources, targets, &extra, out)? {
             return Ok(());
         }
+        let nt = targets.len();
         let want_grad = !matches!(extra, Extra::None);
         let (params, selected) = evaluation_setup(
             self.plan_accuracy(),
@@ -271,13 +269,7 @@ impl Summation for CudaEwald {
         }
         let (gextra, target_alpha) = match extra {
             Extra::None => (GpuExtra::None, None),
-            Extra::Stretching { alpha, scheme } => (
-                match scheme {
-                    StretchingScheme::Classical => GpuExtra::Classical,
-                    StretchingScheme::Transposed => GpuExtra::Transposed,
-                },
-                Some(alpha),
-            ),
+            Extra::Stretching { alpha, scheme } => (gpu_extra(scheme), Some(alpha)),
             Extra::Gradient => (GpuExtra::Gradient, None),
         };
         let inp = EwaldInputs {
@@ -321,10 +313,7 @@ impl Summation for CudaEwald {
         targets: &[[f64; 3]],
         out: &mut Vec<[f64; 3]>,
     ) -> Result<(), SummationError> {
-        check_inputs(sources, targets, &Extra::None)?;
-        out.resize(targets.len(), [0.0; 3]);
-        if sources.is_empty() {
-            out.fill([0.0; 3]);
+        if begin_vorticity(sources, targets, out)? {
             return Ok(());
         }
         let (_, sigma_max) = sigma_range(sources)?;

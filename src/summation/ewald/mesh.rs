@@ -4,7 +4,6 @@
 //! exact gradient of the gather when asked).
 
 use super::params::EwaldParameters;
-use crate::kernel::StretchingScheme;
 use crate::spectral::{Fft3d, ModeLayout};
 use crate::summation::cells::wrap;
 use crate::summation::Sources;
@@ -388,23 +387,5 @@ fn gather(win: &Window, grids: &[Vec<f64>; 3], targets: &[[f64; 3]], want_grad: 
         } else {
             Vec::new()
         },
-    }
-}
-
-/// Stretching from the velocity gradient `g[i][j]` = ∂u_i/∂x_j and the target strength a:
-/// classical Σ_j a_j ∂_j u_i, transposed Σ_j ∂_i u_j a_j.
-#[inline]
-pub(crate) fn stretching_from_gradient(
-    g: &[[f64; 3]; 3],
-    a: &[f64; 3],
-    scheme: StretchingScheme,
-) -> [f64; 3] {
-    match scheme {
-        StretchingScheme::Classical => {
-            [0, 1, 2].map(|i| g[i][0] * a[0] + g[i][1] * a[1] + g[i][2] * a[2])
-        }
-        StretchingScheme::Transposed => {
-            [0, 1, 2].map(|i| g[0][i] * a[0] + g[1][i] * a[1] + g[2][i] * a[2])
-        }
     }
 }
