@@ -17,6 +17,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// The benchmark's particles on the n³ lattice: σ = h, random zero-sum strengths, a seed per
+/// size (the same on both devices).
+fn lattice_particles(n: usize) -> Particles {
+    Particles::lattice(n, 0.0, 0xe3a1d ^ n as u64)
+}
+
 /// Rows of `vpm bench ewald` on either device.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
@@ -78,10 +84,9 @@ fn bench_ewald_cpu(
     );
     let mut rows = Vec::new();
     for &n in lattice {
-        let p = Particles::lattice(n, 0.0, 0xe3a1d ^ n as u64);
-        let (x, alpha) = (&p.x, &p.alpha);
+        let p = lattice_particles(n);
+        let (x, alpha, src) = (&p.x, &p.alpha, p.sources());
         let np = x.len() as f64;
-        let src = p.sources();
         let mut ew = EwaldPeriodic::new(accuracy);
         let mut out = Evaluation::default();
         let mut time =
@@ -179,10 +184,9 @@ fn bench_ewald_gpu(
     );
     let mut rows = Vec::new();
     for &n in lattice {
-        let p = Particles::lattice(n, 0.0, 0xe3a1d ^ n as u64);
-        let (x, alpha) = (&p.x, &p.alpha);
+        let p = lattice_particles(n);
+        let (x, alpha, src) = (&p.x, &p.alpha, p.sources());
         let np = x.len() as f64;
-        let src = p.sources();
         let stretching = Extra::Stretching {
             alpha,
             scheme: StretchingScheme::Classical,
