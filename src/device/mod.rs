@@ -1,6 +1,6 @@
 //! Where a solver runs: the run-level device choice ([`DeviceRequest`], parsed from the case's
 //! `device` key or `--device`), the runtime [`Device`] value made from it once and passed to
-//! every planner, and the memory each side has ([`host_memory_available`], [`Device::memory`]).
+//! every planner, and the memory each side has ([`host_memory_available`], [`Device::memory_available`]).
 //!
 //! No physics lives here, and there is no process-global device: a solver gets the device it
 //! runs on as a value.

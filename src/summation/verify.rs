@@ -210,9 +210,10 @@ pub struct Errors {
     pub extra: Option<ErrorStats>,
 }
 
-/// Errors of `out` (an evaluation at `targets` with `extra`, the first `idx.len()`… see below)
-/// against `reference` evaluated at the targets listed in `idx` (indices into `targets`; the
-/// stretching strengths of `extra` are taken at the same indices). `out` holds all targets.
+/// Errors of `out` (a candidate's evaluation at all of `targets` with `extra`) on the sample of
+/// targets listed in `idx` (indices into `targets`), against `reference` evaluated at those
+/// targets only (the stretching strengths of `extra` taken at the same indices): how the
+/// benchmarks check a large evaluation at the cost of a small one.
 pub fn errors_on_sample(
     out: &Evaluation,
     reference: &mut dyn Summation,

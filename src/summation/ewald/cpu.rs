@@ -1,4 +1,4 @@
-//! The Ewald evaluator on the CPU, f64, rayon: the smooth part of [`super::mesh`] plus the
+//! The Ewald evaluator on the CPU, f64, rayon: the smooth part of `super::mesh` plus the
 //! real-space pair sums over the cell lists of [`crate::summation::cells`], combined target by
 //! target; the blob vorticity by the same cell lists, on the lattice by
 //! [`crate::summation::lattice::lattice_vorticity`]. Method and parameters: [`super`].

@@ -24,7 +24,7 @@
 //!   1. spread: H(x_g) = Σ_q α_q ζ_τ(x_g − x_q) at the nodes x_g = −π + g·h of an M³ grid
 //!      (h = 2π/M; ζ_τ the normalised 3-D Gaussian, a product of three 1-D ones, truncated to the
 //!      P³ nodes nearest x_q);
-//!   2. forward FFT ([`Fft3d`], retained modes |k_i| ≤ K = ⌊(M−1)/2⌋): Ĥ(k) ≈ ω̂₀(k) e^{−k²τ²/2}
+//!   2. forward FFT ([`crate::spectral::Fft3d`], retained modes |k_i| ≤ K = ⌊(M−1)/2⌋): Ĥ(k) ≈ ω̂₀(k) e^{−k²τ²/2}
 //!      with ω̂₀ = (1/V) Σ α_q e^{−ik·x_q};
 //!   3. multiply by (i k × ·)/k² · e^{−k²(η² − 2τ²)/2}, k = 0 dropped (also when Σα ≠ 0, as the
 //!      oracle does; the real-space part has no k = 0 content);
@@ -76,8 +76,8 @@
 
 //! # Blob vorticity
 //!
-//! [`Summation::vorticity`] sums Σ_q α_q ζ_σq(x − x_q) directly: the Gaussian is short-ranged, so
-//! only sources within [`VORTICITY_CUTOFF`] σ_q count (dropped: < e^{−24.5} ≈ 2e-11 of a blob's
+//! [`crate::summation::Summation::vorticity`] sums Σ_q α_q ζ_σq(x − x_q) directly: the Gaussian is short-ranged, so
+//! only sources within [`crate::summation::cells::VORTICITY_CUTOFF`] σ_q count (dropped: < e^{−24.5} ≈ 2e-11 of a blob's
 //! peak), found with the same cell lists (cells for 7 σ_max, minimum image; explicit images when
 //! 7 σ_max ≥ π). No Ewald split is needed.
 //!
@@ -86,12 +86,12 @@
 //! Results are bit-identical for any thread count: every target is summed by one task in a fixed
 //! source order; the spreading gives each thread a slab of x planes and visits, for each slab, the
 //! particles bucketed by the first plane of their support in increasing plane order, so each grid
-//! node receives its contributions in the same order whatever the slab width; [`Fft3d`] transforms
+//! node receives its contributions in the same order whatever the slab width; [`crate::spectral::Fft3d`] transforms
 //! every line the same way on any thread; the multiplier is pointwise.
 //!
 //! # Files
 //!
-//! [`params`] (the rules above, the cost model, the grid cap), [`mesh`] (the CPU smooth part),
+//! [`params`] (the rules above, the cost model, the grid cap), `mesh` (the CPU smooth part),
 //! [`cpu`] ([`EwaldPeriodic`]: f64, rayon), [`cuda`] ([`CudaEwald`]: the same method in f32 on
 //! a GPU) and [`engine`] (its device side: kernels of `kernels/ewald.cu`, cuFFT, buffers).
 
