@@ -325,6 +325,20 @@ mod tests {
     }
 
     #[test]
+    fn cpu_evaluators_have_no_device_form() {
+        let periodic = Boundary::Periodic {
+            length: std::f64::consts::TAU,
+        };
+        for (b, k) in [
+            (Boundary::FreeSpace, EvaluatorKind::Direct),
+            (periodic, EvaluatorKind::Ewald),
+        ] {
+            let mut p = plan(b, k, &Device::Cpu, 1e-6).unwrap();
+            assert!(p.evaluator.device_form().is_none(), "{}", p.description);
+        }
+    }
+
+    #[test]
     fn cpu_rows_build_and_estimate() {
         let p = plan(
             Boundary::FreeSpace,
