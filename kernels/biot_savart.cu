@@ -1,10 +1,10 @@
 // All-pairs regularised Biot–Savart on the GPU: velocity, velocity + vortex stretching (classical
 // or transposed), velocity + velocity gradient, and the blob vorticity (PHYSICS.md §2).
 //
-// Compiled at run time by NVRTC (src/cuda/mod.rs), once per process, device and option set.
-// The pair equations mirror src/kernel.rs: g, G3 = g/ρ³, G5 = (3g − ρg')/ρ⁵ with the positive
-// small-ρ series S5 below the same threshold (ρ < 2 in f32, ρ < 1 in f64) and the same
-// coefficients a_k = 1/(5·7·…·(2k+5)) (13 terms in f32, 14 in f64); above it the direct erf form.
+// Compiled at run time by NVRTC (src/device/cuda.rs), once per process, device and option set.
+// The pair equations are those of common.cuh (src/kernel.rs on the device): G3 = g/ρ³,
+// G5 = (3g − ρg')/ρ⁵ with the positive small-ρ series S5 below the same threshold (ρ < 2 in
+// f32, ρ < 1 in f64); above it the erf form (in f32 with a shared-exponential erf, below).
 //
 // Options (-D):
 //   VPM_DOUBLE   real = double (the reference build; libdevice erf/exp/sqrt); default float
@@ -13,7 +13,7 @@
 //   VPM_UNROLL   unroll factor of the loop over one tile's sources (default 4)
 //   VPM_MINB     minimum resident blocks per SM for __launch_bounds__ (0: none; default 0)
 //
-// Layout (packed on the host by src/cuda/biot_savart.rs), one 16-byte (f32) vector per item:
+// Layout (packed on the host by src/summation/direct/all_pairs.rs), one 16-byte (f32) vector per item:
 //   src_pos[q] = (x_q, y_q, z_q, 1/σ_q²)
 //   src_str[q] = (α_q/(4π), (ρ_far σ_q)²)      ρ_far = 7 in f32, 10 in f64 (see far_kl)
 //   tgt_pos[i] = (x_i, y_i, z_i, unused)
@@ -39,6 +39,8 @@
 // * Stretching: Σ K (α_q × α_p) = (Σ K α_q) × α_p, so per pair only Σ K α_q is accumulated.
 // * f32 sums are two-level (per tile, then into the totals): sequential f32 accumulation over
 //   2^18 sources costs ~1e-5 relative, two-level ~1e-6.
+
+#include "common.cuh"
 
 #ifndef VPM_BLOCK
 #define VPM_BLOCK 256
@@ -69,43 +71,17 @@ typedef float real;
 typedef float4 real4;
 #endif
 
-// √(2/π), 1/√2 (as in src/kernel.rs: the f64 value, rounded to the precision).
-constexpr real kSqrt2OverPi = (real)0.7978845608028654;
-constexpr real kFrac1Sqrt2 = (real)0.7071067811865476;
-constexpr real kThird = (real)(1.0 / 3.0);
+// √(2/π), 1/√2, 1/3 (common.cuh: the f64 values, rounded to the precision).
+constexpr real kSqrt2OverPi = (real)VPM_SQRT_2_OVER_PI;
+constexpr real kFrac1Sqrt2 = (real)VPM_FRAC_1_SQRT_2;
+constexpr real kThird = (real)VPM_THIRD;
 
-// Series threshold on ρ² (src/kernel.rs Real::SERIES_THRESHOLD squared: ρ < 1 in f64, ρ < 2 in f32).
+// Series threshold on ρ² (common.cuh's threshold on ρ, squared).
 #ifdef VPM_DOUBLE
-constexpr real kSeriesX = 1.0;
+constexpr real kSeriesX = VPM_SERIES_RHO_F64 * VPM_SERIES_RHO_F64;
 #else
-constexpr real kSeriesX = 4.0f;
+constexpr real kSeriesX = VPM_SERIES_RHO_F32 * VPM_SERIES_RHO_F32;
 #endif
-
-// S5(x) = Σ a_k x^k (x = ρ²) by Horner, a_k = 1/(5·7·…·(2k+5)): the double values of
-// src/kernel.rs series_coeffs_f64 (shortest round-trip literals, checked by a test against
-// Real::SERIES_COEFFS), rounded to real: 14 terms in f64, 13 in f32.
-__device__ __forceinline__ real series_s5(real x)
-{
-#ifdef VPM_DOUBLE
-    real s = (real)1.5633241326771934e-17;
-    s = s * x + (real)4.846304811299299e-16;
-#else
-    real s = (real)4.846304811299299e-16;
-#endif
-    s = s * x + (real)1.4054283952767967e-14;
-    s = s * x + (real)3.7946566672473513e-13;
-    s = s * x + (real)9.486641668118378e-12;
-    s = s * x + (real)2.181927583667227e-10;
-    s = s * x + (real)4.582047925701176e-09;
-    s = s * x + (real)8.705891058832235e-08;
-    s = s * x + (real)1.48000148000148e-06;
-    s = s * x + (real)2.22000222000222e-05;
-    s = s * x + (real)0.0002886002886002886;
-    s = s * x + (real)0.0031746031746031746;
-    s = s * x + (real)0.02857142857142857;
-    s = s * x + (real)0.2;
-    return s;
-}
 
 enum Mode { MODE_VEL = 0, MODE_CLASSICAL = 1, MODE_TRANSPOSED = 2, MODE_GRADIENT = 3, MODE_VORT = 4 };
 
@@ -164,18 +140,16 @@ __device__ __forceinline__ void near_kl(real r2, real is2, real &K, real &L3)
     real g3, g5;
     if (x < kSeriesX) {
         // G5 = c e S5(ρ²), G3 = c e (1 + ρ² S5)/3: positive terms only (no cancellation).
-        const real s = series_s5(x);
-        g5 = ce * s;
-        g3 = ce * (1 + x * s) * kThird;
+        vpm_g3_g5_series(x, ce, g3, g5);
     } else {
 #ifdef VPM_DOUBLE
         // g = erf(ρ/√2) − cρe, ρg' = cρ³e (exactly the src/kernel.rs f64 expressions).
         const real rho = sqrt(x);
         const real g = erf(rho * kFrac1Sqrt2) - ce * rho;
-        const real rho3 = x * rho;
-        g3 = g / rho3;
-        g5 = (3 * g - ce * rho3) / (rho3 * x);
+        vpm_g3_g5_from_g(g, ce, rho, x, g3, g5);
 #else
+        // f32: the same expressions with the divisions by ρ³ and ρ⁵ as one rsqrt's powers (the
+        // fast-math build's cheapest form).
         const float ri = rsqrt_r(x);
         const float rho = x * ri;
         const float g = erf_shared(rho * kFrac1Sqrt2, e) - ce * rho;
@@ -253,9 +227,8 @@ __device__ __forceinline__ void pair(const real4 &P, const real4 &Q, real px, re
             near_kl(r2, P.w, K, L3);
         }
     }
-    const real cx = Q.y * rz - Q.z * ry;
-    const real cy = Q.z * rx - Q.x * rz;
-    const real cz = Q.x * ry - Q.y * rx;
+    real cx, cy, cz; // α'_q × r
+    vpm_cross(Q.x, Q.y, Q.z, rx, ry, rz, cx, cy, cz);
     acc.u0 += K * cx;
     acc.u1 += K * cy;
     acc.u2 += K * cz;
@@ -267,13 +240,13 @@ __device__ __forceinline__ void pair(const real4 &P, const real4 &Q, real px, re
     acc.a2 += K * Q.z;
     if (MODE == MODE_CLASSICAL) {
         // −G5/σ⁵ (α_p·r)(α_q × r)
-        const real b = L3 * (qx * rx + qy * ry + qz * rz);
+        const real b = L3 * vpm_dot(qx, qy, qz, rx, ry, rz);
         acc.s0 -= b * cx;
         acc.s1 -= b * cy;
         acc.s2 -= b * cz;
     } else if (MODE == MODE_TRANSPOSED) {
         // −G5/σ⁵ (α_p·(α_q × r)) r
-        const real b = L3 * (qx * cx + qy * cy + qz * cz);
+        const real b = L3 * vpm_dot(qx, qy, qz, cx, cy, cz);
         acc.s0 -= b * rx;
         acc.s1 -= b * ry;
         acc.s2 -= b * rz;
@@ -434,4 +407,90 @@ extern "C" __global__ void bs_reduce_splits(const real *__restrict__ part, int s
         s += part[(long long)k * len + i];
     }
     out[i] = s;
+}
+
+// ---- the device form (src/summation/direct/cuda.rs DeviceSummation): packing on the device --
+
+// Packs n f64 sources (x, α: 3 per source; σ: 1) into the layout above, as the host packing
+// does (the same f64 operations, then one rounding): pos = (x, 1/σ²), str = (α·f4pi, far2·σ²);
+// items n … padded − 1 are the far-away zero-strength padding.
+extern "C" __global__ void bs_pack_sources(const double *__restrict__ x,
+                                           const double *__restrict__ alpha,
+                                           const double *__restrict__ sigma, int n, int padded,
+                                           double f4pi, double far2, real4 *__restrict__ pos,
+                                           real4 *__restrict__ str)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= padded) {
+        return;
+    }
+    real4 p, q;
+    if (i < n) {
+        const double s2 = sigma[i] * sigma[i];
+        p.x = (real)x[3 * (size_t)i];
+        p.y = (real)x[3 * (size_t)i + 1];
+        p.z = (real)x[3 * (size_t)i + 2];
+        p.w = (real)(1.0 / s2);
+        q.x = (real)(alpha[3 * (size_t)i] * f4pi);
+        q.y = (real)(alpha[3 * (size_t)i + 1] * f4pi);
+        q.z = (real)(alpha[3 * (size_t)i + 2] * f4pi);
+        q.w = (real)(far2 * s2);
+    } else {
+        p.x = (real)1e15;
+        p.y = (real)1e15;
+        p.z = (real)1e15;
+        p.w = (real)1;
+        q.x = 0;
+        q.y = 0;
+        q.z = 0;
+        q.w = 0;
+    }
+    pos[i] = p;
+    str[i] = q;
+}
+
+// Packs n f64 points (3 each) as targets (x, y, z, 0) and, when alpha is not null, their
+// strengths as (3α, 0), as the host packing does.
+extern "C" __global__ void bs_pack_targets(const double *__restrict__ x,
+                                           const double *__restrict__ alpha, int n,
+                                           real4 *__restrict__ pos, real4 *__restrict__ alp)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) {
+        return;
+    }
+    real4 p;
+    p.x = (real)x[3 * (size_t)i];
+    p.y = (real)x[3 * (size_t)i + 1];
+    p.z = (real)x[3 * (size_t)i + 2];
+    p.w = 0;
+    pos[i] = p;
+    if (alpha) {
+        real4 a;
+        a.x = (real)(3.0 * alpha[3 * (size_t)i]);
+        a.y = (real)(3.0 * alpha[3 * (size_t)i + 1]);
+        a.z = (real)(3.0 * alpha[3 * (size_t)i + 2]);
+        a.w = 0;
+        alp[i] = a;
+    }
+}
+
+// Splits the output (nc reals per target) into f64 arrays: u (3 per target) and, when ex is not
+// null, the nc − 3 further values per target.
+extern "C" __global__ void bs_unpack(const real *__restrict__ out, int nt, int nc,
+                                     double *__restrict__ u, double *__restrict__ ex)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nt) {
+        return;
+    }
+    const real *o = out + (size_t)i * nc;
+    u[3 * (size_t)i] = (double)o[0];
+    u[3 * (size_t)i + 1] = (double)o[1];
+    u[3 * (size_t)i + 2] = (double)o[2];
+    if (ex) {
+        for (int k = 3; k < nc; ++k) {
+            ex[(size_t)i * (nc - 3) + (k - 3)] = (double)o[k];
+        }
+    }
 }

@@ -1,6 +1,7 @@
 // Periodic Biot–Savart by Ewald splitting on the GPU (PHYSICS.md §4): the method, conventions and
-// parameters of src/summation/ewald.rs (read its module docs first), in f32 arithmetic with f64
-// positions in and f64 results out. Driven by src/cuda/ewald.rs; compiled by NVRTC at run time.
+// parameters of src/summation/ewald/ (read its module docs first), in f32 arithmetic with f64
+// positions in and f64 results out. Driven by src/summation/ewald/engine.rs; compiled by NVRTC at
+// run time.
 //
 // Smooth part (particle-mesh Ewald with a Gaussian window of width τ on an M³ grid, nodes at
 // x_g = −π + g·h, h = 2π/M, support P nodes per axis):
@@ -29,8 +30,10 @@
 // ∂u_i/∂x_j) per item. Grids: 3 real arrays of M³ (index (x·M + y)·M + z), spectra: 3 complex
 // arrays of M·M·(M/2 + 1) (cuFFT's R2C layout).
 //
-// The pair kernel mirrors src/kernel.rs (g3_g5, pair_terms) line for line in f32: G5 and G3 by
-// the positive series S5 below ρ = 2 (13 terms), the erf form above.
+// The pair kernel is common.cuh's (src/kernel.rs g3_g5 and pair_terms on the device) in f32: G5
+// and G3 by the positive series S5 below ρ = 2 (13 terms), the erf form above.
+
+#include "common.cuh"
 
 typedef unsigned int uint;
 
@@ -42,26 +45,7 @@ struct __align__(32) ew_d4 {
 #define EW_PI 3.141592653589793
 #define EW_TAU 6.283185307179586
 
-// ---- pair kernel (src/kernel.rs, f32) -----------------------------------------------------------
-
-__device__ __forceinline__ float ew_series_s5(float x)
-{
-    // a_k = 1/(5·7·…·(2k+5)), k = 0..12, rounded from the f64 values.
-    float s = 4.846304811299299e-16f;
-    s = s * x + 1.4054283952767967e-14f;
-    s = s * x + 3.7946566672473513e-13f;
-    s = s * x + 9.486641668118378e-12f;
-    s = s * x + 2.181927583667227e-10f;
-    s = s * x + 4.582047925701176e-09f;
-    s = s * x + 8.705891058832235e-08f;
-    s = s * x + 1.48000148000148e-06f;
-    s = s * x + 2.22000222000222e-05f;
-    s = s * x + 0.0002886002886002886f;
-    s = s * x + 0.0031746031746031746f;
-    s = s * x + 0.02857142857142857f;
-    s = s * x + 0.2f;
-    return s;
-}
+// ---- pair kernel (common.cuh, f32) -------------------------------------------------------------
 
 // k = G3/(4πσ³), l = G5/(4πσ⁵) at distance² r2 for core 1/σ = inv_s (src/kernel.rs pair_terms).
 __device__ __forceinline__ void ew_pair_kl(float r2, float inv_s, float &k, float &l)
@@ -69,26 +53,22 @@ __device__ __forceinline__ void ew_pair_kl(float r2, float inv_s, float &k, floa
     const float rho = sqrtf(r2) * inv_s;
     const float x = rho * rho;
     const float e = expf(-0.5f * x);
-    const float ce = 0.7978845608028654f * e;
+    const float ce = (float)VPM_SQRT_2_OVER_PI * e;
     float g3, g5;
-    if (rho < 2.0f) {
-        const float s5 = ew_series_s5(x);
-        g3 = ce * (1.0f + x * s5) * (float)(1.0 / 3.0);
-        g5 = ce * s5;
+    if (rho < VPM_SERIES_RHO_F32) {
+        vpm_g3_g5_series(x, ce, g3, g5);
     } else {
-        const float g = erff(rho * 0.7071067811865476f) - ce * rho;
-        const float rho3 = x * rho;
-        g3 = g / rho3;
-        g5 = (3.0f * g - ce * rho3) / (rho3 * x);
+        const float g = erff(rho * (float)VPM_FRAC_1_SQRT_2) - ce * rho;
+        vpm_g3_g5_from_g(g, ce, rho, x, g3, g5);
     }
     const float inv_s3 = inv_s * inv_s * inv_s;
-    k = 0.07957747154594767f * g3 * inv_s3;
-    l = 0.07957747154594767f * g5 * inv_s3 * inv_s * inv_s;
+    k = (float)VPM_FRAC_1_4PI * g3 * inv_s3;
+    l = (float)VPM_FRAC_1_4PI * g5 * inv_s3 * inv_s * inv_s;
 }
 
 // ---- positions ----------------------------------------------------------------------------------
 
-// Wraps a coordinate into [−π, π) exactly as src/summation/ewald.rs `wrap`.
+// Wraps a coordinate into [−π, π) exactly as src/summation/cells.rs `wrap`.
 __device__ __forceinline__ double ew_wrap(double x)
 {
     double r = fmod(x + EW_PI, EW_TAU);
@@ -113,7 +93,7 @@ __device__ __forceinline__ void ew_locate(const double *x, int M, int P, double 
     }
 }
 
-// Minimum image of a difference of two wrapped coordinates (src/summation/ewald.rs `fold`).
+// Minimum image of a difference of two wrapped coordinates (src/summation/cells.rs `fold`).
 __device__ __forceinline__ double ew_fold(double r)
 {
     return r > EW_PI ? r - EW_TAU : (r < -EW_PI ? r + EW_TAU : r);
@@ -638,7 +618,7 @@ EW_GATHER_ENTRY(ew_gather_gradient, EW_GRADIENT)
 #define RS_THREADS 128
 
 // Calls f(j, r0, r1, r2) (r = x − x_j, f64) for every stored source (or image) j within r_cut of
-// the target x in a fixed order: Neighbours::visit of src/summation/ewald.rs. cells > 0: cell
+// the target x in a fixed order: Neighbours::visit of src/summation/cells.rs. cells > 0: cell
 // lists with the ±2 stencil (every cell once when the stencil would wrap onto itself); cells = 0:
 // explicit images (2m+1)³ of every source.
 template <typename F>
@@ -717,21 +697,20 @@ __device__ __forceinline__ void ew_real(const ew_d4 *__restrict__ sp,
                  ew_pair_kl(rr, inv_s, k1, l1);
                  ew_pair_kl(rr, inv_eta, k2, l2);
                  const float k = k1 - k2, l = l1 - l2;
-                 // c = α_q × r
-                 const float c0 = a.y * r2 - a.z * r1, c1 = a.z * r0 - a.x * r2,
-                             c2 = a.x * r1 - a.y * r0;
+                 float c0, c1, c2; // α_q × r
+                 vpm_cross(a.x, a.y, a.z, r0, r1, r2, c0, c1, c2);
                  u[0] += k * c0;
                  u[1] += k * c1;
                  u[2] += k * c2;
                  if (MODE == EW_CLASSICAL) {
                      // K (α_q × α_p) − G5/σ⁵ (α_p·r)(α_q × r)
-                     const float b = l * (ap[0] * r0 + ap[1] * r1 + ap[2] * r2);
+                     const float b = l * vpm_dot(ap[0], ap[1], ap[2], r0, r1, r2);
                      e[0] += k * (a.y * ap[2] - a.z * ap[1]) - b * c0;
                      e[1] += k * (a.z * ap[0] - a.x * ap[2]) - b * c1;
                      e[2] += k * (a.x * ap[1] - a.y * ap[0]) - b * c2;
                  } else if (MODE == EW_TRANSPOSED) {
                      // K (α_p × α_q) − G5/σ⁵ (α_p·(α_q × r)) r
-                     const float b = l * (ap[0] * c0 + ap[1] * c1 + ap[2] * c2);
+                     const float b = l * vpm_dot(ap[0], ap[1], ap[2], c0, c1, c2);
                      e[0] += k * (ap[1] * a.z - ap[2] * a.y) - b * r0;
                      e[1] += k * (ap[2] * a.x - ap[0] * a.z) - b * r1;
                      e[2] += k * (ap[0] * a.y - ap[1] * a.x) - b * r2;

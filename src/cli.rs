@@ -129,6 +129,9 @@ pub struct BenchKernelArgs {
     /// Tuning: write the compiled cubins and NVRTC logs into this directory.
     #[arg(long, hide = true)]
     pub dump: Option<PathBuf>,
+    /// The GPU to time: `cuda` (GPU 0) or `cuda:N`. `--backend` is the older name.
+    #[arg(long, alias = "backend", default_value = "cuda", value_name = "DEVICE")]
+    pub device: crate::device::DeviceRequest,
 }
 
 #[derive(Debug, Args)]

@@ -6,7 +6,6 @@
 pub mod bench;
 pub mod cli;
 pub mod config;
-pub mod cuda;
 pub mod device;
 pub mod diagnostics;
 pub mod init;
@@ -17,3 +16,6 @@ pub mod run;
 pub mod spectral;
 pub mod summation;
 pub mod vortex;
+
+/// The CUDA plumbing under its former path (`vpm::cuda::availability()`, …): see [`device::cuda`].
+pub use device::cuda;

@@ -180,18 +180,14 @@ fn run(cli: Cli) -> Result<()> {
             if !cli.quiet {
                 eprintln!("--device {}: {note}", a.device);
             }
-            let gpu = device.is_cuda();
-            if gpu {
-                vpm::bench::bench_ewald_gpu(
-                    &a.n,
-                    a.accuracy,
-                    a.repeats,
-                    a.sample,
-                    a.json.as_deref(),
-                )?;
-            } else {
-                vpm::bench::bench_ewald(&a.n, a.accuracy, a.repeats, a.json.as_deref())?;
-            }
+            vpm::bench::bench_ewald(
+                &device,
+                &a.n,
+                a.accuracy,
+                a.repeats,
+                a.sample,
+                a.json.as_deref(),
+            )?;
             Ok(())
         }
         Command::Bench(BenchCommand::Kernel(a)) => {
@@ -204,7 +200,15 @@ fn run(cli: Cli) -> Result<()> {
                 .iter()
                 .map(|c| parse_kernel_config(c))
                 .collect::<Result<Vec<_>>>()?;
+            let (device, note) = vpm::device::Device::open(a.device)?;
+            let gpu = device.gpu().with_context(|| {
+                format!(
+                    "vpm bench kernel needs a CUDA GPU: --device {} gave {note}",
+                    a.device
+                )
+            })?;
             vpm::bench::bench_kernel(
+                gpu,
                 &a.n,
                 a.repeats,
                 a.sample,
@@ -218,14 +222,14 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 /// `BLOCKxTARGETSxUNROLL[xMINBLOCKS]`, e.g. `256x2x4`.
-fn parse_kernel_config(s: &str) -> Result<vpm::cuda::biot_savart::KernelConfig> {
+fn parse_kernel_config(s: &str) -> Result<vpm::summation::direct::KernelConfig> {
     let parts: Vec<u32> = s
         .split('x')
         .map(|p| p.trim().parse::<u32>())
         .collect::<Result<_, _>>()
         .with_context(|| format!("--configs {s}: expected BLOCKxTARGETSxUNROLL, e.g. 256x2x4"))?;
     let config =
-        |block, targets_per_thread, unroll, min_blocks| vpm::cuda::biot_savart::KernelConfig {
+        |block, targets_per_thread, unroll, min_blocks| vpm::summation::direct::KernelConfig {
             block,
             targets_per_thread,
             unroll,

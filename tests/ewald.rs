@@ -1,4 +1,4 @@
-//! The Ewald periodic evaluator (src/summation/ewald.rs) against the Fourier-series oracle of
+//! The Ewald periodic evaluator (src/summation/ewald/) against the Fourier-series oracle of
 //! PHYSICS.md §4 (src/summation/oracle.rs), the periodic Lamb–Oseen tube of PHYSICS.md §7 and
 //! brute-force image sums; periodicity, translation, thread-count bit-identity.
 
@@ -8,64 +8,15 @@ use std::f64::consts::{PI, TAU};
 use vpm::kernel::StretchingScheme;
 use vpm::summation::ewald::{EwaldParameters, EwaldPeriodic};
 use vpm::summation::oracle::FourierOracle;
-use vpm::summation::{Evaluation, Extra, Sources, Summation};
+use vpm::summation::verify::{flat9, random_points, rel_l2, Particles};
+use vpm::summation::{Evaluation, Extra, Summation};
 
 const SCHEMES: [StretchingScheme; 2] = [StretchingScheme::Classical, StretchingScheme::Transposed];
-
-struct Particles {
-    x: Vec<[f64; 3]>,
-    alpha: Vec<[f64; 3]>,
-    sigma: Vec<f64>,
-}
-
-impl Particles {
-    fn sources(&self) -> Sources<'_> {
-        Sources {
-            x: &self.x,
-            alpha: &self.alpha,
-            sigma: &self.sigma,
-        }
-    }
-}
 
 /// n particles uniform in the box, strengths uniform in [−1, 1]^3 with the mean removed
 /// (Σα = 0), cores uniform in [smin, smax].
 fn random_particles(n: usize, smin: f64, smax: f64, seed: u64) -> Particles {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let x: Vec<[f64; 3]> = (0..n)
-        .map(|_| [0; 3].map(|_| rng.random_range(-PI..PI)))
-        .collect();
-    let mut alpha: Vec<[f64; 3]> = (0..n)
-        .map(|_| [0; 3].map(|_| rng.random_range(-1.0..1.0)))
-        .collect();
-    let mean = [0, 1, 2].map(|c| alpha.iter().map(|a| a[c]).sum::<f64>() / n as f64);
-    for a in &mut alpha {
-        for c in 0..3 {
-            a[c] -= mean[c];
-        }
-    }
-    let sigma = (0..n).map(|_| rng.random_range(smin..=smax)).collect();
-    Particles { x, alpha, sigma }
-}
-
-fn random_points(n: usize, seed: u64) -> Vec<[f64; 3]> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    (0..n)
-        .map(|_| [0; 3].map(|_| rng.random_range(-PI..PI)))
-        .collect()
-}
-
-/// Relative L2 error ‖a − b‖/‖b‖ over all components.
-fn rel_l2<const N: usize>(a: &[[f64; N]], b: &[[f64; N]]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let (mut e, mut n) = (0.0, 0.0);
-    for (x, y) in a.iter().zip(b) {
-        for c in 0..N {
-            e += (x[c] - y[c]).powi(2);
-            n += y[c] * y[c];
-        }
-    }
-    (e / n).sqrt()
+    Particles::random_in_box(n, 1.0, smin, smax, seed)
 }
 
 fn fmt(e: &[f64]) -> String {
@@ -73,12 +24,6 @@ fn fmt(e: &[f64]) -> String {
         .map(|v| format!("{v:.2e}"))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn flat9(g: &[[[f64; 3]; 3]]) -> Vec<[f64; 9]> {
-    g.iter()
-        .map(|m| std::array::from_fn(|k| m[k / 3][k % 3]))
-        .collect()
 }
 
 /// Reference stretching from a gradient, written out independently of the library.

@@ -10,33 +10,19 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use vpm::cuda::biot_savart::{GpuReal, KernelConfig};
 use vpm::device::{Device, DeviceRequest};
-use vpm::kernel::{Real, StretchingScheme};
-use vpm::summation::cuda_direct::{CudaDirect, CudaDirectOf};
-use vpm::summation::direct::DirectFreeSpace;
+use vpm::kernel::StretchingScheme;
+use vpm::summation::direct::{CudaDirect, CudaDirectOf, DirectFreeSpace, GpuReal, KernelConfig};
 use vpm::summation::planner::plan;
+use vpm::summation::verify::{self, Particles};
 use vpm::summation::EvaluatorKind;
 use vpm::summation::{Boundary, Evaluation, Extra, Sources, Summation};
-
-/// True when a GPU is usable; otherwise prints why the calling test is skipped.
-fn gpu_present(test: &str) -> bool {
-    match vpm::cuda::availability() {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("{test}: skipped, no usable GPU: {e}");
-            false
-        }
-    }
-}
 
 /// Particles uniform in [−π, π]^3 with cores jittered in [0.7, 1]·2π/n^{1/3} and strengths in
 /// [−1, 1]; targets: every source position (coincident pairs), copies of sources moved by
 /// 1e-4 … 1 core radii (small ρ), and `extra` uniform points.
 struct Set {
-    x: Vec<[f64; 3]>,
-    alpha: Vec<[f64; 3]>,
-    sigma: Vec<f64>,
+    particles: Particles,
     targets: Vec<[f64; 3]>,
     target_alpha: Vec<[f64; 3]>,
 }
@@ -71,93 +57,44 @@ impl Set {
             .map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0)))
             .collect();
         Set {
-            x,
-            alpha,
-            sigma,
+            particles: Particles { x, alpha, sigma },
             targets,
             target_alpha,
         }
     }
 
     fn sources(&self) -> Sources<'_> {
-        Sources {
-            x: &self.x,
-            alpha: &self.alpha,
-            sigma: &self.sigma,
-        }
+        self.particles.sources()
     }
-}
-
-fn rel_l2<const K: usize>(a: &[[f64; K]], b: &[[f64; K]]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let (mut e, mut n) = (0.0, 0.0);
-    for (x, y) in a.iter().zip(b) {
-        for k in 0..K {
-            assert!(x[k].is_finite(), "non-finite GPU output");
-            e += (x[k] - y[k]).powi(2);
-            n += y[k] * y[k];
-        }
-    }
-    (e / n).sqrt()
-}
-
-fn flat_gradient(g: &[[[f64; 3]; 3]]) -> Vec<[f64; 9]> {
-    g.iter()
-        .map(|m| std::array::from_fn(|k| m[k / 3][k % 3]))
-        .collect()
 }
 
 /// Every evaluation of the GPU evaluator `gpu` against CPU f64 on `set`; returns the worst
 /// relative L2 differences (velocity, stretching/gradient, vorticity).
 fn compare<T: GpuReal>(gpu: &mut CudaDirectOf<T>, set: &Set) -> (f64, f64, f64) {
     let src = set.sources();
-    let (mut worst_u, mut worst_extra) = (0.0f64, 0.0f64);
-    let extras = [
-        Extra::None,
-        Extra::Stretching {
-            alpha: &set.target_alpha,
-            scheme: StretchingScheme::Classical,
-        },
-        Extra::Stretching {
-            alpha: &set.target_alpha,
-            scheme: StretchingScheme::Transposed,
-        },
-        Extra::Gradient,
-    ];
-    for extra in extras {
-        let (mut g, mut c) = (Evaluation::default(), Evaluation::default());
-        gpu.evaluate(&src, &set.targets, extra, &mut g).unwrap();
-        DirectFreeSpace
-            .evaluate(&src, &set.targets, extra, &mut c)
-            .unwrap();
-        worst_u = worst_u.max(rel_l2(&g.velocity, &c.velocity));
-        match extra {
-            Extra::Stretching { .. } => {
-                worst_extra = worst_extra.max(rel_l2(&g.stretching, &c.stretching));
-            }
-            Extra::Gradient => {
-                worst_extra = worst_extra.max(rel_l2(
-                    &flat_gradient(&g.gradient),
-                    &flat_gradient(&c.gradient),
-                ));
-            }
-            Extra::None => {}
-        }
-    }
+    let (u, x, _) = verify::compare_all_extras(
+        gpu,
+        &mut DirectFreeSpace,
+        &src,
+        &set.targets,
+        &set.target_alpha,
+    )
+    .unwrap();
     let (mut wg, mut wc) = (Vec::new(), Vec::new());
     gpu.vorticity(&src, &set.targets, &mut wg).unwrap();
     DirectFreeSpace
         .vorticity(&src, &set.targets, &mut wc)
         .unwrap();
-    (worst_u, worst_extra, rel_l2(&wg, &wc))
+    assert!(verify::all_finite(&wg), "non-finite GPU vorticity");
+    (u.rel_l2, x.rel_l2, verify::rel_l2(&wg, &wc))
 }
 
 #[test]
 fn gpu_f32_matches_cpu_f64_on_random_sets() {
-    if !gpu_present("gpu_f32_matches_cpu_f64_on_random_sets") {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_f32_matches_cpu_f64_on_random_sets") else {
         return;
-    }
-    let mut gpu = CudaDirect::new().unwrap();
+    };
+    let mut gpu = CudaDirect::new(gpu0.clone()).unwrap();
     // Sizes around and off the tile (256 sources, 512 targets per block by default).
     for (i, &(n, extra)) in [(1, 3), (31, 5), (257, 100), (1000, 333), (4099, 1)]
         .iter()
@@ -174,9 +111,9 @@ fn gpu_f32_matches_cpu_f64_on_random_sets() {
 
 #[test]
 fn gpu_f32_launch_configurations_agree() {
-    if !gpu_present("gpu_f32_launch_configurations_agree") {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_f32_launch_configurations_agree") else {
         return;
-    }
+    };
     let set = Set::new(3001, 77, 0xc0f1);
     for (block, tpt, unroll, min_blocks) in [
         (128, 1, 4, 0),
@@ -190,7 +127,7 @@ fn gpu_f32_launch_configurations_agree() {
             unroll,
             min_blocks,
         };
-        let mut gpu = CudaDirect::with_config(config).unwrap();
+        let mut gpu = CudaDirect::with_config(gpu0.clone(), config).unwrap();
         let (u, x, w) = compare(&mut gpu, &set);
         eprintln!("{config}: velocity {u:.2e}, stretching/gradient {x:.2e}, vorticity {w:.2e}");
         assert!(
@@ -202,39 +139,27 @@ fn gpu_f32_launch_configurations_agree() {
 
 #[test]
 fn gpu_f32_large_n_on_a_sample_of_targets() {
-    if !gpu_present("gpu_f32_large_n_on_a_sample_of_targets") {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_f32_large_n_on_a_sample_of_targets") else {
         return;
-    }
+    };
     // 2^18 equal-core sources (the benchmark's layout); 1500 sampled targets on the CPU.
     let n = 1 << 18;
-    let mut rng = ChaCha8Rng::seed_from_u64(0x1a26e);
-    let pi = std::f64::consts::PI;
-    let x: Vec<[f64; 3]> = (0..n)
-        .map(|_| std::array::from_fn(|_| rng.random_range(-pi..pi)))
-        .collect();
-    let alpha: Vec<[f64; 3]> = (0..n)
-        .map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0)))
-        .collect();
-    let sigma = vec![std::f64::consts::TAU / (n as f64).cbrt(); n];
-    let src = Sources {
-        x: &x,
-        alpha: &alpha,
-        sigma: &sigma,
-    };
+    let p = Particles::free_space(n, 0x1a26e);
+    let (x, alpha, src) = (&p.x, &p.alpha, p.sources());
     let m = 1500;
     let extra = Extra::Stretching {
         alpha: &alpha[..m],
         scheme: StretchingScheme::Classical,
     };
-    let mut gpu = CudaDirect::new().unwrap();
+    let mut gpu = CudaDirect::new(gpu0.clone()).unwrap();
     let (mut g, mut c) = (Evaluation::default(), Evaluation::default());
     gpu.evaluate(&src, &x[..m], extra, &mut g).unwrap();
     DirectFreeSpace
         .evaluate(&src, &x[..m], extra, &mut c)
         .unwrap();
     let (u, s) = (
-        rel_l2(&g.velocity, &c.velocity),
-        rel_l2(&g.stretching, &c.stretching),
+        verify::rel_l2(&g.velocity, &c.velocity),
+        verify::rel_l2(&g.stretching, &c.stretching),
     );
     eprintln!("n = 2^18, {m} targets: velocity {u:.2e}, stretching {s:.2e}");
     assert!(u <= 1e-5, "velocity rel L2 {u:e}");
@@ -243,10 +168,10 @@ fn gpu_f32_large_n_on_a_sample_of_targets() {
 
 #[test]
 fn gpu_f64_build_matches_cpu_f64() {
-    if !gpu_present("gpu_f64_build_matches_cpu_f64") {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_f64_build_matches_cpu_f64") else {
         return;
-    }
-    let mut gpu = CudaDirectOf::<f64>::new().unwrap();
+    };
+    let mut gpu = CudaDirectOf::<f64>::new(gpu0.clone()).unwrap();
     for (i, &(n, extra)) in [(300, 41), (2050, 9)].iter().enumerate() {
         let set = Set::new(n, extra, 0xf64 + i as u64);
         let (u, x, w) = compare(&mut gpu, &set);
@@ -260,10 +185,11 @@ fn gpu_f64_build_matches_cpu_f64() {
 
 #[test]
 fn gpu_buffers_are_reused_across_sizes_and_edge_cases() {
-    if !gpu_present("gpu_buffers_are_reused_across_sizes_and_edge_cases") {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_buffers_are_reused_across_sizes_and_edge_cases")
+    else {
         return;
-    }
-    let mut gpu = CudaDirect::new().unwrap();
+    };
+    let mut gpu = CudaDirect::new(gpu0.clone()).unwrap();
     // Shrinking and growing N on one evaluator (resident buffers larger than needed).
     for (i, n) in [2000, 10, 700, 2500].into_iter().enumerate() {
         let set = Set::new(n, 3, 0xb0f + i as u64);
@@ -292,8 +218,8 @@ fn gpu_buffers_are_reused_across_sizes_and_edge_cases() {
     assert!(w.is_empty());
     // A non-positive core radius is refused, not computed.
     let bad = Sources {
-        x: &set.x[..2],
-        alpha: &set.alpha[..2],
+        x: &set.particles.x[..2],
+        alpha: &set.particles.alpha[..2],
         sigma: &[0.1, 0.0],
     };
     let e = gpu
@@ -314,10 +240,7 @@ fn planner_cuda_device_without_gpu_is_a_clear_error() {
             assert!(p.description.contains("device cuda:0"), "{}", p.description);
         }
         Err(why) => {
-            let m = cuda
-                .err()
-                .expect("cuda without a GPU must fail")
-                .to_string();
+            let m = cuda.expect_err("cuda without a GPU must fail").to_string();
             assert!(
                 m.contains("device \"cuda\" asked for, but no usable CUDA GPU: "),
                 "{m}"
@@ -337,46 +260,34 @@ fn planner_cuda_device_without_gpu_is_a_clear_error() {
     assert!(p.description.contains("device cpu"), "{}", p.description);
 }
 
-/// The kernel source's series coefficients and thresholds are src/kernel.rs's (the GPU mirrors
-/// the CPU pair kernel).
+/// The device form (particles on the GPU, no host copies) runs the host form's kernels on the
+/// same packed values: bit-identical results, f32 and f64 builds, every mode.
 #[test]
-fn kernel_source_mirrors_the_cpu_series() {
-    let src = vpm::cuda::biot_savart::SOURCE;
-    let body = src
-        .split("__device__ __forceinline__ real series_s5(real x)")
-        .nth(1)
-        .expect("series_s5 in biot_savart.cu");
-    let body = &body[..body.find("return s;").expect("end of series_s5")];
-    // Literals after "(real)", in source order: f64 branch a13, a12; f32 branch a12; then a11…a0.
-    let lits: Vec<f64> = body
-        .split("(real)")
-        .skip(1)
-        .map(|t| {
-            let end = t.find(';').expect("literal ends with ;");
-            t[..end].trim().parse::<f64>().expect("a float literal")
-        })
-        .collect();
-    assert_eq!(lits.len(), 15, "{lits:?}");
-    let a64 = <f64 as Real>::SERIES_COEFFS;
-    let a32 = <f32 as Real>::SERIES_COEFFS;
-    assert_eq!(a64.len(), 14);
-    assert_eq!(a32.len(), 13);
-    assert_eq!(lits[0], a64[13]);
-    assert_eq!(lits[1], a64[12]);
-    assert_eq!(lits[2] as f32, a32[12]);
-    for k in 0..12 {
-        assert_eq!(lits[3 + k], a64[11 - k], "a_{}", 11 - k);
-        assert_eq!(lits[3 + k] as f32, a32[11 - k], "a_{} (f32)", 11 - k);
+fn gpu_device_form_is_bit_identical_to_host_form() {
+    let Some(gpu0) = verify::gpu_or_skip("gpu_device_form_is_bit_identical_to_host_form") else {
+        return;
+    };
+    let p = Particles::free_space(3001, 0xde7);
+    let extras = [
+        Extra::None,
+        Extra::Stretching {
+            alpha: &p.alpha,
+            scheme: StretchingScheme::Classical,
+        },
+        Extra::Stretching {
+            alpha: &p.alpha,
+            scheme: StretchingScheme::Transposed,
+        },
+        Extra::Gradient,
+    ];
+    let mut f32_gpu = CudaDirect::new(gpu0.clone()).unwrap();
+    let mut f64_gpu = CudaDirectOf::<f64>::new(gpu0.clone()).unwrap();
+    for extra in extras {
+        for ev in [&mut f32_gpu as &mut dyn Summation, &mut f64_gpu] {
+            let (du, dx) = verify::device_against_host(ev, &p, extra).unwrap();
+            eprintln!("{}: device − host {du:e} {dx:e}", ev.name());
+            assert_eq!((du, dx), (0.0, 0.0), "{}", ev.name());
+        }
     }
-    // Thresholds on ρ² = (src/kernel.rs ρ threshold)².
-    let t64 = <f64 as Real>::SERIES_THRESHOLD;
-    let t32 = <f32 as Real>::SERIES_THRESHOLD as f64;
-    assert!(
-        src.contains(&format!("constexpr real kSeriesX = {:.1};", t64 * t64)),
-        "f64 threshold"
-    );
-    assert!(
-        src.contains(&format!("constexpr real kSeriesX = {:.1}f;", t32 * t32)),
-        "f32 threshold"
-    );
+    assert!(DirectFreeSpace.device_form().is_none());
 }

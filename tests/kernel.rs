@@ -432,3 +432,55 @@ fn gaussian_zeta_integrates_to_one() {
         assert!(rel(w[c], a[c] * z) <= 1e-15);
     }
 }
+
+/// The device-side pair kernel (kernels/common.cuh, included by both GPU families) uses
+/// src/kernel.rs's series coefficients and thresholds, in both precisions.
+#[test]
+fn device_header_mirrors_the_cpu_series() {
+    let (name, header) = vpm::summation::PAIR_KERNEL_HEADER;
+    assert_eq!(name, "common.cuh");
+    for family in [
+        vpm::summation::direct::all_pairs::SOURCE,
+        vpm::summation::ewald::engine::SOURCE,
+    ] {
+        assert!(family.contains("#include \"common.cuh\""));
+    }
+    // Horner literals of one precision: "T s = a_K;" then "s = s * x + a_k;" down to a_0.
+    fn coefficients(header: &str, signature: &str, suffix: &str) -> Vec<f64> {
+        let body = header.split(signature).nth(1).expect(signature);
+        let body = &body[..body.find("return s;").expect("end of the series")];
+        body.split(';')
+            .filter_map(|stmt| stmt.rsplit(['=', '+']).next())
+            .filter_map(|t| t.trim().strip_suffix(suffix))
+            .filter_map(|t| t.trim().parse::<f64>().ok())
+            .collect()
+    }
+    let a64 = <f64 as Real>::SERIES_COEFFS;
+    let a32 = <f32 as Real>::SERIES_COEFFS;
+    let l64 = coefficients(header, "double vpm_series_s5(double x)", "");
+    let l32 = coefficients(header, "float vpm_series_s5(float x)", "f");
+    assert_eq!(l64.len(), a64.len(), "{l64:?}");
+    assert_eq!(l32.len(), a32.len(), "{l32:?}");
+    for (k, &l) in l64.iter().enumerate() {
+        assert_eq!(l, a64[a64.len() - 1 - k], "f64 a_{}", a64.len() - 1 - k);
+    }
+    for (k, &l) in l32.iter().enumerate() {
+        // The f32 literal as NVRTC reads it (nearest float) is src/kernel.rs's f32 coefficient.
+        assert_eq!(
+            l as f32,
+            a32[a32.len() - 1 - k],
+            "f32 a_{}",
+            a32.len() - 1 - k
+        );
+    }
+    let t64 = <f64 as Real>::SERIES_THRESHOLD;
+    let t32 = <f32 as Real>::SERIES_THRESHOLD;
+    assert!(
+        header.contains(&format!("#define VPM_SERIES_RHO_F64 {t64:.1}\n")),
+        "f64 threshold ρ < {t64}"
+    );
+    assert!(
+        header.contains(&format!("#define VPM_SERIES_RHO_F32 {t32:.1}f\n")),
+        "f32 threshold ρ < {t32}"
+    );
+}

@@ -1,11 +1,14 @@
 //! Where a solver runs: the run-level device choice ([`DeviceRequest`], parsed from the case's
 //! `device` key or `--device`), the runtime [`Device`] value made from it once and passed to
-//! every planner, and the memory each side has ([`host_memory_available`], [`Device::memory`]).
+//! every planner, and the memory each side has ([`host_memory_available`], [`Device::memory_available`]).
 //!
 //! No physics lives here, and there is no process-global device: a solver gets the device it
 //! runs on as a value.
 
-use crate::cuda::{CudaError, Gpu};
+pub mod buffer;
+pub mod cuda;
+
+use cuda::{CudaError, Gpu};
 use std::sync::Arc;
 
 /// Which device a run (or one solver of it) asks for: `"auto" | "cpu" | "cuda" | "cuda:N"`.
@@ -76,6 +79,22 @@ pub enum DeviceError {
     Cuda(#[from] CudaError),
 }
 
+/// The kind of a [`Device`], without its ordinal (the planners' registries are keyed by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
+impl std::fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Cuda => "cuda",
+        })
+    }
+}
+
 /// A device a solver runs on, created once per run and passed down by value (cheap to clone).
 #[derive(Debug, Clone)]
 pub enum Device {
@@ -92,7 +111,7 @@ impl Device {
         match request {
             DeviceRequest::Cpu => Ok((Device::Cpu, "cpu".into())),
             DeviceRequest::Cuda(ordinal) => {
-                let gpu = crate::cuda::gpu_at(ordinal.unwrap_or(0)).map_err(|e| match e {
+                let gpu = cuda::gpu_at(ordinal.unwrap_or(0)).map_err(|e| match e {
                     CudaError::Unavailable(reason) => DeviceError::Unavailable {
                         request: request.to_string(),
                         reason,
@@ -102,7 +121,7 @@ impl Device {
                 let note = format!("cuda:{} ({})", gpu.info().ordinal, gpu.info());
                 Ok((Device::Cuda(gpu), note))
             }
-            DeviceRequest::Auto => match crate::cuda::gpu_at(0) {
+            DeviceRequest::Auto => match cuda::gpu_at(0) {
                 Ok(gpu) => {
                     let note = format!("auto: cuda:0, a GPU is usable ({})", gpu.info());
                     Ok((Device::Cuda(gpu), note))
@@ -125,6 +144,14 @@ impl Device {
         match self {
             Device::Cpu => format!("cpu ({})", crate::output::cpu_model()),
             Device::Cuda(g) => format!("cuda:{} {}", g.info().ordinal, g.info()),
+        }
+    }
+
+    /// CPU or CUDA, without the ordinal.
+    pub fn kind(&self) -> DeviceKind {
+        match self {
+            Device::Cpu => DeviceKind::Cpu,
+            Device::Cuda(_) => DeviceKind::Cuda,
         }
     }
 

@@ -11,19 +11,19 @@
 //! peak). Periodic images come from wrapping the node index; cubes wider than the box simply
 //! visit a node once per image.
 //!
-//! Work is split over slabs of x planes (contiguous in the [i][j][k] output), each slab
+//! Work is split over slabs of x planes (contiguous in the `[i][j][k]` output), each slab
 //! gathering the particles whose cube reaches it, so threads never write the same node and the
 //! result does not depend on the thread count.
 
-use super::ewald::VORTICITY_CUTOFF;
-use super::{Sources, SummationError};
+use super::cells::VORTICITY_CUTOFF;
+use super::{sigma_range, Sources, SummationError};
 use rayon::prelude::*;
 use std::f64::consts::{PI, TAU};
 
 /// (2π)^{−3/2}.
 const GAUSS_NORM: f64 = 0.063_493_635_934_240_97;
 
-/// The lattice nodes x_ijk = (−π + i h, −π + j h, −π + k h), h = 2π/n, in [i][j][k] order.
+/// The lattice nodes x_ijk = (−π + i h, −π + j h, −π + k h), h = 2π/n, in `[i][j][k]` order.
 pub fn lattice_nodes(n: usize) -> Vec<[f64; 3]> {
     let h = TAU / n as f64;
     let mut v = Vec::with_capacity(n * n * n);
@@ -73,7 +73,7 @@ fn weights(row: &mut Vec<f64>, first: i64, count: usize, x: f64, sigma: f64, h: 
     }));
 }
 
-/// ω_h at the nodes of the n³ lattice ([i][j][k] order, as [`lattice_nodes`]), into `out`
+/// ω_h at the nodes of the n³ lattice (`[i][j][k]` order, as [`lattice_nodes`]), into `out`
 /// (resized to n³). Sources need not be on the lattice; every core radius must be positive
 /// and finite.
 pub fn lattice_vorticity(
@@ -81,7 +81,7 @@ pub fn lattice_vorticity(
     n: usize,
     out: &mut Vec<[f64; 3]>,
 ) -> Result<(), SummationError> {
-    super::ewald::sigma_range(sources)?;
+    sigma_range(sources)?;
     if n == 0 {
         out.clear();
         return Ok(());

@@ -7,19 +7,45 @@
 //! and the diagnostics talk only to this trait, so a CPU loop, a GPU kernel, an Ewald sum, an FMM
 //! or several GPUs can answer without the stepper knowing.
 //!
-//! Implementations now: [`direct::DirectFreeSpace`] (all pairs, f64, rayon),
-//! [`cuda_direct::CudaDirect`] (all pairs on the GPU, f32), [`ewald::EwaldPeriodic`] (periodic
-//! box, CPU).
+//! # The device form
+//!
+//! A GPU-resident stepper (particles kept on the GPU between steps), the GPU Ewald engine and a
+//! future GPU FMM share a second, device-side form of the same seam: [`DeviceSources`] (f64
+//! arrays on the GPU), [`DeviceTargets`], [`DeviceExtra`] and [`DeviceEvaluation`] (f64 device
+//! buffers for the results), and the trait [`DeviceSummation`]. An evaluator that has it returns
+//! it from [`Summation::device_form`] (default `None`: host form only). The device form computes
+//! exactly what [`Summation::evaluate`] computes — the same kernels on the same values, the f64
+//! inputs converted to the sums' f32 on the device — without copying particles or results
+//! through the host. The caller's buffers must live on the evaluator's GPU
+//! ([`DeviceSummation::gpu`]) and be fully written (its stream synchronised) before the call;
+//! the call returns when the results are complete.
+//!
+//! Implementations, one folder per method, one file per device:
+//! [`direct::DirectFreeSpace`] (free space, all pairs, f64, rayon), [`direct::CudaDirect`] (all
+//! pairs on a GPU, f32), [`ewald::EwaldPeriodic`] (periodic box, Ewald split, CPU f64),
+//! [`ewald::CudaEwald`] (the same on a GPU, f32). [`planner`] picks one from a registry;
+//! [`verify`] measures any of them against a reference; [`cells`] (cell lists in the box),
+//! [`lattice`] (blob vorticity on the lattice) and [`oracle`] (the Fourier-series oracle of
+//! PHYSICS.md §4) are shared by them and the tests.
 
-pub mod cuda_direct;
-pub mod cuda_ewald;
+pub mod cells;
 pub mod direct;
 pub mod ewald;
 pub mod lattice;
 pub mod oracle;
 pub mod planner;
+pub mod verify;
 
+use crate::device::buffer::DeviceBuffer;
+use crate::device::cuda::Gpu;
 use crate::kernel::StretchingScheme;
+use std::sync::Arc;
+
+/// The device-side pair kernel (PHYSICS.md §2: g(ρ), G3, G5 with their series near 0, and the
+/// velocity and stretching pair terms), written once in `kernels/common.cuh` and included by
+/// both GPU families (`biot_savart.cu`, `ewald.cu`) as a named NVRTC header.
+pub const PAIR_KERNEL_HEADER: (&str, &str) =
+    ("common.cuh", include_str!("../../kernels/common.cuh"));
 
 /// Which Biot–Savart summation the vortex solver uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -129,6 +155,79 @@ impl Evaluation {
     }
 }
 
+/// Source particles resident on a GPU (the device form of [`Sources`]): f64 arrays on the
+/// evaluator's GPU, positions and strengths 3 per particle (x, y, z), core radii 1.
+#[derive(Clone, Copy)]
+pub struct DeviceSources<'a> {
+    pub x: &'a DeviceBuffer<f64>,
+    pub alpha: &'a DeviceBuffer<f64>,
+    pub sigma: &'a DeviceBuffer<f64>,
+    /// Particles (the buffers may be longer).
+    pub n: usize,
+    /// The largest core radius, which the caller knows without reading the cores back (they
+    /// change only by core spreading, the same for every particle, and by reinitialisation).
+    pub sigma_max: f64,
+    /// Whether every core radius equals `sigma_max` (then the Ewald real-space part is empty,
+    /// as in the host form; otherwise every source enters it, those at σ_max with an exact zero).
+    pub equal_cores: bool,
+}
+
+/// Where the device form evaluates.
+#[derive(Clone, Copy)]
+pub enum DeviceTargets<'a> {
+    /// At the source positions (the time step).
+    Sources,
+    /// At `n` points, f64, 3 per point.
+    Points { x: &'a DeviceBuffer<f64>, n: usize },
+}
+
+impl DeviceTargets<'_> {
+    pub fn len(&self, sources: &DeviceSources) -> usize {
+        match self {
+            DeviceTargets::Sources => sources.n,
+            DeviceTargets::Points { n, .. } => *n,
+        }
+    }
+}
+
+/// What the device form evaluates besides the velocity (as [`Extra`]).
+#[derive(Clone, Copy)]
+pub enum DeviceExtra<'a> {
+    None,
+    /// Stretching of the target strengths: `None` for the sources' own strengths (targets =
+    /// sources), else f64, 3 per target.
+    Stretching {
+        alpha: Option<&'a DeviceBuffer<f64>>,
+        scheme: StretchingScheme,
+    },
+    Gradient,
+}
+
+/// Results of the device form: f64 device buffers, 3 values per target for the velocity and
+/// the stretching, 9 (row-major ∂u_i/∂x_j) for the gradient. Owned by the caller and reused;
+/// the evaluator grows them as needed; only the parts asked for are written.
+#[derive(Default)]
+pub struct DeviceEvaluation {
+    pub velocity: DeviceBuffer<f64>,
+    pub stretching: DeviceBuffer<f64>,
+    pub gradient: DeviceBuffer<f64>,
+}
+
+/// The device form of [`Summation`] (see the module docs).
+pub trait DeviceSummation {
+    /// The GPU the inputs and outputs must live on.
+    fn gpu(&self) -> &Arc<Gpu>;
+
+    /// Velocity (and stretching or gradient) at `targets` induced by `sources`, into `out`.
+    fn evaluate_on_device(
+        &mut self,
+        sources: &DeviceSources,
+        targets: &DeviceTargets,
+        extra: &DeviceExtra,
+        out: &mut DeviceEvaluation,
+    ) -> Result<(), SummationError>;
+}
+
 /// Why a summation could not be done.
 #[derive(Debug, thiserror::Error)]
 pub enum SummationError {
@@ -165,6 +264,12 @@ pub trait Summation: Send {
         out: &mut Evaluation,
     ) -> Result<(), SummationError>;
 
+    /// The device form of this evaluator, when it has one (GPU evaluators): the same sums on
+    /// particles that stay on the GPU. `None` by default.
+    fn device_form(&mut self) -> Option<&mut dyn DeviceSummation> {
+        None
+    }
+
     /// Blob vorticity ω_h(x) = Σ_q α_q ζ_σq(x − x_q) at `targets`.
     fn vorticity(
         &mut self,
@@ -184,6 +289,57 @@ pub trait Summation: Send {
     ) -> Result<(), SummationError> {
         self.vorticity(sources, &lattice::lattice_nodes(n), out)
     }
+}
+
+/// Stretching from the velocity gradient `g[i][j]` = ∂u_i/∂x_j and the target strength a:
+/// classical Σ_j a_j ∂_j u_i = (a·∇)u, transposed Σ_j ∂_i u_j a_j = (∇u)ᵀa (PHYSICS.md §2).
+#[inline]
+pub fn stretching_from_gradient(
+    g: &[[f64; 3]; 3],
+    a: &[f64; 3],
+    scheme: StretchingScheme,
+) -> [f64; 3] {
+    match scheme {
+        StretchingScheme::Classical => {
+            [0, 1, 2].map(|i| g[i][0] * a[0] + g[i][1] * a[1] + g[i][2] * a[2])
+        }
+        StretchingScheme::Transposed => {
+            [0, 1, 2].map(|i| g[0][i] * a[0] + g[1][i] * a[1] + g[2][i] * a[2])
+        }
+    }
+}
+
+/// Checks the inputs, sizes `out` for the targets and the extra, and when there are no sources
+/// writes the answer (zeros): `true` when nothing is left to compute. The common start of every
+/// [`Summation::evaluate`].
+pub(crate) fn begin_evaluation(
+    sources: &Sources,
+    targets: &[[f64; 3]],
+    extra: &Extra,
+    out: &mut Evaluation,
+) -> Result<bool, SummationError> {
+    check_inputs(sources, targets, extra)?;
+    out.resize_for(targets.len(), extra);
+    if sources.is_empty() {
+        out.fill_zero(targets.len(), extra);
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// The same for [`Summation::vorticity`]: checks, sizes `out`, zeros when there are no sources.
+pub(crate) fn begin_vorticity(
+    sources: &Sources,
+    targets: &[[f64; 3]],
+    out: &mut Vec<[f64; 3]>,
+) -> Result<bool, SummationError> {
+    check_inputs(sources, targets, &Extra::None)?;
+    out.resize(targets.len(), [0.0; 3]);
+    if sources.is_empty() {
+        out.fill([0.0; 3]);
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 /// Checks that sources and the per-target inputs have consistent lengths.
@@ -210,4 +366,20 @@ pub(crate) fn check_inputs(
         }
     }
     Ok(())
+}
+
+/// σ_min, σ_max of the sources, checking that every core radius is positive and finite.
+pub(crate) fn sigma_range(sources: &Sources) -> Result<(f64, f64), SummationError> {
+    let mut lo = f64::INFINITY;
+    let mut hi = 0.0f64;
+    for &s in sources.sigma {
+        if !(s > 0.0 && s.is_finite()) {
+            return Err(SummationError::BadSources(format!(
+                "core radius {s} (must be positive and finite)"
+            )));
+        }
+        lo = lo.min(s);
+        hi = hi.max(s);
+    }
+    Ok((lo, hi))
 }

@@ -20,7 +20,6 @@
 //! results are bit-identical for any thread count.
 
 use super::{check_inputs, Boundary, Evaluation, Extra, Sources, Summation, SummationError};
-use crate::kernel::StretchingScheme;
 use num_complex::Complex64;
 use rayon::prelude::*;
 use std::f64::consts::TAU;
@@ -215,24 +214,7 @@ fn phase_tables(x: &[[f64; 3]], kk: i64, s: f64) -> Vec<Complex64> {
     out
 }
 
-/// Stretching from the velocity gradient `g[i][j]` = ∂u_i/∂x_j and the target strength a:
-/// classical Σ_j a_j ∂_j u_i, transposed Σ_j ∂_i u_j a_j.
-pub fn stretching_from_gradient(
-    g: &[[f64; 3]; 3],
-    a: &[f64; 3],
-    scheme: StretchingScheme,
-) -> [f64; 3] {
-    let mut s = [0.0; 3];
-    for (i, si) in s.iter_mut().enumerate() {
-        for j in 0..3 {
-            *si += match scheme {
-                StretchingScheme::Classical => g[i][j] * a[j],
-                StretchingScheme::Transposed => g[j][i] * a[j],
-            };
-        }
-    }
-    s
-}
+pub use super::stretching_from_gradient;
 
 impl Summation for FourierOracle {
     fn name(&self) -> String {

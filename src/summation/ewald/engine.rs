@@ -1,16 +1,16 @@
 //! The periodic Ewald evaluator's device side: the kernels of `kernels/ewald.cu`, cuFFT plans and
 //! resident buffers (grow only), driven phase by phase on one stream. The method, its parameters
-//! and their rules are those of [`crate::summation::ewald`] (planned there); this module only
-//! moves data and launches. [`crate::summation::cuda_ewald::CudaEwald`] wraps it in the
+//! and their rules are those of [`super`] (planned in [`super::params`]); this module only
+//! moves data and launches. [`super::CudaEwald`] wraps it in the
 //! [`crate::summation::Summation`] trait.
 //!
 //! Inputs (positions, strengths, cores, targets) travel as f64 and are wrapped and located on the
 //! device in f64; the sums run in f32; outputs come back as f64, poisoned (NaN) before every
 //! evaluation and checked finite after it.
 
-use super::buffer::DeviceBuffer;
-use super::{gpu, CompiledModule, CudaError, Gpu};
-use crate::summation::ewald::{CostModel, EwaldParameters};
+use super::params::{CostModel, EwaldParameters};
+use crate::device::buffer::DeviceBuffer;
+use crate::device::cuda::{CompiledModule, CudaError, Gpu, KernelSource};
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::f64::consts::{PI, TAU};
@@ -19,7 +19,13 @@ use std::sync::Arc;
 /// Its name in logs and NVRTC messages.
 pub const SOURCE_NAME: &str = "ewald.cu";
 /// The kernel source, embedded in the binary.
-pub const SOURCE: &str = include_str!("../../kernels/ewald.cu");
+pub const SOURCE: &str = include_str!("../../../kernels/ewald.cu");
+/// The family with the header it includes.
+pub const KERNELS: KernelSource = KernelSource {
+    file: SOURCE_NAME,
+    text: SOURCE,
+    headers: &[crate::summation::PAIR_KERNEL_HEADER],
+};
 
 /// Largest window support the gather kernel takes (`GA_PMAX` in ewald.cu). Reached only at
 /// accuracies far below what f32 delivers (P ≈ 19 at 1e-7).
@@ -35,9 +41,9 @@ const SPREAD_THREADS: u32 = 256;
 const GATHER_THREADS: u32 = 128;
 const REAL_THREADS: u32 = 128;
 // ew_visit in ewald.cu searches ±2 cells, the CPU's CELL_SUB.
-const _: () = assert!(crate::summation::ewald::CELL_SUB == 2);
+const _: () = assert!(crate::summation::cells::CELL_SUB == 2);
 
-/// Cost model of the GPU path for [`crate::summation::ewald::EwaldPeriodic::plan_with_costs`]
+/// Cost model of the GPU path for [`super::params::plan`]
 /// (nanoseconds, estimates for one H100-class GPU, not yet measured into docs/performance.md:
 /// they only steer the choice of (η, s), never the accuracy). Transfers of the f64 inputs and
 /// outputs are the per-particle term.
@@ -232,14 +238,10 @@ fn cufft_available() -> Result<(), CudaError> {
 }
 
 impl EwaldDevice {
-    /// Compiles (once per process) and loads the kernels on the process's GPU.
-    pub fn new() -> Result<Self, CudaError> {
-        let gpu = gpu()?;
+    /// Compiles (once per process and GPU) and loads the kernels on `gpu`.
+    pub fn new(gpu: Arc<Gpu>) -> Result<Self, CudaError> {
         cufft_available()?;
-        let module = match super::source_override(SOURCE_NAME)? {
-            Some((name, text)) => gpu.module(&name, &text, &[])?,
-            None => gpu.module(SOURCE_NAME, SOURCE, &[])?,
-        };
+        let module = gpu.module_from(&KERNELS, &[])?;
         let load = |name: &str| {
             module
                 .module
@@ -317,6 +319,11 @@ impl EwaldDevice {
 
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
+    }
+
+    /// The stream every phase runs on (device buffers for the device form are sized on it).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
     }
 
     /// NVRTC's log of the module (registers, spills, shared memory per kernel).
@@ -453,17 +460,7 @@ impl EwaldDevice {
     ) -> Result<(), CudaError> {
         let ns = inp.x.len() / 3;
         let nt = inp.targets.len() / 3;
-        let (m, pp) = (p.grid, p.support);
-        if pp > MAX_SUPPORT || pp > m || m < 4 {
-            return Err(CudaError::Invalid(format!(
-                "GPU Ewald: window support P = {pp} (at most {MAX_SUPPORT} and M = {m})"
-            )));
-        }
-        if m * m * m >= i32::MAX as usize / 2 || ns >= i32::MAX as usize / 4 {
-            return Err(CudaError::Invalid(format!(
-                "GPU Ewald: {ns} sources on a {m}^3 grid exceed 32-bit indexing"
-            )));
-        }
+        check_sizes(p, ns)?;
         let s = self.stream.clone();
         self.record(0)?;
         // Inputs.
@@ -484,19 +481,103 @@ impl EwaldDevice {
             }
         }
         self.record(1)?;
+        let nex = extra.components();
+        self.u.ensure(&s, 3 * nt)?;
+        self.ex.ensure(&s, nex * nt)?;
+        let ptrs = DevicePointers {
+            x: self.x.addr(&s),
+            alpha: self.alpha.addr(&s),
+            sigma: if inp.n_selected > 0 {
+                self.sigma.addr(&s)
+            } else {
+                0
+            },
+            targets: if inp.targets_are_sources {
+                None
+            } else {
+                Some(self.tx.addr(&s))
+            },
+            target_alpha: match (inp.target_alpha, inp.target_alpha_is_alpha) {
+                (Some(_), true) => self.alpha.addr(&s),
+                (Some(_), false) => self.talpha.addr(&s),
+                (None, _) => 0u64,
+            },
+            selected: if inp.selected.is_some() && inp.n_selected > 0 {
+                self.sel.addr(&s)
+            } else {
+                0
+            },
+            n_sources: ns,
+            n_targets: nt,
+            n_selected: inp.n_selected,
+            u_out: self.u.addr(&s),
+            ex_out: self.ex.addr(&s),
+        };
+        self.compute(p, &ptrs, extra)?;
+        self.record(5)?;
+        // Results.
+        self.u.download(&s, &mut u_out[..3 * nt], "velocities")?;
+        self.ex
+            .download(&s, &mut ex_out[..nex * nt], "stretching/gradient")?;
+        self.record(6)?;
+        s.synchronize()
+            .map_err(|e| CudaError::driver("waiting for the evaluation", e))?;
+        self.read_timings()?;
+        check_written(&u_out[..3 * nt], "velocity")?;
+        check_written(&ex_out[..nex * nt], "stretching/gradient")?;
+        Ok(())
+    }
 
+    /// The same evaluation on inputs and outputs that live on this GPU (the device form of the
+    /// summation seam, [`crate::summation::DeviceSummation`]): nothing is copied to or from
+    /// the host. `ptrs` holds the device addresses (f64 arrays in the layouts of
+    /// [`EwaldInputs`]; outputs sized by the caller for `n_targets` targets). The outputs are
+    /// poisoned (NaN) first; the host does not check them (that would be a copy), the caller
+    /// may. Waits for the GPU before returning (the phase timings are read).
+    pub fn evaluate_device(
+        &mut self,
+        p: &EwaldParameters,
+        ptrs: &DevicePointers,
+        extra: GpuExtra,
+    ) -> Result<(), CudaError> {
+        check_sizes(p, ptrs.n_sources)?;
+        self.record(0)?;
+        self.record(1)?;
+        self.compute(p, ptrs, extra)?;
+        self.record(5)?;
+        self.record(6)?;
+        self.stream
+            .synchronize()
+            .map_err(|e| CudaError::driver("waiting for the evaluation", e))?;
+        self.read_timings()
+    }
+
+    /// Sorts, spreads, transforms, gathers and adds the real-space part: the phases between the
+    /// inputs (device addresses in `ptrs`) and the outputs (`ptrs.u_out`, `ptrs.ex_out`,
+    /// poisoned first). Records events 2, 3 and 4.
+    fn compute(
+        &mut self,
+        p: &EwaldParameters,
+        ptrs: &DevicePointers,
+        extra: GpuExtra,
+    ) -> Result<(), CudaError> {
+        let (ns, nt) = (ptrs.n_sources, ptrs.n_targets);
+        let (m, pp) = (p.grid, p.support);
+        let s = self.stream.clone();
+        let x_addr = ptrs.x;
+        let alpha_addr = ptrs.alpha;
         // Sort the sources by first support node and spread.
         let m3 = m * m * m;
         let h = TAU / m as f64;
         let (mi, pi, ns_i) = (m as i32, pp as i32, ns as i32);
-        self.keys.ensure(&s, ns.max(inp.n_selected))?;
-        self.slots.ensure(&s, ns.max(inp.n_selected))?;
+        self.keys.ensure(&s, ns.max(ptrs.n_selected))?;
+        self.slots.ensure(&s, ns.max(ptrs.n_selected))?;
         self.start.zero(&s, m3 + 1)?;
         // SAFETY: ew_grid_keys(const double* x, int n, int M, int P, double h, int* keys,
         // int* slots, int* counts): x holds 3·ns doubles, keys/slots ≥ ns ints, counts M³ + 1
         // zeroed ints (keys < M³).
         launch!(s, &self.k.grid_keys, "ew_grid_keys", cfg1(ns, 256);
-            self.x.get(), &ns_i, &mi, &pi, &h, self.keys.get_mut(), self.slots.get_mut(),
+            &x_addr, &ns_i, &mi, &pi, &h, self.keys.get_mut(), self.slots.get_mut(),
             self.start.get_mut())?;
         Self::finish_sort(
             &s,
@@ -515,7 +596,7 @@ impl EwaldDevice {
         // int M, int P, double h, float4* sd, float4* sa): order is a permutation of 0..ns, x
         // and alpha hold 3·ns doubles, sd/sa ≥ ns float4 ([f32; 4]).
         launch!(s, &self.k.pack_grid, "ew_pack_grid", cfg1(ns, 256);
-            self.order.get(), self.x.get(), self.alpha.get(), &ns_i, &mi, &pi, &h,
+            self.order.get(), &x_addr, &alpha_addr, &ns_i, &mi, &pi, &h,
             self.sd.get_mut(), self.sa.get_mut())?;
         self.grid.ensure(&s, 3 * m3)?;
         let tau = p.tau;
@@ -570,29 +651,21 @@ impl EwaldDevice {
 
         // Gather at the targets (in the sources' sorted order when they are the sources).
         let nex = extra.components();
-        self.u.poison(&s, 3 * nt)?;
-        self.ex.poison(&s, nex * nt)?;
+        poison(&s, ptrs.u_out, 3 * nt)?;
+        poison(&s, ptrs.ex_out, nex * nt)?;
         let nt_i = nt as i32;
         let hf = h as f32;
         let inv_tau2 = (1.0 / (tau * tau)) as f32;
         let gscale = (h * h * h * (1.0 / (TAU.sqrt() * tau)).powi(3)) as f32;
-        let targets = if inp.targets_are_sources {
-            self.x.addr(&s)
-        } else {
-            self.tx.addr(&s)
-        };
-        let order = if inp.targets_are_sources {
+        let targets = ptrs.targets.unwrap_or(x_addr);
+        let order = if ptrs.targets.is_none() {
             self.order.addr(&s)
         } else {
             0u64
         };
-        let talpha = match (inp.target_alpha, inp.target_alpha_is_alpha) {
-            (Some(_), true) => self.alpha.addr(&s),
-            (Some(_), false) => self.talpha.addr(&s),
-            (None, _) => 0u64,
-        };
-        let u_addr = self.u.addr(&s);
-        let ex_addr = self.ex.addr(&s);
+        let talpha = ptrs.target_alpha;
+        let u_addr = ptrs.u_out;
+        let ex_addr = ptrs.ex_out;
         // SAFETY: ew_gather_*(const float* grid, int M, int P, double h, float hf, float cw2,
         // float inv_tau2, float scale, const double* targets, const int* order, int nt,
         // const double* alpha_t, double* u_out, double* ex_out): grid holds the 3·M³ inverse
@@ -606,15 +679,11 @@ impl EwaldDevice {
         self.record(4)?;
 
         // Real-space part.
-        if inp.n_selected > 0 {
-            let nsel = inp.n_selected;
-            let sel = if inp.selected.is_some() {
-                self.sel.addr(&s)
-            } else {
-                0u64
-            };
+        if ptrs.n_selected > 0 {
+            let nsel = ptrs.n_selected;
+            let sel = ptrs.selected;
             let (cells, side, m_img) = cell_grid(p.r_cut);
-            self.build_cells(sel, nsel, cells, side)?;
+            self.build_cells([x_addr, alpha_addr, ptrs.sigma], sel, nsel, cells, side)?;
             let (nsel_i, cells_i, m_img_i) = (nsel as i32, cells as i32, m_img as i32);
             let r_cut2 = p.r_cut * p.r_cut;
             let inv_eta = (1.0 / p.eta) as f32;
@@ -628,18 +697,6 @@ impl EwaldDevice {
                 &m_img_i, &r_cut2, &inv_eta, &targets, &order, &nt_i, &talpha, &u_addr,
                 &ex_addr)?;
         }
-        self.record(5)?;
-
-        // Results.
-        self.u.download(&s, &mut u_out[..3 * nt], "velocities")?;
-        self.ex
-            .download(&s, &mut ex_out[..nex * nt], "stretching/gradient")?;
-        self.record(6)?;
-        s.synchronize()
-            .map_err(|e| CudaError::driver("waiting for the evaluation", e))?;
-        self.read_timings()?;
-        check_written(&u_out[..3 * nt], "velocity")?;
-        check_written(&ex_out[..nex * nt], "stretching/gradient")?;
         Ok(())
     }
 
@@ -647,6 +704,7 @@ impl EwaldDevice {
     /// (`cells` per side, 0: one bucket) and packs them into `sp`/`csa`.
     fn build_cells(
         &mut self,
+        [x_addr, alpha_addr, sigma_addr]: [u64; 3],
         sel: u64,
         n: usize,
         cells: usize,
@@ -662,7 +720,7 @@ impl EwaldDevice {
         // int* keys, int* slots, int* counts): x holds the sources (3 doubles each), sel null or
         // n indices into them, keys/slots ≥ n, counts cells³ + 1 zeroed ints (keys < cells³).
         launch!(s, &self.k.cell_keys, "ew_cell_keys", cfg1(n, 256);
-            self.x.get(), &sel, &n_i, &cells_i, &side, self.keys.get_mut(),
+            &x_addr, &sel, &n_i, &cells_i, &side, self.keys.get_mut(),
             self.slots.get_mut(), self.cstart.get_mut())?;
         Self::finish_sort(
             &s,
@@ -683,7 +741,7 @@ impl EwaldDevice {
         // sources (sigma uploaded whenever cells are built), sp ≥ n ew_d4 ([f64; 4]), csa ≥ n
         // float4.
         launch!(s, &self.k.pack_cells, "ew_pack_cells", cfg1(n, 256);
-            self.corder.get(), &sel, self.x.get(), self.alpha.get(), self.sigma.get(), &n_i,
+            self.corder.get(), &sel, &x_addr, &alpha_addr, &sigma_addr, &n_i,
             self.sp.get_mut(), self.csa.get_mut())?;
         Ok(())
     }
@@ -718,7 +776,8 @@ impl EwaldDevice {
         self.record(4)?;
         let r_cut = cutoff * sigma_max;
         let (cells, side, m_img) = cell_grid(r_cut);
-        self.build_cells(0, ns, cells, side)?;
+        let inputs = [self.x.addr(&s), self.alpha.addr(&s), self.sigma.addr(&s)];
+        self.build_cells(inputs, 0, ns, cells, side)?;
         self.u.poison(&s, 3 * nt)?;
         let t = if targets_are_sources {
             self.x.addr(&s)
@@ -747,10 +806,60 @@ impl EwaldDevice {
     }
 }
 
+/// Device addresses of the inputs and outputs of one evaluation (f64 arrays: 3 per source for
+/// positions and strengths, 1 for cores, 3 per target; outputs 3 and the extra's components per
+/// target). 0 for an array that is not used.
+#[derive(Debug, Clone, Copy)]
+pub struct DevicePointers {
+    pub x: u64,
+    pub alpha: u64,
+    /// Core radii: needed when `n_selected > 0`.
+    pub sigma: u64,
+    /// Target positions, `None` when the targets are the sources (gathered in their sorted order).
+    pub targets: Option<u64>,
+    /// Target strengths for stretching (may be `alpha`).
+    pub target_alpha: u64,
+    /// Real-space selection (`n_selected` source indices, i32), 0 for all sources.
+    pub selected: u64,
+    pub n_sources: usize,
+    pub n_targets: usize,
+    pub n_selected: usize,
+    pub u_out: u64,
+    pub ex_out: u64,
+}
+
+/// The window and grid limits of the kernels and 32-bit indexing.
+fn check_sizes(p: &EwaldParameters, ns: usize) -> Result<(), CudaError> {
+    let (m, pp) = (p.grid, p.support);
+    if pp > MAX_SUPPORT || pp > m || m < 4 {
+        return Err(CudaError::Invalid(format!(
+            "GPU Ewald: window support P = {pp} (at most {MAX_SUPPORT} and M = {m})"
+        )));
+    }
+    if m * m * m >= i32::MAX as usize / 2 || ns >= i32::MAX as usize / 4 {
+        return Err(CudaError::Invalid(format!(
+            "GPU Ewald: {ns} sources on a {m}^3 grid exceed 32-bit indexing"
+        )));
+    }
+    Ok(())
+}
+
+/// Fills `len` f64 values at device address `ptr` with 0xFF bytes (NaN).
+fn poison(stream: &Arc<CudaStream>, ptr: u64, len: usize) -> Result<(), CudaError> {
+    if len == 0 || ptr == 0 {
+        return Ok(());
+    }
+    // SAFETY: ptr is a live allocation of at least `len` f64 on this stream's context (sized by
+    // ensure() for the engine's own outputs, by the caller for the device form, whose contract
+    // says so); all-ones bytes are a valid (NaN) f64.
+    unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xFF, len * 8, stream.cu_stream()) }
+        .map_err(|e| CudaError::driver("poisoning the output", e))
+}
+
 /// Cells per side (capped), their side, and the image range for explicit images (cells = 0),
 /// as in `Neighbours::build` of the CPU evaluator.
 fn cell_grid(r_cut: f64) -> (usize, f64, usize) {
-    let cells = crate::summation::ewald::cells_for(r_cut).min(MAX_CELLS);
+    let cells = crate::summation::cells::cells_for(r_cut).min(MAX_CELLS);
     let side = TAU / cells.max(1) as f64;
     let m_img = if cells == 0 {
         ((r_cut + PI) / TAU).ceil() as usize

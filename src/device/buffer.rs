@@ -1,21 +1,27 @@
-//! Device buffers shared by the GPU engines: allocations that grow only when a larger size is
+//! Device buffers shared by the GPU engines (and by [`crate::summation::DeviceSources`]): allocations that grow only when a larger size is
 //! needed and stay resident between evaluations, with upload, download, zero and NaN poisoning.
 
-use super::CudaError;
+use super::cuda::CudaError;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits};
 use std::sync::Arc;
 
 /// A device buffer that grows only when a larger size is needed.
-pub(crate) struct DeviceBuffer<T> {
+pub struct DeviceBuffer<T> {
     buf: Option<CudaSlice<T>>,
 }
 
+impl<T: DeviceRepr + ValidAsZeroBits> Default for DeviceBuffer<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         DeviceBuffer { buf: None }
     }
 
-    pub(crate) fn ensure(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
+    pub fn ensure(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
         let have = self.buf.as_ref().map_or(0, |b| b.len());
         if have < len.max(1) {
             self.buf = None; // free first: the old contents are not needed
@@ -27,19 +33,19 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
         Ok(())
     }
 
-    pub(crate) fn get(&self) -> &CudaSlice<T> {
+    pub fn get(&self) -> &CudaSlice<T> {
         self.buf
             .as_ref()
             .expect("DeviceBuffer used before ensure()")
     }
 
-    pub(crate) fn get_mut(&mut self) -> &mut CudaSlice<T> {
+    pub fn get_mut(&mut self) -> &mut CudaSlice<T> {
         self.buf
             .as_mut()
             .expect("DeviceBuffer used before ensure()")
     }
 
-    pub(crate) fn upload(
+    pub fn upload(
         &mut self,
         stream: &Arc<CudaStream>,
         host: &[T],
@@ -56,7 +62,7 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
     }
 
     /// Fills the first `len` values with zero bytes.
-    pub(crate) fn zero(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
+    pub fn zero(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
         self.ensure(stream, len)?;
         let mut view = self.get_mut().slice_mut(0..len.max(1));
         stream
@@ -65,7 +71,7 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
     }
 
     /// Fills the first `len` values with 0xFF bytes (a NaN in f32 and f64).
-    pub(crate) fn poison(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
+    pub fn poison(&mut self, stream: &Arc<CudaStream>, len: usize) -> Result<(), CudaError> {
         self.ensure(stream, len)?;
         if len == 0 {
             return Ok(());
@@ -80,12 +86,12 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
     }
 
     /// The raw device address (for kernel arguments that may be null).
-    pub(crate) fn addr(&self, stream: &Arc<CudaStream>) -> u64 {
+    pub fn addr(&self, stream: &Arc<CudaStream>) -> u64 {
         let (ptr, _record) = self.get().device_ptr(stream);
         ptr
     }
 
-    pub(crate) fn download(
+    pub fn download(
         &self,
         stream: &Arc<CudaStream>,
         host: &mut [T],

@@ -1,24 +1,23 @@
-//! CUDA through cudarc: device detection that never panics, one context per process, and GPU
-//! kernels compiled from `kernels/*.cu` by NVRTC at run time, once per process, device and
-//! option set.
+//! CUDA through cudarc: device detection that never panics, one context per GPU ordinal, and
+//! GPU kernels compiled from `kernels/*.cu` (with the shared headers they include) by NVRTC at
+//! run time, once per process, device and option set. No physics lives here.
 //!
 //! Nothing here needs the CUDA toolkit at build time: the driver (`libcuda.so`) and NVRTC
-//! (`libnvrtc.so`) are loaded with `dlopen` on first use. [`gpu`] probes for both before any
+//! (`libnvrtc.so`) are loaded with `dlopen` on first use. [`gpu_at`] probes for both before any
 //! other CUDA call (cudarc panics when a library is missing), so a machine without a GPU gets a
 //! [`CudaError::Unavailable`] with the reason, never a panic. `VPM_NO_CUDA=1` hides the GPU (for
 //! tests of the CPU fallback on a GPU machine).
 //!
 //! One `.cu` file per family of kernels; [`Gpu::module`] compiles a family for the device's
 //! architecture (`sm_XY`, straight to a cubin, so the driver's PTX JIT is not involved) and
-//! caches the loaded module. Families so far: [`biot_savart`] (all-pairs free-space sums) and
-//! [`ewald`] (periodic particle-mesh Ewald, with cuFFT).
+//! caches the loaded module; [`Gpu::module_from`] does the same for a [`KernelSource`] whose
+//! `#include "…"` headers are given to NVRTC by name. Families so far (their host sides live
+//! with their methods): `biot_savart.cu` ([`crate::summation::direct::all_pairs`]) and
+//! `ewald.cu` ([`crate::summation::ewald::engine`]), both including `common.cuh`.
 //!
-//! Kernel development: with `VPM_KERNELS_DIR=DIR`, the sources are read from `DIR/<file>.cu`
-//! at run time instead of the copies embedded in the binary (no rebuild to try a change).
-
-pub mod biot_savart;
-mod buffer;
-pub mod ewald;
+//! Kernel development: with `VPM_KERNELS_DIR=DIR`, the sources and headers are read from
+//! `DIR/<file>` at run time instead of the copies embedded in the binary (no rebuild to try a
+//! change).
 
 use cudarc::driver::{CudaContext, CudaModule, DriverError};
 use std::collections::HashMap;
@@ -108,7 +107,7 @@ pub struct CompiledModule {
 /// Compiled modules by (source name, NVRTC options).
 type ModuleCache = HashMap<(String, Vec<String>), Arc<CompiledModule>>;
 
-/// The process's GPU: device 0, its primary context and the compiled-module cache.
+/// One GPU: its ordinal's primary context and the compiled-module cache.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     info: GpuInfo,
@@ -124,12 +123,10 @@ impl std::fmt::Debug for Gpu {
 /// Probed GPUs by ordinal: each is probed once (its context is the device's primary context,
 /// which the driver keeps one of per process anyway). A run holds the [`Gpu`] it uses as a
 /// value ([`crate::device::Device`]); this cache only stops a second probe.
-static GPUS: OnceLock<Mutex<HashMap<usize, Result<Arc<Gpu>, String>>>> = OnceLock::new();
+static GPUS: OnceLock<Mutex<GpuCache>> = OnceLock::new();
 
-/// GPU 0 (see [`gpu_at`]).
-pub fn gpu() -> Result<Arc<Gpu>, CudaError> {
-    gpu_at(0)
-}
+/// Probe results by ordinal (the error is the reason the GPU is not usable).
+type GpuCache = HashMap<usize, Result<Arc<Gpu>, String>>;
 
 /// The GPU with this ordinal, probed once. `Err` (never a panic) when it is not usable, with the
 /// reason.
@@ -156,9 +153,9 @@ pub fn gpu_at(ordinal: usize) -> Result<Arc<Gpu>, CudaError> {
         .map_err(CudaError::Unavailable)
 }
 
-/// `Ok(info)` when a GPU is usable, otherwise the reason.
+/// `Ok(info)` of GPU 0 when it is usable, otherwise the reason.
 pub fn availability() -> Result<GpuInfo, CudaError> {
-    gpu().map(|g| g.info.clone())
+    gpu_at(0).map(|g| g.info.clone())
 }
 
 fn probe(ordinal: usize) -> Result<Gpu, String> {
@@ -274,6 +271,40 @@ impl Gpu {
         source: &str,
         options: &[String],
     ) -> Result<Arc<CompiledModule>, CudaError> {
+        self.module_with_headers(source_name, source, &[], options)
+    }
+
+    /// The module of a kernel family: its source and headers read from `VPM_KERNELS_DIR` when
+    /// that is set, else the embedded copies; compiled with `options` and cached as
+    /// [`Gpu::module`].
+    pub fn module_from(
+        &self,
+        source: &KernelSource,
+        options: &[String],
+    ) -> Result<Arc<CompiledModule>, CudaError> {
+        let (name, text) = match source_override(source.file)? {
+            Some(o) => o,
+            None => (source.file.to_string(), source.text.to_string()),
+        };
+        let mut headers = Vec::with_capacity(source.headers.len());
+        for (file, text) in source.headers {
+            let text = match source_override(file)? {
+                Some((_, t)) => t,
+                None => text.to_string(),
+            };
+            headers.push((file.to_string(), text));
+        }
+        self.module_with_headers(&name, &text, &headers, options)
+    }
+
+    /// [`Gpu::module`] with named headers (name as in `#include "name"`, text).
+    fn module_with_headers(
+        &self,
+        source_name: &str,
+        source: &str,
+        headers: &[(String, String)],
+        options: &[String],
+    ) -> Result<Arc<CompiledModule>, CudaError> {
         let key = (source_name.to_string(), options.to_vec());
         let mut cache = self
             .modules
@@ -291,12 +322,14 @@ impl Gpu {
         // Registers and spills in the log; retried without if this NVRTC rejects the option.
         let mut verbose = opts.clone();
         verbose.push("--ptxas-options=-v".to_string());
-        let (cubin, log, used) = match compile_cubin(source_name, source, &verbose) {
+        let (cubin, log, used) = match compile_cubin(source_name, source, headers, &verbose) {
             Ok((c, l)) => (c, l, verbose),
-            Err(CompileFailure::InvalidOption) => match compile_cubin(source_name, source, &opts) {
-                Ok((c, l)) => (c, l, opts),
-                Err(f) => return Err(f.into_error(source_name, &opts)),
-            },
+            Err(CompileFailure::InvalidOption) => {
+                match compile_cubin(source_name, source, headers, &opts) {
+                    Ok((c, l)) => (c, l, opts),
+                    Err(f) => return Err(f.into_error(source_name, &opts)),
+                }
+            }
             Err(f) => return Err(f.into_error(source_name, &verbose)),
         };
         let module = self
@@ -326,6 +359,15 @@ impl Gpu {
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
     }
+}
+
+/// A kernel family's source as embedded in the binary: the `.cu` file's name and text, and the
+/// headers it includes (name, text).
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSource {
+    pub file: &'static str,
+    pub text: &'static str,
+    pub headers: &'static [(&'static str, &'static str)],
 }
 
 /// The text of kernel file `file` from `VPM_KERNELS_DIR`, when that variable is set: (a name
@@ -370,6 +412,7 @@ impl CompileFailure {
 fn compile_cubin(
     name: &str,
     source: &str,
+    headers: &[(String, String)],
     options: &[String],
 ) -> Result<(Vec<u8>, String), CompileFailure> {
     use cudarc::nvrtc::sys::{self as nv, nvrtcResult};
@@ -385,17 +428,35 @@ fn compile_cubin(
         .collect::<Result<_, _>>()
         .map_err(|_| failed("option has a NUL byte".into()))?;
     let ptrs: Vec<*const c_char> = copts.iter().map(|c| c.as_ptr()).collect();
+    let header_texts: Vec<CString> = headers
+        .iter()
+        .map(|(_, t)| CString::new(t.as_str()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| failed("header has a NUL byte".into()))?;
+    let header_names: Vec<CString> = headers
+        .iter()
+        .map(|(n, _)| CString::new(n.as_str()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| failed("header name has a NUL byte".into()))?;
+    let text_ptrs: Vec<*const c_char> = header_texts.iter().map(|c| c.as_ptr()).collect();
+    let name_ptrs: Vec<*const c_char> = header_names.iter().map(|c| c.as_ptr()).collect();
+    let (texts_arg, names_arg) = if headers.is_empty() {
+        (std::ptr::null(), std::ptr::null())
+    } else {
+        (text_ptrs.as_ptr(), name_ptrs.as_ptr())
+    };
     let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
-    // SAFETY: src and cname are NUL-terminated and outlive the program (destroyed below); no
-    // headers are passed (null arrays with count 0).
+    // SAFETY: src, cname and the header texts and names are NUL-terminated and outlive the
+    // program (destroyed below); the two header arrays hold headers.len() pointers each (null
+    // arrays with count 0 when there are none).
     let r = unsafe {
         nv::nvrtcCreateProgram(
             &mut prog,
             src.as_ptr(),
             cname.as_ptr(),
-            0,
-            std::ptr::null(),
-            std::ptr::null(),
+            headers.len() as c_int,
+            texts_arg,
+            names_arg,
         )
     };
     if r != nvrtcResult::NVRTC_SUCCESS {

@@ -2,11 +2,11 @@
 //! the f64 inputs, device buffers that stay resident and only grow, launches with error checks,
 //! poisoned outputs checked fully written, and CUDA-event timing for the benchmark.
 //!
-//! [`AllPairs`] is the engine; [`crate::summation::cuda_direct::CudaDirect`] puts the
-//! [`crate::summation::Summation`] trait on it.
+//! [`AllPairs`] is the engine, made on the GPU it is given (no process-global device);
+//! [`super::CudaDirect`] puts the [`crate::summation::Summation`] trait on it.
 
-use super::buffer::DeviceBuffer;
-use super::{gpu, CompiledModule, CudaError, Gpu};
+use crate::device::buffer::DeviceBuffer;
+use crate::device::cuda::{CompiledModule, CudaError, Gpu, KernelSource};
 use crate::kernel::Real;
 use crate::summation::Sources;
 use cudarc::driver::{
@@ -15,9 +15,15 @@ use cudarc::driver::{
 use std::sync::Arc;
 
 /// The kernel source, embedded in the binary.
-pub const SOURCE: &str = include_str!("../../kernels/biot_savart.cu");
+pub const SOURCE: &str = include_str!("../../../kernels/biot_savart.cu");
 /// Its name in logs and NVRTC messages.
 pub const SOURCE_NAME: &str = "biot_savart.cu";
+/// The family with the header it includes.
+pub const KERNELS: KernelSource = KernelSource {
+    file: SOURCE_NAME,
+    text: SOURCE,
+    headers: &[crate::summation::PAIR_KERNEL_HEADER],
+};
 
 /// A real type the kernels run in: `f32` (the production precision) or `f64` (the reference
 /// build, `-DVPM_DOUBLE`).
@@ -192,6 +198,15 @@ pub struct KernelResources {
     pub blocks_per_sm: u32,
 }
 
+/// One thread per item, 256 per block.
+fn cfg_n(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((n as u32).div_ceil(256), 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// The last upload: counts that the launches use.
 #[derive(Debug, Clone, Copy, Default)]
 struct Loaded {
@@ -209,6 +224,10 @@ pub struct AllPairs<T: GpuReal> {
     module: Arc<CompiledModule>,
     functions: Vec<CudaFunction>,
     reduce: CudaFunction,
+    /// bs_pack_sources, bs_pack_targets, bs_unpack (the device form).
+    pack_sources: CudaFunction,
+    pack_targets: CudaFunction,
+    unpack: CudaFunction,
     src_pos: DeviceBuffer<T>,
     src_str: DeviceBuffer<T>,
     tgt_pos: DeviceBuffer<T>,
@@ -234,16 +253,12 @@ impl<T: GpuReal> std::fmt::Debug for AllPairs<T> {
 }
 
 impl<T: GpuReal> AllPairs<T> {
-    /// Compiles (once per process) and loads the kernels for `config` on the process's GPU.
-    pub fn new(config: KernelConfig) -> Result<Self, CudaError> {
+    /// Compiles (once per process and GPU) and loads the kernels for `config` on `gpu`.
+    pub fn new(gpu: Arc<Gpu>, config: KernelConfig) -> Result<Self, CudaError> {
         config.check()?;
-        let gpu = gpu()?;
         let mut options = T::precision_options();
         options.extend(config.options());
-        let module = match super::source_override(SOURCE_NAME)? {
-            Some((name, text)) => gpu.module(&name, &text, &options)?,
-            None => gpu.module(SOURCE_NAME, SOURCE, &options)?,
-        };
+        let module = gpu.module_from(&KERNELS, &options)?;
         let load = |name: &str| {
             module
                 .module
@@ -255,6 +270,9 @@ impl<T: GpuReal> AllPairs<T> {
             .map(|m| load(m.kernel_name()))
             .collect::<Result<Vec<_>, _>>()?;
         let reduce = load("bs_reduce_splits")?;
+        let pack_sources = load("bs_pack_sources")?;
+        let pack_targets = load("bs_pack_targets")?;
+        let unpack = load("bs_unpack")?;
         let stream = gpu
             .context()
             .new_stream()
@@ -266,6 +284,9 @@ impl<T: GpuReal> AllPairs<T> {
             module,
             functions,
             reduce,
+            pack_sources,
+            pack_targets,
+            unpack,
             src_pos: DeviceBuffer::new(),
             src_str: DeviceBuffer::new(),
             tgt_pos: DeviceBuffer::new(),
@@ -421,6 +442,131 @@ impl<T: GpuReal> AllPairs<T> {
         self.loaded.target_alpha = alpha.is_some();
         self.last_mode = None;
         Ok(())
+    }
+
+    /// The device form of [`AllPairs::upload_sources`]: packs `n` sources from f64 device
+    /// arrays at addresses `x`, `alpha` (3 per source) and `sigma` (1) on the GPU, with the same
+    /// f64 operations and rounding as the host packing (`bs_pack_sources`). The cores are not
+    /// checked (that would need a copy): the caller's must be positive and finite.
+    pub fn pack_sources_on_device(
+        &mut self,
+        x: u64,
+        alpha: u64,
+        sigma: u64,
+        n: usize,
+    ) -> Result<(), CudaError> {
+        let block = self.config.block as usize;
+        let tiles = n.div_ceil(block);
+        let padded = tiles * block;
+        if padded > i32::MAX as usize / 4 {
+            return Err(CudaError::Invalid(format!(
+                "{n} sources: too many for one launch"
+            )));
+        }
+        self.src_pos.ensure(&self.stream, 4 * padded)?;
+        self.src_str.ensure(&self.stream, 4 * padded)?;
+        if padded > 0 {
+            let (n_i, padded_i) = (n as i32, padded as i32);
+            let f4pi = 0.25 * std::f64::consts::FRAC_1_PI;
+            let far2 = T::RHO_FAR * T::RHO_FAR;
+            let cfg = LaunchConfig {
+                grid_dim: ((padded as u32).div_ceil(256), 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = self.stream.launch_builder(&self.pack_sources);
+            b.arg(&x)
+                .arg(&alpha)
+                .arg(&sigma)
+                .arg(&n_i)
+                .arg(&padded_i)
+                .arg(&f4pi)
+                .arg(&far2)
+                .arg(self.src_pos.get_mut())
+                .arg(self.src_str.get_mut());
+            // SAFETY: bs_pack_sources(const double* x, const double* alpha, const double* sigma,
+            // int n, int padded, double f4pi, double far2, real4* pos, real4* str): x and alpha
+            // hold 3·n doubles and sigma n (the caller's device buffers, DeviceSummation's
+            // contract), pos and str 4·padded reals (ensure() above); the grid covers padded.
+            unsafe { b.launch(cfg) }
+                .map_err(|e| CudaError::driver("launching bs_pack_sources", e))?;
+        }
+        self.loaded.sources = n;
+        self.loaded.tiles = tiles;
+        Ok(())
+    }
+
+    /// The device form of [`AllPairs::upload_targets`]: `n` f64 points at device address `x`
+    /// (3 each) and, for stretching, their f64 strengths at `alpha` (0: none).
+    pub fn pack_targets_on_device(
+        &mut self,
+        x: u64,
+        alpha: u64,
+        n: usize,
+    ) -> Result<(), CudaError> {
+        if n > (i32::MAX as usize) / 16 {
+            return Err(CudaError::Invalid(format!(
+                "{n} targets: too many for one launch"
+            )));
+        }
+        self.tgt_pos.ensure(&self.stream, 4 * n)?;
+        self.tgt_alpha.ensure(&self.stream, 4 * n)?;
+        if n > 0 {
+            let n_i = n as i32;
+            let alp = if alpha != 0 {
+                self.tgt_alpha.addr(&self.stream)
+            } else {
+                0u64
+            };
+            let mut b = self.stream.launch_builder(&self.pack_targets);
+            b.arg(&x)
+                .arg(&alpha)
+                .arg(&n_i)
+                .arg(self.tgt_pos.get_mut())
+                .arg(&alp);
+            // SAFETY: bs_pack_targets(const double* x, const double* alpha, int n, real4* pos,
+            // real4* alp): x holds 3·n doubles and alpha 3·n or is null (the caller's device
+            // buffers), pos and alp 4·n reals (ensure() above), alp null when alpha is; the
+            // grid covers n.
+            unsafe { b.launch(cfg_n(n)) }
+                .map_err(|e| CudaError::driver("launching bs_pack_targets", e))?;
+        }
+        self.loaded.targets = n;
+        self.loaded.target_alpha = alpha != 0;
+        self.last_mode = None;
+        Ok(())
+    }
+
+    /// Writes the output of the last launch as f64 into device arrays: the velocity (3 per
+    /// target) at `u` and the further components (3 stretching or 9 gradient per target) at
+    /// `extra` (0: not written); then waits for the GPU.
+    pub fn unpack_on_device(&mut self, u: u64, extra: u64) -> Result<(), CudaError> {
+        let mode = self.last_mode.ok_or_else(|| {
+            CudaError::Invalid("unpack before any launch on the current targets".into())
+        })?;
+        let nt = self.loaded.targets;
+        if nt > 0 {
+            let (nt_i, nc_i) = (nt as i32, mode.components() as i32);
+            let mut b = self.stream.launch_builder(&self.unpack);
+            b.arg(self.out.get())
+                .arg(&nt_i)
+                .arg(&nc_i)
+                .arg(&u)
+                .arg(&extra);
+            // SAFETY: bs_unpack(const real* out, int nt, int nc, double* u, double* ex): out
+            // holds nt·nc reals of the last launch (prepare() sized it), u 3·nt doubles and ex
+            // (nc − 3)·nt or null (the caller's device buffers); the grid covers nt.
+            unsafe { b.launch(cfg_n(nt)) }
+                .map_err(|e| CudaError::driver("launching bs_unpack", e))?;
+        }
+        self.stream
+            .synchronize()
+            .map_err(|e| CudaError::driver(format!("running {}", mode.kernel_name()), e))
+    }
+
+    /// The stream every launch runs on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
     }
 
     /// Source splits (grid y) so that small target counts still fill the GPU: about four

@@ -1,8 +1,8 @@
-//! The periodic Ewald evaluator on the GPU, f32: the method of [`super::ewald`] (Ewald split,
+//! The periodic Ewald evaluator on the GPU, f32: the method of [`super`] (Ewald split,
 //! particle-mesh smooth part with a Gaussian window, cell-list real-space part, direct blob
 //! vorticity) with the same parameter rules and planner; only the cost model that picks the
-//! cheapest (η, s) is the GPU's ([`GPU_COSTS`]). Kernels: `kernels/ewald.cu`, driven by
-//! [`crate::cuda::ewald`].
+//! cheapest (η, s) is the GPU's ([`GPU_COSTS`]), and the grid cap comes from the GPU's free
+//! memory. Kernels: `kernels/ewald.cu`, driven by [`super::engine`].
 //!
 //! Precision: positions are wrapped and located in f64 on the device, sums run in f32, results
 //! come back as f64. Against the CPU f64 evaluator at accuracy 1e-6, tests/gpu_ewald.rs holds the
@@ -11,12 +11,22 @@
 //! [`F32_ACCURACY_FLOOR`] are planned as that floor (a finer window or grid would cost more and
 //! gain nothing).
 
-use super::ewald::{evaluation_setup, sigma_range, EwaldParameters, VORTICITY_CUTOFF};
-use super::{check_inputs, Boundary, Evaluation, Extra, Sources, Summation, SummationError};
-use crate::cuda::ewald::{EwaldDevice, EwaldInputs, GpuEwaldTimings, GpuExtra, GPU_COSTS};
-use crate::cuda::CudaError;
+use super::engine::{
+    DevicePointers, EwaldDevice, EwaldInputs, GpuEwaldTimings, GpuExtra, GPU_COSTS,
+};
+use super::params::{
+    evaluation_setup, max_grid_for_memory, plan, EwaldParameters, GPU_BYTES_PER_GRID_POINT,
+};
+use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
+use crate::summation::cells::VORTICITY_CUTOFF;
+use crate::summation::{
+    begin_evaluation, begin_vorticity, sigma_range, Boundary, DeviceEvaluation, DeviceExtra,
+    DeviceSources, DeviceSummation, DeviceTargets, Evaluation, Extra, Sources, Summation,
+    SummationError,
+};
 use std::f64::consts::TAU;
+use std::sync::Arc;
 
 /// Accuracies below this are planned as this (f32 arithmetic).
 pub const F32_ACCURACY_FLOOR: f64 = 1e-7;
@@ -26,6 +36,8 @@ pub struct CudaEwald {
     accuracy: f64,
     fixed: Option<EwaldParameters>,
     params: Option<EwaldParameters>,
+    /// Largest grid side the planner may choose (from the GPU's free memory at construction).
+    max_grid: usize,
     dev: EwaldDevice,
     sel: Vec<i32>,
 }
@@ -50,29 +62,40 @@ fn same<T>(a: &[T], b: &[T]) -> bool {
 }
 
 impl CudaEwald {
-    /// An evaluator with relative accuracy `accuracy` on the process's GPU (kernels compiled on
-    /// first use). Errors when no GPU, NVRTC or cuFFT is usable, or when the accuracy is outside
+    /// An evaluator with relative accuracy `accuracy` on `gpu` (kernels compiled on first use
+    /// per GPU). Errors when NVRTC or cuFFT is not usable, or when the accuracy is outside
     /// [1e-15, 1).
-    pub fn new(accuracy: f64) -> Result<Self, CudaError> {
+    pub fn new(gpu: Arc<Gpu>, accuracy: f64) -> Result<Self, CudaError> {
         if !(1e-15..1.0).contains(&accuracy) {
             return Err(CudaError::Invalid(format!(
                 "CudaEwald: accuracy {accuracy} outside [1e-15, 1)"
             )));
         }
+        let max_grid = max_grid_for_memory(
+            gpu.free_memory().ok().map(|b| b as u64),
+            GPU_BYTES_PER_GRID_POINT,
+        );
         Ok(Self {
             accuracy,
             fixed: None,
             params: None,
-            dev: EwaldDevice::new()?,
+            max_grid,
+            dev: EwaldDevice::new(gpu)?,
             sel: Vec::new(),
         })
     }
 
-    /// An evaluator with fixed parameters (as [`super::ewald::EwaldPeriodic::with_parameters`]).
-    pub fn with_parameters(params: EwaldParameters) -> Result<Self, CudaError> {
-        let mut e = Self::new(params.accuracy)?;
+    /// An evaluator with fixed parameters (as [`super::EwaldPeriodic::with_parameters`]).
+    pub fn with_parameters(gpu: Arc<Gpu>, params: EwaldParameters) -> Result<Self, CudaError> {
+        let mut e = Self::new(gpu, params.accuracy)?;
         e.fixed = Some(params);
         Ok(e)
+    }
+
+    /// The same evaluator with the grid side capped at `max_grid`.
+    pub fn with_max_grid(mut self, max_grid: usize) -> Self {
+        self.max_grid = max_grid;
+        self
     }
 
     pub fn accuracy(&self) -> f64 {
@@ -99,7 +122,109 @@ impl CudaEwald {
     }
 }
 
+fn gpu_extra(scheme: StretchingScheme) -> GpuExtra {
+    match scheme {
+        StretchingScheme::Classical => GpuExtra::Classical,
+        StretchingScheme::Transposed => GpuExtra::Transposed,
+    }
+}
+
+impl DeviceSummation for CudaEwald {
+    fn gpu(&self) -> &Arc<Gpu> {
+        self.dev.gpu()
+    }
+
+    /// The host form's evaluation on device buffers: the same plan (from `sigma_max`, with the
+    /// real-space selection empty for equal cores and all sources otherwise, see
+    /// [`DeviceSources::equal_cores`]), the same kernels; the inputs are read where they are.
+    fn evaluate_on_device(
+        &mut self,
+        sources: &DeviceSources,
+        targets: &DeviceTargets,
+        extra: &DeviceExtra,
+        out: &mut DeviceEvaluation,
+    ) -> Result<(), SummationError> {
+        let nt = targets.len(sources);
+        let (ns, sigma_max) = (sources.n, sources.sigma_max);
+        if !(sigma_max > 0.0 && sigma_max.is_finite()) {
+            return Err(SummationError::BadSources(format!(
+                "core radius {sigma_max} (must be positive and finite)"
+            )));
+        }
+        let want_grad = !matches!(extra, DeviceExtra::None);
+        let below = if sources.equal_cores { 0 } else { ns };
+        if self.fixed.is_some() {
+            return Err(SummationError::Unsupported(
+                "GPU Ewald: fixed parameters are for the host form only".into(),
+            ));
+        }
+        let params = match &self.fixed {
+            Some(f) => f.clone(),
+            None => plan(
+                self.plan_accuracy(),
+                sigma_max,
+                below,
+                ns,
+                nt,
+                want_grad,
+                &GPU_COSTS,
+                self.max_grid,
+            )?,
+        };
+        let n_selected = if params.eta == sigma_max { below } else { ns };
+        let (gextra, target_alpha, ex_buf) = match extra {
+            DeviceExtra::None => (GpuExtra::None, None, None),
+            DeviceExtra::Stretching { alpha, scheme } => (
+                gpu_extra(*scheme),
+                Some(alpha.unwrap_or(sources.alpha)),
+                Some(&mut out.stretching),
+            ),
+            DeviceExtra::Gradient => (GpuExtra::Gradient, None, Some(&mut out.gradient)),
+        };
+        let stream = self.dev.stream().clone();
+        let e = |e: CudaError| SummationError::Device(e.to_string());
+        out.velocity.ensure(&stream, 3 * nt).map_err(e)?;
+        let ex_addr = match ex_buf {
+            Some(b) => {
+                b.ensure(&stream, gextra.components() * nt).map_err(e)?;
+                b.addr(&stream)
+            }
+            None => 0,
+        };
+        if ns == 0 || nt == 0 {
+            out.velocity.zero(&stream, 3 * nt).map_err(e)?;
+            self.params = Some(params);
+            return Ok(());
+        }
+        let ptrs = DevicePointers {
+            x: sources.x.addr(&stream),
+            alpha: sources.alpha.addr(&stream),
+            sigma: sources.sigma.addr(&stream),
+            targets: match targets {
+                DeviceTargets::Sources => None,
+                DeviceTargets::Points { x, .. } => Some(x.addr(&stream)),
+            },
+            target_alpha: target_alpha.map_or(0, |a| a.addr(&stream)),
+            selected: 0,
+            n_sources: ns,
+            n_targets: nt,
+            n_selected,
+            u_out: out.velocity.addr(&stream),
+            ex_out: ex_addr,
+        };
+        self.dev
+            .evaluate_device(&params, &ptrs, gextra)
+            .map_err(device_error)?;
+        self.params = Some(params);
+        Ok(())
+    }
+}
+
 impl Summation for CudaEwald {
+    fn device_form(&mut self) -> Option<&mut dyn DeviceSummation> {
+        Some(self)
+    }
+
     fn name(&self) -> String {
         format!(
             "Ewald periodic CUDA f32 (accuracy {:e}) on {}",
@@ -119,13 +244,10 @@ impl Summation for CudaEwald {
         extra: Extra,
         out: &mut Evaluation,
     ) -> Result<(), SummationError> {
-        check_inputs(sources, targets, &extra)?;
-        out.resize_for(targets.len(), &extra);
-        let nt = targets.len();
-        if sources.is_empty() {
-            out.fill_zero(nt, &extra);
+        if begin_evaluation(sources, targets, &extra, out)? {
             return Ok(());
         }
+        let nt = targets.len();
         let want_grad = !matches!(extra, Extra::None);
         let (params, selected) = evaluation_setup(
             self.plan_accuracy(),
@@ -134,6 +256,7 @@ impl Summation for CudaEwald {
             nt,
             want_grad,
             &GPU_COSTS,
+            self.max_grid,
         )?;
         if nt == 0 {
             self.params = Some(params);
@@ -146,13 +269,7 @@ impl Summation for CudaEwald {
         }
         let (gextra, target_alpha) = match extra {
             Extra::None => (GpuExtra::None, None),
-            Extra::Stretching { alpha, scheme } => (
-                match scheme {
-                    StretchingScheme::Classical => GpuExtra::Classical,
-                    StretchingScheme::Transposed => GpuExtra::Transposed,
-                },
-                Some(alpha),
-            ),
+            Extra::Stretching { alpha, scheme } => (gpu_extra(scheme), Some(alpha)),
             Extra::Gradient => (GpuExtra::Gradient, None),
         };
         let inp = EwaldInputs {
@@ -196,10 +313,7 @@ impl Summation for CudaEwald {
         targets: &[[f64; 3]],
         out: &mut Vec<[f64; 3]>,
     ) -> Result<(), SummationError> {
-        check_inputs(sources, targets, &Extra::None)?;
-        out.resize(targets.len(), [0.0; 3]);
-        if sources.is_empty() {
-            out.fill([0.0; 3]);
+        if begin_vorticity(sources, targets, out)? {
             return Ok(());
         }
         let (_, sigma_max) = sigma_range(sources)?;

@@ -3,8 +3,11 @@
 //! u(x_i) = Σ_q K_σq(x_i − x_q) α_q with the kernel of [`crate::kernel`]; O(N_targets · N_sources).
 //! The exact reference every faster free-space evaluator is checked against.
 
-use super::{check_inputs, Boundary, Evaluation, Extra, Sources, Summation, SummationError};
 use crate::kernel::{gaussian_zeta, velocity, velocity_and_stretching, velocity_gradient};
+use crate::summation::{
+    begin_evaluation, begin_vorticity, Boundary, Evaluation, Extra, Sources, Summation,
+    SummationError,
+};
 use rayon::prelude::*;
 
 /// Targets per rayon task: large enough to amortise scheduling, small enough to balance.
@@ -30,8 +33,9 @@ impl Summation for DirectFreeSpace {
         extra: Extra,
         out: &mut Evaluation,
     ) -> Result<(), SummationError> {
-        check_inputs(sources, targets, &extra)?;
-        out.resize_for(targets.len(), &extra);
+        if begin_evaluation(sources, targets, &extra, out)? {
+            return Ok(());
+        }
         let s = *sources;
         let pair_r = |x: &[f64; 3], q: usize| {
             let y = s.x[q];
@@ -109,8 +113,9 @@ impl Summation for DirectFreeSpace {
         targets: &[[f64; 3]],
         out: &mut Vec<[f64; 3]>,
     ) -> Result<(), SummationError> {
-        check_inputs(sources, targets, &Extra::None)?;
-        out.resize(targets.len(), [0.0; 3]);
+        if begin_vorticity(sources, targets, out)? {
+            return Ok(());
+        }
         let s = *sources;
         out.par_chunks_mut(TARGET_CHUNK)
             .zip(targets.par_chunks(TARGET_CHUNK))

@@ -1,0 +1,290 @@
+//! `vpm bench ewald`: the periodic Ewald evaluator on the device given (`--device`): the CPU
+//! (f64, rayon, wall-clock medians) or a GPU (f32 sums, CUDA events, with an accuracy check
+//! against the CPU f64 evaluator on a random sample of particles).
+
+use super::{fmt_error, median, median_seconds, write_report};
+use crate::device::cuda::Gpu;
+use crate::device::Device;
+use crate::kernel::StretchingScheme;
+use crate::output::{cpu_model, write_atomic};
+use crate::summation::ewald::engine::GpuEwaldTimings;
+use crate::summation::ewald::{CudaEwald, EwaldPeriodic};
+use crate::summation::verify::{self, Particles};
+use crate::summation::{Evaluation, Extra, Summation};
+use anyhow::Result;
+use serde::Serialize;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The benchmark's particles on the n³ lattice: σ = h, random zero-sum strengths, a seed per
+/// size (the same on both devices).
+fn lattice_particles(n: usize) -> Particles {
+    Particles::lattice(n, 0.0, 0xe3a1d ^ n as u64)
+}
+
+/// Rows of `vpm bench ewald` on either device.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum EwaldBenchRows {
+    Cpu(Vec<EwaldBenchRow>),
+    Gpu(Vec<EwaldGpuBenchRow>),
+}
+
+/// Times the Ewald evaluator of `device` on n³ lattices (see the CPU and GPU variants below).
+/// `sample`: GPU only, particles checked against the CPU f64 evaluator (0: none).
+pub fn bench_ewald(
+    device: &Device,
+    lattice: &[usize],
+    accuracy: f64,
+    repeats: usize,
+    sample: usize,
+    json: Option<&Path>,
+) -> Result<EwaldBenchRows> {
+    Ok(match device {
+        Device::Cpu => EwaldBenchRows::Cpu(bench_ewald_cpu(lattice, accuracy, repeats, json)?),
+        Device::Cuda(gpu) => EwaldBenchRows::Gpu(bench_ewald_gpu(
+            gpu, lattice, accuracy, repeats, sample, json,
+        )?),
+    })
+}
+
+/// One row of `vpm bench ewald`.
+#[derive(Debug, Clone, Serialize)]
+pub struct EwaldBenchRow {
+    /// Particles (an n^3 lattice).
+    pub particles: usize,
+    pub accuracy: f64,
+    pub seconds_velocity: f64,
+    pub seconds_velocity_stretching: f64,
+    /// Particles per second (targets = sources), velocity only.
+    pub particles_per_second_velocity: f64,
+    /// Particles per second, velocity + stretching.
+    pub particles_per_second_velocity_stretching: f64,
+    pub parameters: String,
+    pub repeats: usize,
+}
+
+/// Times the CPU periodic Ewald evaluator on lattice particles (σ = h, random zero-sum
+/// strengths, fresh for each size: [`Particles::lattice`]): the layout of a vortex run in the box.
+fn bench_ewald_cpu(
+    lattice: &[usize],
+    accuracy: f64,
+    repeats: usize,
+    json: Option<&Path>,
+) -> Result<Vec<EwaldBenchRow>> {
+    let threads = rayon::current_num_threads();
+    let cpu = cpu_model();
+    println!(
+        "vpm bench ewald (CPU, f64, accuracy {accuracy:e}): {cpu}, {threads} threads, median of {repeats} after warm-up"
+    );
+    println!(
+        "{:>10} {:>12} {:>16} {:>12} {:>18}",
+        "particles", "s velocity", "particles/s vel", "s vel+str", "particles/s vel+str"
+    );
+    let mut rows = Vec::new();
+    for &n in lattice {
+        let p = lattice_particles(n);
+        let (x, alpha, src) = (&p.x, &p.alpha, p.sources());
+        let np = x.len() as f64;
+        let mut ew = EwaldPeriodic::new(accuracy);
+        let mut out = Evaluation::default();
+        let mut time =
+            |extra: Extra| median_seconds(repeats, || ew.evaluate(&src, x, extra, &mut out));
+        let tv = time(Extra::None)?;
+        let ts = time(Extra::Stretching {
+            alpha,
+            scheme: StretchingScheme::Classical,
+        })?;
+        let row = EwaldBenchRow {
+            particles: x.len(),
+            accuracy,
+            seconds_velocity: tv,
+            seconds_velocity_stretching: ts,
+            particles_per_second_velocity: np / tv,
+            particles_per_second_velocity_stretching: np / ts,
+            parameters: ew.parameters().map_or(String::new(), |p| p.to_string()),
+            repeats,
+        };
+        println!(
+            "{:>10} {:>12.4} {:>16.3e} {:>12.4} {:>18.3e}",
+            row.particles,
+            tv,
+            row.particles_per_second_velocity,
+            ts,
+            row.particles_per_second_velocity_stretching
+        );
+        rows.push(row);
+    }
+    if let Some(path) = json {
+        write_report(path, "ewald", &cpu, &rows)?;
+    }
+    Ok(rows)
+}
+
+/// One row of `vpm bench ewald --device cuda`.
+#[derive(Debug, Clone, Serialize)]
+pub struct EwaldGpuBenchRow {
+    /// Particles (an n^3 lattice).
+    pub particles: usize,
+    pub accuracy: f64,
+    /// Median device milliseconds of one velocity evaluation (CUDA events from the first upload
+    /// to the end of the download: everything the trait call does on the GPU).
+    pub ms_velocity: f64,
+    /// The same for velocity + classical stretching.
+    pub ms_velocity_stretching: f64,
+    /// Median wall-clock milliseconds of the trait call (host work and checks included).
+    pub wall_ms_velocity: f64,
+    pub wall_ms_velocity_stretching: f64,
+    /// Particles per second (targets = sources) from the device times.
+    pub particles_per_second_velocity: f64,
+    pub particles_per_second_velocity_stretching: f64,
+    /// Device milliseconds per phase of the median velocity + stretching evaluation.
+    pub phases_velocity_stretching: GpuEwaldTimings,
+    /// Relative L2 difference from the CPU f64 evaluator (same accuracy) on the sampled
+    /// particles, or null when not checked.
+    pub rel_l2_velocity: Option<f64>,
+    pub rel_l2_stretching: Option<f64>,
+    /// Particles in the accuracy sample (evenly strided).
+    pub accuracy_sample: usize,
+    pub parameters: String,
+    pub repeats: usize,
+}
+
+/// Times the GPU periodic Ewald evaluator on `gpu` on lattice particles (σ = h, random zero-sum
+/// strengths, fresh for each size; the layout of `vpm bench ewald` on the CPU), velocity and
+/// velocity + classical stretching, CUDA events, median of `repeats` after one warm-up. Accuracy
+/// against the CPU f64 evaluator on a random sample of `sample` particles (0: not checked).
+fn bench_ewald_gpu(
+    gpu: &Arc<Gpu>,
+    lattice: &[usize],
+    accuracy: f64,
+    repeats: usize,
+    sample: usize,
+    json: Option<&Path>,
+) -> Result<Vec<EwaldGpuBenchRow>> {
+    let mut ew = CudaEwald::new(gpu.clone(), accuracy)?;
+    let info = ew.device().gpu().info().clone();
+    println!(
+        "vpm bench ewald (GPU, f32, accuracy {accuracy:e}): {info}; CUDA events, median of \
+         {repeats} after warm-up; accuracy vs CPU f64 on {sample} particles ({} CPU threads)",
+        rayon::current_num_threads()
+    );
+    println!(
+        "{:>10} {:>5} {:>3} {:>9} {:>14} {:>9} {:>16} {:>10} {:>10}",
+        "particles",
+        "M",
+        "P",
+        "ms vel",
+        "particles/s",
+        "ms v+s",
+        "particles/s v+s",
+        "err vel",
+        "err str"
+    );
+    let mut rows = Vec::new();
+    for &n in lattice {
+        let p = lattice_particles(n);
+        let (x, alpha, src) = (&p.x, &p.alpha, p.sources());
+        let np = x.len() as f64;
+        let stretching = Extra::Stretching {
+            alpha,
+            scheme: StretchingScheme::Classical,
+        };
+        let mut out = Evaluation::default();
+        let mut time = |extra: Extra| -> Result<(f64, f64, GpuEwaldTimings)> {
+            ew.evaluate(&src, x, extra, &mut out)?; // warm-up: compile, plans, buffers
+            let mut runs = Vec::with_capacity(repeats.max(1));
+            for _ in 0..repeats.max(1) {
+                let t = Instant::now();
+                ew.evaluate(&src, x, extra, &mut out)?;
+                let wall = t.elapsed().as_secs_f64() * 1e3;
+                let phases = ew.timings();
+                runs.push((phases.total_ms(), wall, phases));
+            }
+            runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let walls = median(runs.iter().map(|r| r.1).collect());
+            let mid = runs[runs.len() / 2];
+            Ok((mid.0, walls, mid.2))
+        };
+        let (tv, wv, _) = time(Extra::None)?;
+        let (ts, ws, phases) = time(stretching)?;
+        let params = ew.parameters().map_or(String::new(), |p| p.to_string());
+        let (grid, support) = ew.parameters().map_or((0, 0), |p| (p.grid, p.support));
+        // Accuracy on a random sample of the particles (the output of the last timed call).
+        let (ev, es) = if sample > 0 {
+            let idx = verify::sample(x.len(), sample, 0x5a3b1e ^ n as u64);
+            let e = verify::errors_on_sample(
+                &out,
+                &mut EwaldPeriodic::new(accuracy),
+                &src,
+                x,
+                stretching,
+                &idx,
+            )?;
+            (Some(e.velocity.rel_l2), e.extra.map(|s| s.rel_l2))
+        } else {
+            (None, None)
+        };
+        let ns = sample.min(x.len());
+        let row = EwaldGpuBenchRow {
+            particles: x.len(),
+            accuracy,
+            ms_velocity: tv,
+            ms_velocity_stretching: ts,
+            wall_ms_velocity: wv,
+            wall_ms_velocity_stretching: ws,
+            particles_per_second_velocity: np / (tv * 1e-3),
+            particles_per_second_velocity_stretching: np / (ts * 1e-3),
+            phases_velocity_stretching: phases,
+            rel_l2_velocity: ev,
+            rel_l2_stretching: es,
+            accuracy_sample: ns,
+            parameters: params,
+            repeats,
+        };
+        println!(
+            "{:>10} {:>5} {:>3} {:>9.2} {:>14.3e} {:>9.2} {:>16.3e} {:>10} {:>10}",
+            row.particles,
+            grid,
+            support,
+            tv,
+            row.particles_per_second_velocity,
+            ts,
+            row.particles_per_second_velocity_stretching,
+            fmt_error(ev),
+            fmt_error(es)
+        );
+        println!(
+            "           v+s phases (ms): upload {:.2}, sort+spread {:.2}, FFTs {:.2}, gather {:.2}, \
+             real space {:.2}, download {:.2}; wall {:.1} ms (vel {:.1} ms); {}",
+            phases.upload_ms,
+            phases.spread_ms,
+            phases.transforms_ms,
+            phases.gather_ms,
+            phases.real_space_ms,
+            phases.download_ms,
+            ws,
+            wv,
+            row.parameters
+        );
+        rows.push(row);
+    }
+    if let Some(path) = json {
+        let report = serde_json::json!({
+            "benchmark": "ewald",
+            "device": format!("cuda:{}", info.ordinal),
+            "gpu": info,
+            "precision": "f32 sums, f64 inputs and outputs",
+            "timing": "CUDA events from the first upload to the end of the download, median \
+                       after one warm-up",
+            "cpu": cpu_model(),
+            "threads": rayon::current_num_threads(),
+            "vpm_version": env!("CARGO_PKG_VERSION"),
+            "rows": rows,
+        });
+        write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
+        println!("wrote {}", path.display());
+    }
+    Ok(rows)
+}

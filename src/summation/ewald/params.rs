@@ -1,0 +1,378 @@
+//! The parameter rules of the Ewald evaluators (module docs of [`super`]): from the requested
+//! accuracy ε to the real-space cutoff, the window support and the grid size, the cost model
+//! that picks the cheapest splitting width η and window width τ among the candidates, and the
+//! grid cap that comes from the memory of the device the evaluator runs on.
+
+use super::super::cells::{cells_for, CELL_SUB};
+use super::super::{sigma_range, Sources, SummationError};
+use std::f64::consts::{PI, TAU};
+
+/// Added to ℓ = ln(1/ε) in the real-space cutoff rule: ln 3 (one third of the budget per error
+/// term) + 0.8 (worst measured log of error / e^{−ρ_c²/2}, stretching; velocity: −0.8).
+pub const REAL_MARGIN: f64 = 1.9;
+/// Added to ℓ + ln(η/τ) in the window-support rule: ln 3 + 0.3 (measured: the truncation error
+/// of the stretching is (η/τ)·e^{−0.4…0.3}·e^{−w²/(2τ²)}; of the velocity ≤ 1.1 e^{−w²/(2τ²)}).
+pub const WINDOW_MARGIN: f64 = 1.4;
+/// Added to ℓ + 2 ln(η/τ) in the grid-size rule: ln 3 + 1.3 (measured: the aliasing error of the
+/// stretching is (η/τ)² e^{−0.4…1.1} e^{−M²η²s²(1−s²)/2} for s = 0.1…1/√2; of the velocity
+/// ≤ e^{1.3} e^{−M²η²s²(1−s²)/2}).
+pub const MESH_MARGIN: f64 = 2.4;
+/// Grid cap when the device's memory cannot be read (the former fixed cap: 3 real f64 fields of
+/// 384³ and 3 half spectra are about 2.7 GB).
+pub const DEFAULT_MAX_GRID: usize = 384;
+/// Bytes per grid point of the CPU evaluator: 3 real f64 fields (24 B) and 3 retained half
+/// spectra of complex f64 (≈ M³/2 modes each: 24 B), plus the transform's line scratch and
+/// slack (16 B).
+pub const CPU_BYTES_PER_GRID_POINT: u64 = 64;
+/// Bytes per grid point of the GPU evaluator: 3 real f32 fields (12 B), 3 half spectra of
+/// complex f32 (12 B), and cuFFT's work area for the batched R2C/C2R plans (at most the size of
+/// the data: 24 B).
+pub const GPU_BYTES_PER_GRID_POINT: u64 = 48;
+/// Fraction of the device's available memory the grid may take (the rest is for particles,
+/// the other solver, and what other processes take meanwhile).
+pub const GRID_MEMORY_FRACTION: f64 = 0.5;
+/// Grid sides are never planned above this, whatever the memory (32-bit indexing of the GPU
+/// kernels: 3·M³ < 2³¹ needs M ≤ 894).
+pub const HARD_MAX_GRID: usize = 864;
+/// Grid sides are never capped below this (the smallest grid the rules plan, M ≥ 8, with room
+/// for the sizes of the tests and named cases: lattices up to 64³ plan M ≤ 256, checked by a
+/// test below).
+pub const MIN_MAX_GRID: usize = 256;
+
+/// The largest grid side M whose grid fits in `GRID_MEMORY_FRACTION` of `available` bytes at
+/// `bytes_per_point` per grid point (M³ · bytes_per_point ≤ fraction · available), clamped to
+/// [[`MIN_MAX_GRID`], [`HARD_MAX_GRID`]]; [`DEFAULT_MAX_GRID`] when the memory is unknown.
+pub fn max_grid_for_memory(available: Option<u64>, bytes_per_point: u64) -> usize {
+    match available {
+        None => DEFAULT_MAX_GRID,
+        Some(bytes) => {
+            let points = GRID_MEMORY_FRACTION * bytes as f64 / bytes_per_point.max(1) as f64;
+            (points.cbrt().floor() as usize).clamp(MIN_MAX_GRID, HARD_MAX_GRID)
+        }
+    }
+}
+
+/// Candidate splitting widths, in units of σ_max (the cost model picks one).
+const ETA_FACTORS: [f64; 10] = [1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0, 12.0];
+/// Candidate window widths s = τ/η (≤ 1/√2).
+const S_CANDIDATES: [f64; 12] = [
+    0.1,
+    0.15,
+    0.2,
+    0.25,
+    0.3,
+    0.35,
+    0.4,
+    0.45,
+    0.5,
+    0.55,
+    0.6,
+    std::f64::consts::FRAC_1_SQRT_2,
+];
+
+/// The constants of the planner's cost model, nanoseconds (see [`plan`]): the
+/// method and its accuracy rules are the same on every device, the cheapest (η, s) is not.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostModel {
+    /// Per real-space pair in range, velocity only (two kernel calls).
+    pub ns_pair_velocity: f64,
+    /// Per real-space pair in range, with stretching or the gradient.
+    pub ns_pair_extra: f64,
+    /// Per distance check of the cell search.
+    pub ns_pair_check: f64,
+    /// Per grid point and log₂(M³), for each of the 6 transforms.
+    pub ns_fft_point_log: f64,
+    /// Per window point (P³) and grid field touched.
+    pub ns_grid_point: f64,
+    /// Fields touched per window point when spreading (3 strength components).
+    pub spread_fields: f64,
+    /// … when gathering the velocity (3), and the velocity with its gradient (6: F·w and F·∂w).
+    pub gather_fields: f64,
+    pub gather_fields_gradient: f64,
+    /// Fixed cost per source and per target.
+    pub ns_per_particle: f64,
+}
+
+impl CostModel {
+    /// One CPU core, measured with the release build on the development machine.
+    pub const CPU: CostModel = CostModel {
+        ns_pair_velocity: 180.0,
+        ns_pair_extra: 300.0,
+        ns_pair_check: 5.0,
+        ns_fft_point_log: 0.45,
+        ns_grid_point: 0.5,
+        spread_fields: 3.0,
+        gather_fields: 3.0,
+        gather_fields_gradient: 6.0,
+        ns_per_particle: 500.0,
+    };
+}
+
+/// Parameters of one evaluation (see the module docs for the rules).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EwaldParameters {
+    /// The requested relative accuracy ε.
+    pub accuracy: f64,
+    /// Splitting width η ≥ max σ_q.
+    pub eta: f64,
+    /// Window width τ = s·η.
+    pub tau: f64,
+    /// Real-space cutoff r_c = ρ_c η.
+    pub r_cut: f64,
+    /// Grid points per side M.
+    pub grid: usize,
+    /// Window support P (nodes per dimension).
+    pub support: usize,
+    /// Retained wavenumbers |k_i| ≤ K.
+    pub kmax: usize,
+    /// Sources in the real-space part (those with σ_q ≠ η).
+    pub real_space_sources: usize,
+    /// Cells per side of the real-space cell lists; 0: explicit images (r_c ≥ π).
+    pub cells_per_side: usize,
+    /// The cost model's estimate, seconds on one core.
+    pub estimated_seconds: f64,
+}
+
+impl std::fmt::Display for EwaldParameters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ε={:.0e} η={:.4} τ={:.4} r_c={:.4} M={} P={} K={} real-space sources={} cells={}",
+            self.accuracy,
+            self.eta,
+            self.tau,
+            self.r_cut,
+            self.grid,
+            self.support,
+            self.kmax,
+            self.real_space_sources,
+            self.cells_per_side
+        )
+    }
+}
+
+/// Smallest even 2^a 3^b 5^c 7^d ≥ n.
+pub(crate) fn fft_size(n: usize) -> usize {
+    let mut m = n.max(2);
+    loop {
+        if m % 2 == 0 {
+            let mut r = m;
+            for p in [2, 3, 5, 7] {
+                while r % p == 0 {
+                    r /= p;
+                }
+            }
+            if r == 1 {
+                return m;
+            }
+        }
+        m += 1;
+    }
+}
+
+/// Chooses η, τ, r_c, M and P for `accuracy` (module docs): the rules fix r_c, P and M for
+/// each candidate (η, s), and the cheapest candidate by the cost model wins.
+///
+/// `n_below_max` is the number of sources with σ_q < σ_max (the real-space sources when
+/// η = σ_max); `extra` says whether stretching or the gradient is wanted. Cost model (one
+/// core, ns; measured with the release build on the development machine): real-space pairs
+/// in range × (180 velocity, 300 with extras; two kernel calls each) + distance checks × 5,
+/// transforms 6 × 0.45 M³ log₂ M³, spreading 3 P³ N_s and gathering (3 or 6) P³ N_t × 0.5,
+/// plus 500 per particle ([`CostModel::CPU`]; the GPU has its own). Sources and targets are
+/// assumed spread over the box. Grids larger than `max_grid`³ are not considered
+/// ([`max_grid_for_memory`]).
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    accuracy: f64,
+    sigma_max: f64,
+    n_below_max: usize,
+    n_sources: usize,
+    n_targets: usize,
+    extra: bool,
+    cost: &CostModel,
+    max_grid: usize,
+) -> Result<EwaldParameters, SummationError> {
+    let ell = (1.0 / accuracy).ln();
+    let rho_c = (2.0 * (ell + REAL_MARGIN)).sqrt();
+    let (ns, nt) = (n_sources as f64, n_targets as f64);
+    let volume = TAU * TAU * TAU;
+    let mut best: Option<EwaldParameters> = None;
+    for fac in ETA_FACTORS {
+        let eta = sigma_max * fac;
+        let n_rs = if fac == 1.0 { n_below_max } else { n_sources };
+        let r_cut = rho_c * eta;
+        let cells = cells_for(r_cut);
+        let real_ns = if n_rs == 0 {
+            0.0
+        } else {
+            let width = (2 * CELL_SUB + 1) as f64;
+            let checked = if cells > 0 {
+                (width / cells as f64).min(1.0).powi(3)
+            } else {
+                let m = ((r_cut + PI) / TAU).ceil();
+                (2.0 * m + 1.0).powi(3)
+            };
+            let in_range = (4.0 / 3.0 * PI * r_cut.powi(3) / volume).min(checked);
+            let pair = if extra {
+                cost.ns_pair_extra
+            } else {
+                cost.ns_pair_velocity
+            };
+            nt * n_rs as f64 * (checked * cost.ns_pair_check + in_range * pair)
+        };
+        for s in S_CANDIDATES {
+            let tau = s * eta;
+            let mesh_e = (2.0 * (ell + MESH_MARGIN - 2.0 * s.ln())).sqrt();
+            let window_e = (2.0 * (ell + WINDOW_MARGIN - s.ln())).sqrt();
+            let m_min = mesh_e / (eta * s * (1.0 - s * s).sqrt());
+            // (m_min is NaN or infinite only for degenerate σ_max, rejected before.)
+            if m_min.is_nan() || m_min > max_grid as f64 {
+                continue;
+            }
+            let m = fft_size((m_min.ceil() as usize).max(8));
+            if m > max_grid {
+                continue;
+            }
+            let h = TAU / m as f64;
+            let p = (2.0 * tau * window_e / h).ceil() as usize;
+            if p > m {
+                continue;
+            }
+            let m3 = (m as f64).powi(3);
+            let p3 = (p as f64).powi(3);
+            let gather = if extra {
+                cost.gather_fields_gradient
+            } else {
+                cost.gather_fields
+            };
+            let mesh_ns = 6.0 * cost.ns_fft_point_log * m3 * m3.log2()
+                + cost.ns_grid_point * p3 * (cost.spread_fields * ns + gather * nt)
+                + cost.ns_per_particle * (ns + nt);
+            let cost = (real_ns + mesh_ns) * 1e-9;
+            if best.as_ref().is_none_or(|b| cost < b.estimated_seconds) {
+                best = Some(EwaldParameters {
+                    accuracy,
+                    eta,
+                    tau,
+                    r_cut,
+                    grid: m,
+                    support: p,
+                    kmax: (m - 1) / 2,
+                    real_space_sources: n_rs,
+                    cells_per_side: cells,
+                    estimated_seconds: cost,
+                });
+            }
+        }
+    }
+    best.ok_or_else(|| {
+        SummationError::Unsupported(format!(
+            "Ewald: no grid of at most {max_grid}^3 points reaches accuracy {accuracy:e} \
+             for core radius σ_max = {sigma_max} in the box [-π, π)^3"
+        ))
+    })
+}
+
+/// The parameters of one evaluation of `sources` (non-empty) at `n_targets` targets — planned
+/// with `cost`, or the `fixed` ones checked and completed — and the real-space sources: those
+/// with σ_q ≠ η when η = σ_max (the sources at σ_max cancel exactly), every source when
+/// η > σ_max.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn evaluation_setup(
+    accuracy: f64,
+    fixed: Option<&EwaldParameters>,
+    sources: &Sources,
+    n_targets: usize,
+    want_grad: bool,
+    cost: &CostModel,
+    max_grid: usize,
+) -> Result<(EwaldParameters, Vec<usize>), SummationError> {
+    let (_, sigma_max) = sigma_range(sources)?;
+    let below: Vec<usize> = (0..sources.len())
+        .filter(|&q| sources.sigma[q] != sigma_max)
+        .collect();
+    let params = match fixed {
+        None => plan(
+            accuracy,
+            sigma_max,
+            below.len(),
+            sources.len(),
+            n_targets,
+            want_grad,
+            cost,
+            max_grid,
+        )?,
+        Some(f) => {
+            if f.eta < sigma_max || f.support > f.grid || f.grid < 4 {
+                return Err(SummationError::Unsupported(format!(
+                    "Ewald: fixed parameters need η ≥ σ_max = {sigma_max} and P ≤ M ({f})"
+                )));
+            }
+            let mut p = f.clone();
+            p.kmax = (p.grid - 1) / 2;
+            p.cells_per_side = cells_for(p.r_cut);
+            p.real_space_sources = if p.eta == sigma_max {
+                below.len()
+            } else {
+                sources.len()
+            };
+            p.estimated_seconds = f64::NAN;
+            p
+        }
+    };
+    let selected = if params.eta == sigma_max {
+        below
+    } else {
+        (0..sources.len()).collect()
+    };
+    Ok((params, selected))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The memory cap changes no plan of the sizes the tests and named cases use: lattices up
+    /// to 64³ (σ = h) at accuracies 1e-3 … 1e-10 and the random sets of tests/ewald.rs down to
+    /// 1e-12, plan
+    /// the same parameters under the smallest cap the memory rule gives ([`MIN_MAX_GRID`]), the
+    /// former fixed cap ([`DEFAULT_MAX_GRID`]) and the largest ([`HARD_MAX_GRID`]).
+    #[test]
+    fn grid_cap_from_memory_keeps_the_plans_of_small_cases() {
+        let mut cases = Vec::new();
+        for n in [8usize, 12, 16, 24, 32, 48, 64] {
+            let h = TAU / n as f64;
+            cases.push((h, 0, n * n * n));
+        }
+        for (sigma_max, n) in [(0.4, 200), (0.3, 300), (0.5, 300), (0.8, 60), (0.1, 50)] {
+            cases.push((sigma_max, n, n));
+        }
+        for (sigma_max, below, n) in cases {
+            // (The random sets of the tests go down to 1e-12; a 64³ lattice at 1e-12 plans
+            // M = 288, above the floor: planned the same only where memory allows.)
+            let tightest = if below > 0 { 1e-12 } else { 1e-10 };
+            for acc in [1e-3, 1e-4, 1e-6, 1e-8, 1e-10, tightest] {
+                for extra in [false, true] {
+                    for cost in [&CostModel::CPU, &crate::summation::ewald::engine::GPU_COSTS] {
+                        let at = |cap| plan(acc, sigma_max, below, n, n, extra, cost, cap);
+                        let (a, b, c) = (at(MIN_MAX_GRID), at(DEFAULT_MAX_GRID), at(HARD_MAX_GRID));
+                        let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
+                        assert_eq!(a, b, "σ={sigma_max} n={n} ε={acc}");
+                        assert_eq!(b, c, "σ={sigma_max} n={n} ε={acc}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grid_cap_follows_memory() {
+        assert_eq!(max_grid_for_memory(None, 64), DEFAULT_MAX_GRID);
+        // 256 MiB: never below the floor.
+        assert_eq!(max_grid_for_memory(Some(1 << 28), 64), MIN_MAX_GRID);
+        // 80 GB on a GPU at 48 B per point and half of it: (0.5·80e9/48)^(1/3) ≈ 941 → the cap.
+        assert_eq!(max_grid_for_memory(Some(80_000_000_000), 48), HARD_MAX_GRID);
+        // 16 GB of host memory: (0.5·16e9/64)^(1/3) = 500.
+        assert_eq!(max_grid_for_memory(Some(16_000_000_000), 64), 500);
+    }
+}

@@ -1,0 +1,466 @@
+//! Verification of evaluators (in the spirit of exafmm's `verify`): seeded particle fixtures in
+//! the periodic box or in free space, and the error of an evaluator's velocity, stretching or
+//! gradient against a reference evaluator, over all targets or a random sample of them.
+//!
+//! Errors follow PHYSICS.md §8: the relative L2 error √(Σ|u − u_ref|² / Σ|u_ref|²) over the
+//! targets (all components), and the maximum of |u − u_ref| (largest component difference)
+//! over the rms of u_ref, where cell-boundary artefacts show. Used by the tests
+//! (`tests/ewald.rs`, `tests/gpu.rs`, `tests/gpu_ewald.rs`) and by `vpm bench`.
+
+use super::{Evaluation, Extra, Sources, Summation, SummationError};
+use crate::kernel::StretchingScheme;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::f64::consts::{PI, TAU};
+
+/// GPU 0 when it is usable; otherwise prints "`test`: skipped, no usable GPU: reason" (the line
+/// scripts/gpu-check.sh looks for on a GPU machine) and returns `None`, so GPU tests pass on
+/// machines without one.
+pub fn gpu_or_skip(test: &str) -> Option<std::sync::Arc<crate::device::cuda::Gpu>> {
+    match crate::device::cuda::gpu_at(0) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            eprintln!("{test}: skipped, no usable GPU: {e}");
+            None
+        }
+    }
+}
+
+/// Particles owned by a fixture: positions, strengths, core radii.
+#[derive(Debug, Clone, Default)]
+pub struct Particles {
+    pub x: Vec<[f64; 3]>,
+    pub alpha: Vec<[f64; 3]>,
+    pub sigma: Vec<f64>,
+}
+
+impl Particles {
+    pub fn sources(&self) -> Sources<'_> {
+        Sources {
+            x: &self.x,
+            alpha: &self.alpha,
+            sigma: &self.sigma,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.x.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.x.is_empty()
+    }
+
+    /// `n` particles uniform in [−`spread`·π, `spread`·π)³ (spread > 1 puts some outside the box:
+    /// the periodic evaluators wrap them), strengths uniform in [−1, 1]³ with the mean removed
+    /// (Σα = 0, as the periodic velocity needs, PHYSICS.md §4), cores uniform in [smin, smax].
+    /// Draws, in order: all positions, all strengths, all cores.
+    pub fn random_in_box(n: usize, spread: f64, smin: f64, smax: f64, seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let x = uniform_points(&mut rng, n, spread * PI);
+        let mut alpha: Vec<[f64; 3]> = (0..n)
+            .map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0)))
+            .collect();
+        remove_mean(&mut alpha);
+        let sigma = (0..n).map(|_| rng.random_range(smin..=smax)).collect();
+        Particles { x, alpha, sigma }
+    }
+
+    /// The n³ lattice of [`super::lattice::lattice_nodes`] with σ = h = 2π/n, positions moved by
+    /// up to `jitter`·h per coordinate (no draws when `jitter` is 0), strengths uniform in
+    /// [−h³, h³]³ with the mean removed: the layout of a vortex run in the box.
+    pub fn lattice(n: usize, jitter: f64, seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let h = TAU / n as f64;
+        let mut x = super::lattice::lattice_nodes(n);
+        if jitter != 0.0 {
+            for p in &mut x {
+                *p = p.map(|v| v + jitter * h * rng.random_range(-1.0..1.0));
+            }
+        }
+        let mut alpha: Vec<[f64; 3]> = (0..x.len())
+            .map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0) * h * h * h))
+            .collect();
+        remove_mean(&mut alpha);
+        let sigma = vec![h; x.len()];
+        Particles { x, alpha, sigma }
+    }
+
+    /// `n` particles uniform in [−π, π)³ in free space, strengths uniform in [−1, 1]³ (no mean
+    /// removed), equal cores σ = 2π/n^{1/3} (about one spacing): the benchmarks' layout.
+    pub fn free_space(n: usize, seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let x = uniform_points(&mut rng, n, PI);
+        let alpha = (0..n)
+            .map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0)))
+            .collect();
+        let sigma = vec![TAU / (n.max(1) as f64).cbrt(); n];
+        Particles { x, alpha, sigma }
+    }
+}
+
+/// `n` points uniform in [−π, π)³.
+pub fn random_points(n: usize, seed: u64) -> Vec<[f64; 3]> {
+    uniform_points(&mut ChaCha8Rng::seed_from_u64(seed), n, PI)
+}
+
+fn uniform_points(rng: &mut ChaCha8Rng, n: usize, half: f64) -> Vec<[f64; 3]> {
+    (0..n)
+        .map(|_| std::array::from_fn(|_| rng.random_range(-half..half)))
+        .collect()
+}
+
+/// Subtracts the mean vector.
+pub fn remove_mean(v: &mut [[f64; 3]]) {
+    let n = v.len() as f64;
+    let mean: [f64; 3] = std::array::from_fn(|c| v.iter().map(|a| a[c]).sum::<f64>() / n);
+    for a in v {
+        for c in 0..3 {
+            a[c] -= mean[c];
+        }
+    }
+}
+
+/// `count` distinct indices of 0..n drawn at random (seeded), in increasing order; all of them
+/// when count ≥ n.
+pub fn sample(n: usize, count: usize, seed: u64) -> Vec<usize> {
+    if count >= n {
+        return (0..n).collect();
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut idx: Vec<usize> = (0..n).collect();
+    for k in 0..count {
+        let j = rng.random_range(k..n);
+        idx.swap(k, j);
+    }
+    idx.truncate(count);
+    idx.sort_unstable();
+    idx
+}
+
+/// Relative L2 difference ‖a − b‖/‖b‖ over all components.
+pub fn rel_l2<const K: usize>(a: &[[f64; K]], b: &[[f64; K]]) -> f64 {
+    assert_eq!(a.len(), b.len(), "rel_l2 of different lengths");
+    let (mut e, mut n) = (0.0, 0.0);
+    for (x, y) in a.iter().zip(b) {
+        for k in 0..K {
+            e += (x[k] - y[k]).powi(2);
+            n += y[k] * y[k];
+        }
+    }
+    (e / n).sqrt()
+}
+
+/// Largest component difference max |a − b| over the rms component of b.
+pub fn max_rel<const K: usize>(a: &[[f64; K]], b: &[[f64; K]]) -> f64 {
+    assert_eq!(a.len(), b.len(), "max_rel of different lengths");
+    let (mut worst, mut n) = (0.0f64, 0.0);
+    for (x, y) in a.iter().zip(b) {
+        for k in 0..K {
+            worst = worst.max((x[k] - y[k]).abs());
+            n += y[k] * y[k];
+        }
+    }
+    let rms = (n / (K * a.len().max(1)) as f64).sqrt();
+    worst / rms
+}
+
+/// Row-major flattening of 3×3 gradients (for [`rel_l2`]).
+pub fn flat9(g: &[[[f64; 3]; 3]]) -> Vec<[f64; 9]> {
+    g.iter()
+        .map(|m| std::array::from_fn(|k| m[k / 3][k % 3]))
+        .collect()
+}
+
+/// Whether every value is finite (a GPU output fully written: its buffers are poisoned with NaN).
+pub fn all_finite<const K: usize>(v: &[[f64; K]]) -> bool {
+    v.iter().flatten().all(|x| x.is_finite())
+}
+
+/// Host outputs full of NaN for `n` targets, so a missing write shows.
+pub fn poisoned(n: usize) -> Evaluation {
+    Evaluation {
+        velocity: vec![[f64::NAN; 3]; n],
+        stretching: vec![[f64::NAN; 3]; n],
+        gradient: vec![[[f64::NAN; 3]; 3]; n],
+    }
+}
+
+/// Relative L2 and maximum error of one quantity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct ErrorStats {
+    pub rel_l2: f64,
+    pub max_rel: f64,
+}
+
+impl ErrorStats {
+    pub fn of<const K: usize>(a: &[[f64; K]], b: &[[f64; K]]) -> Self {
+        ErrorStats {
+            rel_l2: rel_l2(a, b),
+            max_rel: max_rel(a, b),
+        }
+    }
+}
+
+/// Errors of one evaluation: the velocity and, when asked, the stretching or the gradient.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Errors {
+    pub velocity: ErrorStats,
+    /// Stretching or gradient (whichever `extra` asked), `None` for velocity only.
+    pub extra: Option<ErrorStats>,
+}
+
+/// Errors of `out` (a candidate's evaluation at all of `targets` with `extra`) on the sample of
+/// targets listed in `idx` (indices into `targets`), against `reference` evaluated at those
+/// targets only (the stretching strengths of `extra` taken at the same indices): how the
+/// benchmarks check a large evaluation at the cost of a small one.
+pub fn errors_on_sample(
+    out: &Evaluation,
+    reference: &mut dyn Summation,
+    sources: &Sources,
+    targets: &[[f64; 3]],
+    extra: Extra,
+    idx: &[usize],
+) -> Result<Errors, SummationError> {
+    let pick = |v: &[[f64; 3]]| -> Vec<[f64; 3]> { idx.iter().map(|&i| v[i]).collect() };
+    let tx = pick(targets);
+    let talpha;
+    let sub_extra = match extra {
+        Extra::Stretching { alpha, scheme } => {
+            talpha = pick(alpha);
+            Extra::Stretching {
+                alpha: &talpha,
+                scheme,
+            }
+        }
+        e => e,
+    };
+    let mut r = Evaluation::default();
+    reference.evaluate(sources, &tx, sub_extra, &mut r)?;
+    let velocity = ErrorStats::of(&pick(&out.velocity), &r.velocity);
+    let extra = match extra {
+        Extra::None => None,
+        Extra::Stretching { .. } => Some(ErrorStats::of(&pick(&out.stretching), &r.stretching)),
+        Extra::Gradient => {
+            let g: Vec<[[f64; 3]; 3]> = idx.iter().map(|&i| out.gradient[i]).collect();
+            Some(ErrorStats::of(&flat9(&g), &flat9(&r.gradient)))
+        }
+    };
+    Ok(Errors { velocity, extra })
+}
+
+/// Evaluates `candidate` and `reference` at all `targets` with `extra` and returns the
+/// candidate's errors (the candidate's output starts poisoned; a value left unwritten is an
+/// error).
+pub fn compare(
+    candidate: &mut dyn Summation,
+    reference: &mut dyn Summation,
+    sources: &Sources,
+    targets: &[[f64; 3]],
+    extra: Extra,
+) -> Result<Errors, SummationError> {
+    let mut out = poisoned(targets.len());
+    candidate.evaluate(sources, targets, extra, &mut out)?;
+    let written = all_finite(&out.velocity)
+        && match extra {
+            Extra::None => true,
+            Extra::Stretching { .. } => all_finite(&out.stretching),
+            Extra::Gradient => all_finite(&flat9(&out.gradient)),
+        };
+    if !written {
+        return Err(SummationError::Device(format!(
+            "{}: not every output value was written",
+            candidate.name()
+        )));
+    }
+    let all: Vec<usize> = (0..targets.len()).collect();
+    errors_on_sample(&out, reference, sources, targets, extra, &all)
+}
+
+/// The worst errors over velocity only, both stretching schemes (target strengths `talpha`) and
+/// the gradient: (worst velocity, worst stretching/gradient), each the largest of the four
+/// evaluations, and a line describing each.
+pub fn compare_all_extras(
+    candidate: &mut dyn Summation,
+    reference: &mut dyn Summation,
+    sources: &Sources,
+    targets: &[[f64; 3]],
+    talpha: &[[f64; 3]],
+) -> Result<(ErrorStats, ErrorStats, String), SummationError> {
+    let mut worst_v = ErrorStats::default();
+    let mut worst_x = ErrorStats::default();
+    let mut line = String::new();
+    let extras = [
+        ("velocity", Extra::None),
+        (
+            "classical",
+            Extra::Stretching {
+                alpha: talpha,
+                scheme: StretchingScheme::Classical,
+            },
+        ),
+        (
+            "transposed",
+            Extra::Stretching {
+                alpha: talpha,
+                scheme: StretchingScheme::Transposed,
+            },
+        ),
+        ("gradient", Extra::Gradient),
+    ];
+    for (name, extra) in extras {
+        let e = compare(candidate, reference, sources, targets, extra)?;
+        worst_v.rel_l2 = worst_v.rel_l2.max(e.velocity.rel_l2);
+        worst_v.max_rel = worst_v.max_rel.max(e.velocity.max_rel);
+        line += &format!("{name}: u {:.2e}", e.velocity.rel_l2);
+        if let Some(x) = e.extra {
+            worst_x.rel_l2 = worst_x.rel_l2.max(x.rel_l2);
+            worst_x.max_rel = worst_x.max_rel.max(x.max_rel);
+            line += &format!(" extra {:.2e}", x.rel_l2);
+        }
+        line += "; ";
+    }
+    Ok((worst_v, worst_x, line))
+}
+
+/// The device form of `evaluator` ([`Summation::device_form`]) against its host form on the same
+/// particles, targets = sources, with `extra` (stretching of the particles' own strengths, the
+/// gradient, or the velocity only): the largest absolute difference of the velocity and of the
+/// extra over all components (0 when the two are bit-identical). The particles are copied to
+/// the evaluator's GPU once, the device results back once (to compare). An error when the
+/// evaluator has no device form.
+pub fn device_against_host(
+    evaluator: &mut dyn Summation,
+    p: &Particles,
+    extra: Extra,
+) -> Result<(f64, f64), SummationError> {
+    use super::{DeviceEvaluation, DeviceExtra, DeviceSources, DeviceTargets};
+    use crate::device::buffer::DeviceBuffer;
+    let mut host = Evaluation::default();
+    evaluator.evaluate(&p.sources(), &p.x, extra, &mut host)?;
+    let name = evaluator.name();
+    let dev = evaluator
+        .device_form()
+        .ok_or_else(|| SummationError::Unsupported(format!("{name} has no device form")))?;
+    let e = |e: crate::device::cuda::CudaError| SummationError::Device(e.to_string());
+    let stream = dev.gpu().context().new_stream().map_err(|err| {
+        e(crate::device::cuda::CudaError::driver(
+            "creating a stream",
+            err,
+        ))
+    })?;
+    let (mut x, mut alpha, mut sigma) = (
+        DeviceBuffer::new(),
+        DeviceBuffer::new(),
+        DeviceBuffer::new(),
+    );
+    x.upload(&stream, p.x.as_flattened(), "positions")
+        .map_err(e)?;
+    alpha
+        .upload(&stream, p.alpha.as_flattened(), "strengths")
+        .map_err(e)?;
+    sigma.upload(&stream, &p.sigma, "cores").map_err(e)?;
+    stream
+        .synchronize()
+        .map_err(|err| e(crate::device::cuda::CudaError::driver("uploading", err)))?;
+    let sigma_max = p.sigma.iter().cloned().fold(0.0, f64::max);
+    let sources = DeviceSources {
+        x: &x,
+        alpha: &alpha,
+        sigma: &sigma,
+        n: p.len(),
+        sigma_max,
+        equal_cores: p.sigma.iter().all(|&s| s == sigma_max),
+    };
+    let dextra = match extra {
+        Extra::None => DeviceExtra::None,
+        Extra::Stretching { scheme, .. } => DeviceExtra::Stretching {
+            alpha: None,
+            scheme,
+        },
+        Extra::Gradient => DeviceExtra::Gradient,
+    };
+    let mut out = DeviceEvaluation::default();
+    dev.evaluate_on_device(&sources, &DeviceTargets::Sources, &dextra, &mut out)?;
+    let n = p.len();
+    let mut u = vec![0.0; 3 * n];
+    out.velocity
+        .download(&stream, &mut u, "velocity")
+        .map_err(e)?;
+    let (ex_buf, ex_host): (_, Vec<f64>) = match extra {
+        Extra::None => (None, Vec::new()),
+        Extra::Stretching { .. } => (
+            Some(&out.stretching),
+            host.stretching.as_flattened().to_vec(),
+        ),
+        Extra::Gradient => (
+            Some(&out.gradient),
+            host.gradient.as_flattened().as_flattened().to_vec(),
+        ),
+    };
+    let mut ex = vec![0.0; ex_host.len()];
+    if let Some(b) = ex_buf {
+        b.download(&stream, &mut ex, "extra").map_err(e)?;
+    }
+    stream
+        .synchronize()
+        .map_err(|err| e(crate::device::cuda::CudaError::driver("downloading", err)))?;
+    let diff = |a: &[f64], b: &[f64]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| match (x - y).abs() {
+                _ if x == y => 0.0,
+                d if d.is_nan() => f64::INFINITY,
+                d => d.max(f64::MIN_POSITIVE),
+            })
+            .fold(0.0, f64::max)
+    };
+    Ok((diff(&u, host.velocity.as_flattened()), diff(&ex, &ex_host)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::summation::direct::DirectFreeSpace;
+
+    #[test]
+    fn an_evaluator_against_itself_has_zero_error() {
+        let p = Particles::free_space(50, 1);
+        let t = random_points(20, 2);
+        let (v, x, _) = compare_all_extras(
+            &mut DirectFreeSpace,
+            &mut DirectFreeSpace,
+            &p.sources(),
+            &t,
+            &p.alpha[..20],
+        )
+        .unwrap();
+        assert_eq!(
+            (v.rel_l2, v.max_rel, x.rel_l2, x.max_rel),
+            (0.0, 0.0, 0.0, 0.0)
+        );
+    }
+
+    #[test]
+    fn fixtures_are_seeded_and_zero_sum() {
+        let a = Particles::random_in_box(100, 1.0, 0.2, 0.3, 5);
+        let b = Particles::random_in_box(100, 1.0, 0.2, 0.3, 5);
+        assert_eq!(a.x, b.x);
+        let s: f64 = a.alpha.iter().map(|v| v[0] + v[1] + v[2]).sum();
+        assert!(s.abs() < 1e-12);
+        let l = Particles::lattice(4, 0.0, 1);
+        assert_eq!(l.x, super::super::lattice::lattice_nodes(4));
+        let s = sample(1000, 10, 3);
+        assert_eq!(s.len(), 10);
+        assert!(s.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn errors_measure_what_they_say() {
+        let b = vec![[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]];
+        let a = vec![[1.1, 0.0, 0.0], [0.0, 1.0, 0.0]];
+        assert!((rel_l2(&a, &b) - (0.01f64 / 2.0).sqrt()).abs() < 1e-12);
+        // max |a − b| = 0.1 over the rms component (1/√3).
+        assert!((max_rel(&a, &b) - 0.1 * 3f64.sqrt()).abs() < 1e-12);
+    }
+}
