@@ -77,8 +77,8 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
             // A device that cannot be had fails before a run directory is made.
-            vpm::run::RunDevices::open(&case)?;
-            vpm::run::memory::check_fits(&case)?;
+            let devices = vpm::run::RunDevices::open(&case)?;
+            vpm::run::memory::check_fits(&case, &devices)?;
             let threads = set_threads(args.threads)?;
             let run_dir = create_run_dir(&case.name, args.out.as_deref(), args.force)?;
             if !cli.quiet {
@@ -287,11 +287,8 @@ fn finish(sim: &mut dyn Run, quiet: bool) -> Result<()> {
 fn check(arg: &str, threads: Option<usize>) -> Result<()> {
     let (case, _text) = resolve_case(arg)?;
     print!("{}", case.to_toml_string());
-    let gpu = case
-        .vortex
-        .as_ref()
-        .is_some_and(|v| v.device.unwrap_or(case.device).is_cuda());
-    let estimate = memory::estimate(&case, gpu)?;
+    let devices = vpm::run::RunDevices::open(&case)?;
+    let estimate = memory::estimate(&case, &devices)?;
     println!("\n# Memory (estimate of the large arrays):");
     for (part, bytes) in &estimate.host {
         println!("#   host   {:>12}  {part}", memory::human_bytes(*bytes));
@@ -327,7 +324,7 @@ fn check(arg: &str, threads: Option<usize>) -> Result<()> {
             println!("#   adaptive dt (cfl): the number of steps is known only as the run goes")
         }
     }
-    memory::check_fits(&case)
+    memory::check_fits(&case, &devices)
 }
 
 fn human_seconds(s: f64) -> String {

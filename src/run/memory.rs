@@ -5,21 +5,20 @@
 //! small allocation; they are meant to be within a factor of about 1.5 of the peak resident
 //! size, which is what decides whether a run can start.
 
-use crate::config::{Case, TimeStep};
-use crate::device::{host_memory_available, Device, DeviceRequest};
+use crate::config::{Case, InitialCondition, TimeStep};
+use crate::device::{host_memory_available, Device};
+use crate::run::RunDevices;
+use crate::summation::{planner, Boundary};
 use crate::spectral::{Dealias, SpectralGrid};
 use anyhow::{bail, Result};
 
 /// Bytes of one complex f64.
 const C64: u64 = 16;
-/// Host bytes per particle of the CPU particle solver: the set (x, α, σ, id: 64 B), the next
-/// and Heun-predictor copies (128 B), velocity and stretching now, at the predictor and in the
-/// AB2 history (144 B), and the evaluator's per-particle buffers (cell lists, sorted copies,
-/// about 128 B).
-const HOST_BYTES_PER_PARTICLE: u64 = 464;
-/// Device bytes per particle of a GPU evaluator: f32 positions, strengths and cores (28 B),
-/// f32 results (24 B), sorting keys and cell indices (16 B), f64 inputs staged (56 B).
-const DEVICE_BYTES_PER_PARTICLE: u64 = 124;
+/// Host bytes per particle of the particle stepper: the set (x, α, σ, id: 64 B), the next and
+/// Heun-predictor copies (128 B), velocity and stretching now, at the predictor and in the AB2
+/// history (144 B). The evaluator's own memory comes from
+/// [`crate::summation::planner::estimate_bytes`].
+const HOST_BYTES_PER_PARTICLE: u64 = 336;
 
 /// Memory a case needs, by part.
 #[derive(Debug, Clone, Default)]
@@ -76,33 +75,21 @@ pub fn particle_count(case: &Case) -> Result<usize> {
     }
 }
 
-/// The device the case's particle solver would run on, without opening it: `Some(true)` for a
-/// GPU, `Some(false)` for the CPU, `None` for `auto` (decided at run time).
-fn vortex_wants_gpu(case: &Case) -> Option<bool> {
-    let request = case
-        .vortex
-        .as_ref()
-        .and_then(|v| v.device)
-        .unwrap_or(case.device);
-    match request {
-        DeviceRequest::Cpu => Some(false),
-        DeviceRequest::Cuda(_) => Some(true),
-        DeviceRequest::Auto => None,
-    }
-}
-
-/// Estimates the memory of a case; `gpu` says whether its particle solver runs on a GPU.
-pub fn estimate(case: &Case, gpu: bool) -> Result<MemoryEstimate> {
+/// Estimates the memory of a case whose solvers run on `devices`.
+pub fn estimate(case: &Case, devices: &RunDevices) -> Result<MemoryEstimate> {
     let mut e = MemoryEstimate::default();
     if let Some(s) = &case.spectral {
         e.host
             .push(("spectral solver".into(), spectral_bytes(s.n, s.dealias)));
     }
-    if let Some(vc) = &case.vortex {
-        let np = particle_count(case)? as u64;
-        e.host
-            .push((format!("{np} particles"), np * HOST_BYTES_PER_PARTICLE));
-        if vc.reinit_every.is_some() {
+    if let (Some(vc), Some(device)) = (&case.vortex, &devices.vortex) {
+        let np = particle_count(case)?;
+        e.host.push((
+            format!("{np} particles"),
+            np as u64 * HOST_BYTES_PER_PARTICLE,
+        ));
+        let lattice_n = if vc.reinit_every.is_some() { vc.n } else { 0 };
+        if lattice_n > 0 {
             // Blob vorticity and the RBF solve on the n³ lattice: three complex fields and a
             // real copy.
             let lattice = (vc.n as u64).pow(3);
@@ -112,12 +99,30 @@ pub fn estimate(case: &Case, gpu: bool) -> Result<MemoryEstimate> {
         if let Some(s) = &case.spectral {
             // The particle velocity at the N³ nodes and its modes, for the shared diagnostics.
             let nodes = (s.n as u64).pow(3);
-            e.host
-                .push(("particle diagnostics grid".into(), nodes * 48));
+            e.host.push(("particle diagnostics grid".into(), nodes * 48));
         }
-        if gpu {
-            e.device
-                .push((format!("{np} particles"), np * DEVICE_BYTES_PER_PARTICLE));
+        let boundary = if matches!(case.initial, InitialCondition::VortexRing { .. }) {
+            Boundary::FreeSpace
+        } else {
+            Boundary::Periodic {
+                length: std::f64::consts::TAU,
+            }
+        };
+        let ev = planner::estimate_bytes(
+            boundary,
+            vc.evaluator,
+            device,
+            vc.accuracy,
+            np,
+            vc.sigma0(),
+            lattice_n,
+        )?;
+        let what = format!("{} evaluator on {}", vc.evaluator, device.label());
+        if ev.host > 0 {
+            e.host.push((what.clone(), ev.host));
+        }
+        if ev.device > 0 {
+            e.device.push((what, ev.device));
         }
     }
     Ok(e)
@@ -126,9 +131,8 @@ pub fn estimate(case: &Case, gpu: bool) -> Result<MemoryEstimate> {
 /// Refuses, before anything is allocated, a case whose estimate exceeds the memory the host
 /// (the smaller of available memory and the cgroup limit) or the GPU (free memory from the
 /// driver) has, naming both figures.
-pub fn check_fits(case: &Case) -> Result<()> {
-    let gpu = vortex_wants_gpu(case).unwrap_or(false);
-    let e = estimate(case, gpu)?;
+pub fn check_fits(case: &Case, devices: &RunDevices) -> Result<()> {
+    let e = estimate(case, devices)?;
     if let Some(avail) = host_memory_available() {
         let need = e.host_total();
         if need > avail {
@@ -142,25 +146,18 @@ pub fn check_fits(case: &Case) -> Result<()> {
             );
         }
     }
-    if gpu && e.device_total() > 0 {
-        let request = case
-            .vortex
-            .as_ref()
-            .and_then(|v| v.device)
-            .unwrap_or(case.device);
-        if let Ok((device @ Device::Cuda(_), _)) = Device::open(request) {
-            if let Some(free) = device.memory_available() {
-                let need = e.device_total();
-                if need > free {
-                    bail!(
-                        "case `{}` needs about {} of GPU memory ({}), but {} has {} free",
-                        case.name,
-                        human_bytes(need),
-                        parts(&e.device),
-                        device.label(),
-                        human_bytes(free)
-                    );
-                }
+    if let Some(device @ Device::Cuda(_)) = &devices.vortex {
+        let need = e.device_total();
+        if let Some(free) = device.memory_available() {
+            if need > free {
+                bail!(
+                    "case `{}` needs about {} of GPU memory ({}), but {} has {} free",
+                    case.name,
+                    human_bytes(need),
+                    parts(&e.device),
+                    device.label(),
+                    human_bytes(free)
+                );
             }
         }
     }

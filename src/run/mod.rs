@@ -67,14 +67,15 @@ pub enum RunEnd {
 /// Starts the run the case calls for (field- or particle-defined) in an existing, empty run
 /// directory, after checking that its memory fits.
 pub fn start(case: Case, run_dir: &Path, options: RunOptions) -> Result<Box<dyn Run>> {
-    memory::check_fits(&case)?;
+    let devices = RunDevices::open(&case)?;
+    memory::check_fits(&case, &devices)?;
     Ok(if case.initial.is_particle_defined() {
         Box::new(Simulation::<particles::ParticleModel>::start(
-            case, run_dir, options,
+            case, run_dir, options, &devices,
         )?)
     } else {
         Box::new(Simulation::<field::FieldModel>::start(
-            case, run_dir, options,
+            case, run_dir, options, &devices,
         )?)
     })
 }

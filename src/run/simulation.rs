@@ -154,15 +154,19 @@ fn log_specs<M>(callbacks: &[ScheduledCallback<M>]) -> Vec<LogSpec> {
 impl<M: Model> Simulation<M> {
     /// Sets up a new run in an existing (empty) run directory: writes case.toml, the manifest,
     /// the CSV headers and the t = 0 outputs and checkpoint.
-    pub fn start(case: Case, run_dir: &Path, options: RunOptions) -> Result<Self> {
+    pub fn start(
+        case: Case,
+        run_dir: &Path,
+        options: RunOptions,
+        devices: &crate::run::RunDevices,
+    ) -> Result<Self> {
         let lock = crate::output::RunLock::acquire(run_dir, "vpm run")?;
         let t0 = Instant::now();
         write_atomic(&run_dir.join("case.toml"), case.to_toml_string().as_bytes())?;
         let mut manifest = Manifest::new(options.threads);
         manifest.set_status("running");
         manifest.write(run_dir)?;
-        let devices = crate::run::RunDevices::open(&case)?;
-        let model = M::initial(&case, &devices)?;
+        let model = M::initial(&case, devices)?;
         let mut sim = Simulation::assemble(case, run_dir, model, options, manifest, lock);
         sim.logs = Logs::create(run_dir, &log_specs(&sim.callbacks))?;
         sim.record_devices();
