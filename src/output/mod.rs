@@ -24,7 +24,10 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-pub use checkpoint::{read_latest_checkpoint, write_checkpoint, CheckpointArrays, CHECKPOINTS_DIR};
+pub use checkpoint::{
+    read_latest_checkpoint, read_latest_checkpoint_as, write_checkpoint, CheckpointArrays,
+    CHECKPOINTS_DIR,
+};
 pub use csv::CsvLog;
 pub use manifest::{cpu_model, Manifest, ResumeRecord, MANIFEST_FILE};
 pub use npz::{read_velocity_npz, write_velocity_npz, VelocityField};
@@ -179,6 +182,21 @@ fn temp_sibling(path: &Path) -> Result<PathBuf, OutputError> {
     Ok(parent_dir(path).join(tmp_name))
 }
 
+/// Fill the open `file` (at `path`, named in errors) through a buffered writer, flush it and
+/// fsync it; the file is closed on return.
+pub(crate) fn fill_and_sync<F>(file: File, path: &Path, fill: F) -> Result<(), OutputError>
+where
+    F: FnOnce(&mut BufWriter<File>, &Path) -> Result<(), OutputError>,
+{
+    let mut w = BufWriter::new(file);
+    fill(&mut w, path)?;
+    let file = w
+        .into_inner()
+        .map_err(|e| OutputError::io("write", path, e.into_error()))?;
+    file.sync_all()
+        .map_err(|e| OutputError::io("fsync", path, e))
+}
+
 /// Write a file atomically by streaming into a temporary sibling.
 ///
 /// `fill` receives a buffered writer on the temporary file; after it returns
@@ -197,14 +215,7 @@ where
             .truncate(true)
             .open(&tmp)
             .map_err(|e| OutputError::io("create temporary file", &tmp, e))?;
-        let mut w = BufWriter::new(file);
-        fill(&mut w, &tmp)?;
-        let file = w
-            .into_inner()
-            .map_err(|e| OutputError::io("write", &tmp, e.into_error()))?;
-        file.sync_all()
-            .map_err(|e| OutputError::io("fsync", &tmp, e))?;
-        drop(file);
+        fill_and_sync(file, &tmp, fill)?;
         fs::rename(&tmp, path).map_err(|e| OutputError::Rename {
             from: tmp.clone(),
             to: path.to_path_buf(),

@@ -4,7 +4,6 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::time::Utc;
 use super::{sync_dir_best_effort, OutputError};
 
 /// The entries of a run directory that vpm writes. With `--force`, exactly
@@ -43,7 +42,7 @@ pub fn create_run_dir(
 ) -> Result<PathBuf, OutputError> {
     match out {
         Some(dir) => prepare_explicit(dir, force),
-        None => create_default_in(Path::new("runs"), case_name, &Utc::now().compact()),
+        None => create_default_in(Path::new("runs"), case_name, &super::utc_now_compact()),
     }
 }
 
@@ -250,7 +249,7 @@ mod tests {
     fn default_names_use_real_clock_and_are_unique() {
         let tmp = tempfile::tempdir().unwrap();
         let base = tmp.path().join("runs");
-        let stamp = Utc::now().compact();
+        let stamp = crate::output::utc_now_compact();
         let a = create_default_in(&base, "ring", &stamp).unwrap();
         let b = create_default_in(&base, "ring", &stamp).unwrap();
         assert_ne!(a, b);
