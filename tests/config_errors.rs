@@ -886,8 +886,8 @@ fn vortex_defaults() {
     assert_eq!(
         section,
         "n = 16\noverlap = 1.0\nstretching = \"classical\"\nreinit_every = 10\nrbf = \"cg\"\n\
-         rbf_tolerance = 1e-8\nrbf_max_iterations = 200\nevaluator = \"ewald\"\n\
-         accuracy = 1e-6\n",
+         rbf_tolerance = 0.00000001\nrbf_max_iterations = 200\n\
+         evaluator = \"ewald\"\naccuracy = 0.000001\n",
         "{resolved}"
     );
     // Lattice spacing and core radius.
