@@ -10,10 +10,12 @@
 //!
 //! Layout of a run directory (names used by the rest of vpm):
 //! `case.toml`, `manifest.json`, `energy.png`, `spectrum.png`, `spectral/`,
-//! `vortex/`, `checkpoints/`, `snapshots/`, `comparison.csv`.
+//! `vortex/`, `checkpoints/`, `snapshots/`, `comparison.csv`, and the lock file
+//! `.vpm.lock` of the process writing into it ([`RunLock`]).
 
 mod checkpoint;
 mod csv;
+mod lock;
 mod manifest;
 mod npz;
 mod run_dir;
@@ -29,9 +31,10 @@ pub use checkpoint::{
     CHECKPOINTS_DIR,
 };
 pub use csv::CsvLog;
+pub use lock::{LockHolder, RunLock, LOCK_FILE};
 pub use manifest::{cpu_model, Manifest, ResumeRecord, MANIFEST_FILE};
 pub use npz::{read_velocity_npz, write_velocity_npz, VelocityField};
-pub use run_dir::{create_run_dir, VPM_OUTPUTS};
+pub use run_dir::{create_locked_run_dir, create_run_dir, VPM_OUTPUTS};
 pub use snapshot::{
     read_particle_snapshot, write_particle_snapshot, OwnedParticleSnapshot, ParticleSnapshot,
     PARTICLES_PVD, SNAPSHOTS_DIR,
@@ -69,6 +72,17 @@ pub enum OutputError {
     RunDirNotEmpty {
         /// The directory that was refused.
         path: PathBuf,
+    },
+    /// Another process (or another [`RunLock`] of this one) holds the run directory's lock.
+    #[error(
+        "run directory {} is in use by {holder}; wait for it or stop it",
+        .path.display()
+    )]
+    RunDirInUse {
+        /// The locked run directory.
+        path: PathBuf,
+        /// Who holds it, e.g. `vpm resume (pid 1234 on host-a, since 2025-03-01T12:34:56Z)`.
+        holder: String,
     },
     /// A path that should be a directory is something else.
     #[error("{} exists and is not a directory", .path.display())]
