@@ -817,6 +817,11 @@ fn with_vortex(keys: &str) -> String {
     format!("{BASE}\n[vortex]\n{keys}")
 }
 
+/// [`rejects`] for BASE with a `[vortex]` section of `keys`, the error at its first line.
+fn rejects_vortex(keys: &str, parts: &[&str]) -> String {
+    rejects(&with_vortex(keys), Some(VORTEX_LINE), parts)
+}
+
 /// Every `[vortex]` key, none at its default.
 const EVERY_VORTEX_KEY: &str = r#"n = 0x20
 overlap = 0.30000000000000004
@@ -974,21 +979,14 @@ fn vortex_round_trip_with_every_key() {
 
 #[test]
 fn vortex_bad_n() {
-    let l = Some(VORTEX_LINE);
-    rejects(
-        &with_vortex("n = 15\n"),
-        l,
+    rejects_vortex(
+        "n = 15\n",
         &["`vortex.n`", "= 15", "even integer", "≥ 8", "≤ 512"],
     );
-    rejects(
-        &with_vortex("n = 1024\n"),
-        l,
-        &["`vortex.n`", "= 1024", "≤ 512"],
-    );
-    rejects(&with_vortex("n = 6\n"), l, &["`vortex.n`", "≥ 8"]);
-    rejects(
-        &with_vortex("n = 16.0\n"),
-        l,
+    rejects_vortex("n = 1024\n", &["`vortex.n`", "= 1024", "≤ 512"]);
+    rejects_vortex("n = 6\n", &["`vortex.n`", "≥ 8"]);
+    rejects_vortex(
+        "n = 16.0\n",
         &["`vortex.n`", "expected an integer", "found a float"],
     );
     // The default, spectral.n, too large for the particles: the [vortex] header is named.
@@ -1042,44 +1040,36 @@ fn vortex_bad_stretching() {
 
 #[test]
 fn vortex_bad_reinit_every() {
-    let l = Some(VORTEX_LINE);
-    rejects(
-        &with_vortex("reinit_every = 0\n"),
-        l,
+    rejects_vortex(
+        "reinit_every = 0\n",
         &["`vortex.reinit_every`", "= 0", "integer ≥ 1", "\"never\""],
     );
-    rejects(
-        &with_vortex("reinit_every = -5\n"),
-        l,
+    rejects_vortex(
+        "reinit_every = -5\n",
         &["`vortex.reinit_every`", "integer ≥ 1"],
     );
-    rejects(
-        &with_vortex("reinit_every = \"always\"\n"),
-        l,
+    rejects_vortex(
+        "reinit_every = \"always\"\n",
         &["`vortex.reinit_every`", "\"always\"", "\"never\""],
     );
-    rejects(
-        &with_vortex("reinit_every = 2.5\n"),
-        l,
+    rejects_vortex(
+        "reinit_every = 2.5\n",
         &[
             "`vortex.reinit_every`",
             "expected an integer or the string \"never\"",
             "found a float",
         ],
     );
-    rejects(
-        &with_vortex("reinit_every = 99999999999999999999\n"),
-        l,
+    rejects_vortex(
+        "reinit_every = 99999999999999999999\n",
         &["`vortex.reinit_every`", "out of range"],
     );
 }
 
 #[test]
 fn vortex_bad_rbf() {
-    let l = Some(VORTEX_LINE);
-    rejects(
-        &with_vortex("rbf = \"lu\"\n"),
-        l,
+    rejects_vortex(
+        "rbf = \"lu\"\n",
         &["`vortex.rbf`", "\"lu\"", r#""cg", "exact""#],
     );
     // CG-only keys with the exact solve: both keys named, on the line of the CG-only key.
@@ -1092,15 +1082,13 @@ fn vortex_bad_rbf() {
             VORTEX_LINE + 1
         )
     );
-    rejects(
-        &with_vortex("rbf_max_iterations = 50\nrbf = \"exact\"\n"),
-        l,
+    rejects_vortex(
+        "rbf_max_iterations = 50\nrbf = \"exact\"\n",
         &["`vortex.rbf_max_iterations`", "`vortex.rbf`", "\"exact\""],
     );
     // Both: the first in the file.
-    rejects(
-        &with_vortex("rbf_max_iterations = 50\nrbf_tolerance = 1e-6\nrbf = \"exact\"\n"),
-        l,
+    rejects_vortex(
+        "rbf_max_iterations = 50\nrbf_tolerance = 1e-6\nrbf = \"exact\"\n",
         &["`vortex.rbf_max_iterations`", "\"exact\""],
     );
     for bad in [
@@ -1108,34 +1096,29 @@ fn vortex_bad_rbf() {
         "rbf_tolerance = 0.1",
         "rbf_tolerance = -1e-8",
     ] {
-        rejects(
-            &with_vortex(&format!("{bad}\n")),
-            l,
+        rejects_vortex(
+            &format!("{bad}\n"),
             &["`vortex.rbf_tolerance`", "> 0", "≤ 1e-2"],
         );
     }
-    rejects(
-        &with_vortex("rbf_max_iterations = 0\n"),
-        l,
+    rejects_vortex(
+        "rbf_max_iterations = 0\n",
         &["`vortex.rbf_max_iterations`", "integer ≥ 1"],
     );
 }
 
 #[test]
 fn vortex_bad_evaluator_accuracy_backend() {
-    let l = Some(VORTEX_LINE);
-    rejects(
-        &with_vortex("evaluator = \"fmm\"\n"),
-        l,
+    rejects_vortex(
+        "evaluator = \"fmm\"\n",
         &[
             "`vortex.evaluator`",
             "\"fmm\"",
             r#"must be one of "direct", "ewald""#,
         ],
     );
-    rejects(
-        &with_vortex("evaluator = 1\n"),
-        l,
+    rejects_vortex(
+        "evaluator = 1\n",
         &["`vortex.evaluator`", "expected a string", "\"direct\""],
     );
     for bad in [
@@ -1144,15 +1127,13 @@ fn vortex_bad_evaluator_accuracy_backend() {
         "accuracy = 0",
         "accuracy = inf",
     ] {
-        rejects(
-            &with_vortex(&format!("{bad}\n")),
-            l,
+        rejects_vortex(
+            &format!("{bad}\n"),
             &["`vortex.accuracy`", "≥ 1e-12", "≤ 1e-2"],
         );
     }
-    rejects(
-        &with_vortex("backend = \"opencl\"\n"),
-        l,
+    rejects_vortex(
+        "backend = \"opencl\"\n",
         &[
             "`vortex.backend`",
             "\"opencl\"",
@@ -1163,15 +1144,12 @@ fn vortex_bad_evaluator_accuracy_backend() {
 
 #[test]
 fn vortex_bad_snapshots() {
-    let l = Some(VORTEX_LINE);
-    rejects(
-        &with_vortex("snapshot_every_steps = 0\n"),
-        l,
+    rejects_vortex(
+        "snapshot_every_steps = 0\n",
         &["`vortex.snapshot_every_steps`", "≥ 1"],
     );
-    rejects(
-        &with_vortex("snapshot_every_time = -1.0\n"),
-        l,
+    rejects_vortex(
+        "snapshot_every_time = -1.0\n",
         &["`vortex.snapshot_every_time`", "> 0"],
     );
     rejects(

@@ -340,6 +340,7 @@ pub fn read_latest_checkpoint(
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::list as names;
     use super::*;
     use serde_json::json;
 
@@ -354,15 +355,6 @@ mod tests {
         a.push("t", vec![], vec![seed * 0.5]);
         a.push("empty", vec![0, 3], vec![]);
         a
-    }
-
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
     }
 
     #[test]

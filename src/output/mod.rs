@@ -300,7 +300,8 @@ mod tests {
         }
     }
 
-    fn list(dir: &Path) -> Vec<String> {
+    /// The sorted entry names of `dir`.
+    pub(crate) fn list(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

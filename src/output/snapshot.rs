@@ -594,6 +594,7 @@ pub fn write_particle_snapshot(
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::list as names;
     use super::super::tests::Mix;
     use super::*;
 
@@ -652,15 +653,6 @@ mod tests {
         let s = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(s(&a.sigma), s(&b.sigma));
         assert_eq!(a.id, b.id);
-    }
-
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
     }
 
     fn base64_decode(s: &str) -> Vec<u8> {
