@@ -5,7 +5,7 @@ use std::path::Path;
 
 use vpm::config::{
     named_case, named_cases, resolve_case, Cadence, Case, CaseError, Dealias, DeviceRequest,
-    EvaluatorKind, InitialCondition, RbfSolver, TimeStep, VortexConfig,
+    EvaluatorKind, InitialCondition, RbfSolver, TimeControl, TimeStep, VortexConfig,
 };
 use vpm::kernel::StretchingScheme;
 
@@ -844,6 +844,8 @@ fn round_trip(text: &str) -> Case {
     let again =
         Case::from_toml_str(&resolved, "case.toml").unwrap_or_else(|e| panic!("{e}\n{resolved}"));
     assert_eq!(again, case, "{resolved}");
+    // Debug spells every float in its shortest exact form: equal text, equal bits (−0.0 too).
+    assert_eq!(format!("{again:?}"), format!("{case:?}"), "{resolved}");
     assert_eq!(again.to_toml_string(), resolved);
     assert!(case.validate().is_ok());
     case
@@ -1348,4 +1350,258 @@ fn ring_is_free_space_and_the_box_is_periodic() {
         Some(26),
         &["`vortex.evaluator`", "periodic box needs \"ewald\""],
     );
+}
+
+// --- device, time.max_steps and the step limit --------------------------------------------
+
+/// The spellings of a device request and what they mean.
+const DEVICES: &[(&str, DeviceRequest)] = &[
+    ("auto", DeviceRequest::Auto),
+    ("cpu", DeviceRequest::Cpu),
+    ("cuda", DeviceRequest::Cuda(None)),
+    ("cuda:0", DeviceRequest::Cuda(Some(0))),
+    ("cuda:2", DeviceRequest::Cuda(Some(2))),
+];
+
+/// Spellings that are not device requests.
+const BAD_DEVICES: &[&str] = &[
+    "gpu",
+    "CUDA",
+    "cuda:",
+    "cuda:x",
+    "cuda:-1",
+    "cuda:12345",
+    "",
+];
+
+/// BASE with `key = value` appended to `[spectral]` (line 24).
+fn with_spectral_key(key_value: &str) -> String {
+    format!("{BASE}{key_value}\n")
+}
+
+#[test]
+fn device_defaults_to_auto_and_no_section_override() {
+    let case = round_trip(&with_vortex(""));
+    assert_eq!(case.device, DeviceRequest::Auto);
+    assert_eq!(case.spectral.unwrap().device, None);
+    assert_eq!(case.vortex.unwrap().device, None);
+}
+
+#[test]
+fn device_spellings_at_every_level() {
+    for &(spelling, want) in DEVICES {
+        let line = format!("device = \"{spelling}\"");
+        let case = round_trip(&edit(3, &line));
+        assert_eq!(case.device, want, "{line}");
+        let case = round_trip(&with_spectral_key(&line));
+        assert_eq!(case.spectral.unwrap().device, Some(want), "{line}");
+        assert_eq!(case.device, DeviceRequest::Auto);
+        let case = round_trip(&with_vortex(&format!("{line}\n")));
+        assert_eq!(case.vortex.unwrap().device, Some(want), "{line}");
+        // `backend` is the older name of the vortex `device`, written back as `device`.
+        let case = round_trip(&with_vortex(&format!("backend = \"{spelling}\"\n")));
+        assert_eq!(case.vortex.as_ref().unwrap().device, Some(want));
+        let resolved = case.to_toml_string();
+        assert!(
+            resolved.contains(&line) && !resolved.contains("backend"),
+            "{resolved}"
+        );
+    }
+}
+
+#[test]
+fn bad_device_spellings_name_the_key_and_the_allowed_list() {
+    for bad in BAD_DEVICES {
+        let line = format!("device = \"{bad}\"");
+        let parts = |key: &'static str| [key, DeviceRequest::ALLOWED];
+        rejects_edit(3, &line, &parts("`device`"));
+        rejects(
+            &with_spectral_key(&line),
+            Some(24),
+            &parts("`spectral.device`"),
+        );
+        rejects_vortex(&format!("{line}\n"), &parts("`vortex.device`"));
+        rejects_vortex(
+            &format!("backend = \"{bad}\"\n"),
+            &parts("`vortex.backend`"),
+        );
+    }
+    let m = rejects_edit(3, "device = \"gpu\"", &["\"gpu\""]);
+    assert!(m.contains(r#""auto", "cpu", "cuda" or "cuda:N""#), "{m}");
+    // Wrong type.
+    rejects_edit(
+        3,
+        "device = 0",
+        &["`device`", "expected a string", "\"cuda:N\""],
+    );
+    rejects(
+        &with_spectral_key("device = true"),
+        Some(24),
+        &["`spectral.device`", "expected a string"],
+    );
+}
+
+#[test]
+fn vortex_device_and_backend_together_is_an_error() {
+    const BOTH: &str = "`backend` is the older name of `device`: give one of them, not both";
+    // The error points at the `backend` line, wherever it stands.
+    for (keys, line) in [
+        ("device = \"cpu\"\nbackend = \"cpu\"\n", VORTEX_LINE + 1),
+        ("backend = \"cuda\"\ndevice = \"cuda:1\"\n", VORTEX_LINE),
+    ] {
+        rejects(&with_vortex(keys), Some(line), &["`vortex.backend`", BOTH]);
+    }
+}
+
+#[test]
+fn max_steps_valid_absent_and_invalid() {
+    assert_eq!(round_trip(BASE).time.max_steps, None);
+    let case = round_trip(&edit(13, "max_steps = 1_000"));
+    assert_eq!(case.time.max_steps, Some(1000));
+    assert!(case.to_toml_string().contains("max_steps = 1000\n"));
+    assert_eq!(
+        round_trip(&edit(13, "max_steps = 1")).time.max_steps,
+        Some(1)
+    );
+    const RULE: &str = "integer ≥ 1";
+    for bad in ["max_steps = 0", "max_steps = -5"] {
+        rejects_edit(13, bad, &["`time.max_steps`", RULE]);
+    }
+    rejects_edit(
+        13,
+        "max_steps = \"10\"",
+        &[
+            "`time.max_steps`",
+            "expected an integer",
+            "found a string",
+            RULE,
+        ],
+    );
+    rejects_edit(
+        13,
+        "max_steps = 10.0",
+        &["`time.max_steps`", "expected an integer", "found a float"],
+    );
+}
+
+#[test]
+fn too_many_fixed_steps_are_refused() {
+    let m = rejects(
+        &edits(&[(11, "t_end = 2e9"), (12, "dt = 1.0")]),
+        Some(12),
+        &[
+            "`time.dt`",
+            "t_end / dt = 2000000000 / 1 = 2.000e9 steps",
+            "more than the 1e9 a run may take",
+            "raise dt or shorten t_end",
+        ],
+    );
+    assert!(!m.contains("max_steps"), "{m}");
+    // Exactly the limit is allowed; an adaptive step is not counted in advance.
+    let case = round_trip(&edits(&[(11, "t_end = 1e9"), (12, "dt = 1.0")]));
+    assert_eq!(case.time.t_end / 1.0, TimeControl::MAX_FIXED_STEPS);
+    round_trip(&edits(&[(11, "t_end = 1e12"), (12, "cfl = 0.5")]));
+}
+
+// --- the resolved case through serde -------------------------------------------------------
+
+/// Every key of every section set, none at its default.
+fn every_key_case() -> String {
+    format!(
+        "name = \"all\"\ndescription = \"every key\"\ndevice = \"cuda:2\"\n\
+         [flow]\nnu = 1e-3\n\
+         [initial]\nkind = \"isotropic\"\nkp = 4.5\nu0 = 0.7\nseed = 99\nk_cut = 7.25\n\
+         [time]\nt_end = 2.0\ncfl = 0.4\ndt_max = 0.01\nmax_steps = 12345\n\
+         [output]\nevery_time = 0.125\nspectra_times = [0.0, 0.5, 2.0]\n\
+         [checkpoint]\nevery_steps = 50\nkeep = 3\n\
+         [spectral]\nn = 32\ndealias = \"2/3\"\ndevice = \"cpu\"\n\
+         [vortex]\n{EVERY_VORTEX_KEY}"
+    )
+}
+
+#[test]
+fn resolved_case_with_every_key_round_trips() {
+    let case = round_trip(&every_key_case());
+    assert_eq!(case.device, DeviceRequest::Cuda(Some(2)));
+    assert_eq!(case.time.max_steps, Some(12345));
+    assert_eq!(
+        case.time.step,
+        TimeStep::Cfl {
+            cfl: 0.4,
+            dt_max: Some(0.01)
+        }
+    );
+    assert_eq!(
+        case.spectral.as_ref().unwrap().device,
+        Some(DeviceRequest::Cpu)
+    );
+    let v = case.vortex.as_ref().unwrap();
+    assert!(v.device.is_some() && v.snapshots.is_some() && v.reinit_every.is_none());
+    let resolved = case.to_toml_string();
+    assert!(resolved.starts_with("# Resolved case: every key with its value"));
+    for line in [
+        "device = \"cuda:2\"",
+        "kind = \"isotropic\"",
+        "every_time = 0.125",
+        "every_steps = 50",
+        "dt_max = 0.01",
+        "reinit_every = \"never\"",
+        "rbf = \"cg\"",
+        "snapshot_every_time = 0.1",
+    ] {
+        assert!(resolved.contains(line), "{line} missing from\n{resolved}");
+    }
+    // The table order of the case-file layout, top-level keys first.
+    let order: Vec<usize> = [
+        "\nname = ",
+        "\ndevice = ",
+        "[flow]",
+        "[initial]",
+        "[time]",
+        "[output]",
+        "[checkpoint]",
+        "[spectral]",
+        "[vortex]",
+    ]
+    .iter()
+    .map(|h| resolved.find(h).unwrap_or_else(|| panic!("{h} missing")))
+    .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{resolved}");
+}
+
+#[test]
+fn resolved_case_with_each_optional_key_absent_round_trips() {
+    let base = round_trip(&with_vortex("")).to_toml_string();
+    for absent in ["max_steps", "dt_max", "backend", "snapshot_every"] {
+        assert!(!base.contains(absent), "{absent} in\n{base}");
+    }
+    // The run-level device is always written; the section overrides only when set.
+    assert_eq!(base.matches("device = ").count(), 1, "{base}");
+    // cfl without dt_max; the exact RBF solve (no tolerance keys); reinit on a step count.
+    let text = edits(&[(12, "cfl = 0.5")]) + "[vortex]\nrbf = \"exact\"\nreinit_every = 3\n";
+    let case = round_trip(&text);
+    let resolved = case.to_toml_string();
+    assert!(
+        !resolved.contains("dt_max") && !resolved.contains("rbf_tolerance"),
+        "{resolved}"
+    );
+    assert!(resolved.contains("reinit_every = 3\n"), "{resolved}");
+    // No [vortex], no [spectral] (particle-defined: no spectra_times either).
+    assert!(!round_trip(BASE).to_toml_string().contains("[vortex]"));
+    let ring = round_trip(RING).to_toml_string();
+    assert!(
+        !ring.contains("[spectral]") && !ring.contains("spectra_times"),
+        "{ring}"
+    );
+}
+
+#[test]
+fn cases_built_in_code_round_trip_bit_exactly() {
+    let mut case = round_trip(&every_key_case());
+    case.flow.nu = -0.0 + 0.0; // +0
+    case.time.t_end = 1.0 + f64::EPSILON;
+    case.output.spectra_times = vec![0.0, 5e-324, 1.0 / 3.0, 0.1 + 0.2];
+    case.description = "quotes \" and \\ and\nnew lines, tabs\t, unicode ε".into();
+    case.name = "odd 'name'".into();
+    round_trip(&case.to_toml_string());
 }
