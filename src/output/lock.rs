@@ -243,8 +243,18 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(held, "the child never held the lock");
-        // The OS released it when the child died.
-        RunLock::acquire(tmp.path(), "vpm run").unwrap();
+        // The OS releases it once every copy of the locked descriptor is closed: flock's is
+        // gone with flock, and its forked child closes its copy (--close) just before it
+        // execs `sleep`, which on a busy machine may come a moment later.
+        let mut last = None;
+        for _ in 0..500 {
+            match RunLock::acquire(tmp.path(), "vpm run") {
+                Ok(_) => return,
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("still locked after the holder died: {last:?}");
     }
 
     #[test]
