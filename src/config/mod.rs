@@ -12,6 +12,7 @@
 //! works from any directory; [`resolve_case`] turns a command-line CASE argument into a [`Case`].
 
 mod parse;
+mod write;
 
 // Physics owns its enums; the case file parses into them (re-exported here for convenience).
 pub use crate::device::DeviceRequest;
@@ -19,8 +20,9 @@ pub use crate::spectral::Dealias;
 pub use crate::summation::EvaluatorKind;
 pub use crate::vortex::RbfSolver;
 
-use std::fmt::Write as _;
 use std::path::Path;
+
+use serde::Serialize;
 
 /// One simulation case, validated, with every default filled in.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +31,9 @@ pub struct Case {
     pub name: String,
     /// Key `description`; defaults to "".
     pub description: String,
+    /// Key `device`: where the run's solvers run unless a section overrides it; default
+    /// `"auto"`.
+    pub device: DeviceRequest,
     /// Section `[flow]`.
     pub flow: Flow,
     /// Section `[initial]`.
@@ -42,23 +47,21 @@ pub struct Case {
     /// Section `[spectral]`: required for field-defined flows, absent (`None`) for
     /// particle-defined ones ([`InitialCondition::is_particle_defined`]).
     pub spectral: Option<SpectralConfig>,
-    /// Key `device`: where the run's solvers run unless a section overrides it; default
-    /// `"auto"`.
-    pub device: DeviceRequest,
     /// Section `[vortex]` (optional for field-defined flows, required for particle-defined
     /// ones): the vortex particle solver; `None` when the section is absent.
     pub vortex: Option<VortexConfig>,
 }
 
 /// Section `[flow]`: the fluid.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Flow {
     /// Kinematic viscosity (box [-π, π]³, velocity units of the initial field); finite, ≥ 0.
     pub nu: f64,
 }
 
 /// Section `[initial]`: the initial velocity field, chosen by `kind`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum InitialCondition {
     /// `kind = "taylor-green"`: u = A sin x cos y cos z, v = −A cos x sin y cos z, w = 0.
     TaylorGreen {
@@ -132,14 +135,16 @@ impl InitialCondition {
 }
 
 /// Section `[time]`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TimeControl {
     /// `t_end`: final time; finite, > 0; required.
     pub t_end: f64,
     /// Fixed (`dt`) or adaptive (`cfl`) step.
+    #[serde(flatten)]
     pub step: TimeStep,
     /// `max_steps`: the run stops with an error after this many steps; `None`: no limit
     /// (a fixed-Δt case with more than [`TimeControl::MAX_FIXED_STEPS`] steps is refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<u64>,
 }
 
@@ -149,7 +154,8 @@ impl TimeControl {
 }
 
 /// The time step: exactly one of `dt` and `cfl` is given in `[time]`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(untagged)]
 pub enum TimeStep {
     /// `dt`: fixed step, > 0 and ≤ t_end.
     Fixed {
@@ -161,23 +167,27 @@ pub enum TimeStep {
         /// CFL number.
         cfl: f64,
         /// Upper bound on the step.
+        #[serde(skip_serializing_if = "Option::is_none")]
         dt_max: Option<f64>,
     },
 }
 
 /// How often something happens: `every_steps = N` (≥ 1) or `every_time = T` (> 0).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub enum Cadence {
     /// Every N steps.
+    #[serde(rename = "every_steps")]
     Steps(u64),
     /// Every T units of simulated time.
+    #[serde(rename = "every_time")]
     Time(f64),
 }
 
 /// Section `[output]`: diagnostics.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OutputControl {
     /// How often scalar diagnostics are written; default every step.
+    #[serde(flatten)]
     pub cadence: Cadence,
     /// Times at which spectra are written: within [0, t_end], sorted, no duplicates;
     /// default [0, t_end].
@@ -185,29 +195,35 @@ pub struct OutputControl {
 }
 
 /// Section `[checkpoint]`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CheckpointControl {
     /// How often a checkpoint is written; default every t_end/10.
+    #[serde(flatten)]
     pub cadence: Cadence,
     /// How many checkpoints are kept (older ones are deleted); ≥ 1; default 2.
     pub keep: usize,
 }
 
 /// Section `[spectral]`: the pseudo-spectral reference solver.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SpectralConfig {
     /// Grid points per dimension: even, 8 ≤ n ≤ 2048; required.
     pub n: usize,
     /// Dealiasing rule; default 3/2.
+    #[serde(serialize_with = "write::display")]
     pub dealias: Dealias,
     /// `device`: where the spectral solver runs, overriding the run's `device`; `None` (the
     /// default): the run's.
+    #[serde(
+        serialize_with = "write::display_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub device: Option<DeviceRequest>,
 }
 
 /// Section `[vortex]`: the vortex particle solver (PHYSICS.md §2–3). It steps with the `[time]`
 /// step.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct VortexConfig {
     /// `n`: particles per dimension; they start at the nodes of the n³ lattice on [-π, π)³,
     /// spacing h = 2π/n. Even, 8 ≤ n ≤ 512; default `spectral.n`.
@@ -215,23 +231,32 @@ pub struct VortexConfig {
     /// `overlap`: core radius over lattice spacing, σ0 = overlap · h; in (0, 3]; default 1.
     pub overlap: f64,
     /// `stretching`: `"classical"` (default) or `"transposed"`.
+    #[serde(serialize_with = "write::stretching")]
     pub stretching: crate::kernel::StretchingScheme,
     /// `reinit_every`: steps between RBF reinitialisations, ≥ 1 (default 10); `None` for
     /// `"never"`.
+    #[serde(serialize_with = "write::reinit_every")]
     pub reinit_every: Option<u64>,
     /// `rbf`, `rbf_tolerance`, `rbf_max_iterations`: how reinitialisation solves for the
     /// strengths; default conjugate gradients to 1e-8 in at most 200 iterations.
+    #[serde(flatten, serialize_with = "write::rbf_keys")]
     pub rbf: RbfSolver,
     /// `evaluator`: the Biot–Savart summation; default `"ewald"`.
+    #[serde(serialize_with = "write::display")]
     pub evaluator: EvaluatorKind,
     /// `accuracy`: requested relative accuracy of the periodic evaluator; in [1e-12, 1e-2];
     /// default 1e-6.
     pub accuracy: f64,
     /// `device` (alias `backend`): where the particle solver runs, overriding the run's
     /// `device`; `None` (the default): the run's.
+    #[serde(
+        serialize_with = "write::display_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub device: Option<DeviceRequest>,
     /// `snapshot_every_steps` / `snapshot_every_time`: how often the particles are written;
     /// `None` (the default): never.
+    #[serde(flatten, serialize_with = "write::snapshot_keys")]
     pub snapshots: Option<Cadence>,
 }
 
@@ -376,171 +401,12 @@ impl Case {
         parse::parse_case(&self.to_toml_string(), &origin, &self.name).map(|_| ())
     }
 
-    /// The resolved case as TOML: every key written with its value, defaults filled in.
+    /// The resolved case as TOML: every key written with its value, defaults filled in
+    /// (through `Serialize` and `toml`), after two comment lines.
     /// [`Case::from_toml_str`] parses it back to an equal `Case` (floats round-trip exactly).
     pub fn to_toml_string(&self) -> String {
-        let mut s = String::new();
-        // Writing into a String cannot fail: the results of writeln! are ignored below.
-        let _ = writeln!(
-            s,
-            "# Resolved case: every key with its value, defaults filled in.\n\
-             # Run it again with `vpm run <this file>`; cases/README.md documents the keys.\n"
-        );
-        let _ = writeln!(s, "name = {}", toml_str(&self.name));
-        let _ = writeln!(s, "description = {}", toml_str(&self.description));
-        let _ = writeln!(s, "device = \"{}\"", self.device);
-
-        let _ = writeln!(s, "\n[flow]\nnu = {}", toml_f64(self.flow.nu));
-
-        let _ = writeln!(s, "\n[initial]");
-        match &self.initial {
-            InitialCondition::TaylorGreen { amplitude } => {
-                let _ = writeln!(s, "kind = \"taylor-green\"");
-                let _ = writeln!(s, "amplitude = {}", toml_f64(*amplitude));
-            }
-            InitialCondition::Isotropic {
-                kp,
-                u0,
-                seed,
-                k_cut,
-            } => {
-                let _ = writeln!(s, "kind = \"isotropic\"");
-                let _ = writeln!(s, "kp = {}", toml_f64(*kp));
-                let _ = writeln!(s, "u0 = {}", toml_f64(*u0));
-                let _ = writeln!(s, "seed = {seed}");
-                let _ = writeln!(s, "k_cut = {}", toml_f64(*k_cut));
-            }
-            InitialCondition::VortexRing {
-                radius,
-                circulation,
-                core,
-            } => {
-                let _ = writeln!(s, "kind = \"vortex-ring\"");
-                let _ = writeln!(s, "radius = {}", toml_f64(*radius));
-                let _ = writeln!(s, "circulation = {}", toml_f64(*circulation));
-                let _ = writeln!(s, "core = {}", toml_f64(*core));
-            }
-            InitialCondition::VortexTube { circulation, core } => {
-                let _ = writeln!(s, "kind = \"vortex-tube\"");
-                let _ = writeln!(s, "circulation = {}", toml_f64(*circulation));
-                let _ = writeln!(s, "core = {}", toml_f64(*core));
-            }
-            InitialCondition::ShearWave {
-                wavevector,
-                amplitude,
-                polarisation,
-            } => {
-                let _ = writeln!(s, "kind = \"shear-wave\"");
-                let _ = writeln!(
-                    s,
-                    "wavevector = [{}, {}, {}]",
-                    wavevector[0], wavevector[1], wavevector[2]
-                );
-                let _ = writeln!(s, "amplitude = {}", toml_f64(*amplitude));
-                let _ = writeln!(s, "polarisation = {}", toml_f64_array(polarisation));
-            }
-        }
-
-        let _ = writeln!(s, "\n[time]\nt_end = {}", toml_f64(self.time.t_end));
-        if let Some(m) = self.time.max_steps {
-            let _ = writeln!(s, "max_steps = {m}");
-        }
-        match self.time.step {
-            TimeStep::Fixed { dt } => {
-                let _ = writeln!(s, "dt = {}", toml_f64(dt));
-            }
-            TimeStep::Cfl { cfl, dt_max } => {
-                let _ = writeln!(s, "cfl = {}", toml_f64(cfl));
-                if let Some(dt_max) = dt_max {
-                    let _ = writeln!(s, "dt_max = {}", toml_f64(dt_max));
-                }
-            }
-        }
-
-        let _ = writeln!(s, "\n[output]");
-        write_cadence(&mut s, "", self.output.cadence);
-        if !self.initial.is_particle_defined() {
-            let _ = writeln!(
-                s,
-                "spectra_times = {}",
-                toml_f64_array(&self.output.spectra_times)
-            );
-        }
-
-        let _ = writeln!(s, "\n[checkpoint]");
-        write_cadence(&mut s, "", self.checkpoint.cadence);
-        let _ = writeln!(s, "keep = {}", self.checkpoint.keep);
-
-        if let Some(spectral) = &self.spectral {
-            let _ = writeln!(
-                s,
-                "\n[spectral]\nn = {}\ndealias = \"{}\"",
-                spectral.n,
-                spectral.dealias.as_str()
-            );
-            if let Some(d) = spectral.device {
-                let _ = writeln!(s, "device = \"{d}\"");
-            }
-        }
-
-        if let Some(v) = &self.vortex {
-            let _ = writeln!(s, "\n[vortex]\nn = {}", v.n);
-            let _ = writeln!(s, "overlap = {}", toml_f64(v.overlap));
-            let _ = writeln!(s, "stretching = \"{}\"", stretching_str(v.stretching));
-            let _ = match v.reinit_every {
-                Some(k) => writeln!(s, "reinit_every = {k}"),
-                None => writeln!(s, "reinit_every = \"never\""),
-            };
-            let _ = writeln!(s, "rbf = \"{}\"", v.rbf.as_str());
-            if let RbfSolver::ConjugateGradient {
-                tolerance,
-                max_iterations,
-            } = v.rbf
-            {
-                let _ = writeln!(s, "rbf_tolerance = {}", toml_f64(tolerance));
-                let _ = writeln!(s, "rbf_max_iterations = {max_iterations}");
-            }
-            let _ = writeln!(s, "evaluator = \"{}\"", v.evaluator.as_str());
-            let _ = writeln!(s, "accuracy = {}", toml_f64(v.accuracy));
-            if let Some(d) = v.device {
-                let _ = writeln!(s, "device = \"{d}\"");
-            }
-            if let Some(cadence) = v.snapshots {
-                write_cadence(&mut s, "snapshot_", cadence);
-            }
-        }
-        s
+        write::to_toml_string(self)
     }
-}
-
-/// `{prefix}every_steps = N` or `{prefix}every_time = T`.
-fn write_cadence(s: &mut String, prefix: &str, cadence: Cadence) {
-    let _ = match cadence {
-        Cadence::Steps(n) => writeln!(s, "{prefix}every_steps = {n}"),
-        Cadence::Time(t) => writeln!(s, "{prefix}every_time = {}", toml_f64(t)),
-    };
-}
-
-/// A TOML float literal that parses back to exactly `x`.
-fn toml_f64(x: f64) -> String {
-    if x.is_nan() {
-        "nan".to_string()
-    } else if x.is_infinite() {
-        if x > 0.0 { "inf" } else { "-inf" }.to_string()
-    } else {
-        // `Debug` prints the shortest representation that round-trips, always with a `.` or
-        // an exponent (`1.0`, `0.02`, `1e-7`, `1e300`), all of which are TOML floats.
-        format!("{x:?}")
-    }
-}
-
-fn toml_f64_array(xs: &[f64]) -> String {
-    let items: Vec<String> = xs.iter().map(|&x| toml_f64(x)).collect();
-    format!("[{}]", items.join(", "))
-}
-
-fn toml_str(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
 }
 
 /// The default `name` for a case read from `origin`: the file stem, or X for
@@ -626,7 +492,7 @@ mod tests {
 
     #[test]
     fn float_literals_round_trip() {
-        let xs = [
+        let mut xs = vec![
             0.0,
             -0.0,
             1.0,
@@ -642,10 +508,21 @@ mod tests {
             std::f64::consts::PI,
             -2.5,
         ];
+        // xorshift: finite values of every exponent, subnormals included.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..5000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let x = f64::from_bits(state);
+            if x.is_finite() {
+                xs.push(x);
+            }
+        }
         for x in xs {
-            let text = format!("x = {}", toml_f64(x));
+            let text = toml::to_string(&Flow { nu: x }).unwrap();
             let table: toml::Table = text.parse().unwrap();
-            let y = table["x"].as_float().unwrap();
+            let y = table["nu"].as_float().unwrap();
             assert_eq!(x.to_bits(), y.to_bits(), "{text}");
         }
     }

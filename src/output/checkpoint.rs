@@ -18,9 +18,11 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use ndarray_npy::NpzReader;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use super::npz::{into_c_order_vec, read_npz_arrays, shape_of, view_of, write_npz_arrays};
-use super::{sync_dir_best_effort, OutputError};
+use super::{fill_and_sync, sync_dir_best_effort, OutputError};
 
 /// Name of the checkpoints folder inside the run directory.
 pub const CHECKPOINTS_DIR: &str = "checkpoints";
@@ -153,17 +155,13 @@ fn remove_dir(path: &Path) -> Result<(), OutputError> {
     }
 }
 
+/// Create `path` and fill it through [`fill_and_sync`].
 fn write_synced_file<F>(path: &Path, fill: F) -> Result<(), OutputError>
 where
-    F: FnOnce(&mut BufWriter<File>) -> Result<(), OutputError>,
+    F: FnOnce(&mut BufWriter<File>, &Path) -> Result<(), OutputError>,
 {
     let f = File::create(path).map_err(|e| OutputError::io("create", path, e))?;
-    let mut w = BufWriter::new(f);
-    fill(&mut w)?;
-    let f = w
-        .into_inner()
-        .map_err(|e| OutputError::io("write", path, e.into_error()))?;
-    f.sync_all().map_err(|e| OutputError::io("fsync", path, e))
+    fill_and_sync(f, path, fill)
 }
 
 /// Write checkpoint `step` into `<run_dir>/checkpoints/ckpt-<step:010>/`
@@ -171,10 +169,13 @@ where
 /// delete older checkpoints so that `keep` valid ones remain (oldest deleted
 /// first; `keep` is at least 1). Leftover temporary directories from
 /// interrupted writes are removed. Returns the checkpoint directory.
-pub fn write_checkpoint(
+///
+/// `meta` is any serde value (typically the run core's own struct); it is written as pretty
+/// JSON, and its floats parse back bit-exactly (serde_json's `float_roundtrip`).
+pub fn write_checkpoint<M: Serialize + ?Sized>(
     run_dir: &Path,
     step: u64,
-    meta: &serde_json::Value,
+    meta: &M,
     arrays: &CheckpointArrays,
     keep: usize,
 ) -> Result<PathBuf, OutputError> {
@@ -206,12 +207,11 @@ pub fn write_checkpoint(
     let result = (|| {
         fs::create_dir(&tmp).map_err(|e| OutputError::io("create directory", &tmp, e))?;
         let state = tmp.join(STATE_FILE);
-        write_synced_file(&state, |w| write_npz_arrays(w, &state, &views))?;
-        let meta_path = tmp.join(META_FILE);
-        write_synced_file(&meta_path, |w| {
+        write_synced_file(&state, |w, p| write_npz_arrays(w, p, &views))?;
+        write_synced_file(&tmp.join(META_FILE), |w, p| {
             w.write_all(&meta_bytes)
                 .and_then(|()| w.write_all(b"\n"))
-                .map_err(|e| OutputError::io("write", &meta_path, e))
+                .map_err(|e| OutputError::io("write", p, e))
         })?;
         sync_dir_best_effort(&tmp);
 
@@ -293,8 +293,8 @@ fn prune(ckdir: &Path, keep: usize) -> Result<(), OutputError> {
     Ok(())
 }
 
-/// Read one checkpoint directory completely.
-fn read_one(dir: &Path) -> Result<(serde_json::Value, CheckpointArrays), OutputError> {
+/// Read one checkpoint directory completely, `meta.json` as an `M`.
+fn read_one<M: DeserializeOwned>(dir: &Path) -> Result<(M, CheckpointArrays), OutputError> {
     let meta_path = dir.join(META_FILE);
     let bytes = fs::read(&meta_path).map_err(|e| OutputError::io("read", &meta_path, e))?;
     let meta = serde_json::from_slice(&bytes).map_err(|e| OutputError::Json {
@@ -312,13 +312,14 @@ fn read_one(dir: &Path) -> Result<(serde_json::Value, CheckpointArrays), OutputE
     Ok((meta, CheckpointArrays { arrays }))
 }
 
-/// The latest valid checkpoint of the run: the highest step whose `meta.json`
-/// and `state.npz` both parse, as `(step, meta, arrays)`. Invalid checkpoints
-/// are skipped with a warning. `Ok(None)` if there is none (or no
-/// `checkpoints/` folder); `Err` only if the folder cannot be listed.
-pub fn read_latest_checkpoint(
+/// The latest valid checkpoint of the run: the highest step whose `meta.json` parses as an
+/// `M` and whose `state.npz` parses, as `(step, meta, arrays)`. Invalid checkpoints (a
+/// `meta.json` of another shape than `M` included) are skipped with a warning that says why.
+/// `Ok(None)` if there is none (or no `checkpoints/` folder); `Err` only if the folder cannot
+/// be listed.
+pub fn read_latest_checkpoint_as<M: DeserializeOwned>(
     run_dir: &Path,
-) -> Result<Option<(u64, serde_json::Value, CheckpointArrays)>, OutputError> {
+) -> Result<Option<(u64, M, CheckpointArrays)>, OutputError> {
     let ckdir = run_dir.join(CHECKPOINTS_DIR);
     let (entries, _) = list(&ckdir)?;
     for e in entries {
@@ -330,8 +331,16 @@ pub fn read_latest_checkpoint(
     Ok(None)
 }
 
+/// [`read_latest_checkpoint_as`] with `meta.json` as untyped JSON.
+pub fn read_latest_checkpoint(
+    run_dir: &Path,
+) -> Result<Option<(u64, serde_json::Value, CheckpointArrays)>, OutputError> {
+    read_latest_checkpoint_as(run_dir)
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::tests::list as names;
     use super::*;
     use serde_json::json;
 
@@ -346,15 +355,6 @@ mod tests {
         a.push("t", vec![], vec![seed * 0.5]);
         a.push("empty", vec![0, 3], vec![]);
         a
-    }
-
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
     }
 
     #[test]
@@ -506,5 +506,66 @@ mod tests {
         for (x, y) in vals.iter().zip(&back) {
             assert_eq!(x.to_bits(), y.to_bits());
         }
+    }
+
+    /// The run core's kind of meta: a typed struct.
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct TypedMeta {
+        step: u64,
+        t: f64,
+        dt: f64,
+        device: String,
+        history: Vec<f64>,
+    }
+
+    #[test]
+    fn typed_meta_round_trips_bit_exactly() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut rng = super::super::tests::Mix(7);
+        let meta = TypedMeta {
+            step: 42,
+            t: 0.1 + 0.2,
+            dt: 5e-324,
+            device: "cuda:1".into(),
+            history: (0..500)
+                .map(|_| f64::from_bits(rng.next()))
+                .filter(|x| x.is_finite())
+                .chain([-0.0, f64::MAX, f64::MIN_POSITIVE])
+                .collect(),
+        };
+        write_checkpoint(tmp.path(), 42, &meta, &arrays(1.0), 2).unwrap();
+        let (step, back, _) = read_latest_checkpoint_as::<TypedMeta>(tmp.path())
+            .unwrap()
+            .unwrap();
+        assert_eq!(step, 42);
+        let bits = |m: &TypedMeta| -> Vec<u64> {
+            [m.t, m.dt]
+                .iter()
+                .chain(&m.history)
+                .map(|x| x.to_bits())
+                .collect()
+        };
+        assert_eq!(bits(&back), bits(&meta));
+        assert_eq!(back, meta);
+    }
+
+    #[test]
+    fn meta_of_another_shape_falls_back_to_an_older_checkpoint() {
+        let tmp = tempfile::tempdir().unwrap();
+        let typed = TypedMeta {
+            step: 1,
+            t: 0.5,
+            dt: 0.5,
+            device: "cpu".into(),
+            history: vec![],
+        };
+        write_checkpoint(tmp.path(), 1, &typed, &arrays(1.0), 5).unwrap();
+        write_checkpoint(tmp.path(), 2, &json!({"step": 2}), &arrays(2.0), 5).unwrap();
+        let (step, back, _) = read_latest_checkpoint_as::<TypedMeta>(tmp.path())
+            .unwrap()
+            .unwrap();
+        assert_eq!((step, back), (1, typed));
+        // untyped, the newest one is valid
+        assert_eq!(read_latest_checkpoint(tmp.path()).unwrap().unwrap().0, 2);
     }
 }

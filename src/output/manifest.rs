@@ -6,7 +6,6 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::time::Utc;
 use super::{git_commit, write_atomic, OutputError};
 
 /// File name of the manifest inside the run directory.
@@ -89,7 +88,7 @@ impl Manifest {
             threads,
             cpu_model: cpu_model(),
             hostname: hostname(),
-            start_time: Utc::now().iso8601(),
+            start_time: super::utc_now_iso8601(),
             stage_wall_seconds: BTreeMap::new(),
             status: "running".to_string(),
             resumes: Vec::new(),
@@ -120,7 +119,7 @@ impl Manifest {
     /// current UTC time; also sets the status back to `"running"`.
     pub fn record_resume(&mut self, from_step: u64) {
         self.resumes.push(ResumeRecord {
-            time: Utc::now().iso8601(),
+            time: super::utc_now_iso8601(),
             from_step,
         });
         self.status = "running".to_string();

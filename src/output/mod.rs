@@ -10,10 +10,12 @@
 //!
 //! Layout of a run directory (names used by the rest of vpm):
 //! `case.toml`, `manifest.json`, `energy.png`, `spectrum.png`, `spectral/`,
-//! `vortex/`, `checkpoints/`, `snapshots/`, `comparison.csv`.
+//! `vortex/`, `checkpoints/`, `snapshots/`, `comparison.csv`, and the lock file
+//! `.vpm.lock` of the process writing into it ([`RunLock`]).
 
 mod checkpoint;
 mod csv;
+mod lock;
 mod manifest;
 mod npz;
 mod run_dir;
@@ -24,11 +26,15 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-pub use checkpoint::{read_latest_checkpoint, write_checkpoint, CheckpointArrays, CHECKPOINTS_DIR};
+pub use checkpoint::{
+    read_latest_checkpoint, read_latest_checkpoint_as, write_checkpoint, CheckpointArrays,
+    CHECKPOINTS_DIR,
+};
 pub use csv::CsvLog;
+pub use lock::{LockHolder, RunLock, LOCK_FILE};
 pub use manifest::{cpu_model, Manifest, ResumeRecord, MANIFEST_FILE};
 pub use npz::{read_velocity_npz, write_velocity_npz, VelocityField};
-pub use run_dir::{create_run_dir, VPM_OUTPUTS};
+pub use run_dir::{create_locked_run_dir, create_run_dir, VPM_OUTPUTS};
 pub use snapshot::{
     read_particle_snapshot, write_particle_snapshot, OwnedParticleSnapshot, ParticleSnapshot,
     PARTICLES_PVD, SNAPSHOTS_DIR,
@@ -66,6 +72,17 @@ pub enum OutputError {
     RunDirNotEmpty {
         /// The directory that was refused.
         path: PathBuf,
+    },
+    /// Another process (or another [`RunLock`] of this one) holds the run directory's lock.
+    #[error(
+        "run directory {} is in use by {holder}; wait for it or stop it",
+        .path.display()
+    )]
+    RunDirInUse {
+        /// The locked run directory.
+        path: PathBuf,
+        /// Who holds it, e.g. `vpm resume (pid 1234 on host-a, since 2025-03-01T12:34:56Z)`.
+        holder: String,
     },
     /// A path that should be a directory is something else.
     #[error("{} exists and is not a directory", .path.display())]
@@ -179,6 +196,21 @@ fn temp_sibling(path: &Path) -> Result<PathBuf, OutputError> {
     Ok(parent_dir(path).join(tmp_name))
 }
 
+/// Fill the open `file` (at `path`, named in errors) through a buffered writer, flush it and
+/// fsync it; the file is closed on return.
+pub(crate) fn fill_and_sync<F>(file: File, path: &Path, fill: F) -> Result<(), OutputError>
+where
+    F: FnOnce(&mut BufWriter<File>, &Path) -> Result<(), OutputError>,
+{
+    let mut w = BufWriter::new(file);
+    fill(&mut w, path)?;
+    let file = w
+        .into_inner()
+        .map_err(|e| OutputError::io("write", path, e.into_error()))?;
+    file.sync_all()
+        .map_err(|e| OutputError::io("fsync", path, e))
+}
+
 /// Write a file atomically by streaming into a temporary sibling.
 ///
 /// `fill` receives a buffered writer on the temporary file; after it returns
@@ -197,14 +229,7 @@ where
             .truncate(true)
             .open(&tmp)
             .map_err(|e| OutputError::io("create temporary file", &tmp, e))?;
-        let mut w = BufWriter::new(file);
-        fill(&mut w, &tmp)?;
-        let file = w
-            .into_inner()
-            .map_err(|e| OutputError::io("write", &tmp, e.into_error()))?;
-        file.sync_all()
-            .map_err(|e| OutputError::io("fsync", &tmp, e))?;
-        drop(file);
+        fill_and_sync(file, &tmp, fill)?;
         fs::rename(&tmp, path).map_err(|e| OutputError::Rename {
             from: tmp.clone(),
             to: path.to_path_buf(),
@@ -275,7 +300,8 @@ mod tests {
         }
     }
 
-    fn list(dir: &Path) -> Vec<String> {
+    /// The sorted entry names of `dir`.
+    pub(crate) fn list(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

@@ -4,11 +4,12 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::time::Utc;
-use super::{sync_dir_best_effort, OutputError};
+use super::{sync_dir_best_effort, OutputError, RunLock, LOCK_FILE};
 
 /// The entries of a run directory that vpm writes. With `--force`, exactly
-/// these are removed from an existing directory; anything else is left alone.
+/// these are removed from an existing directory; anything else is left alone (the lock
+/// file [`LOCK_FILE`] too: it is never removed, and alone it does not make a directory
+/// non-empty).
 pub const VPM_OUTPUTS: &[&str] = &[
     "case.toml",
     "manifest.json",
@@ -21,7 +22,33 @@ pub const VPM_OUTPUTS: &[&str] = &[
     "comparison.csv",
 ];
 
-/// Choose and create the run directory.
+/// Choose and create the run directory, and lock it ([`RunLock`]) for `purpose` (e.g.
+/// `"vpm run"`) before anything in it is checked or removed: as [`create_run_dir`], but a
+/// directory another vpm process is writing into is refused with
+/// [`OutputError::RunDirInUse`] (with `--force` too) instead of having its outputs removed.
+/// The lock file `.vpm.lock` does not make a directory non-empty, and `--force` leaves it.
+pub fn create_locked_run_dir(
+    case_name: &str,
+    out: Option<&Path>,
+    force: bool,
+    purpose: &str,
+) -> Result<(PathBuf, RunLock), OutputError> {
+    match out {
+        Some(dir) => {
+            ensure_dir(dir)?;
+            let lock = RunLock::acquire(dir, purpose)?;
+            claim(dir, force)?;
+            Ok((dir.to_path_buf(), lock))
+        }
+        None => {
+            let dir = create_default_in(Path::new("runs"), case_name, &super::utc_now_compact())?;
+            let lock = RunLock::acquire(&dir, purpose)?;
+            Ok((dir, lock))
+        }
+    }
+}
+
+/// Choose and create the run directory (without locking it: see [`create_locked_run_dir`]).
 ///
 /// * `out = Some(dir)`: use `dir` (from `--out`), creating it and its parents
 ///   if needed. An existing empty directory is accepted. An existing non-empty
@@ -43,7 +70,7 @@ pub fn create_run_dir(
 ) -> Result<PathBuf, OutputError> {
     match out {
         Some(dir) => prepare_explicit(dir, force),
-        None => create_default_in(Path::new("runs"), case_name, &Utc::now().compact()),
+        None => create_default_in(Path::new("runs"), case_name, &super::utc_now_compact()),
     }
 }
 
@@ -100,35 +127,48 @@ pub(crate) fn create_default_in(
 }
 
 fn prepare_explicit(dir: &Path, force: bool) -> Result<PathBuf, OutputError> {
+    ensure_dir(dir)?;
+    claim(dir, force)?;
+    Ok(dir.to_path_buf())
+}
+
+/// Create `dir` (and its parents) if it does not exist; refuse a non-directory.
+fn ensure_dir(dir: &Path) -> Result<(), OutputError> {
     match fs::metadata(dir) {
         Ok(meta) if !meta.is_dir() => Err(OutputError::NotADirectory {
             path: dir.to_path_buf(),
         }),
-        Ok(_) => {
-            let mut entries =
-                fs::read_dir(dir).map_err(|e| OutputError::io("list directory", dir, e))?;
-            let non_empty = match entries.next() {
-                None => false,
-                Some(Ok(_)) => true,
-                Some(Err(e)) => return Err(OutputError::io("list directory", dir, e)),
-            };
-            if non_empty {
-                if !force {
-                    return Err(OutputError::RunDirNotEmpty {
-                        path: dir.to_path_buf(),
-                    });
-                }
-                remove_vpm_outputs(dir)?;
-            }
-            Ok(dir.to_path_buf())
-        }
+        Ok(_) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             fs::create_dir_all(dir).map_err(|e| OutputError::io("create run directory", dir, e))?;
             sync_dir_best_effort(super::parent_dir(dir));
-            Ok(dir.to_path_buf())
+            Ok(())
         }
         Err(e) => Err(OutputError::io("inspect", dir, e)),
     }
+}
+
+/// Accept the existing directory `dir` as a run directory: empty (a lock file alone counts as
+/// empty), or with `force`, after removing vpm's earlier outputs.
+fn claim(dir: &Path, force: bool) -> Result<(), OutputError> {
+    let entries = fs::read_dir(dir).map_err(|e| OutputError::io("list directory", dir, e))?;
+    let mut non_empty = false;
+    for entry in entries {
+        let entry = entry.map_err(|e| OutputError::io("list directory", dir, e))?;
+        if entry.file_name() != LOCK_FILE {
+            non_empty = true;
+            break;
+        }
+    }
+    if non_empty {
+        if !force {
+            return Err(OutputError::RunDirNotEmpty {
+                path: dir.to_path_buf(),
+            });
+        }
+        remove_vpm_outputs(dir)?;
+    }
+    Ok(())
 }
 
 /// Remove the entries of [`VPM_OUTPUTS`] from `dir` (symbolic links are
@@ -250,7 +290,7 @@ mod tests {
     fn default_names_use_real_clock_and_are_unique() {
         let tmp = tempfile::tempdir().unwrap();
         let base = tmp.path().join("runs");
-        let stamp = Utc::now().compact();
+        let stamp = crate::output::utc_now_compact();
         let a = create_default_in(&base, "ring", &stamp).unwrap();
         let b = create_default_in(&base, "ring", &stamp).unwrap();
         assert_ne!(a, b);
@@ -262,5 +302,45 @@ mod tests {
         assert_eq!(sanitize("../evil/name"), "_evil_name");
         assert_eq!(sanitize(""), "run");
         assert_eq!(sanitize(".."), "run");
+    }
+
+    #[test]
+    fn lock_file_alone_is_empty_and_survives_force() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join(LOCK_FILE), "").unwrap();
+        assert_eq!(create_run_dir("tg", Some(&dir), false).unwrap(), dir);
+        fs::write(dir.join("case.toml"), "old").unwrap();
+        assert!(matches!(
+            create_run_dir("tg", Some(&dir), false),
+            Err(OutputError::RunDirNotEmpty { .. })
+        ));
+        create_run_dir("tg", Some(&dir), true).unwrap();
+        assert!(dir.join(LOCK_FILE).exists() && !dir.join("case.toml").exists());
+    }
+
+    #[test]
+    fn locked_run_dir_refuses_a_directory_in_use_even_with_force() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a").join("run");
+        let (got, lock) = create_locked_run_dir("tg", Some(&dir), false, "vpm run").unwrap();
+        assert_eq!(got, dir);
+        fs::write(dir.join("case.toml"), "being written").unwrap();
+        let err = create_locked_run_dir("tg", Some(&dir), true, "vpm run").unwrap_err();
+        assert!(matches!(err, OutputError::RunDirInUse { .. }), "{err}");
+        assert!(err.to_string().contains("vpm run (pid"), "{err}");
+        assert_eq!(
+            fs::read_to_string(dir.join("case.toml")).unwrap(),
+            "being written"
+        );
+        drop(lock);
+        // Free again: the ordinary rules apply.
+        assert!(matches!(
+            create_locked_run_dir("tg", Some(&dir), false, "vpm run"),
+            Err(OutputError::RunDirNotEmpty { .. })
+        ));
+        let (_, _lock) = create_locked_run_dir("tg", Some(&dir), true, "vpm run").unwrap();
+        assert!(!dir.join("case.toml").exists());
     }
 }

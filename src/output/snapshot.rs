@@ -29,6 +29,9 @@ use std::fs::{self, File};
 use std::io::{self, BufReader, Seek, Write};
 use std::path::{Path, PathBuf};
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::write::EncoderWriter;
+use base64::Engine as _;
 use ndarray::{arr0, Array0, Array1, Array2, ArrayView1, ArrayView2, Ix0, Ix1, Ix2};
 use ndarray_npy::{NpzReader, NpzWriter, ReadableElement, WriteNpyExt};
 
@@ -44,9 +47,8 @@ pub const PARTICLES_PVD: &str = "particles.pvd";
 /// File-name stem shared by a snapshot's `.npz` and `.vtp`.
 const STEM_PREFIX: &str = "particles-";
 
-/// Values (per array) encoded per base64 chunk: a multiple of 3 bytes, so
-/// only the last chunk of an array carries `=` padding.
-const B64_CHUNK_VALUES: usize = 3 * 512;
+/// Values (per array) handed to the base64 encoder at a time.
+const RAW_CHUNK_VALUES: usize = 1536;
 
 /// One snapshot of the particle state, borrowed from the simulation.
 ///
@@ -325,31 +327,13 @@ pub fn read_particle_snapshot(path: &Path) -> Result<OwnedParticleSnapshot, Outp
 // vtp
 // ---------------------------------------------------------------------------
 
-const B64_ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Append the standard base64 encoding (with `=` padding) of `bytes` to `out`.
-fn base64_encode_into(bytes: &[u8], out: &mut Vec<u8>) {
-    let sym = |v: u32, shift: u32| B64_ALPHABET[((v >> shift) & 63) as usize];
-    let mut groups = bytes.chunks_exact(3);
-    for g in &mut groups {
-        let v = (u32::from(g[0]) << 16) | (u32::from(g[1]) << 8) | u32::from(g[2]);
-        out.extend_from_slice(&[sym(v, 18), sym(v, 12), sym(v, 6), sym(v, 0)]);
-    }
-    match *groups.remainder() {
-        [a] => {
-            let v = u32::from(a) << 16;
-            out.extend_from_slice(&[sym(v, 18), sym(v, 12), b'=', b'=']);
-        }
-        [a, b] => {
-            let v = (u32::from(a) << 16) | (u32::from(b) << 8);
-            out.extend_from_slice(&[sym(v, 18), sym(v, 12), sym(v, 6), b'=']);
-        }
-        _ => {}
-    }
+/// The standard base64 encoding (with `=` padding) of `bytes`, as VTK reads it.
+fn base64_encode(bytes: &[u8]) -> String {
+    BASE64.encode(bytes)
 }
 
 /// Write one inline binary `DataArray` element: the UInt64 byte count and the
-/// little-endian values, base64-encoded together, streamed in chunks.
+/// little-endian values, base64-encoded together as one stream, in chunks.
 fn write_binary_array<W, I>(
     w: &mut W,
     vtk_type: &str,
@@ -371,22 +355,18 @@ where
         w,
         "        <DataArray type=\"{vtk_type}\" Name=\"{name}\"{tuples} format=\"binary\">\n          "
     )?;
-    let mut raw: Vec<u8> = Vec::with_capacity(8 * B64_CHUNK_VALUES);
-    let mut enc: Vec<u8> = Vec::with_capacity(8 * B64_CHUNK_VALUES / 3 * 4 + 4);
+    let mut enc = EncoderWriter::new(&mut *w, &BASE64);
+    let mut raw: Vec<u8> = Vec::with_capacity(8 * RAW_CHUNK_VALUES);
     raw.extend_from_slice(&n_bytes.to_le_bytes());
     for v in values {
         raw.extend_from_slice(&v);
-        if raw.len() == 8 * B64_CHUNK_VALUES {
-            enc.clear();
-            base64_encode_into(&raw, &mut enc);
-            w.write_all(&enc)?;
+        if raw.len() == 8 * RAW_CHUNK_VALUES {
+            enc.write_all(&raw)?;
             raw.clear();
         }
     }
-    enc.clear();
-    base64_encode_into(&raw, &mut enc);
-    w.write_all(&enc)?;
-    w.write_all(b"\n        </DataArray>\n")
+    enc.write_all(&raw)?;
+    enc.finish()?.write_all(b"\n        </DataArray>\n")
 }
 
 fn f64s<'a>(v: &'a [[f64; 3]]) -> impl ExactSizeIterator<Item = [u8; 8]> + 'a {
@@ -408,15 +388,14 @@ fn write_vtp_body<W: Write>(w: &mut W, snap: &ParticleSnapshot) -> io::Result<()
         ("Float64", "TimeValue", snap.t.to_le_bytes()),
         ("UInt64", "step", snap.step.to_le_bytes()),
     ] {
-        let mut enc = Vec::new();
         let mut raw = 8u64.to_le_bytes().to_vec();
         raw.extend_from_slice(&bytes);
-        base64_encode_into(&raw, &mut enc);
+        let enc = base64_encode(&raw);
         write!(
             w,
             "      <DataArray type=\"{vtk_type}\" Name=\"{name}\" NumberOfTuples=\"1\" format=\"binary\">\n        "
         )?;
-        w.write_all(&enc)?;
+        w.write_all(enc.as_bytes())?;
         w.write_all(b"\n      </DataArray>\n")?;
     }
     write!(
@@ -615,6 +594,7 @@ pub fn write_particle_snapshot(
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::list as names;
     use super::super::tests::Mix;
     use super::*;
 
@@ -675,40 +655,11 @@ mod tests {
         assert_eq!(a.id, b.id);
     }
 
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    }
-
     fn base64_decode(s: &str) -> Vec<u8> {
-        let val = |c: u8| -> u32 {
-            B64_ALPHABET
-                .iter()
-                .position(|&a| a == c)
-                .unwrap_or_else(|| panic!("not base64: {:?}", c as char)) as u32
-        };
         let s: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        assert_eq!(s.len() % 4, 0, "base64 length {}", s.len());
-        let mut out = Vec::new();
-        for (i, q) in s.chunks(4).enumerate() {
-            let pad = q.iter().filter(|&&c| c == b'=').count();
-            assert!(
-                pad == 0 || (i + 1) * 4 == s.len(),
-                "padding inside the stream"
-            );
-            let mut v = 0u32;
-            for &c in &q[..4 - pad] {
-                v = (v << 6) | val(c);
-            }
-            v <<= 6 * pad as u32;
-            let bytes = [(v >> 16) as u8, (v >> 8) as u8, v as u8];
-            out.extend_from_slice(&bytes[..3 - pad]);
-        }
-        out
+        BASE64
+            .decode(&s)
+            .unwrap_or_else(|e| panic!("not base64: {e}"))
     }
 
     /// `(attributes tag text, decoded payload)` of the DataArray named `name`,
@@ -751,9 +702,7 @@ mod tests {
             (b"foobar", "Zm9vYmFy"),
             (&[0xff, 0xfe, 0xfd, 0x00], "//79AA=="),
         ] {
-            let mut out = Vec::new();
-            base64_encode_into(input, &mut out);
-            assert_eq!(String::from_utf8(out).unwrap(), expected);
+            assert_eq!(base64_encode(input), expected);
             assert_eq!(base64_decode(expected), input);
         }
     }
@@ -860,9 +809,9 @@ mod tests {
     }
 
     #[test]
-    fn large_arrays_span_several_base64_chunks() {
+    fn large_arrays_span_several_encoder_chunks() {
         let tmp = tempfile::tempdir().unwrap();
-        let n = B64_CHUNK_VALUES + 5;
+        let n = RAW_CHUNK_VALUES + 5;
         let snap = random_snapshot(n, 3, 1, 1.0);
         write_particle_snapshot(tmp.path(), &snap.as_snapshot()).unwrap();
         let xml = fs::read_to_string(

@@ -1,0 +1,143 @@
+//! The resolved case as TOML, through serde: [`Case`]'s `Serialize` and the field helpers the
+//! derives in `mod.rs` name. The layout is the case-file layout of `cases/README.md`, so
+//! [`Case::from_toml_str`] reads the text back to an equal `Case`.
+
+use std::fmt::Display;
+
+use serde::ser::{SerializeMap, SerializeStruct};
+use serde::{Serialize, Serializer};
+
+use super::{Cadence, Case, OutputControl, RbfSolver};
+use crate::kernel::StretchingScheme;
+
+/// The comment lines at the top of a resolved case.
+pub(super) const HEADER: &str = "# Resolved case: every key with its value, defaults filled in.\n\
+     # Run it again with `vpm run <this file>`; cases/README.md documents the keys.\n\n";
+
+impl Serialize for Case {
+    /// The case-file layout: `name`, `description` and `device` first, then one table per
+    /// section; `[spectral]` and `[vortex]` only when present, and `output.spectra_times`
+    /// only for field-defined flows (particle-defined ones have no spectra).
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Case", 10)?;
+        s.serialize_field("name", &self.name)?;
+        s.serialize_field("description", &self.description)?;
+        s.serialize_field("device", &self.device.to_string())?;
+        s.serialize_field("flow", &self.flow)?;
+        s.serialize_field("initial", &self.initial)?;
+        s.serialize_field("time", &self.time)?;
+        s.serialize_field(
+            "output",
+            &OutputKeys {
+                output: &self.output,
+                spectra: !self.initial.is_particle_defined(),
+            },
+        )?;
+        s.serialize_field("checkpoint", &self.checkpoint)?;
+        match &self.spectral {
+            Some(spectral) => s.serialize_field("spectral", spectral)?,
+            None => s.skip_field("spectral")?,
+        }
+        match &self.vortex {
+            Some(vortex) => s.serialize_field("vortex", vortex)?,
+            None => s.skip_field("vortex")?,
+        }
+        s.end()
+    }
+}
+
+/// `[output]` as written: the cadence key, and `spectra_times` when the flow has spectra.
+struct OutputKeys<'a> {
+    output: &'a OutputControl,
+    spectra: bool,
+}
+
+impl Serialize for OutputKeys<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        cadence_entry(&mut map, "", &self.output.cadence)?;
+        if self.spectra {
+            map.serialize_entry("spectra_times", &self.output.spectra_times)?;
+        }
+        map.end()
+    }
+}
+
+/// `{prefix}every_steps = N` or `{prefix}every_time = T` as one map entry.
+fn cadence_entry<M: SerializeMap>(
+    map: &mut M,
+    prefix: &str,
+    cadence: &Cadence,
+) -> Result<(), M::Error> {
+    match cadence {
+        Cadence::Steps(n) => map.serialize_entry(&format!("{prefix}every_steps"), n),
+        Cadence::Time(t) => map.serialize_entry(&format!("{prefix}every_time"), t),
+    }
+}
+
+/// A value by its `Display` spelling (`dealias`, `evaluator`, `device`).
+pub(super) fn display<T: Display, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(value)
+}
+
+/// An optional `device` by its spelling (skipped by the caller when `None`).
+pub(super) fn display_opt<T: Display, S: Serializer>(
+    value: &Option<T>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(v) => s.collect_str(v),
+        None => s.serialize_none(),
+    }
+}
+
+/// `vortex.stretching`: `"classical"` or `"transposed"`.
+pub(super) fn stretching<S: Serializer>(
+    scheme: &StretchingScheme,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_str(super::stretching_str(*scheme))
+}
+
+/// `vortex.reinit_every`: the step count, or `"never"`.
+pub(super) fn reinit_every<S: Serializer>(every: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match every {
+        Some(k) => s.serialize_u64(*k),
+        None => s.serialize_str("never"),
+    }
+}
+
+/// `rbf`, and `rbf_tolerance` / `rbf_max_iterations` for conjugate gradients (flattened into
+/// `[vortex]`).
+pub(super) fn rbf_keys<S: Serializer>(rbf: &RbfSolver, s: S) -> Result<S::Ok, S::Error> {
+    let mut map = s.serialize_map(None)?;
+    map.serialize_entry("rbf", rbf.as_str())?;
+    if let RbfSolver::ConjugateGradient {
+        tolerance,
+        max_iterations,
+    } = rbf
+    {
+        map.serialize_entry("rbf_tolerance", tolerance)?;
+        map.serialize_entry("rbf_max_iterations", max_iterations)?;
+    }
+    map.end()
+}
+
+/// `snapshot_every_steps` / `snapshot_every_time`, or nothing (flattened into `[vortex]`).
+pub(super) fn snapshot_keys<S: Serializer>(
+    cadence: &Option<Cadence>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    let mut map = s.serialize_map(None)?;
+    if let Some(c) = cadence {
+        cadence_entry(&mut map, "snapshot_", c)?;
+    }
+    map.end()
+}
+
+/// The resolved case text: [`HEADER`], then the case through `toml`.
+pub(super) fn to_toml_string(case: &Case) -> String {
+    // Every field is a string, number, bool, array or table: serialization cannot fail.
+    let body = toml::to_string(case).expect("a Case always serializes to TOML");
+    format!("{HEADER}{body}")
+}
