@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use vpm::cli::{BenchCommand, Cli, Command, DealiasArg};
 use vpm::config::{named_cases, resolve_case, Case, Dealias};
-use vpm::output::create_run_dir;
+use vpm::output::create_locked_run_dir;
 use vpm::run::memory;
 use vpm::run::simulation::{ResumeChanges, Run};
 use vpm::run::{ProgressStyle, RunEnd, RunOptions};
@@ -80,7 +80,8 @@ fn run(cli: Cli) -> Result<()> {
             let devices = vpm::run::RunDevices::open(&case)?;
             vpm::run::memory::check_fits(&case, &devices)?;
             let threads = set_threads(args.threads)?;
-            let run_dir = create_run_dir(&case.name, args.out.as_deref(), args.force)?;
+            let (run_dir, lock) =
+                create_locked_run_dir(&case.name, args.out.as_deref(), args.force, "vpm run")?;
             if !cli.quiet {
                 eprintln!(
                     "vpm: case `{}` → {} ({} threads)",
@@ -95,7 +96,7 @@ fn run(cli: Cli) -> Result<()> {
                 abort_after_steps: args.abort_after_steps,
             };
             vpm::run::install_signal_handlers()?;
-            let mut sim = vpm::run::start(case, &run_dir, options)?;
+            let mut sim = vpm::run::start(case, &run_dir, options, Some(lock))?;
             finish(sim.as_mut(), cli.quiet)
         }
         Command::Resume(args) => {

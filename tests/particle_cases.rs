@@ -50,7 +50,7 @@ fn run_case(mut case: Case, t_end: f64, dir: &Path) {
     case.time.t_end = t_end;
     case.output.cadence = Cadence::Time(0.1);
     case.checkpoint.cadence = Cadence::Time(t_end);
-    let mut run = vpm::run::start(case, dir, options()).expect("start");
+    let mut run = vpm::run::start(case, dir, options(), None).expect("start");
     assert_eq!(run.run_to_end().expect("run"), RunEnd::Finished);
 }
 
@@ -186,7 +186,7 @@ fn adaptive_step_follows_the_particle_stability_limits() {
     let tmp = tempfile::tempdir().unwrap();
     let mut opts = options();
     opts.abort_after_steps = Some(4);
-    let mut run = vpm::run::start(case, tmp.path(), opts).expect("start");
+    let mut run = vpm::run::start(case, tmp.path(), opts, None).expect("start");
     run.run_to_end().expect("run");
     let (header, rows) = read_csv(&tmp.path().join(RING_CSV));
     let (ct, cdt) = (col(&header, "t"), col(&header, "dt"));

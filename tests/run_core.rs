@@ -1,6 +1,6 @@
 //! What the run core gives long runs, end to end through the binary: a signal stops a run with a
 //! checkpoint and `vpm resume` continues it to the same bytes; `vpm resume --t-end` extends a
-//! finished run; `vpm check` prints the resolved case with its memory and time; a case too big
+//! finished run; a second process on a run directory in use is refused; `vpm check` prints the resolved case with its memory and time; a case too big
 //! for the machine, a run past `time.max_steps`, a collapsing CFL step and a second process on
 //! the same run directory are clear errors; a checkpoint written before the run core resumes.
 
@@ -74,6 +74,19 @@ fn sigint_checkpoints_and_resume_reproduces_the_uninterrupted_run() {
             "the run did not start"
         );
         std::thread::sleep(Duration::from_millis(10));
+    }
+    // While it runs, the run directory is locked: a resume, or a run with --force, is refused
+    // with the holder named.
+    for args in [
+        vec!["resume", s(&b)],
+        vec!["run", &case, "--out", s(&b), "--force"],
+    ] {
+        let o = run(&args);
+        assert_failed(&o, "a second process on a run directory in use");
+        let err = stderr(&o);
+        assert_no_panic(&err);
+        let holder = format!("is in use by vpm run (pid {}", child.id());
+        assert!(err.contains(&holder), "{args:?}: {err}");
     }
     // SAFETY: kill(2) on the child we spawned, with a valid signal number.
     assert_eq!(unsafe { kill(child.id() as i32, SIGINT) }, 0);

@@ -14,7 +14,6 @@
 // `File::try_lock` and friends are std since Rust 1.89; the declared rust-version (1.85) is
 // older, but the dependency tree already needs 1.88 (libloading), so the workspace's
 // rust-version should be raised to 1.89, and this allow removed.
-#![allow(clippy::incompatible_msrv)]
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};

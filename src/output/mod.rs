@@ -385,12 +385,3 @@ mod tests {
         }
     }
 }
-
-/// TEMPORARY placeholder until the run-directory lock lands (replaced at merge).
-pub struct RunLock;
-impl RunLock {
-    /// Placeholder.
-    pub fn acquire(_dir: &Path, _purpose: &str) -> Result<RunLock, OutputError> {
-        Ok(RunLock)
-    }
-}

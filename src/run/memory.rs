@@ -8,8 +8,8 @@
 use crate::config::{Case, InitialCondition, TimeStep};
 use crate::device::{host_memory_available, Device};
 use crate::run::RunDevices;
-use crate::summation::{planner, Boundary};
 use crate::spectral::{Dealias, SpectralGrid};
+use crate::summation::{planner, Boundary};
 use anyhow::{bail, Result};
 
 /// Bytes of one complex f64.
@@ -99,7 +99,8 @@ pub fn estimate(case: &Case, devices: &RunDevices) -> Result<MemoryEstimate> {
         if let Some(s) = &case.spectral {
             // The particle velocity at the N³ nodes and its modes, for the shared diagnostics.
             let nodes = (s.n as u64).pow(3);
-            e.host.push(("particle diagnostics grid".into(), nodes * 48));
+            e.host
+                .push(("particle diagnostics grid".into(), nodes * 48));
         }
         let boundary = if matches!(case.initial, InitialCondition::VortexRing { .. }) {
             Boundary::FreeSpace

@@ -21,7 +21,7 @@ pub mod simulation;
 
 use crate::config::Case;
 use crate::device::{Device, DeviceRequest};
-use crate::output::{write_particle_snapshot, ParticleSnapshot};
+use crate::output::{write_particle_snapshot, ParticleSnapshot, RunLock};
 use crate::particles::ParticleSet;
 use crate::summation::{planner, Boundary};
 use crate::vortex::stepper::ParticleStepper;
@@ -65,17 +65,28 @@ pub enum RunEnd {
 }
 
 /// Starts the run the case calls for (field- or particle-defined) in an existing, empty run
-/// directory, after checking that its memory fits.
-pub fn start(case: Case, run_dir: &Path, options: RunOptions) -> Result<Box<dyn Run>> {
+/// directory, after checking that its memory fits. `lock` is the run directory's lock when the
+/// caller took it while creating the directory ([`crate::output::create_locked_run_dir`]);
+/// otherwise it is taken here.
+pub fn start(
+    case: Case,
+    run_dir: &Path,
+    options: RunOptions,
+    lock: Option<RunLock>,
+) -> Result<Box<dyn Run>> {
     let devices = RunDevices::open(&case)?;
     memory::check_fits(&case, &devices)?;
+    let lock = match lock {
+        Some(l) => l,
+        None => RunLock::acquire(run_dir, "vpm run")?,
+    };
     Ok(if case.initial.is_particle_defined() {
         Box::new(Simulation::<particles::ParticleModel>::start(
-            case, run_dir, options, &devices,
+            case, run_dir, options, &devices, lock,
         )?)
     } else {
         Box::new(Simulation::<field::FieldModel>::start(
-            case, run_dir, options, &devices,
+            case, run_dir, options, &devices, lock,
         )?)
     })
 }

@@ -71,7 +71,7 @@ impl Scheduled {
             return true;
         }
         match &self.schedule {
-            Schedule::IterationInterval(n) => step % n == 0,
+            Schedule::IterationInterval(n) => step.is_multiple_of(*n),
             Schedule::TimeInterval(d) => reached(t, self.next as f64 * d, *d),
             Schedule::SpecifiedTimes { times, scale } => times
                 .get(self.next as usize)

@@ -159,8 +159,8 @@ impl<M: Model> Simulation<M> {
         run_dir: &Path,
         options: RunOptions,
         devices: &crate::run::RunDevices,
+        lock: crate::output::RunLock,
     ) -> Result<Self> {
-        let lock = crate::output::RunLock::acquire(run_dir, "vpm run")?;
         let t0 = Instant::now();
         write_atomic(&run_dir.join("case.toml"), case.to_toml_string().as_bytes())?;
         let mut manifest = Manifest::new(options.threads);

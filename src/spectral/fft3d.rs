@@ -189,7 +189,7 @@ fn store_stream(dst: &mut Complex64, v: Complex64, nt: bool) {
     {
         use std::arch::x86_64::{_mm_set_pd, _mm_stream_pd};
         let p = (dst as *mut Complex64).cast::<f64>();
-        if nt && p as usize % 16 == 0 {
+        if nt && (p as usize).is_multiple_of(16) {
             // SAFETY: SSE2 is part of the x86-64 baseline. `p` comes from an exclusive reference
             // to a `Complex64` (`#[repr(C)]`, two f64s: 16 valid, writable bytes) and is 16-byte
             // aligned, as `_mm_stream_pd` requires. Visibility to other threads is ordered by

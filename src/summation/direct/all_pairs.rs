@@ -101,7 +101,7 @@ impl KernelConfig {
         let ok = [32, 64, 128, 256, 512].contains(&self.block)
             && [1, 2, 3, 4, 6, 8].contains(&self.targets_per_thread)
             && (1..=32).contains(&self.unroll)
-            && self.block % self.unroll == 0
+            && self.block.is_multiple_of(self.unroll)
             && self.min_blocks * self.block <= 2048;
         if ok {
             Ok(())

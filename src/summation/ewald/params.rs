@@ -155,10 +155,10 @@ impl std::fmt::Display for EwaldParameters {
 pub(crate) fn fft_size(n: usize) -> usize {
     let mut m = n.max(2);
     loop {
-        if m % 2 == 0 {
+        if m.is_multiple_of(2) {
             let mut r = m;
             for p in [2, 3, 5, 7] {
-                while r % p == 0 {
+                while r.is_multiple_of(p) {
                     r /= p;
                 }
             }
