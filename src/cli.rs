@@ -110,18 +110,11 @@ pub struct BenchKernelArgs {
         default_value = "16384,65536,262144,1048576"
     )]
     pub n: Vec<usize>,
-    /// Timed repetitions per measurement (the median is reported).
-    #[arg(long, default_value_t = 5)]
-    pub repeats: usize,
     /// Targets checked against the CPU f64 evaluator per size (0: no accuracy check).
     #[arg(long, default_value_t = 2000)]
     pub sample: usize,
-    /// Write the results as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Worker threads of the CPU reference (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub common: BenchCommon,
     /// Tuning: launch configurations to compare, BLOCKxTARGETSxUNROLL[xMINBLOCKS] (e.g.
     /// 256x2x4,128x4x2x4).
     #[arg(long, value_delimiter = ',', hide = true)]
@@ -134,6 +127,21 @@ pub struct BenchKernelArgs {
     pub device: crate::device::DeviceRequest,
 }
 
+/// Options every benchmark takes.
+#[derive(Debug, Args)]
+pub struct BenchCommon {
+    /// Timed repetitions per measurement, the median reported (default: 5 for spectral and
+    /// kernel, 3 for direct and ewald).
+    #[arg(long)]
+    pub repeats: Option<usize>,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Worker threads (default: all cores; with a GPU, those of the CPU reference).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
 #[derive(Debug, Args)]
 pub struct BenchEwaldArgs {
     /// Lattice sizes n (n^3 particles each; comma separated).
@@ -142,15 +150,8 @@ pub struct BenchEwaldArgs {
     /// Requested relative accuracy.
     #[arg(long, default_value_t = 1e-6)]
     pub accuracy: f64,
-    /// Timed repetitions per measurement (the median is reported).
-    #[arg(long, default_value_t = 3)]
-    pub repeats: usize,
-    /// Write the results as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Worker threads (default: all cores; on the GPU: the CPU reference's).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub common: BenchCommon,
     /// The evaluator to time: `cpu` (f64, rayon), `cuda`/`cuda:N` (the GPU, f32; an error
     /// without a usable GPU) or `auto` (the GPU when one is usable). `--backend` is the older
     /// name.
@@ -166,15 +167,8 @@ pub struct BenchDirectArgs {
     /// Particle counts (comma separated).
     #[arg(long, value_delimiter = ',', default_value = "1024,4096,16384")]
     pub n: Vec<usize>,
-    /// Timed repetitions per measurement (the median is reported).
-    #[arg(long, default_value_t = 3)]
-    pub repeats: usize,
-    /// Write the results as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub common: BenchCommon,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -193,13 +187,6 @@ pub struct BenchSpectralArgs {
     /// Dealiasing rules (comma separated).
     #[arg(long, value_delimiter = ',', default_value = "2/3,3/2")]
     pub dealias: Vec<DealiasArg>,
-    /// Timed repetitions per measurement (the median is reported).
-    #[arg(long, default_value_t = 5)]
-    pub repeats: usize,
-    /// Write the results as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub common: BenchCommon,
 }

@@ -143,8 +143,30 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Bench(BenchCommand::Spectral(a)) => {
-            set_threads(a.threads)?;
+        Command::Bench(command) => bench(command, cli.quiet),
+    }
+}
+
+/// `vpm bench …`: checks the arguments, then runs the benchmark.
+fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
+    let common = match &command {
+        BenchCommand::Spectral(a) => &a.common,
+        BenchCommand::Direct(a) => &a.common,
+        BenchCommand::Ewald(a) => &a.common,
+        BenchCommand::Kernel(a) => &a.common,
+    };
+    set_threads(common.threads)?;
+    let (repeats, json) = (common.repeats, common.json.clone());
+    let json = json.as_deref();
+    // Every size list has a smallest allowed value.
+    let at_least = |values: &[usize], min: usize, what: &str| -> Result<()> {
+        match values.iter().find(|&&n| n < min) {
+            Some(n) => bail!("--n {n}: {what} must be at least {min}"),
+            None => Ok(()),
+        }
+    };
+    match command {
+        BenchCommand::Spectral(a) => {
             let rules: Vec<Dealias> = a
                 .dealias
                 .iter()
@@ -153,49 +175,33 @@ fn run(cli: Cli) -> Result<()> {
                     DealiasArg::ThreeHalves => Dealias::ThreeHalves,
                 })
                 .collect();
-            for &n in &a.n {
-                if n < 8 || n % 2 == 1 {
-                    bail!("--n {n}: grid sizes must be even and ≥ 8");
-                }
+            at_least(&a.n, 8, "grid sizes")?;
+            if let Some(n) = a.n.iter().find(|&&n| n % 2 == 1) {
+                bail!("--n {n}: grid sizes must be even and ≥ 8");
             }
-            vpm::bench::bench_spectral(&a.n, &rules, a.repeats, a.json.as_deref())?;
+            vpm::bench::bench_spectral(&a.n, &rules, repeats.unwrap_or(5), json)?;
             Ok(())
         }
-        Command::Bench(BenchCommand::Direct(a)) => {
-            set_threads(a.threads)?;
-            if let Some(n) = a.n.iter().find(|&&n| n == 0) {
-                bail!("--n {n}: particle counts must be at least 1");
-            }
-            vpm::bench::bench_direct(&a.n, a.repeats, a.json.as_deref())?;
+        BenchCommand::Direct(a) => {
+            at_least(&a.n, 1, "particle counts")?;
+            vpm::bench::bench_direct(&a.n, repeats.unwrap_or(3), json)?;
             Ok(())
         }
-        Command::Bench(BenchCommand::Ewald(a)) => {
-            set_threads(a.threads)?;
-            if let Some(n) = a.n.iter().find(|&&n| n < 4) {
-                bail!("--n {n}: lattice sizes must be at least 4");
-            }
+        BenchCommand::Ewald(a) => {
+            at_least(&a.n, 4, "lattice sizes")?;
             if !(1e-12..=1e-2).contains(&a.accuracy) {
                 bail!("--accuracy {}: must be in [1e-12, 1e-2]", a.accuracy);
             }
             let (device, note) = vpm::device::Device::open(a.device)?;
-            if !cli.quiet {
+            if !quiet {
                 eprintln!("--device {}: {note}", a.device);
             }
-            vpm::bench::bench_ewald(
-                &device,
-                &a.n,
-                a.accuracy,
-                a.repeats,
-                a.sample,
-                a.json.as_deref(),
-            )?;
+            let r = repeats.unwrap_or(3);
+            vpm::bench::bench_ewald(&device, &a.n, a.accuracy, r, a.sample, json)?;
             Ok(())
         }
-        Command::Bench(BenchCommand::Kernel(a)) => {
-            set_threads(a.threads)?;
-            if let Some(n) = a.n.iter().find(|&&n| n == 0) {
-                bail!("--n {n}: particle counts must be at least 1");
-            }
+        BenchCommand::Kernel(a) => {
+            at_least(&a.n, 1, "particle counts")?;
             let configs = a
                 .configs
                 .iter()
@@ -208,15 +214,8 @@ fn run(cli: Cli) -> Result<()> {
                     a.device
                 )
             })?;
-            vpm::bench::bench_kernel(
-                gpu,
-                &a.n,
-                a.repeats,
-                a.sample,
-                &configs,
-                a.json.as_deref(),
-                a.dump.as_deref(),
-            )?;
+            let r = repeats.unwrap_or(5);
+            vpm::bench::bench_kernel(gpu, &a.n, r, a.sample, &configs, json, a.dump.as_deref())?;
             Ok(())
         }
     }

@@ -274,17 +274,7 @@ fn a_checkpoint_written_before_the_run_core_resumes() {
         &run(&["run", &case, "--out", s(&a), "--threads", "1"]),
         "whole run",
     );
-    let o = run(&[
-        "run",
-        &case,
-        "--out",
-        s(&b),
-        "--threads",
-        "1",
-        "--abort-after-steps",
-        "5",
-    ]);
-    assert_eq!(o.status.code(), Some(137));
+    run_aborted(&case, &b, "5");
     // Rewrite the latest checkpoint's meta.json in the layout of vpm before the run core.
     let dir = b.join("checkpoints/ckpt-0000000004");
     let meta: serde_json::Value =
@@ -308,17 +298,7 @@ fn resuming_on_another_device_says_so() {
     let tmp = tempfile::tempdir().unwrap();
     let case = write_case(tmp.path(), "d.toml", &case_text("0.12", ""));
     let b = tmp.path().join("B");
-    let o = run(&[
-        "run",
-        &case,
-        "--out",
-        s(&b),
-        "--threads",
-        "1",
-        "--abort-after-steps",
-        "5",
-    ]);
-    assert_eq!(o.status.code(), Some(137));
+    run_aborted(&case, &b, "5");
     let meta_path = b.join("checkpoints/ckpt-0000000004/meta.json");
     let mut meta: serde_json::Value =
         serde_json::from_slice(&fs::read(&meta_path).unwrap()).unwrap();

@@ -412,17 +412,7 @@ fn kill_and_resume_reproduces_the_uninterrupted_run() {
         "uninterrupted run",
     );
 
-    let o = run(&[
-        "run",
-        s(&case),
-        "--out",
-        s(&b),
-        "--threads",
-        "1",
-        "--abort-after-steps",
-        "7",
-    ]);
-    assert_eq!(o.status.code(), Some(137), "abort: {}", stderr(&o));
+    run_aborted(s(&case), &b, "7");
     assert!(!b.join("spectral/final.npz").exists());
     assert_eq!(manifest(&b)["status"], "running");
     // A kill in the middle of a write leaves a partial line.
@@ -530,22 +520,17 @@ fn resume_without_checkpoints_is_a_clear_error() {
 #[test]
 fn backend_cuda_without_a_gpu_is_a_clear_error_and_auto_falls_back() {
     let tmp = tempfile::tempdir().unwrap();
+    // One worker thread, the GPU hidden.
     let no_gpu = |args: &[&str]| {
         let mut c = vpm();
-        c.args(args).env("VPM_NO_CUDA", "1");
+        c.args(args)
+            .args(["--threads", "1"])
+            .env("VPM_NO_CUDA", "1");
         c.output().expect("could not start the vpm binary")
     };
     let out = tmp.path().join("cuda");
-    let o = no_gpu(&[
-        "run",
-        "hit-32-compare",
-        "--backend",
-        "cuda",
-        "--out",
-        s(&out),
-        "--threads",
-        "1",
-    ]);
+    let case = "hit-32-compare";
+    let o = no_gpu(&["run", case, "--backend", "cuda", "--out", s(&out)]);
     assert_failed(&o, "--backend cuda without a GPU");
     let err = stderr(&o);
     assert_no_panic(&err);
@@ -561,16 +546,7 @@ fn backend_cuda_without_a_gpu_is_a_clear_error_and_auto_falls_back() {
 
     // auto (the case's default): the CPU evaluator, with the reason in the log.
     let out = tmp.path().join("auto");
-    let o = no_gpu(&[
-        "run",
-        "hit-32-compare",
-        "--out",
-        s(&out),
-        "--threads",
-        "1",
-        "--abort-after-steps",
-        "1",
-    ]);
+    let o = no_gpu(&["run", case, "--out", s(&out), "--abort-after-steps", "1"]);
     let err = stderr(&o);
     assert_no_panic(&err);
     assert!(
@@ -581,29 +557,14 @@ fn backend_cuda_without_a_gpu_is_a_clear_error_and_auto_falls_back() {
     // A spectral-only case follows --device cpu; it cannot run on a GPU yet, and asking for
     // one is an error that says so.
     let q = tmp.path().join("q");
-    let o = run(&[
-        "run",
-        "quick",
-        "--device",
-        "cpu",
-        "--out",
-        s(&q),
-        "--threads",
-        "1",
-    ]);
+    let o = run(&["run", "quick", "--device", "cpu", "--out", s(&q)]);
     assert_ok(&o, "--device cpu on a spectral-only case");
     assert!(manifest(&q)["devices"]["spectral"]
         .as_str()
         .unwrap()
         .starts_with("cpu"));
-    let o = no_gpu(&[
-        "run",
-        "quick",
-        "--backend",
-        "cuda",
-        "--out",
-        s(&tmp.path().join("g")),
-    ]);
+    let g = tmp.path().join("g");
+    let o = no_gpu(&["run", "quick", "--backend", "cuda", "--out", s(&g)]);
     assert_failed(&o, "--device cuda on a spectral-only case");
     let err = stderr(&o);
     assert_no_panic(&err);
@@ -927,17 +888,7 @@ fn logs_to_a_pipe_have_no_colour_codes() {
     let case = tmp.path().join("resume-case.toml");
     fs::write(&case, RESUME_CASE).unwrap();
     let b = tmp.path().join("B");
-    let o = run(&[
-        "run",
-        s(&case),
-        "--out",
-        s(&b),
-        "--threads",
-        "1",
-        "--abort-after-steps",
-        "7",
-    ]);
-    assert_eq!(o.status.code(), Some(137));
+    run_aborted(s(&case), &b, "7");
     // A partial line makes the resume log an INFO message about dropping it.
     {
         use std::io::Write;
@@ -959,93 +910,41 @@ fn logs_to_a_pipe_have_no_colour_codes() {
 #[test]
 fn benchmarks_print_a_table_and_write_json() {
     let dir = tempfile::tempdir().unwrap();
-    let spectral = dir.path().join("spectral.json");
-    let out = run(&[
-        "bench",
+    // Runs `vpm bench WHAT ARGS… --repeats 1 --json FILE`; returns stdout and the JSON.
+    let bench = |what: &str, args: &[&str]| -> (String, serde_json::Value) {
+        let json = dir.path().join(format!("{what}.json"));
+        let mut all = vec!["bench", what];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--repeats", "1", "--json", s(&json)]);
+        let out = run(&all);
+        assert_ok(&out, &format!("vpm bench {what}"));
+        let value = serde_json::from_str(&fs::read_to_string(&json).unwrap()).unwrap();
+        (stdout(&out), value)
+    };
+    let positive = |v: &serde_json::Value| v.as_f64().unwrap() > 0.0;
+
+    let (text, json) = bench(
         "spectral",
-        "--n",
-        "8,16",
-        "--dealias",
-        "2/3",
-        "--repeats",
-        "1",
-        "--threads",
-        "1",
-        "--json",
-        spectral.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        &["--n", "8,16", "--dealias", "2/3", "--threads", "1"],
     );
-    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("ms / RK4 step") && text.contains("1 threads"),
         "{text}"
     );
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&spectral).unwrap()).unwrap();
     assert_eq!(json["rows"].as_array().unwrap().len(), 2);
-    assert!(json["rows"][1]["ms_per_rk4_step"].as_f64().unwrap() > 0.0);
+    assert!(positive(&json["rows"][1]["ms_per_rk4_step"]));
     assert!(!json["cpu"].as_str().unwrap().is_empty());
 
-    let direct = dir.path().join("direct.json");
-    let out = run(&[
-        "bench",
-        "direct",
-        "--n",
-        "64,128",
-        "--repeats",
-        "1",
-        "--threads",
-        "2",
-        "--json",
-        direct.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&direct).unwrap()).unwrap();
+    let (_, json) = bench("direct", &["--n", "64,128", "--threads", "2"]);
     let rows = json["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
-    assert!(
-        rows[0]["interactions_per_second_velocity_stretching"]
-            .as_f64()
-            .unwrap()
-            > 0.0
-    );
+    assert!(positive(
+        &rows[0]["interactions_per_second_velocity_stretching"]
+    ));
 
-    let ewald = dir.path().join("ewald.json");
-    let out = run(&[
-        "bench",
-        "ewald",
-        "--n",
-        "8",
-        "--repeats",
-        "1",
-        "--threads",
-        "2",
-        "--json",
-        ewald.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&ewald).unwrap()).unwrap();
+    let (_, json) = bench("ewald", &["--n", "8", "--threads", "2"]);
     assert_eq!(json["rows"][0]["particles"].as_u64(), Some(512));
-    assert!(
-        json["rows"][0]["particles_per_second_velocity"]
-            .as_f64()
-            .unwrap()
-            > 0.0
-    );
+    assert!(positive(&json["rows"][0]["particles_per_second_velocity"]));
 }
 
 /// A small Taylor–Green case run by both solvers: the vortex method's K(t) follows the spectral

@@ -85,6 +85,15 @@ pub struct LogSpec {
     pub columns: Vec<&'static str>,
 }
 
+impl LogSpec {
+    pub fn new(file: &'static str, columns: &[&'static str]) -> LogSpec {
+        LogSpec {
+            file,
+            columns: columns.to_vec(),
+        }
+    }
+}
+
 /// What a callback sees besides the model.
 pub struct CallContext<'a> {
     pub t: f64,

@@ -369,19 +369,10 @@ struct EnergyWriter {
 
 impl Callback<FieldModel> for EnergyWriter {
     fn logs(&self) -> Vec<LogSpec> {
-        let mut logs = vec![LogSpec {
-            file: SPECTRAL_ENERGY_CSV,
-            columns: ENERGY_COLUMNS.to_vec(),
-        }];
+        let mut logs = vec![LogSpec::new(SPECTRAL_ENERGY_CSV, &ENERGY_COLUMNS)];
         if self.with_vortex {
-            logs.push(LogSpec {
-                file: VORTEX_ENERGY_CSV,
-                columns: vortex_energy_columns(),
-            });
-            logs.push(LogSpec {
-                file: COMPARISON_CSV,
-                columns: COMPARISON_COLUMNS.to_vec(),
-            });
+            logs.push(LogSpec::new(VORTEX_ENERGY_CSV, &vortex_energy_columns()));
+            logs.push(LogSpec::new(COMPARISON_CSV, &COMPARISON_COLUMNS));
         }
         logs
     }
@@ -445,15 +436,9 @@ struct SpectraWriter {
 
 impl Callback<FieldModel> for SpectraWriter {
     fn logs(&self) -> Vec<LogSpec> {
-        let mut logs = vec![LogSpec {
-            file: SPECTRAL_SPECTRA_CSV,
-            columns: SPECTRA_COLUMNS.to_vec(),
-        }];
+        let mut logs = vec![LogSpec::new(SPECTRAL_SPECTRA_CSV, &SPECTRA_COLUMNS)];
         if self.with_vortex {
-            logs.push(LogSpec {
-                file: VORTEX_SPECTRA_CSV,
-                columns: SPECTRA_COLUMNS.to_vec(),
-            });
+            logs.push(LogSpec::new(VORTEX_SPECTRA_CSV, &SPECTRA_COLUMNS));
         }
         logs
     }

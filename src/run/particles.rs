@@ -209,10 +209,7 @@ struct RingWriter;
 
 impl Callback<ParticleModel> for RingWriter {
     fn logs(&self) -> Vec<LogSpec> {
-        vec![LogSpec {
-            file: RING_CSV,
-            columns: RING_COLUMNS.to_vec(),
-        }]
+        vec![LogSpec::new(RING_CSV, &RING_COLUMNS)]
     }
 
     fn call(&mut self, m: &mut ParticleModel, ctx: &mut CallContext) -> Result<()> {
@@ -256,10 +253,7 @@ struct LambOseenWriter;
 
 impl Callback<ParticleModel> for LambOseenWriter {
     fn logs(&self) -> Vec<LogSpec> {
-        vec![LogSpec {
-            file: LAMB_OSEEN_CSV,
-            columns: LAMB_OSEEN_COLUMNS.to_vec(),
-        }]
+        vec![LogSpec::new(LAMB_OSEEN_CSV, &LAMB_OSEEN_COLUMNS)]
     }
 
     fn call(&mut self, m: &mut ParticleModel, ctx: &mut CallContext) -> Result<()> {

@@ -213,19 +213,22 @@ pub struct DeviceEvaluation {
     pub gradient: DeviceBuffer<f64>,
 }
 
+/// One evaluation asked of a [`DeviceSummation`]: sources, targets and extra, all on the GPU.
+#[derive(Clone, Copy)]
+pub struct DeviceWork<'a> {
+    pub sources: &'a DeviceSources<'a>,
+    pub targets: &'a DeviceTargets<'a>,
+    pub extra: &'a DeviceExtra<'a>,
+}
+
 /// The device form of [`Summation`] (see the module docs).
 pub trait DeviceSummation {
     /// The GPU the inputs and outputs must live on.
     fn gpu(&self) -> &Arc<Gpu>;
 
-    /// Velocity (and stretching or gradient) at `targets` induced by `sources`, into `out`.
-    fn evaluate_on_device(
-        &mut self,
-        sources: &DeviceSources,
-        targets: &DeviceTargets,
-        extra: &DeviceExtra,
-        out: &mut DeviceEvaluation,
-    ) -> Result<(), SummationError>;
+    /// Velocity (and stretching or gradient) at the targets induced by the sources of `work`,
+    /// into `out`.
+    fn evaluate_on_device(&mut self, work: DeviceWork, out: &mut DeviceEvaluation) -> SumResult;
 }
 
 /// Why a summation could not be done.
@@ -246,6 +249,18 @@ pub enum SummationError {
     Device(String),
 }
 
+/// The result of a summation (the answers are written into the caller's buffers).
+pub type SumResult = Result<(), SummationError>;
+
+/// One evaluation asked of a [`Summation`]: the sources, the points where the velocity is
+/// wanted, and what else to compute there.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub sources: &'a Sources<'a>,
+    pub targets: &'a [[f64; 3]],
+    pub extra: Extra<'a>,
+}
+
 /// Velocity (and optionally stretching or gradient) at targets induced by sources, and the blob
 /// vorticity at targets.
 pub trait Summation: Send {
@@ -255,14 +270,32 @@ pub trait Summation: Send {
     /// The boundary condition this evaluator implements.
     fn boundary(&self) -> Boundary;
 
-    /// Evaluates at `targets`; results go into `out` (resized as needed).
+    /// Evaluates a [`Request`] into `out`: what an evaluator implements. Callers use
+    /// [`Summation::evaluate`], which checks the inputs, sizes `out` and answers zero without
+    /// sources before calling this, so an implementation may assume all three.
+    fn evaluate_request(&mut self, req: Request, out: &mut Evaluation) -> SumResult;
+
+    /// Evaluates at `targets` the velocity induced by `sources`, and `extra`; results go into
+    /// `out` (resized as needed).
     fn evaluate(
         &mut self,
         sources: &Sources,
         targets: &[[f64; 3]],
         extra: Extra,
         out: &mut Evaluation,
-    ) -> Result<(), SummationError>;
+    ) -> SumResult {
+        if begin_evaluation(sources, targets, &extra, out)? {
+            return Ok(());
+        }
+        self.evaluate_request(
+            Request {
+                sources,
+                targets,
+                extra,
+            },
+            out,
+        )
+    }
 
     /// The device form of this evaluator, when it has one (GPU evaluators): the same sums on
     /// particles that stay on the GPU. `None` by default.
@@ -283,11 +316,11 @@ pub trait Summation: Send {
     /// an evaluator may use the lattice's structure ([`lattice::lattice_vorticity`]).
     fn vorticity_on_lattice(
         &mut self,
-        sources: &Sources,
+        src: &Sources,
         n: usize,
         out: &mut Vec<[f64; 3]>,
-    ) -> Result<(), SummationError> {
-        self.vorticity(sources, &lattice::lattice_nodes(n), out)
+    ) -> SumResult {
+        self.vorticity(src, &lattice::lattice_nodes(n), out)
     }
 }
 

@@ -19,7 +19,10 @@
 //! Every sum is over a fixed index order (parallel work only splits independent outputs), so the
 //! results are bit-identical for any thread count.
 
-use super::{check_inputs, Boundary, Evaluation, Extra, Sources, Summation, SummationError};
+use super::{
+    check_inputs, Boundary, Evaluation, Extra, Request, Sources, SumResult, Summation,
+    SummationError,
+};
 use num_complex::Complex64;
 use rayon::prelude::*;
 use std::f64::consts::TAU;
@@ -225,13 +228,8 @@ impl Summation for FourierOracle {
         Boundary::Periodic { length: TAU }
     }
 
-    fn evaluate(
-        &mut self,
-        sources: &Sources,
-        targets: &[[f64; 3]],
-        extra: Extra,
-        out: &mut Evaluation,
-    ) -> Result<(), SummationError> {
+    fn evaluate_request(&mut self, req: Request, out: &mut Evaluation) -> SumResult {
+        let (sources, targets, extra) = (req.sources, req.targets, req.extra);
         check_inputs(sources, targets, &extra)?;
         out.resize_for(targets.len(), &extra);
         let want_grad = !matches!(extra, Extra::None);
@@ -250,12 +248,8 @@ impl Summation for FourierOracle {
         Ok(())
     }
 
-    fn vorticity(
-        &mut self,
-        sources: &Sources,
-        targets: &[[f64; 3]],
-        out: &mut Vec<[f64; 3]>,
-    ) -> Result<(), SummationError> {
+    fn vorticity(&mut self, src: &Sources, at: &[[f64; 3]], out: &mut Vec<[f64; 3]>) -> SumResult {
+        let (sources, targets) = (src, at);
         *out = self.vorticity_field(sources, targets)?;
         Ok(())
     }

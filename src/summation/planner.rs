@@ -76,12 +76,7 @@ pub const REGISTRY: &[Registration] = &[
         method: EvaluatorKind::Direct,
         boundary: BoundaryKind::FreeSpace,
         device: DeviceKind::Cuda,
-        build: |device, _| {
-            let gpu = device_gpu(device)?;
-            CudaDirect::new(gpu.clone())
-                .map(|e| Box::new(e) as Box<dyn Summation>)
-                .map_err(|e| gpu_setup_error(device, e))
-        },
+        build: |device, _| gpu_evaluator(device, |gpu| CudaDirect::new(gpu)),
     },
     Registration {
         method: EvaluatorKind::Ewald,
@@ -100,12 +95,7 @@ pub const REGISTRY: &[Registration] = &[
         method: EvaluatorKind::Ewald,
         boundary: BoundaryKind::Periodic,
         device: DeviceKind::Cuda,
-        build: |device, accuracy| {
-            let gpu = device_gpu(device)?;
-            CudaEwald::new(gpu.clone(), accuracy)
-                .map(|e| Box::new(e) as Box<dyn Summation>)
-                .map_err(|e| gpu_setup_error(device, e))
-        },
+        build: |device, accuracy| gpu_evaluator(device, |gpu| CudaEwald::new(gpu, accuracy)),
     },
     // FMM (PHYSICS.md §8): one row per device kind and boundary when `summation/fmm/` exists.
 ];
@@ -118,11 +108,21 @@ fn device_gpu(
     })
 }
 
-fn gpu_setup_error(device: &Device, e: crate::device::cuda::CudaError) -> SummationError {
-    SummationError::Unsupported(format!(
-        "device {}: the GPU evaluator could not be set up: {e}",
-        device.label()
-    ))
+/// A GPU evaluator built on `device`'s GPU, with a clear error when that fails.
+fn gpu_evaluator<E: Summation + 'static>(
+    device: &Device,
+    build: impl FnOnce(
+        std::sync::Arc<crate::device::cuda::Gpu>,
+    ) -> Result<E, crate::device::cuda::CudaError>,
+) -> Result<Box<dyn Summation>, SummationError> {
+    let gpu = device_gpu(device)?.clone();
+    match build(gpu) {
+        Ok(e) => Ok(Box::new(e)),
+        Err(e) => Err(SummationError::Unsupported(format!(
+            "device {}: the GPU evaluator could not be set up: {e}",
+            device.label()
+        ))),
+    }
 }
 
 /// Why a (method, boundary) pair has no evaluator on any device.

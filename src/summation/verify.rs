@@ -334,7 +334,7 @@ pub fn device_against_host(
     p: &Particles,
     extra: Extra,
 ) -> Result<(f64, f64), SummationError> {
-    use super::{DeviceEvaluation, DeviceExtra, DeviceSources, DeviceTargets};
+    use super::{DeviceEvaluation, DeviceExtra, DeviceSources, DeviceTargets, DeviceWork};
     use crate::device::buffer::DeviceBuffer;
     let mut host = Evaluation::default();
     evaluator.evaluate(&p.sources(), &p.x, extra, &mut host)?;
@@ -381,7 +381,12 @@ pub fn device_against_host(
         Extra::Gradient => DeviceExtra::Gradient,
     };
     let mut out = DeviceEvaluation::default();
-    dev.evaluate_on_device(&sources, &DeviceTargets::Sources, &dextra, &mut out)?;
+    let work = DeviceWork {
+        sources: &sources,
+        targets: &DeviceTargets::Sources,
+        extra: &dextra,
+    };
+    dev.evaluate_on_device(work, &mut out)?;
     let n = p.len();
     let mut u = vec![0.0; 3 * n];
     out.velocity

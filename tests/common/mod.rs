@@ -78,3 +78,21 @@ pub fn manifest(run_dir: &Path) -> serde_json::Value {
         fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", p.display()))
 }
+
+/// `vpm run CASE --out OUT --threads 1 --abort-after-steps STEPS`, which must stop as a killed
+/// process would (status 137).
+#[track_caller]
+pub fn run_aborted(case: &str, out: &Path, steps: &str) -> Output {
+    let o = run(&[
+        "run",
+        case,
+        "--out",
+        s(out),
+        "--threads",
+        "1",
+        "--abort-after-steps",
+        steps,
+    ]);
+    assert_eq!(o.status.code(), Some(137), "abort: {}", stderr(&o));
+    o
+}

@@ -5,8 +5,7 @@
 
 use crate::kernel::{gaussian_zeta, velocity, velocity_and_stretching, velocity_gradient};
 use crate::summation::{
-    begin_evaluation, begin_vorticity, Boundary, Evaluation, Extra, Sources, Summation,
-    SummationError,
+    begin_vorticity, Boundary, Evaluation, Extra, Request, Sources, SumResult, Summation,
 };
 use rayon::prelude::*;
 
@@ -26,16 +25,8 @@ impl Summation for DirectFreeSpace {
         Boundary::FreeSpace
     }
 
-    fn evaluate(
-        &mut self,
-        sources: &Sources,
-        targets: &[[f64; 3]],
-        extra: Extra,
-        out: &mut Evaluation,
-    ) -> Result<(), SummationError> {
-        if begin_evaluation(sources, targets, &extra, out)? {
-            return Ok(());
-        }
+    fn evaluate_request(&mut self, req: Request, out: &mut Evaluation) -> SumResult {
+        let (sources, targets, extra) = (req.sources, req.targets, req.extra);
         let s = *sources;
         let pair_r = |x: &[f64; 3], q: usize| {
             let y = s.x[q];
@@ -107,12 +98,8 @@ impl Summation for DirectFreeSpace {
         Ok(())
     }
 
-    fn vorticity(
-        &mut self,
-        sources: &Sources,
-        targets: &[[f64; 3]],
-        out: &mut Vec<[f64; 3]>,
-    ) -> Result<(), SummationError> {
+    fn vorticity(&mut self, src: &Sources, at: &[[f64; 3]], out: &mut Vec<[f64; 3]>) -> SumResult {
+        let (sources, targets) = (src, at);
         if begin_vorticity(sources, targets, out)? {
             return Ok(());
         }

@@ -10,8 +10,8 @@ use super::all_pairs::{AllPairs, GpuReal, KernelConfig, Mode};
 use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
 use crate::summation::{
-    begin_evaluation, begin_vorticity, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources,
-    DeviceSummation, DeviceTargets, Evaluation, Extra, Sources, Summation, SummationError,
+    begin_vorticity, Boundary, DeviceEvaluation, DeviceExtra, DeviceSummation, DeviceTargets,
+    DeviceWork, Evaluation, Extra, Request, Sources, SumResult, Summation, SummationError,
 };
 use std::sync::Arc;
 
@@ -63,13 +63,8 @@ impl<T: GpuReal> DeviceSummation for CudaDirectOf<T> {
     /// The host form's launches on device-resident particles: the f64 inputs are packed and
     /// rounded on the GPU exactly as the host packs them, so the sums are bit-identical to
     /// [`Summation::evaluate`]'s.
-    fn evaluate_on_device(
-        &mut self,
-        sources: &DeviceSources,
-        targets: &DeviceTargets,
-        extra: &DeviceExtra,
-        out: &mut DeviceEvaluation,
-    ) -> Result<(), SummationError> {
+    fn evaluate_on_device(&mut self, work: DeviceWork, out: &mut DeviceEvaluation) -> SumResult {
+        let (sources, targets, extra) = (work.sources, work.targets, work.extra);
         let e = &mut self.engine;
         let stream = e.stream().clone();
         let nt = targets.len(sources);
@@ -132,16 +127,8 @@ impl<T: GpuReal> Summation for CudaDirectOf<T> {
         Boundary::FreeSpace
     }
 
-    fn evaluate(
-        &mut self,
-        sources: &Sources,
-        targets: &[[f64; 3]],
-        extra: Extra,
-        out: &mut Evaluation,
-    ) -> Result<(), SummationError> {
-        if begin_evaluation(sources, targets, &extra, out)? {
-            return Ok(());
-        }
+    fn evaluate_request(&mut self, req: Request, out: &mut Evaluation) -> SumResult {
+        let (sources, targets, extra) = (req.sources, req.targets, req.extra);
         let (mode, alpha) = match extra {
             Extra::None => (Mode::Velocity, None),
             Extra::Stretching { alpha, scheme } => (stretching_mode(scheme), Some(alpha)),
@@ -174,12 +161,8 @@ impl<T: GpuReal> Summation for CudaDirectOf<T> {
         Ok(())
     }
 
-    fn vorticity(
-        &mut self,
-        sources: &Sources,
-        targets: &[[f64; 3]],
-        out: &mut Vec<[f64; 3]>,
-    ) -> Result<(), SummationError> {
+    fn vorticity(&mut self, src: &Sources, at: &[[f64; 3]], out: &mut Vec<[f64; 3]>) -> SumResult {
+        let (sources, targets) = (src, at);
         if begin_vorticity(sources, targets, out)? {
             return Ok(());
         }

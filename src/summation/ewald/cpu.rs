@@ -10,8 +10,8 @@ use super::params::{
 use crate::kernel::{gaussian_zeta, velocity, velocity_and_stretching, velocity_gradient};
 use crate::summation::cells::{Neighbours, VORTICITY_CUTOFF};
 use crate::summation::{
-    begin_evaluation, begin_vorticity, sigma_range, stretching_from_gradient, Boundary, Evaluation,
-    Extra, Sources, Summation, SummationError,
+    begin_vorticity, sigma_range, stretching_from_gradient, Boundary, Evaluation, Extra, Request,
+    Sources, SumResult, Summation,
 };
 use rayon::prelude::*;
 use std::f64::consts::TAU;
@@ -135,16 +135,8 @@ impl Summation for EwaldPeriodic {
         Boundary::Periodic { length: TAU }
     }
 
-    fn evaluate(
-        &mut self,
-        sources: &Sources,
-        targets: &[[f64; 3]],
-        extra: Extra,
-        out: &mut Evaluation,
-    ) -> Result<(), SummationError> {
-        if begin_evaluation(sources, targets, &extra, out)? {
-            return Ok(());
-        }
+    fn evaluate_request(&mut self, req: Request, out: &mut Evaluation) -> SumResult {
+        let (sources, targets, extra) = (req.sources, req.targets, req.extra);
         let nt = targets.len();
         let want_grad = !matches!(extra, Extra::None);
         let (params, selected) = evaluation_setup(
@@ -260,12 +252,8 @@ impl Summation for EwaldPeriodic {
         Ok(())
     }
 
-    fn vorticity(
-        &mut self,
-        sources: &Sources,
-        targets: &[[f64; 3]],
-        out: &mut Vec<[f64; 3]>,
-    ) -> Result<(), SummationError> {
+    fn vorticity(&mut self, src: &Sources, at: &[[f64; 3]], out: &mut Vec<[f64; 3]>) -> SumResult {
+        let (sources, targets) = (src, at);
         if begin_vorticity(sources, targets, out)? {
             return Ok(());
         }
@@ -298,10 +286,10 @@ impl Summation for EwaldPeriodic {
     /// its dropped tail).
     fn vorticity_on_lattice(
         &mut self,
-        sources: &Sources,
+        src: &Sources,
         n: usize,
         out: &mut Vec<[f64; 3]>,
-    ) -> Result<(), SummationError> {
-        crate::summation::lattice::lattice_vorticity(sources, n, out)
+    ) -> SumResult {
+        crate::summation::lattice::lattice_vorticity(src, n, out)
     }
 }

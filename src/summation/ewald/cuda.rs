@@ -21,8 +21,8 @@ use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
 use crate::summation::cells::VORTICITY_CUTOFF;
 use crate::summation::{
-    begin_evaluation, begin_vorticity, sigma_range, Boundary, DeviceEvaluation, DeviceExtra,
-    DeviceSources, DeviceSummation, DeviceTargets, Evaluation, Extra, Sources, Summation,
+    begin_vorticity, sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DeviceSummation,
+    DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult, Summation,
     SummationError,
 };
 use std::f64::consts::TAU;
@@ -137,13 +137,8 @@ impl DeviceSummation for CudaEwald {
     /// The host form's evaluation on device buffers: the same plan (from `sigma_max`, with the
     /// real-space selection empty for equal cores and all sources otherwise, see
     /// [`DeviceSources::equal_cores`]), the same kernels; the inputs are read where they are.
-    fn evaluate_on_device(
-        &mut self,
-        sources: &DeviceSources,
-        targets: &DeviceTargets,
-        extra: &DeviceExtra,
-        out: &mut DeviceEvaluation,
-    ) -> Result<(), SummationError> {
+    fn evaluate_on_device(&mut self, work: DeviceWork, out: &mut DeviceEvaluation) -> SumResult {
+        let (sources, targets, extra) = (work.sources, work.targets, work.extra);
         let nt = targets.len(sources);
         let (ns, sigma_max) = (sources.n, sources.sigma_max);
         if !(sigma_max > 0.0 && sigma_max.is_finite()) {
@@ -237,16 +232,8 @@ impl Summation for CudaEwald {
         Boundary::Periodic { length: TAU }
     }
 
-    fn evaluate(
-        &mut self,
-        sources: &Sources,
-        targets: &[[f64; 3]],
-        extra: Extra,
-        out: &mut Evaluation,
-    ) -> Result<(), SummationError> {
-        if begin_evaluation(sources, targets, &extra, out)? {
-            return Ok(());
-        }
+    fn evaluate_request(&mut self, req: Request, out: &mut Evaluation) -> SumResult {
+        let (sources, targets, extra) = (req.sources, req.targets, req.extra);
         let nt = targets.len();
         let want_grad = !matches!(extra, Extra::None);
         let (params, selected) = evaluation_setup(
@@ -307,12 +294,8 @@ impl Summation for CudaEwald {
         Ok(())
     }
 
-    fn vorticity(
-        &mut self,
-        sources: &Sources,
-        targets: &[[f64; 3]],
-        out: &mut Vec<[f64; 3]>,
-    ) -> Result<(), SummationError> {
+    fn vorticity(&mut self, src: &Sources, at: &[[f64; 3]], out: &mut Vec<[f64; 3]>) -> SumResult {
+        let (sources, targets) = (src, at);
         if begin_vorticity(sources, targets, out)? {
             return Ok(());
         }

@@ -629,10 +629,7 @@ impl EwaldDevice {
         plans
             .r2c
             .exec_r2c(self.grid.get(), self.spec.get_mut())
-            .map_err(|e| CudaError::Driver {
-                what: "cuFFT R2C".into(),
-                message: format!("{e:?}"),
-            })?;
+            .map_err(cufft_error("cuFFT R2C"))?;
         let kmax = p.kmax as i32;
         let c = (0.5 * (p.eta * p.eta - 2.0 * tau * tau)) as f32;
         let scale = (1.0 / m3 as f64) as f32;
@@ -643,10 +640,7 @@ impl EwaldDevice {
         plans
             .c2r
             .exec_c2r(self.spec.get_mut(), self.grid.get_mut())
-            .map_err(|e| CudaError::Driver {
-                what: "cuFFT C2R".into(),
-                message: format!("{e:?}"),
-            })?;
+            .map_err(cufft_error("cuFFT C2R"))?;
         self.record(3)?;
 
         // Gather at the targets (in the sources' sorted order when they are the sources).
@@ -879,5 +873,13 @@ fn check_written(v: &[f64], what: &str) -> Result<(), CudaError> {
             v.len(),
             v[i]
         ))),
+    }
+}
+
+/// A cuFFT failure as a [`CudaError`] naming the transform.
+fn cufft_error<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> CudaError {
+    move |e| CudaError::Driver {
+        what: what.into(),
+        message: format!("{e:?}"),
     }
 }
