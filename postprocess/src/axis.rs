@@ -5,17 +5,70 @@
 //! here and hand them over with `with_key_points`; linear axes do the same
 //! so that their labels look alike.
 
-/// A positive range for a log axis, with the ticks to draw on it.
+use std::marker::PhantomData;
+
+/// An axis range with the ticks to draw on it; `S` ([`Log`] or [`Linear`])
+/// is its scale, which decides how the range and the ticks are chosen.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct LogAxis {
+pub(crate) struct Axis<S> {
     pub lo: f64,
     pub hi: f64,
     /// Labelled ticks (also drawn as the darker grid lines).
     pub major: Vec<f64>,
-    /// Unlabelled faint grid lines.
+    /// Unlabelled faint grid lines (between the major ones).
     pub minor: Vec<f64>,
     /// Significant digits that keep all major labels distinct.
     pub digits: usize,
+    scale: PhantomData<S>,
+}
+
+/// The scale of a logarithmic [`Axis`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Log;
+
+/// The scale of a linear [`Axis`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Linear;
+
+/// A positive range for a log axis, with the ticks to draw on it.
+pub(crate) type LogAxis = Axis<Log>;
+
+/// A finite range for a linear axis, with the ticks to draw on it.
+pub(crate) type LinearAxis = Axis<Linear>;
+
+impl<S> Axis<S> {
+    fn with_ticks(lo: f64, hi: f64, major: Vec<f64>, minor: Vec<f64>) -> Self {
+        let digits = distinct_digits(&major);
+        Self {
+            lo,
+            hi,
+            major,
+            minor,
+            digits,
+            scale: PhantomData,
+        }
+    }
+
+    /// Whether `v` can be drawn inside this axis.
+    pub fn contains(&self, v: f64) -> bool {
+        v.is_finite() && v >= self.lo && v <= self.hi
+    }
+
+    /// The label for a tick value.
+    pub fn label(&self, v: f64) -> String {
+        format_number(v, self.digits)
+    }
+}
+
+/// The smallest and largest of the `values` that pass `keep`, or `None`
+/// when none does.
+fn bounds(values: impl IntoIterator<Item = f64>, keep: impl Fn(f64) -> bool) -> Option<(f64, f64)> {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values.into_iter().filter(|&v| keep(v)) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    (lo <= hi).then_some((lo, hi))
 }
 
 /// The range used when there is nothing to plot.
@@ -27,17 +80,10 @@ impl LogAxis {
     /// usable range: no values give 1..10, all-equal values a decade
     /// around them.
     pub fn covering(values: impl IntoIterator<Item = f64>) -> Self {
-        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-        for v in values {
-            if v.is_finite() && v > 0.0 {
-                lo = lo.min(v);
-                hi = hi.max(v);
-            }
+        match bounds(values, |v| v.is_finite() && v > 0.0) {
+            Some((lo, hi)) => Self::padded(lo, hi),
+            None => Self::from_range(EMPTY_RANGE.0, EMPTY_RANGE.1),
         }
-        if lo > hi {
-            return Self::from_range(EMPTY_RANGE.0, EMPTY_RANGE.1);
-        }
-        Self::padded(lo, hi)
     }
 
     /// An axis padded around `[lo, hi]`, with `0 < lo <= hi` finite.
@@ -54,38 +100,8 @@ impl LogAxis {
 
     fn from_range(lo: f64, hi: f64) -> Self {
         let (major, minor) = log_ticks(lo, hi);
-        let digits = distinct_digits(&major);
-        Self {
-            lo,
-            hi,
-            major,
-            minor,
-            digits,
-        }
+        Self::with_ticks(lo, hi, major, minor)
     }
-
-    /// Whether `v` can be drawn inside this axis.
-    pub fn contains(&self, v: f64) -> bool {
-        v.is_finite() && v >= self.lo && v <= self.hi
-    }
-
-    /// The label for a tick value.
-    pub fn label(&self, v: f64) -> String {
-        format_number(v, self.digits)
-    }
-}
-
-/// A finite range for a linear axis, with the ticks to draw on it.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct LinearAxis {
-    pub lo: f64,
-    pub hi: f64,
-    /// Labelled ticks (also drawn as the darker grid lines).
-    pub major: Vec<f64>,
-    /// Unlabelled faint grid lines between the major ones.
-    pub minor: Vec<f64>,
-    /// Significant digits that keep all major labels distinct.
-    pub digits: usize,
 }
 
 impl LinearAxis {
@@ -97,16 +113,9 @@ impl LinearAxis {
     /// the value around it (±1 around zero), so that a constant curve does
     /// not collapse the axis.
     pub fn covering(values: impl IntoIterator<Item = f64>, pad: f64) -> Self {
-        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-        for v in values {
-            if v.is_finite() {
-                lo = lo.min(v);
-                hi = hi.max(v);
-            }
-        }
-        if lo > hi {
+        let Some((lo, hi)) = bounds(values, f64::is_finite) else {
             return Self::from_range(0.0, 1.0);
-        }
+        };
         // Spans this close to the f64 limit are halved first so that the
         // padded bounds stay finite.
         let (lo, hi) = (lo.clamp(-1e300, 1e300), hi.clamp(-1e300, 1e300));
@@ -126,24 +135,7 @@ impl LinearAxis {
             Some(step) => (multiples(lo, hi, step), multiples(lo, hi, minor_step(step))),
             None => (vec![lo, hi], Vec::new()),
         };
-        let digits = distinct_digits(&major);
-        Self {
-            lo,
-            hi,
-            major,
-            minor,
-            digits,
-        }
-    }
-
-    /// Whether `v` can be drawn inside this axis.
-    pub fn contains(&self, v: f64) -> bool {
-        v.is_finite() && v >= self.lo && v <= self.hi
-    }
-
-    /// The label for a tick value.
-    pub fn label(&self, v: f64) -> String {
-        format_number(v, self.digits)
+        Self::with_ticks(lo, hi, major, minor)
     }
 }
 

@@ -2,7 +2,7 @@
 //! mesh style, lines broken at the axis limits, the "no data" note, time
 //! colours and legend placement.
 
-use crate::axis::{LinearAxis, LogAxis};
+use crate::axis::{Axis, Linear, Log};
 use crate::render::{plot_err, Anchor, Canvas, Stroke, DASH, FAMILY};
 use anyhow::Result;
 use plotters::coord::combinators::{LogCoord, WithKeyPoints};
@@ -30,22 +30,20 @@ pub(crate) trait ChartAxis {
     fn label(&self, v: f64) -> String;
 }
 
-impl ChartAxis for LogAxis {
-    type Coord = WithKeyPoints<LogCoord<f64>>;
+/// How a scale turns an axis range into plotters' coordinate (before the
+/// ticks are added).
+pub(crate) trait Scale {
+    /// plotters' coordinate for a range on this scale.
+    type Base: Ranged<ValueType = f64, FormatOption = DefaultFormatting>;
+    /// The coordinate for `lo..hi`.
+    fn base(lo: f64, hi: f64) -> Self::Base;
+}
 
-    fn coord(&self) -> Self::Coord {
-        (self.lo..self.hi)
-            .log_scale()
-            .with_key_points(self.major.clone())
-            .with_light_points(self.minor.clone())
-    }
+impl Scale for Log {
+    type Base = LogCoord<f64>;
 
-    fn contains(&self, v: f64) -> bool {
-        LogAxis::contains(self, v)
-    }
-
-    fn label(&self, v: f64) -> String {
-        LogAxis::label(self, v)
+    fn base(lo: f64, hi: f64) -> Self::Base {
+        (lo..hi).log_scale().into()
     }
 }
 
@@ -71,21 +69,29 @@ impl Ranged for LinearCoord {
     }
 }
 
-impl ChartAxis for LinearAxis {
-    type Coord = WithKeyPoints<LinearCoord>;
+impl Scale for Linear {
+    type Base = LinearCoord;
+
+    fn base(lo: f64, hi: f64) -> Self::Base {
+        LinearCoord((lo..hi).into())
+    }
+}
+
+impl<S: Scale> ChartAxis for Axis<S> {
+    type Coord = WithKeyPoints<S::Base>;
 
     fn coord(&self) -> Self::Coord {
-        LinearCoord((self.lo..self.hi).into())
+        S::base(self.lo, self.hi)
             .with_key_points(self.major.clone())
             .with_light_points(self.minor.clone())
     }
 
     fn contains(&self, v: f64) -> bool {
-        LinearAxis::contains(self, v)
+        Axis::contains(self, v)
     }
 
     fn label(&self, v: f64) -> String {
-        LinearAxis::label(self, v)
+        Axis::label(self, v)
     }
 }
 
