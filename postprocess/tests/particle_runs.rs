@@ -7,11 +7,13 @@
 
 mod common;
 
-use common::{check_png, count_color, demo_copy, dir_names};
+use common::{
+    check_png, check_pngs, count_color, demo_copy, dir_names, plot_error, plot_expecting, replot,
+    write_run_file, write_solver,
+};
 use postprocess::{plot_run, LAMB_OSEEN_SIZE, RING_SIZE};
 use std::f64::consts::PI;
 use std::fmt::Write as _;
-use std::fs;
 use std::path::Path;
 
 const RING_HEADER: &str = "t,step,dt,z,radius,speed,saffman_speed,core,impulse_x,impulse_y,\
@@ -77,9 +79,7 @@ fn lamb_oseen_csv(times: &[f64], radii: &[f64]) -> String {
 }
 
 fn write_vortex_file(run: &Path, name: &str, text: &str) {
-    let dir = run.join("vortex");
-    fs::create_dir_all(&dir).unwrap();
-    fs::write(dir.join(name), text).unwrap();
+    write_run_file(run, "vortex", name, text);
 }
 
 fn radii() -> Vec<f64> {
@@ -90,8 +90,7 @@ fn radii() -> Vec<f64> {
 fn vortex_ring_run() {
     let run = tempfile::tempdir().unwrap();
     write_vortex_file(run.path(), "ring.csv", &ring_csv(81, 0.25));
-    let written = plot_run(run.path(), "ring test").unwrap();
-    assert_eq!(written, vec![run.path().join("ring.png")]);
+    let written = plot_expecting(run.path(), "ring test", &["ring.png"]);
     check_png(&written[0], RING_SIZE);
     // Both curves of both panels are drawn.
     assert!(count_color(&written[0], RING_SIZE, BLUE) > 1000);
@@ -111,8 +110,7 @@ fn lamb_oseen_run_with_many_times() {
         "lamb_oseen.csv",
         &lamb_oseen_csv(&times, &radii()),
     );
-    let written = plot_run(run.path(), "tube test").unwrap();
-    assert_eq!(written, vec![run.path().join("lamb-oseen.png")]);
+    let written = plot_expecting(run.path(), "tube test", &["lamb-oseen.png"]);
     check_png(&written[0], LAMB_OSEEN_SIZE);
     demo_copy(&written, "");
 }
@@ -126,42 +124,22 @@ fn both_particle_files() {
         "lamb_oseen.csv",
         &lamb_oseen_csv(&[0.0, 1.0], &radii()),
     );
-    let written = plot_run(run.path(), "both").unwrap();
-    assert_eq!(
-        written,
-        vec![
-            run.path().join("ring.png"),
-            run.path().join("lamb-oseen.png")
-        ]
-    );
-    check_png(&written[0], RING_SIZE);
-    check_png(&written[1], LAMB_OSEEN_SIZE);
+    let written = plot_expecting(run.path(), "both", &["ring.png", "lamb-oseen.png"]);
+    check_pngs(&written, &[RING_SIZE, LAMB_OSEEN_SIZE]);
     demo_copy(&written, "few-");
 
-    // Plotting again replaces the files.
-    plot_run(run.path(), "both").unwrap();
-    check_png(&written[0], RING_SIZE);
+    replot(run.path(), "both", &written, &[RING_SIZE, LAMB_OSEEN_SIZE]);
 }
 
 #[test]
 fn spectral_runs_ignore_the_particle_files() {
     let run = tempfile::tempdir().unwrap();
-    let spectral = run.path().join("spectral");
-    fs::create_dir_all(&spectral).unwrap();
-    fs::write(spectral.join("energy.csv"), "t,K,T\n0,1,1\n1,0.5,1\n").unwrap();
-    fs::write(spectral.join("spectra.csv"), "t,k,E\n0,1,1\n0,2,0.3\n").unwrap();
+    let spectra = "t,k,E\n0,1,1\n0,2,0.3\n";
+    write_solver(run.path(), "spectral", "t,K,T\n0,1,1\n1,0.5,1\n", spectra);
     // With spectral/, vortex/ is the vortex solver of a turbulence run.
-    write_vortex_file(run.path(), "energy.csv", "t,K,T\n0,1,1\n1,0.6,1\n");
-    write_vortex_file(run.path(), "spectra.csv", "t,k,E\n0,1,1\n0,2,0.3\n");
+    write_solver(run.path(), "vortex", "t,K,T\n0,1,1\n1,0.6,1\n", spectra);
     write_vortex_file(run.path(), "ring.csv", &ring_csv(5, 0.5));
-    let written = plot_run(run.path(), "spectral").unwrap();
-    assert_eq!(
-        written,
-        vec![
-            run.path().join("energy.png"),
-            run.path().join("spectrum.png")
-        ]
-    );
+    plot_expecting(run.path(), "spectral", &["energy.png", "spectrum.png"]);
     assert!(!run.path().join("ring.png").exists());
 }
 
@@ -169,27 +147,20 @@ fn spectral_runs_ignore_the_particle_files() {
 fn nothing_to_plot_names_the_directory() {
     let run = tempfile::tempdir().unwrap();
     let dir = run.path().display().to_string();
-    let err = format!("{:#}", plot_run(run.path(), "x").unwrap_err());
-    assert!(err.contains(&dir), "{err}");
-    assert!(
-        err.contains("ring.csv") && err.contains("lamb_oseen.csv") && err.contains("spectral"),
-        "{err}"
+    plot_error(
+        run.path(),
+        &[&dir, "ring.csv", "lamb_oseen.csv", "spectral"],
     );
 
     // A vortex/ directory without the particle-run files is no better.
     write_vortex_file(run.path(), "energy.csv", "t,K,T\n0,1,1\n");
-    let err = format!("{:#}", plot_run(run.path(), "x").unwrap_err());
-    assert!(
-        err.contains(&dir) && err.contains("nothing to plot"),
-        "{err}"
-    );
+    plot_error(run.path(), &[&dir, "nothing to plot"]);
     assert!(dir_names(run.path()).iter().all(|n| !n.ends_with(".png")));
 
     let missing = run.path().join("no-such-run");
-    let err = format!("{:#}", plot_run(&missing, "x").unwrap_err());
-    assert!(
-        err.contains(&missing.display().to_string()) && err.contains("no such directory"),
-        "{err}"
+    plot_error(
+        &missing,
+        &[&missing.display().to_string(), "no such directory"],
     );
 }
 
@@ -197,11 +168,7 @@ fn nothing_to_plot_names_the_directory() {
 fn missing_column_is_named() {
     let run = tempfile::tempdir().unwrap();
     write_vortex_file(run.path(), "ring.csv", "t,z,speed\n0,0,1\n");
-    let err = format!("{:#}", plot_run(run.path(), "x").unwrap_err());
-    assert!(
-        err.contains("ring.csv") && err.contains("saffman_speed"),
-        "{err}"
-    );
+    plot_error(run.path(), &["ring.csv", "saffman_speed"]);
 }
 
 #[test]
@@ -215,15 +182,13 @@ fn zero_rows_give_empty_axes() {
     );
     let written = plot_run(run.path(), "empty").unwrap();
     assert_eq!(written.len(), 2);
-    check_png(&written[0], RING_SIZE);
-    check_png(&written[1], LAMB_OSEEN_SIZE);
+    check_pngs(&written, &[RING_SIZE, LAMB_OSEEN_SIZE]);
     assert_eq!(count_color(&written[0], RING_SIZE, BLUE), 0);
     demo_copy(&written, "empty-");
 
     // A header cut short lacks columns: an error naming the file, no panic.
     write_vortex_file(run.path(), "ring.csv", "t,step,dt,z");
-    let err = format!("{:#}", plot_run(run.path(), "x").unwrap_err());
-    assert!(err.contains("ring.csv"), "{err}");
+    plot_error(run.path(), &["ring.csv"]);
 }
 
 #[test]
@@ -248,8 +213,7 @@ fn degenerate_and_growing_files() {
     write_vortex_file(run.path(), "lamb_oseen.csv", &lo);
 
     let written = plot_run(run.path(), "degenerate").unwrap();
-    check_png(&written[0], RING_SIZE);
-    check_png(&written[1], LAMB_OSEEN_SIZE);
+    check_pngs(&written, &[RING_SIZE, LAMB_OSEEN_SIZE]);
     assert!(count_color(&written[0], RING_SIZE, BLUE) > 100);
     demo_copy(&written, "degenerate-");
 

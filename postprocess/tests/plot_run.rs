@@ -5,14 +5,15 @@
 
 mod common;
 
-use common::{check_png, demo_copy};
+use common::{
+    check_png, check_pngs, demo_copy, dir_names, plot_error, plot_expecting, replot, write_solver,
+};
 use postprocess::{
     draw_energy, draw_spectra, plot_run, read_csv_columns, EnergyCurve, Solver, SolverSpectra,
     Spectrum, ENERGY_SIZE, SPECTRUM_SIZE,
 };
 use std::fmt::Write as _;
 use std::fs;
-use std::path::Path;
 
 const ENERGY_HEADER: &str = "step,t,dt,K,Z,eps,minus_dKdt,u_rms,L,T,lambda,Re_lambda,max_div";
 
@@ -57,13 +58,6 @@ fn spectra_csv(times: &[f64], kmax: usize, scale: f64) -> String {
     s
 }
 
-fn write_solver(run: &Path, solver: &str, energy: &str, spectra: &str) {
-    let dir = run.join(solver);
-    fs::create_dir_all(&dir).unwrap();
-    fs::write(dir.join("energy.csv"), energy).unwrap();
-    fs::write(dir.join("spectra.csv"), spectra).unwrap();
-}
-
 #[test]
 fn both_solvers_overlaid() {
     let run = tempfile::tempdir().unwrap();
@@ -88,27 +82,19 @@ fn both_solvers_overlaid() {
         &spectra_csv(&times, 30, 0.9),
     );
 
-    let written = plot_run(run.path(), "test run").unwrap();
-    assert_eq!(
-        written,
-        vec![
-            run.path().join("energy.png"),
-            run.path().join("spectrum.png")
-        ]
-    );
-    check_png(&written[0], ENERGY_SIZE);
-    check_png(&written[1], SPECTRUM_SIZE);
+    let written = plot_expecting(run.path(), "test run", &["energy.png", "spectrum.png"]);
+    check_pngs(&written, &[ENERGY_SIZE, SPECTRUM_SIZE]);
     // No temporary files left behind.
-    let names: Vec<String> = fs::read_dir(run.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let names = dir_names(run.path());
     assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
     demo_copy(&written, "");
 
-    // Plotting again replaces the files.
-    plot_run(run.path(), "test run").unwrap();
-    check_png(&written[0], ENERGY_SIZE);
+    replot(
+        run.path(),
+        "test run",
+        &written,
+        &[ENERGY_SIZE, SPECTRUM_SIZE],
+    );
 }
 
 #[test]
@@ -122,8 +108,7 @@ fn spectral_only_with_many_times() {
         &spectra_csv(&times, 64, 1.0),
     );
     let written = plot_run(run.path(), "only spectral").unwrap();
-    check_png(&written[0], ENERGY_SIZE);
-    check_png(&written[1], SPECTRUM_SIZE);
+    check_pngs(&written, &[ENERGY_SIZE, SPECTRUM_SIZE]);
     demo_copy(&written, "many-");
 }
 
@@ -138,22 +123,16 @@ fn missing_energy_csv_is_named() {
     );
     let energy = run.path().join("spectral").join("energy.csv");
     fs::remove_file(&energy).unwrap();
-    let err = format!("{:#}", plot_run(run.path(), "x").unwrap_err());
-    assert!(err.contains(&energy.display().to_string()), "{err}");
+    plot_error(run.path(), &[&energy.display().to_string()]);
 
     // A missing column is named together with its file.
     fs::write(&energy, "t,T,Z\n0,1,1\n").unwrap();
-    let err = format!("{:#}", plot_run(run.path(), "x").unwrap_err());
-    assert!(err.contains("\"K\"") && err.contains("energy.csv"), "{err}");
+    plot_error(run.path(), &["\"K\"", "energy.csv"]);
 
     // An empty run directory (no spectral/, nothing of a particle run)
     // names what was looked for.
     let empty = tempfile::tempdir().unwrap();
-    let err = format!("{:#}", plot_run(empty.path(), "x").unwrap_err());
-    assert!(
-        err.contains("spectral") && err.contains("energy.csv"),
-        "{err}"
-    );
+    plot_error(empty.path(), &["spectral", "energy.csv"]);
 }
 
 #[test]
@@ -167,8 +146,7 @@ fn partial_last_line_is_ignored() {
     let table = read_csv_columns(run.path().join("spectral/energy.csv")).unwrap();
     assert_eq!(table.len(), 51);
     let written = plot_run(run.path(), "partial").unwrap();
-    check_png(&written[0], ENERGY_SIZE);
-    check_png(&written[1], SPECTRUM_SIZE);
+    check_pngs(&written, &[ENERGY_SIZE, SPECTRUM_SIZE]);
 }
 
 #[test]
@@ -182,8 +160,7 @@ fn empty_and_degenerate_data() {
         "t,k,E\n",
     );
     let written = plot_run(run.path(), "empty").unwrap();
-    check_png(&written[0], ENERGY_SIZE);
-    check_png(&written[1], SPECTRUM_SIZE);
+    check_pngs(&written, &[ENERGY_SIZE, SPECTRUM_SIZE]);
 
     // Only the t = 0 row: nothing fits on a log axis, still a plot.
     write_solver(

@@ -59,3 +59,50 @@ pub fn dir_names(dir: &Path) -> Vec<String> {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect()
 }
+
+/// Write `text` to `run/dir/name`, creating `run/dir`.
+pub fn write_run_file(run: &Path, dir: &str, name: &str, text: &str) {
+    let dir = run.join(dir);
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join(name), text).unwrap();
+}
+
+/// Write a solver's `energy.csv` and `spectra.csv` under `run/solver`.
+pub fn write_solver(run: &Path, solver: &str, energy: &str, spectra: &str) {
+    write_run_file(run, solver, "energy.csv", energy);
+    write_run_file(run, solver, "spectra.csv", spectra);
+}
+
+/// Plot the run in `run` and check that it wrote exactly `files` there, in
+/// that order; the paths written.
+pub fn plot_expecting(run: &Path, title: &str, files: &[&str]) -> Vec<PathBuf> {
+    let written = postprocess::plot_run(run, title).unwrap();
+    let expected: Vec<PathBuf> = files.iter().map(|f| run.join(f)).collect();
+    assert_eq!(written, expected);
+    written
+}
+
+/// [`check_png`] on each of the first `sizes.len()` plots of `written`,
+/// the i-th of size `sizes[i]`.
+pub fn check_pngs(written: &[PathBuf], sizes: &[(u32, u32)]) {
+    assert!(written.len() >= sizes.len(), "{written:?}");
+    for (path, &size) in written.iter().zip(sizes) {
+        check_png(path, size);
+    }
+}
+
+/// Plot the run in `run` again: the same files are written (replacing the
+/// earlier ones) and are still valid plots of `sizes`.
+pub fn replot(run: &Path, title: &str, written: &[PathBuf], sizes: &[(u32, u32)]) {
+    assert_eq!(postprocess::plot_run(run, title).unwrap(), written);
+    check_pngs(written, sizes);
+}
+
+/// Check that plotting the run in `run` fails with an error (its causes
+/// included) that names each of `parts`.
+pub fn plot_error(run: &Path, parts: &[&str]) {
+    let err = format!("{:#}", postprocess::plot_run(run, "x").unwrap_err());
+    for part in parts {
+        assert!(err.contains(part), "{part:?} not in: {err}");
+    }
+}
