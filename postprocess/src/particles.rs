@@ -61,10 +61,7 @@ impl RingHistory {
     /// Build the history from a `ring.csv` table (columns `t`, `z`,
     /// `speed` and `saffman_speed` are used; the others are ignored).
     pub fn from_table(table: &Table) -> Result<Self> {
-        let t = table.column("t")?;
-        let z = table.column("z")?;
-        let speed = table.column("speed")?;
-        let saffman_speed = table.column("saffman_speed")?;
+        let [t, z, speed, saffman_speed] = table.columns(["t", "z", "speed", "saffman_speed"])?;
         Ok(Self {
             t: t.to_vec(),
             z: z.to_vec(),
@@ -125,6 +122,14 @@ struct Curve {
     stroke: Stroke,
 }
 
+/// All the points of `curves`, curve after curve.
+fn points_of<'a, I>(curves: I) -> impl Iterator<Item = (f64, f64)> + use<'a, I>
+where
+    I: IntoIterator<Item = &'a Curve>,
+{
+    curves.into_iter().flat_map(|c| c.points.iter().copied())
+}
+
 fn draw_ring_on(root: &Canvas<'_>, title: &str, ring: &RingHistory) -> Result<()> {
     let pair = |y_particles: &[f64], y_saffman: &[f64], saffman_label: &str| {
         [
@@ -145,13 +150,7 @@ fn draw_ring_on(root: &Canvas<'_>, title: &str, ring: &RingHistory) -> Result<()
     let position = pair(&ring.z, &ring.z_saffman, "Saffman: z(0) + ∫U dt");
     let speed = pair(&ring.speed, &ring.saffman_speed, "Saffman");
 
-    let xa = LinearAxis::covering(
-        position
-            .iter()
-            .chain(&speed)
-            .flat_map(|c| c.points.iter().map(|p| p.0)),
-        0.0,
-    );
+    let xa = LinearAxis::covering(points_of(position.iter().chain(&speed)).map(|p| p.0), 0.0);
     let area = root
         .titled(&format!("{title}: vortex ring"), (FAMILY, 28))
         .map_err(plot_err)?;
@@ -160,10 +159,7 @@ fn draw_ring_on(root: &Canvas<'_>, title: &str, ring: &RingHistory) -> Result<()
         .iter()
         .zip([(&position, "z"), (&speed, "ring speed U")])
     {
-        let ya = LinearAxis::covering(
-            curves.iter().flat_map(|c| c.points.iter().map(|p| p.1)),
-            VALUE_PAD,
-        );
+        let ya = LinearAxis::covering(points_of(curves.iter()).map(|p| p.1), VALUE_PAD);
         draw_panel(
             root,
             panel,
@@ -242,11 +238,8 @@ impl LambOseenProfiles {
     /// `u_theta`, `u_exact`, `rel_err`) by time, sorting each profile by
     /// radius. Rows with a non-finite `t` are dropped.
     pub fn from_table(table: &Table) -> Result<Self> {
-        let t = table.column("t")?;
-        let r = table.column("r")?;
-        let u = table.column("u_theta")?;
-        let u_exact = table.column("u_exact")?;
-        let rel_err = table.column("rel_err")?;
+        let [t, r, u, u_exact, rel_err] =
+            table.columns(["t", "r", "u_theta", "u_exact", "rel_err"])?;
         let mut profiles: Vec<VelocityProfile> = Vec::new();
         for i in (0..t.len()).filter(|&i| t[i].is_finite()) {
             // Rows of one time are normally consecutive: check the last first.
@@ -349,27 +342,16 @@ fn draw_lamb_oseen_on(root: &Canvas<'_>, title: &str, all: &LambOseenProfiles) -
         });
     }
 
-    let xa = LinearAxis::covering(
-        velocity
-            .iter()
-            .chain(&error)
-            .flat_map(|c| c.points.iter().map(|p| p.0)),
-        0.0,
-    );
-    let ya_u = LinearAxis::covering(
-        velocity.iter().flat_map(|c| c.points.iter().map(|p| p.1)),
-        VALUE_PAD,
-    );
+    let xa = LinearAxis::covering(points_of(velocity.iter().chain(&error)).map(|p| p.0), 0.0);
+    let ya_u = LinearAxis::covering(points_of(&velocity).map(|p| p.1), VALUE_PAD);
     // At most 12 decades below the largest error, so that round-off does
     // not squash the plot, and always the reference line.
-    let e_max = error
-        .iter()
-        .flat_map(|c| c.points.iter().map(|p| p.1))
+    let e_max = points_of(&error)
+        .map(|p| p.1)
         .fold(REL_ERR_REFERENCE, f64::max);
     let ya_err = LogAxis::covering(
-        error
-            .iter()
-            .flat_map(|c| c.points.iter().map(|p| p.1))
+        points_of(&error)
+            .map(|p| p.1)
             .filter(|&e| e >= e_max * 1e-12)
             .chain([REL_ERR_REFERENCE]),
     );

@@ -85,8 +85,7 @@ impl EnergyCurve {
     /// that one is unusable). `t0` is the turnover time to divide by; when
     /// it is not positive and finite the curve is empty.
     pub fn from_table(solver: Solver, table: &Table, t0: f64) -> Result<Self> {
-        let t = table.column("t")?;
-        let k = table.column("K")?;
+        let [t, k] = table.columns(["t", "K"])?;
         let k0 = first_positive(k);
         let (t_over_t0, k_over_k0) = match k0 {
             Some(k0) if t0.is_finite() && t0 > 0.0 => (
@@ -133,7 +132,7 @@ impl SolverSpectra {
     /// Group the rows of a `spectra.csv` table (columns `t`, `k`, `E`) by
     /// time. Rows with a non-finite `t` are dropped.
     pub fn from_table(solver: Solver, table: &Table) -> Result<Self> {
-        let (t, k, e) = (table.column("t")?, table.column("k")?, table.column("E")?);
+        let [t, k, e] = table.columns(["t", "k", "E"])?;
         let mut spectra: Vec<Spectrum> = Vec::new();
         for i in 0..t.len() {
             if !t[i].is_finite() {

@@ -46,6 +46,16 @@ impl Table {
             )
         })
     }
+
+    /// The columns called `names`, in that order; an error names the first
+    /// that is missing (see [`Table::column`]).
+    pub fn columns<const N: usize>(&self, names: [&str; N]) -> Result<[&[f64]; N]> {
+        let mut out: [&[f64]; N] = [&[]; N];
+        for (slot, name) in out.iter_mut().zip(names) {
+            *slot = self.column(name)?;
+        }
+        Ok(out)
+    }
 }
 
 /// Read a comma-separated file with one header row and numeric fields.
