@@ -3,9 +3,11 @@
 # scripts/gpu-pack.sh packed into .gpu/ (build there first; carry ".gpu" to the GPU machine):
 #   tests   the GPU test binaries .gpu/tests/gpu-* (all-pairs) and .gpu/tests/gpu_ewald-* (Ewald)
 #   bench   vpm bench kernel (all-pairs kernels, f32, vs CPU f64 on a sample)
-#   ewald   vpm bench ewald --backend cuda (GPU particle-mesh Ewald, vs CPU f64 on a sample)
-#   run     short `vpm run … --backend cuda` runs of periodic cases (hit-32-compare,
-#           hit-64-compare; a case without [vortex] gets one), t_end shortened to RUN_T_END
+#   ewald   vpm bench ewald --device cuda (GPU particle-mesh Ewald, vs CPU f64 on a sample)
+#   run     short `vpm run … --device cuda` runs of periodic cases (hit-32-compare,
+#           hit-64-compare; a case without [vortex] gets one), t_end shortened to RUN_T_END;
+#           the manifest must record the GPU and its peak memory; the first case is also
+#           interrupted by SIGINT and resumed on the CPU, which must say so
 #   sweep   launch-configuration sweep of the all-pairs kernels, cubins, registers, SASS counts
 #   ncu     an Nsight Compute profile of one all-pairs launch per kernel (when ncu exists)
 # Usage, from the project root on the GPU machine: scripts/gpu-check.sh  (or .gpu/gpu-check.sh)
@@ -76,9 +78,9 @@ fi
 
 if step ewald; then
   say "bench ewald (GPU)"
-  "$VPM" bench ewald --backend cuda --n "$EWALD_N" --accuracy "$EWALD_ACCURACY" \
+  "$VPM" bench ewald --device cuda --n "$EWALD_N" --accuracy "$EWALD_ACCURACY" \
     --repeats "$REPEATS" --json "$OUT/bench-ewald-gpu.json" 2>&1 | tee "$OUT/bench-ewald-gpu.log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || note_fail "bench ewald --backend cuda failed"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || note_fail "bench ewald --device cuda failed"
 fi
 
 if step run; then
@@ -96,18 +98,40 @@ if step run; then
       n=$(awk '/^\[spectral\]/{s=1;next} /^\[/{s=0} s && /^n *=/{print $3; exit}' "$f")
       printf '\n[vortex]\nn = %s\n' "${n:-64}" >> "$f"
     fi
-    say "vpm run $c (t_end = $RUN_T_END) --backend cuda"
+    say "vpm run $c (t_end = $RUN_T_END) --device cuda"
     t0=$SECONDS
-    "$VPM" run "$f" --backend cuda --out "$work/run-$c" --force > "$OUT/run-$c.log" 2>&1
+    "$VPM" run "$f" --device cuda --out "$work/run-$c" --force > "$OUT/run-$c.log" 2>&1
     rc=$?
     echo "wall: $((SECONDS - t0)) s" >> "$OUT/run-$c.log"
     tail -n 25 "$OUT/run-$c.log"
-    [ $rc -eq 0 ] || note_fail "vpm run $c --backend cuda failed (rc $rc)"
-    grep -q "backend cuda" "$OUT/run-$c.log" || note_fail "$c: the log does not show the CUDA evaluator"
+    [ $rc -eq 0 ] || note_fail "vpm run $c --device cuda failed (rc $rc)"
+    grep -q "(device cuda:0)" "$OUT/run-$c.log" || note_fail "$c: the log does not show the CUDA evaluator"
+    grep -q '"peak_device_memory_bytes": [0-9]' "$work/run-$c/manifest.json" \
+      || note_fail "$c: the manifest has no peak device memory"
+    grep -q '"vortex": "cuda:0' "$work/run-$c/manifest.json" \
+      || note_fail "$c: the manifest does not record the GPU"
     mkdir -p "$OUT/run-$c"
     find "$work/run-$c" -maxdepth 1 -type f \( -name '*.csv' -o -name '*.json' -o -name '*.toml' \
       -o -name '*.txt' \) -size -4M -exec cp {} "$OUT/run-$c/" \; 2>/dev/null
   done
+  # SIGINT on a GPU run: a checkpoint and a clean stop; the resume on the CPU says so.
+  c=${RUN_CASES%% *}
+  f=$work/$c-long.toml
+  sed -E -e "s/^t_end *=.*/t_end = 50/" -e "/^spectra_times *=/d" "$cases_dir/$c.toml" > "$f"
+  say "SIGINT of vpm run $c --device cuda, then resume --device cpu"
+  "$VPM" run "$f" --device cuda --out "$work/sig" > "$OUT/sigint.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do
+    [ "$(wc -l < "$work/sig/spectral/energy.csv" 2>/dev/null || echo 0)" -ge 4 ] && break
+    sleep 0.1
+  done
+  kill -INT $pid; wait $pid; rc=$?
+  [ $rc -eq 130 ] || note_fail "SIGINT: exit status $rc, not 130"
+  grep -q "interrupted at t = " "$OUT/sigint.log" || note_fail "SIGINT: no interrupted message"
+  timeout 120 "$VPM" resume "$work/sig" --device cpu --abort-after-steps 1 >> "$OUT/sigint.log" 2>&1
+  grep -q "written with the vortex solver on cuda:0; it resumes on cpu" "$OUT/sigint.log" \
+    || note_fail "resume on the CPU of a GPU checkpoint does not say so"
+  tail -n 8 "$OUT/sigint.log"
 fi
 
 if step sweep; then
