@@ -529,10 +529,11 @@ mod tests {
 
     #[test]
     fn default_names() {
-        assert_eq!(default_name("cases/quick.toml"), "quick");
-        assert_eq!(default_name("<named case hit-64>"), "hit-64");
-        assert_eq!(default_name("<string>"), "case");
-        assert_eq!(default_name(""), "case");
+        let origins = ["cases/quick.toml", "<named case hit-64>", "<string>", ""];
+        assert_eq!(
+            origins.map(default_name),
+            ["quick", "hit-64", "case", "case"]
+        );
     }
 
     #[test]

@@ -31,10 +31,11 @@ fn escape(field: &str) -> String {
     }
 }
 
-fn header_line(header: &[&str]) -> String {
-    let mut s = header
+/// One CSV line of `fields` (quoted as needed), ending in a line break.
+fn csv_line<S: AsRef<str>>(fields: &[S]) -> String {
+    let mut s = fields
         .iter()
-        .map(|h| escape(h))
+        .map(|f| escape(f.as_ref()))
         .collect::<Vec<_>>()
         .join(",");
     s.push('\n');
@@ -70,7 +71,7 @@ impl CsvLog {
             columns: header.len(),
             len: 0,
         };
-        log.write_complete(header_line(header).as_bytes())?;
+        log.write_complete(csv_line(header).as_bytes())?;
         Ok(log)
     }
 
@@ -84,7 +85,7 @@ impl CsvLog {
         header: &[&str],
         len_bytes: u64,
     ) -> Result<CsvLog, OutputError> {
-        let expected = header_line(header);
+        let expected = csv_line(header);
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -231,13 +232,7 @@ impl CsvLog {
     /// of header columns.
     pub fn append_row_fmt(&mut self, fields: &[String]) -> Result<(), OutputError> {
         self.check_columns(fields.len())?;
-        let mut line = fields
-            .iter()
-            .map(|f| escape(f))
-            .collect::<Vec<_>>()
-            .join(",");
-        line.push('\n');
-        self.write_complete(line.as_bytes())
+        self.write_complete(csv_line(fields).as_bytes())
     }
 
     /// File length after the last complete append (header included).
@@ -256,6 +251,14 @@ mod tests {
     use super::*;
 
     const H: &[&str] = &["step", "t", "K"];
+
+    /// A new log of header [`H`] at `dir/energy.csv` holding `rows`, and its path.
+    fn log_with_rows(dir: &Path, rows: &[[f64; 3]]) -> (PathBuf, CsvLog) {
+        let p = dir.join("energy.csv");
+        let mut log = CsvLog::create(&p, H).unwrap();
+        log.append_rows(rows).unwrap();
+        (p, log)
+    }
 
     #[test]
     fn create_append_len() {
@@ -302,10 +305,7 @@ mod tests {
     #[test]
     fn reopen_truncated_drops_later_rows_and_partial_line() {
         let tmp = tempfile::tempdir().unwrap();
-        let p = tmp.path().join("energy.csv");
-        let mut log = CsvLog::create(&p, H).unwrap();
-        log.append_row(&[0.0, 0.0, 1.0]).unwrap();
-        log.append_row(&[1.0, 0.1, 0.9]).unwrap();
+        let (p, mut log) = log_with_rows(tmp.path(), &[[0.0, 0.0, 1.0], [1.0, 0.1, 0.9]]);
         let ckpt_len = log.len_bytes();
         let kept = fs::read(&p).unwrap();
         log.append_row(&[2.0, 0.2, 0.8]).unwrap();
@@ -330,9 +330,7 @@ mod tests {
     #[test]
     fn reopen_checks_header_and_length() {
         let tmp = tempfile::tempdir().unwrap();
-        let p = tmp.path().join("energy.csv");
-        let mut log = CsvLog::create(&p, H).unwrap();
-        log.append_row(&[0.0, 0.0, 1.0]).unwrap();
+        let (p, log) = log_with_rows(tmp.path(), &[[0.0, 0.0, 1.0]]);
         let len = log.len_bytes();
         drop(log);
         let before = fs::read(&p).unwrap();

@@ -195,14 +195,23 @@ fn remove_vpm_outputs(dir: &Path) -> Result<(), OutputError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::list;
     use super::*;
+
+    /// A new directory `parent/name` holding the files `files`, each with `text`.
+    fn dir_with(parent: &Path, name: &str, files: &[&str], text: &str) -> PathBuf {
+        let dir = parent.join(name);
+        fs::create_dir(&dir).unwrap();
+        for file in files {
+            fs::write(dir.join(file), text).unwrap();
+        }
+        dir
+    }
 
     #[test]
     fn refuses_non_empty_without_force() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("run");
-        fs::create_dir(&dir).unwrap();
-        fs::write(dir.join("notes.txt"), "mine").unwrap();
+        let dir = dir_with(tmp.path(), "run", &["notes.txt"], "mine");
         let err = create_run_dir("tg", Some(&dir), false).unwrap_err();
         assert!(matches!(err, OutputError::RunDirNotEmpty { .. }));
         let msg = err.to_string();
@@ -214,8 +223,7 @@ mod tests {
     #[test]
     fn accepts_empty_existing_and_creates_missing() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("empty");
-        fs::create_dir(&dir).unwrap();
+        let dir = dir_with(tmp.path(), "empty", &[], "");
         assert_eq!(create_run_dir("tg", Some(&dir), false).unwrap(), dir);
         let nested = tmp.path().join("a").join("b");
         assert_eq!(create_run_dir("tg", Some(&nested), false).unwrap(), nested);
@@ -234,17 +242,14 @@ mod tests {
     #[test]
     fn force_removes_only_vpm_outputs() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("run");
-        fs::create_dir(&dir).unwrap();
-        for f in [
+        let outputs = [
             "case.toml",
             "manifest.json",
             "energy.png",
             "spectrum.png",
             "comparison.csv",
-        ] {
-            fs::write(dir.join(f), "old").unwrap();
-        }
+        ];
+        let dir = dir_with(tmp.path(), "run", &outputs, "old");
         for d in [
             "spectral",
             "vortex",
@@ -255,17 +260,11 @@ mod tests {
             fs::write(dir.join(d).join("x.csv"), "old").unwrap();
         }
         fs::write(dir.join("notes.txt"), "keep").unwrap();
-        fs::create_dir(dir.join("analysis")).unwrap();
-        fs::write(dir.join("analysis").join("a.py"), "keep").unwrap();
+        dir_with(&dir, "analysis", &["a.py"], "keep");
 
         let got = create_run_dir("tg", Some(&dir), true).unwrap();
         assert_eq!(got, dir);
-        let mut left: Vec<String> = fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
-        assert_eq!(left, vec!["analysis".to_string(), "notes.txt".to_string()]);
+        assert_eq!(list(&dir), ["analysis", "notes.txt"]);
         assert_eq!(
             fs::read_to_string(dir.join("analysis").join("a.py")).unwrap(),
             "keep"
@@ -298,18 +297,14 @@ mod tests {
 
     #[test]
     fn case_names_are_sanitized() {
-        assert_eq!(sanitize("taylor-green_2.x"), "taylor-green_2.x");
-        assert_eq!(sanitize("../evil/name"), "_evil_name");
-        assert_eq!(sanitize(""), "run");
-        assert_eq!(sanitize(".."), "run");
+        let names = ["taylor-green_2.x", "../evil/name", "", ".."].map(sanitize);
+        assert_eq!(names, ["taylor-green_2.x", "_evil_name", "run", "run"]);
     }
 
     #[test]
     fn lock_file_alone_is_empty_and_survives_force() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("run");
-        fs::create_dir(&dir).unwrap();
-        fs::write(dir.join(LOCK_FILE), "").unwrap();
+        let dir = dir_with(tmp.path(), "run", &[LOCK_FILE], "");
         assert_eq!(create_run_dir("tg", Some(&dir), false).unwrap(), dir);
         fs::write(dir.join("case.toml"), "old").unwrap();
         assert!(matches!(

@@ -678,6 +678,12 @@ mod tests {
         (tag, raw[8..].to_vec())
     }
 
+    /// The text of the `.vtp` snapshot of `step` in the run directory `run`.
+    fn read_vtp(run: &Path, step: u64) -> String {
+        let name = format!("particles-{step:08}.vtp");
+        fs::read_to_string(run.join(SNAPSHOTS_DIR).join(name)).unwrap()
+    }
+
     fn le_f64(raw: &[u8]) -> Vec<u64> {
         raw.chunks_exact(8)
             .map(|c| f64::from_le_bytes(c.try_into().unwrap()).to_bits())
@@ -756,11 +762,7 @@ mod tests {
         let n = 101; // odd: exercises base64 padding
         let snap = random_snapshot(n, 2, 7, -0.0);
         write_particle_snapshot(tmp.path(), &snap.as_snapshot()).unwrap();
-        let vtp = tmp
-            .path()
-            .join(SNAPSHOTS_DIR)
-            .join("particles-00000007.vtp");
-        let xml = fs::read_to_string(&vtp).unwrap();
+        let xml = read_vtp(tmp.path(), 7);
         assert!(xml.starts_with("<?xml version=\"1.0\"?>\n<VTKFile type=\"PolyData\""));
         assert!(xml.contains("header_type=\"UInt64\""));
         assert!(xml.contains("byte_order=\"LittleEndian\""));
@@ -814,12 +816,7 @@ mod tests {
         let n = RAW_CHUNK_VALUES + 5;
         let snap = random_snapshot(n, 3, 1, 1.0);
         write_particle_snapshot(tmp.path(), &snap.as_snapshot()).unwrap();
-        let xml = fs::read_to_string(
-            tmp.path()
-                .join(SNAPSHOTS_DIR)
-                .join("particles-00000001.vtp"),
-        )
-        .unwrap();
+        let xml = read_vtp(tmp.path(), 1);
         let (_, raw) = vtp_array(&xml, "Points");
         assert_eq!(le_f64(&raw), bits3(&snap.x));
         let (_, raw) = vtp_array(&xml, "id");
@@ -929,12 +926,7 @@ mod tests {
         let mut npz = NpzReader::new(File::open(&path).unwrap()).unwrap();
         let x: Array2<f64> = npz.by_name("x").unwrap();
         assert_eq!(x.shape(), &[0, 3]);
-        let xml = fs::read_to_string(
-            tmp.path()
-                .join(SNAPSHOTS_DIR)
-                .join("particles-00000003.vtp"),
-        )
-        .unwrap();
+        let xml = read_vtp(tmp.path(), 3);
         let (_, raw) = vtp_array(&xml, "Points");
         assert!(raw.is_empty());
     }
