@@ -185,6 +185,16 @@ fn vec3_view<'a>(path: &Path, v: &'a [[f64; 3]]) -> Result<ArrayView2<'a, f64>, 
         .map_err(|e| OutputError::invalid(path, format!("cannot view array as (n, 3): {e}")))
 }
 
+/// Add the (n, 3) array `v` to `npz` as `name`.
+fn add_vec3_npz<W: Write + Seek>(
+    npz: &mut NpzWriter<W>,
+    path: &Path,
+    name: &str,
+    v: &[[f64; 3]],
+) -> Result<(), OutputError> {
+    add_npz(npz, path, name, &vec3_view(path, v)?, 3 * v.len())
+}
+
 fn write_snapshot_npz<W: Write + Seek>(
     w: W,
     path: &Path,
@@ -194,77 +204,56 @@ fn write_snapshot_npz<W: Write + Seek>(
     let mut npz = NpzWriter::new(w);
     add_npz(&mut npz, path, "t", &arr0(snap.t), 1)?;
     add_npz(&mut npz, path, "step", &arr0(snap.step), 1)?;
-    add_npz(&mut npz, path, "x", &vec3_view(path, snap.x)?, 3 * n)?;
-    add_npz(
-        &mut npz,
-        path,
-        "alpha",
-        &vec3_view(path, snap.alpha)?,
-        3 * n,
-    )?;
+    add_vec3_npz(&mut npz, path, "x", snap.x)?;
+    add_vec3_npz(&mut npz, path, "alpha", snap.alpha)?;
     add_npz(&mut npz, path, "sigma", &ArrayView1::from(snap.sigma), n)?;
     add_npz(&mut npz, path, "id", &ArrayView1::from(snap.id), n)?;
-    add_npz(&mut npz, path, "u", &vec3_view(path, snap.velocity)?, 3 * n)?;
-    add_npz(
-        &mut npz,
-        path,
-        "dalpha_dt",
-        &vec3_view(path, snap.dalpha_dt)?,
-        3 * n,
-    )?;
+    add_vec3_npz(&mut npz, path, "u", snap.velocity)?;
+    add_vec3_npz(&mut npz, path, "dalpha_dt", snap.dalpha_dt)?;
     npz.finish().map_err(|e| npz_err("write", path, e))?;
     Ok(())
 }
 
+/// The npz reader of a snapshot file.
+type SnapshotReader = NpzReader<BufReader<File>>;
+
 /// Read an integer array stored as u64, or as non-negative i64 (numpy's
 /// default integer type, for files made by other tools).
-fn read_u64_array<R, D>(
-    npz: &mut NpzReader<R>,
+fn read_u64_array<D: ndarray::Dimension>(
+    npz: &mut SnapshotReader,
     path: &Path,
     name: &str,
-) -> Result<ndarray::Array<u64, D>, OutputError>
-where
-    R: io::Read + Seek,
-    D: ndarray::Dimension,
-{
-    match npz.by_name::<ndarray::OwnedRepr<u64>, D>(name) {
-        Ok(a) => Ok(a),
-        Err(e_u64) => {
-            let a = npz
-                .by_name::<ndarray::OwnedRepr<i64>, D>(name)
-                .map_err(|_| npz_err("read", path, e_u64))?;
-            if a.iter().any(|&v| v < 0) {
-                return Err(OutputError::invalid(
-                    path,
-                    format!("array {name} has negative values"),
-                ));
-            }
-            Ok(a.mapv(|v| v as u64))
+) -> Result<ndarray::Array<u64, D>, OutputError> {
+    read_by_name(npz, path, name).or_else(|e_u64| {
+        let a = npz
+            .by_name::<ndarray::OwnedRepr<i64>, D>(name)
+            .map_err(|_| e_u64)?;
+        if a.iter().any(|&v| v < 0) {
+            return Err(OutputError::invalid(
+                path,
+                format!("array {name} has negative values"),
+            ));
         }
-    }
+        Ok(a.mapv(|v| v as u64))
+    })
 }
 
-fn read_by_name<R, A, D>(
-    npz: &mut NpzReader<R>,
+fn read_by_name<A: ReadableElement, D: ndarray::Dimension>(
+    npz: &mut SnapshotReader,
     path: &Path,
     name: &str,
-) -> Result<ndarray::Array<A, D>, OutputError>
-where
-    R: io::Read + Seek,
-    A: ReadableElement,
-    D: ndarray::Dimension,
-{
+) -> Result<ndarray::Array<A, D>, OutputError> {
     npz.by_name::<ndarray::OwnedRepr<A>, D>(name)
         .map_err(|e| npz_err("read", path, e))
 }
 
 fn read_vec3(
-    npz: &mut NpzReader<BufReader<File>>,
+    npz: &mut SnapshotReader,
     path: &Path,
     name: &str,
     n: usize,
 ) -> Result<Vec<[f64; 3]>, OutputError> {
-    let a: Array2<f64> = read_by_name::<_, f64, Ix2>(npz, path, name)?;
+    let a: Array2<f64> = read_by_name::<f64, Ix2>(npz, path, name)?;
     if a.dim() != (n, 3) {
         return Err(OutputError::invalid(
             path,
@@ -288,7 +277,7 @@ fn check_len(path: &Path, name: &str, len: usize, n: usize) -> Result<(), Output
     }
 }
 
-fn open_npz(path: &Path) -> Result<NpzReader<BufReader<File>>, OutputError> {
+fn open_npz(path: &Path) -> Result<SnapshotReader, OutputError> {
     let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
     NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))
 }
@@ -296,7 +285,7 @@ fn open_npz(path: &Path) -> Result<NpzReader<BufReader<File>>, OutputError> {
 /// Only the time `t` of a snapshot `.npz`.
 fn read_snapshot_time(path: &Path) -> Result<f64, OutputError> {
     let mut npz = open_npz(path)?;
-    let t: Array0<f64> = read_by_name::<_, f64, Ix0>(&mut npz, path, "t")?;
+    let t: Array0<f64> = read_by_name::<f64, Ix0>(&mut npz, path, "t")?;
     Ok(t.into_scalar())
 }
 
@@ -305,11 +294,11 @@ fn read_snapshot_time(path: &Path) -> Result<f64, OutputError> {
 /// `t` and `step`). Values come back bit for bit.
 pub fn read_particle_snapshot(path: &Path) -> Result<OwnedParticleSnapshot, OutputError> {
     let mut npz = open_npz(path)?;
-    let t: Array0<f64> = read_by_name::<_, f64, Ix0>(&mut npz, path, "t")?;
-    let step: Array0<u64> = read_u64_array::<_, Ix0>(&mut npz, path, "step")?;
-    let sigma: Array1<f64> = read_by_name::<_, f64, Ix1>(&mut npz, path, "sigma")?;
+    let t: Array0<f64> = read_by_name::<f64, Ix0>(&mut npz, path, "t")?;
+    let step: Array0<u64> = read_u64_array::<Ix0>(&mut npz, path, "step")?;
+    let sigma: Array1<f64> = read_by_name::<f64, Ix1>(&mut npz, path, "sigma")?;
     let n = sigma.len();
-    let id: Array1<u64> = read_u64_array::<_, Ix1>(&mut npz, path, "id")?;
+    let id: Array1<u64> = read_u64_array::<Ix1>(&mut npz, path, "id")?;
     check_len(path, "id", id.len(), n)?;
     Ok(OwnedParticleSnapshot {
         t: t.into_scalar(),
