@@ -1,11 +1,8 @@
 //! `vpm bench direct`: the CPU all-pairs evaluator.
 
-use super::{median_seconds, write_report};
-use crate::kernel::StretchingScheme;
-use crate::output::cpu_model;
+use super::{cpu_banner, finish_report, time_velocity_and_stretching};
 use crate::summation::direct::DirectFreeSpace;
 use crate::summation::verify::Particles;
-use crate::summation::{Evaluation, Extra, Summation};
 use anyhow::Result;
 use serde::Serialize;
 use std::path::Path;
@@ -32,11 +29,7 @@ pub fn bench_direct(
     repeats: usize,
     json: Option<&Path>,
 ) -> Result<Vec<DirectBenchRow>> {
-    let threads = rayon::current_num_threads();
-    let cpu = cpu_model();
-    println!(
-        "vpm bench direct (CPU, f64): {cpu}, {threads} threads, median of {repeats} after warm-up"
-    );
+    cpu_banner("vpm bench direct (CPU, f64)", repeats);
     println!(
         "{:>9} {:>12} {:>16} {:>12} {:>18}",
         "N", "s velocity", "pairs/s velocity", "s vel+str", "pairs/s vel+str"
@@ -44,16 +37,7 @@ pub fn bench_direct(
     let mut rows = Vec::new();
     for &n in sizes {
         let p = Particles::free_space(n, 0xbe7c ^ n as u64);
-        let mut ev = DirectFreeSpace;
-        let mut out = Evaluation::default();
-        let mut time = |extra: Extra| {
-            median_seconds(repeats, || ev.evaluate(&p.sources(), &p.x, extra, &mut out))
-        };
-        let tv = time(Extra::None)?;
-        let ts = time(Extra::Stretching {
-            alpha: &p.alpha,
-            scheme: StretchingScheme::Classical,
-        })?;
+        let (tv, ts) = time_velocity_and_stretching(&mut DirectFreeSpace, &p, repeats)?;
         let pairs = (n * n) as f64;
         let row = DirectBenchRow {
             n,
@@ -73,8 +57,5 @@ pub fn bench_direct(
         );
         rows.push(row);
     }
-    if let Some(path) = json {
-        write_report(path, "direct", &cpu, &rows)?;
-    }
-    Ok(rows)
+    finish_report(json, serde_json::json!({ "benchmark": "direct" }), rows)
 }

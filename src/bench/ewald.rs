@@ -2,11 +2,10 @@
 //! (f64, rayon, wall-clock medians) or a GPU (f32 sums, CUDA events, with an accuracy check
 //! against the CPU f64 evaluator on a random sample of particles).
 
-use super::{fmt_error, median, median_seconds, write_report};
+use super::{cpu_banner, finish_report, fmt_error, median, time_velocity_and_stretching};
 use crate::device::cuda::Gpu;
 use crate::device::Device;
 use crate::kernel::StretchingScheme;
-use crate::output::{cpu_model, write_atomic};
 use crate::summation::ewald::engine::GpuEwaldTimings;
 use crate::summation::ewald::{CudaEwald, EwaldPeriodic};
 use crate::summation::verify::{self, Particles};
@@ -73,10 +72,9 @@ fn bench_ewald_cpu(
     repeats: usize,
     json: Option<&Path>,
 ) -> Result<Vec<EwaldBenchRow>> {
-    let threads = rayon::current_num_threads();
-    let cpu = cpu_model();
-    println!(
-        "vpm bench ewald (CPU, f64, accuracy {accuracy:e}): {cpu}, {threads} threads, median of {repeats} after warm-up"
+    cpu_banner(
+        &format!("vpm bench ewald (CPU, f64, accuracy {accuracy:e})"),
+        repeats,
     );
     println!(
         "{:>10} {:>12} {:>16} {:>12} {:>18}",
@@ -85,19 +83,11 @@ fn bench_ewald_cpu(
     let mut rows = Vec::new();
     for &n in lattice {
         let p = lattice_particles(n);
-        let (x, alpha, src) = (&p.x, &p.alpha, p.sources());
-        let np = x.len() as f64;
+        let np = p.x.len() as f64;
         let mut ew = EwaldPeriodic::new(accuracy);
-        let mut out = Evaluation::default();
-        let mut time =
-            |extra: Extra| median_seconds(repeats, || ew.evaluate(&src, x, extra, &mut out));
-        let tv = time(Extra::None)?;
-        let ts = time(Extra::Stretching {
-            alpha,
-            scheme: StretchingScheme::Classical,
-        })?;
+        let (tv, ts) = time_velocity_and_stretching(&mut ew, &p, repeats)?;
         let row = EwaldBenchRow {
-            particles: x.len(),
+            particles: p.x.len(),
             accuracy,
             seconds_velocity: tv,
             seconds_velocity_stretching: ts,
@@ -116,10 +106,7 @@ fn bench_ewald_cpu(
         );
         rows.push(row);
     }
-    if let Some(path) = json {
-        write_report(path, "ewald", &cpu, &rows)?;
-    }
-    Ok(rows)
+    finish_report(json, serde_json::json!({ "benchmark": "ewald" }), rows)
 }
 
 /// One row of `vpm bench ewald --device cuda`.
@@ -270,21 +257,16 @@ fn bench_ewald_gpu(
         );
         rows.push(row);
     }
-    if let Some(path) = json {
-        let report = serde_json::json!({
+    finish_report(
+        json,
+        serde_json::json!({
             "benchmark": "ewald",
             "device": format!("cuda:{}", info.ordinal),
             "gpu": info,
             "precision": "f32 sums, f64 inputs and outputs",
             "timing": "CUDA events from the first upload to the end of the download, median \
                        after one warm-up",
-            "cpu": cpu_model(),
-            "threads": rayon::current_num_threads(),
-            "vpm_version": env!("CARGO_PKG_VERSION"),
-            "rows": rows,
-        });
-        write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
-        println!("wrote {}", path.display());
-    }
-    Ok(rows)
+        }),
+        rows,
+    )
 }

@@ -1,10 +1,9 @@
 //! `vpm bench kernel`: the GPU all-pairs kernels (f32) on the GPU given, CUDA events, with an
 //! accuracy check against the CPU f64 evaluator on a random sample of targets.
 
-use super::{fmt_error, median};
+use super::{finish_report, fmt_error, median};
 use crate::device::cuda::Gpu;
 use crate::kernel::StretchingScheme;
-use crate::output::{cpu_model, write_atomic};
 use crate::summation::direct::{AllPairs, DirectFreeSpace, KernelConfig, Mode};
 use crate::summation::verify::{self, Particles};
 use crate::summation::{Evaluation, Extra};
@@ -182,21 +181,16 @@ pub fn bench_kernel(
             rows.push(row);
         }
     }
-    if let Some(path) = json {
-        let report = serde_json::json!({
+    finish_report(
+        json,
+        serde_json::json!({
             "benchmark": "kernel",
             "gpu": info,
             "precision": "f32",
             "timing": "CUDA events around the kernel launches, median after one warm-up",
             "flops_per_interaction": FLOPS_PER_INTERACTION,
-            "cpu": cpu_model(),
-            "threads": rayon::current_num_threads(),
-            "vpm_version": env!("CARGO_PKG_VERSION"),
             "resources": resources,
-            "rows": rows,
-        });
-        write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
-        println!("wrote {}", path.display());
-    }
-    Ok(rows)
+        }),
+        rows,
+    )
 }

@@ -13,7 +13,10 @@ pub use ewald::{bench_ewald, EwaldBenchRow, EwaldGpuBenchRow};
 pub use kernel::{bench_kernel, KernelBenchRow, FLOPS_PER_INTERACTION};
 pub use spectral::{bench_spectral, SpectralBenchRow};
 
-use crate::output::write_atomic;
+use crate::kernel::StretchingScheme;
+use crate::output::{cpu_model, write_atomic};
+use crate::summation::verify::Particles;
+use crate::summation::{Evaluation, Extra, Summation};
 use anyhow::Result;
 use serde::Serialize;
 use std::path::Path;
@@ -34,23 +37,55 @@ pub(crate) fn median_seconds<E>(
     Ok(median(t))
 }
 
-/// Writes a benchmark's JSON report (name, hardware, threads, version, rows) atomically.
-pub(crate) fn write_report<R: Serialize>(
-    path: &Path,
-    benchmark: &str,
-    cpu: &str,
-    rows: &[R],
-) -> Result<()> {
-    let report = serde_json::json!({
-        "benchmark": benchmark,
-        "cpu": cpu,
+/// Prints the first line of a CPU benchmark: `title`, then the CPU model, the threads and the
+/// repeats.
+pub(crate) fn cpu_banner(title: &str, repeats: usize) {
+    let cpu = cpu_model();
+    let threads = rayon::current_num_threads();
+    println!("{title}: {cpu}, {threads} threads, median of {repeats} after warm-up");
+}
+
+/// Median seconds (of `repeats`, after a warm-up) of one velocity evaluation of `ev` on the
+/// particles `p` (targets = sources), and of one velocity + classical stretching evaluation.
+pub(crate) fn time_velocity_and_stretching(
+    ev: &mut impl Summation,
+    p: &Particles,
+    repeats: usize,
+) -> Result<(f64, f64)> {
+    let src = p.sources();
+    let mut out = Evaluation::default();
+    let mut time =
+        |extra: Extra| median_seconds(repeats, || ev.evaluate(&src, &p.x, extra, &mut out));
+    let tv = time(Extra::None)?;
+    let ts = time(Extra::Stretching {
+        alpha: &p.alpha,
+        scheme: StretchingScheme::Classical,
+    })?;
+    Ok((tv, ts))
+}
+
+/// Writes a benchmark's JSON report atomically to `json` when given: `fields` (the benchmark's
+/// name and what else it states) with the CPU model, threads, version and rows; returns the rows.
+pub(crate) fn finish_report<R: Serialize>(
+    json: Option<&Path>,
+    fields: serde_json::Value,
+    rows: Vec<R>,
+) -> Result<Vec<R>> {
+    let Some(path) = json else {
+        return Ok(rows);
+    };
+    let mut report = serde_json::json!({
+        "cpu": cpu_model(),
         "threads": rayon::current_num_threads(),
         "vpm_version": env!("CARGO_PKG_VERSION"),
         "rows": rows,
     });
+    if let (Some(all), serde_json::Value::Object(extra)) = (report.as_object_mut(), fields) {
+        all.extend(extra);
+    }
     write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
     println!("wrote {}", path.display());
-    Ok(())
+    Ok(rows)
 }
 
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {

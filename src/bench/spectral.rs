@@ -1,9 +1,8 @@
 //! `vpm bench spectral`: RK4 steps and 3-D transforms of the pseudo-spectral solver.
 
-use super::{median, write_report};
+use super::{cpu_banner, finish_report, median};
 use crate::config::InitialCondition;
 use crate::init::initial_modes;
-use crate::output::cpu_model;
 use crate::spectral::Dealias;
 use crate::spectral::{Fft3d, SpectralGrid, SpectralSolver};
 use anyhow::Result;
@@ -32,9 +31,7 @@ pub fn bench_spectral(
     repeats: usize,
     json: Option<&Path>,
 ) -> Result<Vec<SpectralBenchRow>> {
-    let threads = rayon::current_num_threads();
-    let cpu = cpu_model();
-    println!("vpm bench spectral: {cpu}, {threads} threads, median of {repeats} after warm-up");
+    cpu_banner("vpm bench spectral", repeats);
     println!(
         "{:>6} {:>7} {:>8} {:>16} {:>18}",
         "N", "dealias", "grid", "ms / RK4 step", "ms / 3-D transform"
@@ -89,8 +86,5 @@ pub fn bench_spectral(
             rows.push(row);
         }
     }
-    if let Some(path) = json {
-        write_report(path, "spectral", &cpu, &rows)?;
-    }
-    Ok(rows)
+    finish_report(json, serde_json::json!({ "benchmark": "spectral" }), rows)
 }
