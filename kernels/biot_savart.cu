@@ -1,5 +1,5 @@
 // All-pairs regularised Biot–Savart on the GPU: velocity, velocity + vortex stretching (classical
-// or transposed), velocity + velocity gradient, and the blob vorticity (PHYSICS.md §2).
+// or transposed), velocity + velocity gradient, and the blob vorticity (docs/physics.md §2).
 //
 // Compiled at run time by NVRTC (src/device/cuda.rs), once per process, device and option set.
 // The pair equations are those of common.cuh (src/kernel.rs on the device): G3 = g/ρ³,

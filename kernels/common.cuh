@@ -1,4 +1,4 @@
-// The regularised pair kernel on the device (PHYSICS.md §2), written once and included by both
+// The regularised pair kernel on the device (docs/physics.md §2), written once and included by both
 // GPU families (biot_savart.cu: all pairs; ewald.cu: the real-space part of the Ewald split).
 // It mirrors src/kernel.rs: the Gaussian-cutoff g(ρ) = erf(ρ/√2) − √(2/π) ρ e^{−ρ²/2}, the
 // smooth forms G3 = g/ρ³ and G5 = (3g − ρg')/ρ⁵ with the positive small-ρ series

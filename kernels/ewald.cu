@@ -1,4 +1,4 @@
-// Periodic Biot–Savart by Ewald splitting on the GPU (PHYSICS.md §4): the method, conventions and
+// Periodic Biot–Savart by Ewald splitting on the GPU (docs/physics.md §4): the method, conventions and
 // parameters of src/summation/ewald/ (read its module docs first), in f32 arithmetic with f64
 // positions in and f64 results out. Driven by src/summation/ewald/engine.rs; compiled by NVRTC at
 // run time.
@@ -757,7 +757,7 @@ EW_REAL_ENTRY(ew_real_gradient, EW_GRADIENT)
 // ω_h(x) = Σ_q α_q ζ_σq(x − x_q) over the sources within cut·σ_q (cut² = cut2), written to w_out.
 // Entirely in f64 (distances, the Gaussian, the strengths — read from the f64 input through the
 // cell order `order`, not the f32 copies of ew_pack_cells — and the sums): the reinitialisation
-// solves an ill-conditioned system with these values (PHYSICS.md §3), so they are kept at the
+// solves an ill-conditioned system with these values (docs/physics.md §3), so they are kept at the
 // CPU's precision.
 extern "C" __global__ void __launch_bounds__(RS_THREADS)
     ew_vorticity(const ew_d4 *__restrict__ sp, const int *__restrict__ order,

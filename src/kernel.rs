@@ -1,10 +1,10 @@
-//! The Gaussian-cutoff vortex-particle kernel for one particle pair (PHYSICS.md §2).
+//! The Gaussian-cutoff vortex-particle kernel for one particle pair (docs/physics.md §2).
 //!
 //! This module is the single place where the pair equations live: every CPU evaluator calls these
 //! functions, and the GPU sources mirror them line for line. Everything is generic over `f32` and
 //! `f64` through [`Real`].
 //!
-//! Notation (PHYSICS.md §2): a source particle q at x_q with strength α_q and core σ_q acts on the
+//! Notation (docs/physics.md §2): a source particle q at x_q with strength α_q and core σ_q acts on the
 //! point x; r = x − x_q, r = |r|, ρ = r/σ_q, c = √(2/π) and
 //!
 //! ```text
@@ -24,7 +24,7 @@
 //! G5 = c e^{−ρ²/2} S5             G3 = c e^{−ρ²/2} (1 + ρ² S5) / 3
 //! ```
 //!
-//! Expanding e^{−ρ²/2} recovers the alternating Taylor series quoted in PHYSICS.md §2
+//! Expanding e^{−ρ²/2} recovers the alternating Taylor series quoted in docs/physics.md §2
 //! (G3 = c(1/3 − ρ²/10 + ρ⁴/56 − …), G5 = c(1/5 − ρ²/14 + ρ⁴/72 − …)). The positive form is used
 //! here because it is exact to rounding at larger ρ with fewer terms (alternating terms cancel)
 //! and shares the one `exp` with the direct form. Below [`Real::SERIES_THRESHOLD`] the series
@@ -49,8 +49,8 @@ pub trait Real: Float + Copy + Send + Sync + Debug + 'static {
     /// Chosen per precision so that neither branch limits the accuracy (relative errors measured
     /// against an f64 evaluation of the full positive series, fine sweeps; see tests/kernel.rs):
     ///
-    /// * **f32: 2.0.** The direct erf form in f32 is poor well above the 0.5 that PHYSICS.md
-    ///   suggests (that figure only bounds the truncation of the short Taylor series): measured
+    /// * **f32: 2.0.** The direct erf form in f32 is poor well above ρ = 0.5, the switch point of
+    ///   the short alternating Taylor series (that figure only bounds the series' truncation): measured
     ///   worst relative error of G5 is 1.3e-4 on (0.4, 0.5], 4.0e-5 on (0.5, 0.7], 1.3e-5 on
     ///   (0.7, 1], 1.4e-6 on (1.2, 1.4], 9.6e-7 on (1.4, 1.6] and 3.5e-7 above 2 (G3: 1.2e-6 on
     ///   (0.7, 1], ≤ 1.9e-7 above 2). With the threshold at 2 the f32 kernel stays within 1e-6 of
@@ -58,7 +58,7 @@ pub trait Real: Float + Copy + Send + Sync + Debug + 'static {
     ///   (ρ ≈ 2.002, direct), test `f32_matches_f64_including_rho_zero`. The 13-term series
     ///   truncates at relative 3.0e-9 (G5) / 1.9e-9 (G3) at ρ = 2, below f32 rounding
     ///   (12 terms: 2.4e-8; 10 terms: 1.2e-6). For comparison, the alternating 5-term g / 4-term
-    ///   G5 series of PHYSICS.md measure 1.6e-7 (G3) and 4.1e-6 (G5) at ρ = 0.5.
+    ///   G5 series measure 1.6e-7 (G3) and 4.1e-6 (G5) at ρ = 0.5.
     /// * **f64: 1.0.** The direct form's cancellation costs up to 6.6e-10 (G5) on (0.05, 0.1],
     ///   3.2e-11 on (0.1, 0.2], 2e-13 on (0.4, 0.5], 2.2e-14 on (0.7, 1] and ≤ 5e-15 above 1
     ///   (G3 ≤ 2e-15 above 1): starting the direct form at 1 instead of 0.1 gains three orders
@@ -142,7 +142,7 @@ impl Real for f64 {
     }
 }
 
-/// The vortex-stretching scheme (PHYSICS.md §2).
+/// The vortex-stretching scheme (docs/physics.md §2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum StretchingScheme {
     /// dα_p/dt = (α_p·∇)u(x_p) (the seed paper's Eq. 3; the default).
@@ -178,7 +178,7 @@ fn series_s5<T: Real>(x: T) -> T {
     s
 }
 
-/// g(ρ) = erf(ρ/√2) − √(2/π) ρ exp(−ρ²/2) (PHYSICS.md §2), the fraction of the Gaussian's
+/// g(ρ) = erf(ρ/√2) − √(2/π) ρ exp(−ρ²/2) (docs/physics.md §2), the fraction of the Gaussian's
 /// circulation inside radius ρσ; → 1 for ρ → ∞.
 ///
 /// Below [`Real::SERIES_THRESHOLD`] it is evaluated as g = √(2/π) e^{−ρ²/2} ρ³ (1 + ρ² S5(ρ²))/3
@@ -195,14 +195,14 @@ pub fn cutoff_g<T: Real>(rho: T) -> T {
     }
 }
 
-/// g'(ρ) = √(2/π) ρ² exp(−ρ²/2) (PHYSICS.md §2).
+/// g'(ρ) = √(2/π) ρ² exp(−ρ²/2) (docs/physics.md §2).
 #[inline]
 pub fn cutoff_g_prime<T: Real>(rho: T) -> T {
     let x = rho * rho;
     T::SQRT_2_OVER_PI * x * (-T::cast_f64(0.5) * x).exp()
 }
 
-/// (G3, G5) = (g/ρ³, (3g − ρg')/ρ⁵) (PHYSICS.md §2), smooth and finite at ρ = 0:
+/// (G3, G5) = (g/ρ³, (3g − ρg')/ρ⁵) (docs/physics.md §2), smooth and finite at ρ = 0:
 /// G3(0) = √(2/π)/3, G5(0) = √(2/π)/5.
 ///
 /// Below [`Real::SERIES_THRESHOLD`]: G5 = √(2/π) e^{−ρ²/2} S5(ρ²), G3 = √(2/π) e^{−ρ²/2}
@@ -271,7 +271,7 @@ fn stretching_from_terms<T: Real>(
     }
 }
 
-/// Velocity induced at x by particle q (PHYSICS.md §2): with r = x − x_q,
+/// Velocity induced at x by particle q (docs/physics.md §2): with r = x − x_q,
 /// u = (1/4π) g(ρ)/r³ (α_q × r) = (1/4π) G3(ρ)/σ_q³ (α_q × r). Zero at r = 0 (the self term).
 /// Requires σ_q > 0.
 #[inline]
@@ -280,7 +280,7 @@ pub fn velocity<T: Real>(r: [T; 3], alpha_q: [T; 3], sigma_q: T) -> [T; 3] {
     [k * c[0], k * c[1], k * c[2]]
 }
 
-/// Velocity gradient at x due to particle q (PHYSICS.md §2), indexed `[i][j]` = ∂u_i/∂x_j:
+/// Velocity gradient at x due to particle q (docs/physics.md §2), indexed `[i][j]` = ∂u_i/∂x_j:
 /// ∂u_i/∂x_j = (1/4π)[K ε_ikj α_qk + (K'/r) r_j (α_q × r)_i], K = G3/σ_q³, K'/r = −G5/σ_q⁵.
 /// Finite at r = 0: (1/4π) G3(0)/σ_q³ [α_q]_× (the cross-product matrix of α_q).
 #[inline]
@@ -299,7 +299,7 @@ pub fn velocity_gradient<T: Real>(r: [T; 3], alpha_q: [T; 3], sigma_q: T) -> [[T
     grad
 }
 
-/// Contribution of particle q to dα_p/dt (PHYSICS.md §2), r = x_p − x_q, K = G3/σ_q³,
+/// Contribution of particle q to dα_p/dt (docs/physics.md §2), r = x_p − x_q, K = G3/σ_q³,
 /// K'/r = −G5/σ_q⁵:
 ///
 /// * classical, (α_p·∇)u: (1/4π)[K (α_q × α_p) − G5/σ_q⁵ (α_p·r)(α_q × r)];
@@ -319,8 +319,26 @@ pub fn stretching<T: Real>(
     stretching_from_terms(k, l, c, r, alpha_q, alpha_p, scheme)
 }
 
+/// Stretching from the velocity gradient `g[i][j]` = ∂u_i/∂x_j and the target strength a:
+/// classical Σ_j a_j ∂_j u_i = (a·∇)u, transposed Σ_j ∂_i u_j a_j = (∇u)ᵀa (docs/physics.md §2).
+#[inline]
+pub fn stretching_from_gradient(
+    g: &[[f64; 3]; 3],
+    a: &[f64; 3],
+    scheme: StretchingScheme,
+) -> [f64; 3] {
+    match scheme {
+        StretchingScheme::Classical => {
+            [0, 1, 2].map(|i| g[i][0] * a[0] + g[i][1] * a[1] + g[i][2] * a[2])
+        }
+        StretchingScheme::Transposed => {
+            [0, 1, 2].map(|i| g[0][i] * a[0] + g[1][i] * a[1] + g[2][i] * a[2])
+        }
+    }
+}
+
 /// The hot-loop form: ([`velocity`], [`stretching`]) of particle q at particle p together,
-/// sharing ρ, one `exp` and at most one `erf` (PHYSICS.md §2); bit-identical to the separate
+/// sharing ρ, one `exp` and at most one `erf` (docs/physics.md §2); bit-identical to the separate
 /// calls.
 #[inline]
 pub fn velocity_and_stretching<T: Real>(
@@ -337,7 +355,7 @@ pub fn velocity_and_stretching<T: Real>(
     )
 }
 
-/// The 3-D Gaussian ζ_σ(r) = (2πσ²)^(−3/2) exp(−r²/(2σ²)) (PHYSICS.md §2), from r² = |r|²;
+/// The 3-D Gaussian ζ_σ(r) = (2πσ²)^(−3/2) exp(−r²/(2σ²)) (docs/physics.md §2), from r² = |r|²;
 /// integrates to 1 over space (vorticity evaluation, RBF reinitialisation).
 #[inline]
 pub fn gaussian_zeta<T: Real>(r2: T, sigma: T) -> T {
@@ -346,14 +364,14 @@ pub fn gaussian_zeta<T: Real>(r2: T, sigma: T) -> T {
     T::GAUSS_NORM * inv_s2 * inv_s * (-T::cast_f64(0.5) * r2 * inv_s2).exp()
 }
 
-/// Vorticity induced at x by particle q (PHYSICS.md §2): ω = α_q ζ_σq(|r|), r = x − x_q.
+/// Vorticity induced at x by particle q (docs/physics.md §2): ω = α_q ζ_σq(|r|), r = x − x_q.
 #[inline]
 pub fn vorticity<T: Real>(r: [T; 3], alpha_q: [T; 3], sigma_q: T) -> [T; 3] {
     let z = gaussian_zeta(dot(r, r), sigma_q);
     [alpha_q[0] * z, alpha_q[1] * z, alpha_q[2] * z]
 }
 
-/// The singular Biot–Savart velocity (1/4π) (α_q × r)/r³ (PHYSICS.md §2 with g ≡ 1), for
+/// The singular Biot–Savart velocity (1/4π) (α_q × r)/r³ (docs/physics.md §2 with g ≡ 1), for
 /// far-field checks. Returns zero at r = 0 (the self term contributes nothing).
 #[inline]
 pub fn singular_velocity<T: Real>(r: [T; 3], alpha_q: [T; 3]) -> [T; 3] {

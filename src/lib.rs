@@ -1,7 +1,7 @@
 //! vpm: vortex particle method for turbulence, checked against a pseudo-spectral solver.
 //!
-//! See `ARCHITECTURE.md` for a tour of the modules and `../shared/PHYSICS.md` (kept in the
-//! project's shared folder) for the formulas and conventions every module follows.
+//! See `ARCHITECTURE.md` for a tour of the modules and `docs/physics.md` for the formulas and
+//! conventions every module follows (code cites its sections as `docs/physics.md §n`).
 
 pub mod bench;
 pub mod cli;

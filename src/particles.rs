@@ -1,4 +1,4 @@
-//! Vortex particles stored as a struct of arrays (PHYSICS.md §2).
+//! Vortex particles stored as a struct of arrays (docs/physics.md §2).
 //!
 //! Particle p has position x_p, vector strength α_p = ω_p·vol_p, Gaussian core radius σ_p and a
 //! stable id. The particle vorticity is ω_h(x) = Σ_p α_p ζ_σp(x − x_p).

@@ -1,5 +1,5 @@
 //! The Ewald periodic evaluator (src/summation/ewald/) against the Fourier-series oracle of
-//! PHYSICS.md §4 (src/summation/oracle.rs), the periodic Lamb–Oseen tube of PHYSICS.md §7 and
+//! docs/physics.md §4 (src/summation/oracle.rs), the periodic Lamb–Oseen tube of docs/physics.md §7 and
 //! brute-force image sums; periodicity, translation, thread-count bit-identity.
 
 use rand::{Rng, SeedableRng};
@@ -207,7 +207,7 @@ fn translation_translates_the_field() {
     assert!(e.iter().all(|&v| v < 1e-8), "{e:?}");
 }
 
-/// Straight tube along z (PHYSICS.md §7): u_θ(r) = Γ/(2πr)(1 − e^{−r²/(2σ_eff²)}) − Γr/(2L²).
+/// Straight tube along z (docs/physics.md §7): u_θ(r) = Γ/(2πr)(1 − e^{−r²/(2σ_eff²)}) − Γr/(2L²).
 #[test]
 fn lamb_oseen_tube_in_the_box() {
     let (gamma, sigma, h, sd, nz) = (1.0f64, 0.2f64, 0.1f64, 0.1f64, 32);

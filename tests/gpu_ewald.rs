@@ -333,7 +333,7 @@ fn gpu_vortex_steps_match_cpu() {
     assert!(ex <= 1e-6, "positions {ex:.2e}");
     assert!(em <= TOL_VELOCITY, "grid velocity {em:.2e}");
     // The RBF solve of the reinitialisation amplifies the highest lattice modes by up to ~3e5
-    // (PHYSICS.md §3): f32-level differences of the positions show up in the strengths at
+    // (docs/physics.md §3): f32-level differences of the positions show up in the strengths at
     // those modes, which the blobs' own smoothing removes again from the field (the grid
     // velocity above). So the strengths are only held to a loose bound.
     assert!(ea <= 1e-2, "strengths {ea:.2e}");

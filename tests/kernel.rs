@@ -1,4 +1,4 @@
-//! Known-answer tests of the pair kernel (src/kernel.rs; PHYSICS.md §2 and §7).
+//! Known-answer tests of the pair kernel (src/kernel.rs; docs/physics.md §2 and §7).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -29,7 +29,7 @@ fn reference_g3_g5(rho: f64) -> (f64, f64) {
     (C * e * (1.0 + x * s5) / 3.0, C * e * s5)
 }
 
-/// Second, independent reference for small ρ: the alternating Taylor series of PHYSICS.md §2,
+/// Second, independent reference for small ρ: the alternating Taylor series of docs/physics.md §2,
 /// G3 = c Σ (−1)^m ρ^{2m}/(2^m m! (2m+3)), G5 = c Σ (−1)^m ρ^{2m}/(2^m m! (2m+5)), 30 terms.
 fn taylor_g3_g5(rho: f64) -> (f64, f64) {
     let x = rho * rho;
@@ -42,7 +42,7 @@ fn taylor_g3_g5(rho: f64) -> (f64, f64) {
     (C * g3, C * g5)
 }
 
-/// The direct erf form of PHYSICS.md §2, written out here independently of src/kernel.rs.
+/// The direct erf form of docs/physics.md §2, written out here independently of src/kernel.rs.
 fn direct_g3_g5(rho: f64) -> (f64, f64) {
     let e = (-0.5 * rho * rho).exp();
     let g = libm::erf(rho / 2f64.sqrt()) - C * rho * e;

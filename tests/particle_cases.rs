@@ -1,5 +1,5 @@
 //! The particle-defined named cases, shortened for CI, against their known answers
-//! (PHYSICS.md §7):
+//! (docs/physics.md §7):
 //!
 //! * `ring`: a resolved vortex ring (Γ = R = 1, σ/R = 0.1, ~7 000 particles, free space) moves
 //!   at Saffman's speed U = Γ/(4πR)[ln(8R/σ) − 0.9045] within 2 %, and conserves its impulse;
@@ -161,7 +161,7 @@ fn lamb_oseen_tube_spreads_as_the_exact_solution() {
 }
 
 /// `time.cfl` for particles: every step is the smaller of the two stability limits of
-/// PHYSICS.md §3 at the state it starts from, Δt = min(cfl·h/max|u_p|, 0.2·cfl·h³/max|α_p|)
+/// docs/physics.md §3 at the state it starts from, Δt = min(cfl·h/max|u_p|, 0.2·cfl·h³/max|α_p|)
 /// (h the particle spacing), recomputed here from the snapshot of that state (its `u` is the
 /// instantaneous velocity the solver evaluated there).
 #[test]

@@ -1,4 +1,4 @@
-//! Checks of the pseudo-spectral solver against known answers (PHYSICS.md §7) and of the shared
+//! Checks of the pseudo-spectral solver against known answers (docs/physics.md §7) and of the shared
 //! initial conditions and diagnostics. CI-sized: 16^3 to 48^3 grids.
 
 use num_complex::Complex64;

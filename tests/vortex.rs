@@ -1,4 +1,4 @@
-//! Checks of the particle method's building blocks against known answers (PHYSICS.md §7):
+//! Checks of the particle method's building blocks against known answers (docs/physics.md §7):
 //! free-space direct summation, the AB2 stepper's order, ring impulse and speed.
 
 use std::f64::consts::PI;

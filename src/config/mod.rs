@@ -102,7 +102,7 @@ pub enum InitialCondition {
         core: f64,
     },
     /// `kind = "vortex-tube"`: a straight vortex tube along z through the periodic box, axis
-    /// x = y = 0, Gaussian core `core`, particles only (the Lamb–Oseen check of PHYSICS.md §7).
+    /// x = y = 0, Gaussian core `core`, particles only (the Lamb–Oseen check of docs/physics.md §7).
     VortexTube {
         /// `circulation` Γ; finite, ≠ 0; required.
         circulation: f64,
@@ -221,7 +221,7 @@ pub struct SpectralConfig {
     pub device: Option<DeviceRequest>,
 }
 
-/// Section `[vortex]`: the vortex particle solver (PHYSICS.md §2–3). It steps with the `[time]`
+/// Section `[vortex]`: the vortex particle solver (docs/physics.md §2–3). It steps with the `[time]`
 /// step.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct VortexConfig {

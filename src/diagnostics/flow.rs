@@ -1,4 +1,4 @@
-//! Flow diagnostics from Fourier coefficients (PHYSICS.md §6), shared by both solvers.
+//! Flow diagnostics from Fourier coefficients (docs/physics.md §6), shared by both solvers.
 //!
 //! With u(x) = Σ_k û(k) e^{ik·x} and sums over all modes (each stored k_z > 0 mode counts twice):
 //! - kinetic energy K = Σ ½|û|², enstrophy Z = Σ ½|k|²|û|², dissipation ε = 2νZ;

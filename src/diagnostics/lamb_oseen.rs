@@ -1,6 +1,6 @@
 //! A Lamb–Oseen tube along z in the periodic box (`vortex/lamb_oseen.csv`): the azimuthal
 //! velocity measured from the particles against the exact profile with the periodic background
-//! (PHYSICS.md §7): u_θ = Γ/(2πr)(1 − exp(−r²/(2σ²))) − Γr/(2L²), σ² = core² + 2νt, L = 2π.
+//! (docs/physics.md §7): u_θ = Γ/(2πr)(1 − exp(−r²/(2σ²))) − Γr/(2L²), σ² = core² + 2νt, L = 2π.
 
 use std::f64::consts::{PI, TAU};
 
@@ -65,7 +65,7 @@ pub fn core_at(core: f64, nu: f64, t: f64) -> f64 {
 }
 
 /// Lamb–Oseen azimuthal velocity of a tube of circulation Γ and core σ in the periodic box of
-/// side 2π, with the uniform background vorticity −Γ/L² (PHYSICS.md §7).
+/// side 2π, with the uniform background vorticity −Γ/L² (docs/physics.md §7).
 pub fn lamb_oseen_periodic(circulation: f64, sigma: f64, r: f64) -> f64 {
     let l = TAU;
     circulation / (2.0 * PI * r) * (1.0 - (-r * r / (2.0 * sigma * sigma)).exp())

@@ -3,7 +3,7 @@
 //! Position and speed are impulse-weighted over the particles with weights w_p = (x_p × α_p)·ẑ:
 //! Z = Σ w_p z_p / Σ w_p and U = dZ/dt, exact for the particle state ([`ring_diagnostics`]);
 //! the impulse radius is R_I = √(I_z/(πΓ)) with I = ½ Σ x_p × α_p. Saffman's speed for a
-//! Gaussian core is in [`crate::init::particles::saffman_ring_speed`] (PHYSICS.md §7).
+//! Gaussian core is in [`crate::init::particles::saffman_ring_speed`] (docs/physics.md §7).
 
 use crate::particles::ParticleSet;
 use std::f64::consts::PI;

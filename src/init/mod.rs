@@ -1,4 +1,4 @@
-//! Initial velocity fields shared by both solvers (PHYSICS.md §5).
+//! Initial velocity fields shared by both solvers (docs/physics.md §5).
 //!
 //! Every field here is band-limited and defined in the project's coordinates on [-π, π]^3, either
 //! by a formula (Taylor–Green, shear wave) or by its Fourier coefficients as a function of the

@@ -1,5 +1,5 @@
 //! The model of a flow given by its particles: the vortex particle solver alone, for flows given
-//! by their vorticity rather than by a velocity field on the spectral grid (PHYSICS.md §7).
+//! by their vorticity rather than by a velocity field on the spectral grid (docs/physics.md §7).
 //!
 //! * `vortex-ring`: a ring of radius R, circulation Γ and Gaussian core in free space (direct
 //!   summation); each output writes a row of `vortex/ring.csv` ([`crate::diagnostics::ring`]).

@@ -2,7 +2,7 @@
 //! [`ModeLayout`] (|k_x|, |k_y|, k_z ≤ K with 2K < M), and a fused pipeline that evaluates a
 //! pointwise function of several fields without storing any field on the M^3 grid.
 //!
-//! Normalisation follows PHYSICS.md §6: `forward` returns û with u(x) = Σ_k û(k) e^{ik·x}
+//! Normalisation follows docs/physics.md §6: `forward` returns û with u(x) = Σ_k û(k) e^{ik·x}
 //! (the DFT divided by M^3), `inverse` evaluates that sum at the M^3 nodes. With M = N this is the
 //! plain transform of an N^3 field; with M = 3N/2 and K < N/2 it is the padded transform of the
 //! 3/2 rule.

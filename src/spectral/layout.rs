@@ -10,7 +10,7 @@
 //! [`ModeLayout::index`] and [`ModeLayout::wavenumber`] rather than assuming it.
 //!
 //! Coefficients are those of the DFT on nodes x_i = i·h. The physical grid of the project is
-//! x_i = −π + i·h (PHYSICS.md §6), so the coefficient of e^{ik·x} in the project's coordinates is
+//! x_i = −π + i·h (docs/physics.md §6), so the coefficient of e^{ik·x} in the project's coordinates is
 //! (−1)^{k_x+k_y+k_z} times the stored value; [`ModeLayout::grid_phase`] gives that sign. Energies,
 //! spectra and all diagnostics are unaffected.
 

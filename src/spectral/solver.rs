@@ -1,4 +1,4 @@
-//! Pseudo-spectral Navier–Stokes solver (PHYSICS.md §5).
+//! Pseudo-spectral Navier–Stokes solver (docs/physics.md §5).
 //!
 //! û_t = P(k) F[u × ω] − ν|k|² û,   P = I − k kᵀ/|k|²,
 //!

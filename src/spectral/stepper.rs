@@ -8,7 +8,7 @@ use super::solver::{NonFiniteState, SpectralGrid, SpectralSolver, VectorModes};
 use super::ModeLayout;
 use crate::device::Device;
 
-/// A pseudo-spectral Navier–Stokes stepper on the periodic box (PHYSICS.md §5).
+/// A pseudo-spectral Navier–Stokes stepper on the periodic box (docs/physics.md §5).
 pub trait SpectralStepper: Send {
     /// Grid, dealiasing rule and retained modes.
     fn grid(&self) -> SpectralGrid;

@@ -1,7 +1,7 @@
 //! Cell lists in the periodic box [−π, π)³, shared by the real-space part of the Ewald
 //! evaluators and the blob-vorticity sums: sources (a selection) wrapped into the box and
 //! sorted by cell, visited from a target within a cutoff by the minimum-image convention, or
-//! through explicit periodic images when the cutoff reaches π (PHYSICS.md §4).
+//! through explicit periodic images when the cutoff reaches π (docs/physics.md §4).
 
 use super::Sources;
 use std::f64::consts::{PI, TAU};

@@ -1,6 +1,6 @@
 //! The blob vorticity on the periodic lattice, by separable Gaussian weights.
 //!
-//! Reinitialisation (PHYSICS.md §3) needs ω_h(x_i) = Σ_q α_q ζ_σq(x_i − x_q) at the n³ lattice
+//! Reinitialisation (docs/physics.md §3) needs ω_h(x_i) = Σ_q α_q ζ_σq(x_i − x_q) at the n³ lattice
 //! nodes x_ijk = (−π + i h, −π + j h, −π + k h), h = 2π/n. The Gaussian factorises,
 //!   ζ_σ(r) = (2π)^{−3/2} σ^{−3} g(r_x) g(r_y) g(r_z),  g(s) = exp(−s²/(2σ²)),
 //! so each particle contributes to the nodes of a cube around it through three short 1-D weight

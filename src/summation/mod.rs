@@ -3,7 +3,7 @@
 //!
 //! A [`Summation`] evaluates, at a set of targets, the velocity induced by a set of source
 //! particles, optionally with the vortex stretching of target strengths or the full velocity
-//! gradient (PHYSICS.md §2), and the blob vorticity ω_h (for reinitialisation). The time stepper
+//! gradient (docs/physics.md §2), and the blob vorticity ω_h (for reinitialisation). The time stepper
 //! and the diagnostics talk only to this trait, so a CPU loop, a GPU kernel, an Ewald sum, an FMM
 //! or several GPUs can answer without the stepper knowing.
 //!
@@ -26,7 +26,7 @@
 //! [`ewald::CudaEwald`] (the same on a GPU, f32). [`planner`] picks one from a registry;
 //! [`verify`] measures any of them against a reference; [`cells`] (cell lists in the box),
 //! [`lattice`] (blob vorticity on the lattice) and [`oracle`] (the Fourier-series oracle of
-//! PHYSICS.md §4) are shared by them and the tests.
+//! docs/physics.md §4) are shared by them and the tests.
 
 pub mod cells;
 pub mod direct;
@@ -38,10 +38,11 @@ pub mod verify;
 
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::Gpu;
+pub use crate::kernel::stretching_from_gradient;
 use crate::kernel::StretchingScheme;
 use std::sync::Arc;
 
-/// The device-side pair kernel (PHYSICS.md §2: g(ρ), G3, G5 with their series near 0, and the
+/// The device-side pair kernel (docs/physics.md §2: g(ρ), G3, G5 with their series near 0, and the
 /// velocity and stretching pair terms), written once in `kernels/common.cuh` and included by
 /// both GPU families (`biot_savart.cu`, `ewald.cu`) as a named NVRTC header.
 pub const PAIR_KERNEL_HEADER: (&str, &str) =
@@ -78,7 +79,7 @@ impl std::fmt::Display for EvaluatorKind {
 pub enum Boundary {
     /// Unbounded space (vortex rings, tubes).
     FreeSpace,
-    /// The periodic box [−L/2, L/2)^3; the velocity is the zero-mean periodic one (PHYSICS.md §4).
+    /// The periodic box [−L/2, L/2)^3; the velocity is the zero-mean periodic one (docs/physics.md §4).
     Periodic { length: f64 },
 }
 
@@ -321,24 +322,6 @@ pub trait Summation: Send {
         out: &mut Vec<[f64; 3]>,
     ) -> SumResult {
         self.vorticity(src, &lattice::lattice_nodes(n), out)
-    }
-}
-
-/// Stretching from the velocity gradient `g[i][j]` = ∂u_i/∂x_j and the target strength a:
-/// classical Σ_j a_j ∂_j u_i = (a·∇)u, transposed Σ_j ∂_i u_j a_j = (∇u)ᵀa (PHYSICS.md §2).
-#[inline]
-pub fn stretching_from_gradient(
-    g: &[[f64; 3]; 3],
-    a: &[f64; 3],
-    scheme: StretchingScheme,
-) -> [f64; 3] {
-    match scheme {
-        StretchingScheme::Classical => {
-            [0, 1, 2].map(|i| g[i][0] * a[0] + g[i][1] * a[1] + g[i][2] * a[2])
-        }
-        StretchingScheme::Transposed => {
-            [0, 1, 2].map(|i| g[0][i] * a[0] + g[1][i] * a[1] + g[2][i] * a[2])
-        }
     }
 }
 

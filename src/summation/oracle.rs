@@ -1,4 +1,4 @@
-//! The exact periodic reference: the direct Fourier sum of PHYSICS.md §4, for tests.
+//! The exact periodic reference: the direct Fourier sum of docs/physics.md §4, for tests.
 //!
 //! With integer wavevectors k and V = (2π)^3,
 //!

@@ -15,7 +15,7 @@
 //! | direct   | free space | cuda   | [`CudaDirect`] (f32 pair sums)              |
 //! | ewald    | periodic   | cpu    | [`EwaldPeriodic`] (f64, rayon)              |
 //! | ewald    | periodic   | cuda   | [`CudaEwald`] (f32 sums, cuFFT)             |
-//! | *fmm*    | *both*     | *…*    | *the place for a fast multipole method (PHYSICS.md §8): a row per device once `summation/fmm/` exists, with an `EvaluatorKind::Fmm` spelling `"fmm"` in the case* |
+//! | *fmm*    | *both*     | *…*    | *the place for a fast multipole method (docs/physics.md §8): a row per device once `summation/fmm/` exists, with an `EvaluatorKind::Fmm` spelling `"fmm"` in the case* |
 //!
 //! A (method, boundary) pair with no row on any device is refused with the reason (a truncated
 //! image sum is only conditionally convergent; Ewald is a periodic method); a pair with rows on
@@ -76,7 +76,7 @@ pub const REGISTRY: &[Registration] = &[
         method: EvaluatorKind::Direct,
         boundary: BoundaryKind::FreeSpace,
         device: DeviceKind::Cuda,
-        build: |device, _| gpu_evaluator(device, |gpu| CudaDirect::new(gpu)),
+        build: |device, _| gpu_evaluator(device, CudaDirect::new),
     },
     Registration {
         method: EvaluatorKind::Ewald,
@@ -97,7 +97,7 @@ pub const REGISTRY: &[Registration] = &[
         device: DeviceKind::Cuda,
         build: |device, accuracy| gpu_evaluator(device, |gpu| CudaEwald::new(gpu, accuracy)),
     },
-    // FMM (PHYSICS.md §8): one row per device kind and boundary when `summation/fmm/` exists.
+    // FMM (docs/physics.md §8): one row per device kind and boundary when `summation/fmm/` exists.
 ];
 
 fn device_gpu(

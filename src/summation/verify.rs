@@ -2,7 +2,7 @@
 //! the periodic box or in free space, and the error of an evaluator's velocity, stretching or
 //! gradient against a reference evaluator, over all targets or a random sample of them.
 //!
-//! Errors follow PHYSICS.md §8: the relative L2 error √(Σ|u − u_ref|² / Σ|u_ref|²) over the
+//! Errors follow docs/physics.md §8: the relative L2 error √(Σ|u − u_ref|² / Σ|u_ref|²) over the
 //! targets (all components), and the maximum of |u − u_ref| (largest component difference)
 //! over the rms of u_ref, where cell-boundary artefacts show. Used by the tests
 //! (`tests/ewald.rs`, `tests/gpu.rs`, `tests/gpu_ewald.rs`) and by `vpm bench`.
@@ -53,7 +53,7 @@ impl Particles {
 
     /// `n` particles uniform in [−`spread`·π, `spread`·π)³ (spread > 1 puts some outside the box:
     /// the periodic evaluators wrap them), strengths uniform in [−1, 1]³ with the mean removed
-    /// (Σα = 0, as the periodic velocity needs, PHYSICS.md §4), cores uniform in [smin, smax].
+    /// (Σα = 0, as the periodic velocity needs, docs/physics.md §4), cores uniform in [smin, smax].
     /// Draws, in order: all positions, all strengths, all cores.
     pub fn random_in_box(n: usize, spread: f64, smin: f64, smax: f64, seed: u64) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);

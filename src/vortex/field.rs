@@ -1,5 +1,5 @@
 //! Between grid fields and particles: the vortex method starts from the same initial field as the
-//! spectral solver, and its diagnostics go through the same code (PHYSICS.md §5–6).
+//! spectral solver, and its diagnostics go through the same code (docs/physics.md §5–6).
 //!
 //! - [`vorticity_on_lattice`]: ω = ∇ × u at the N^3 lattice nodes x_i = −π + i·h, from retained
 //!   Fourier modes (ω̂ = ik × û, inverse transform).

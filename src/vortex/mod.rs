@@ -1,4 +1,4 @@
-//! The vortex particle solver (PHYSICS.md §2–3): particles carried by the regularised
+//! The vortex particle solver (docs/physics.md §2–3): particles carried by the regularised
 //! Biot–Savart velocity, strengths changed by vortex stretching, viscosity by core spreading with
 //! radial-basis-function reinitialisation onto the lattice.
 //!
@@ -217,7 +217,7 @@ impl VortexSolver {
         Ok((&self.eval.velocity, &self.eval.stretching))
     }
 
-    /// The largest step the stability limits of PHYSICS.md §3 allow at this state, for a CFL
+    /// The largest step the stability limits of docs/physics.md §3 allow at this state, for a CFL
     /// number `cfl`:
     ///   Δt ≤ cfl · h / max_p |u_p|   and   Δt ≤ 0.2 · cfl / max_p |ω_p|,
     /// with h = 2π/N the lattice spacing and the particle vorticity estimated as

@@ -1,4 +1,4 @@
-//! Radial-basis-function interpolation on the periodic particle lattice (PHYSICS.md §3;
+//! Radial-basis-function interpolation on the periodic particle lattice (docs/physics.md §3;
 //! Barba, Leonard & Allen 2005; Yokota et al. 2007).
 //!
 //! Given the vorticity ω_i at the N^3 lattice nodes x_i = −π + i·h, find strengths β_j of

@@ -18,7 +18,7 @@ use crate::summation::{planner::Plan, Evaluation};
 /// Velocity and stretching at every particle, on the host.
 pub type HostDerivatives = (Vec<[f64; 3]>, Vec<[f64; 3]>);
 
-/// A vortex particle stepper (PHYSICS.md §2–3).
+/// A vortex particle stepper (docs/physics.md §2–3).
 pub trait ParticleStepper: Send {
     /// The evaluator and device, for logs.
     fn describe(&self) -> String;

@@ -1,4 +1,4 @@
-//! Direct summation over all pairs in free space (PHYSICS.md §2):
+//! Direct summation over all pairs in free space (docs/physics.md §2):
 //!
 //! ```text
 //! u(x_i) = (1/4π) Σ_q g(ρ)/r³ (α_q × r),   r = x_i − x_q, ρ = r/σ_q,

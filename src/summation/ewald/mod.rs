@@ -1,4 +1,4 @@
-//! The exact periodic velocity by Ewald splitting, CPU, f64, rayon (PHYSICS.md §4).
+//! The exact periodic velocity by Ewald splitting, CPU, f64, rayon (docs/physics.md §4).
 //!
 //! # Method
 //!
@@ -49,7 +49,7 @@
 //! ℓ = ln(1/ε) and s = τ/η:
 //!
 //! * real space: the dropped pair terms of G_σ − G_η beyond ρ = r/η decay like e^{−ρ²/2} (the
-//!   tail of 1 − g(ρ) and of ρg', PHYSICS.md §2): r_c = ρ_c η, ρ_c = √(2(ℓ + [`REAL_MARGIN`]));
+//!   tail of 1 − g(ρ) and of ρg', docs/physics.md §2): r_c = ρ_c η, ρ_c = √(2(ℓ + [`REAL_MARGIN`]));
 //! * window truncation: the nodes left out lie beyond w = P h/2, where the Gaussian has fallen to
 //!   e^{−w²/(2τ²)}; the gradient (through ∇ζ_τ) loses about a factor η/τ more, so
 //!   P = ⌈2τ √(2(ℓ + ln(1/s) + [`WINDOW_MARGIN`]))/h⌉;
