@@ -317,7 +317,7 @@ fn check(arg: &str, threads: Option<usize>) -> Result<()> {
     println!("#   about {} per step", human_seconds(per_step));
     match steps {
         Some(n) => println!(
-            "#   {n} steps (fixed dt): about {}",
+            "#   {n} steps: about {}",
             human_seconds(per_step * n as f64)
         ),
         None => {

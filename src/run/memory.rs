@@ -182,7 +182,8 @@ const EWALD_SECONDS_PER_PARTICLE: f64 = 1.4e-5;
 const DIRECT_SECONDS_PER_PAIR: f64 = 6.5e-8;
 
 /// A rough run-time estimate on the CPU with `threads` threads (the GPU is much faster for the
-/// particles; `vpm bench` measures both): (seconds per step, steps when Δt is fixed).
+/// particles; `vpm bench` measures both): (seconds per step, steps when Δt is fixed or
+/// `time.max_steps` bounds them).
 pub fn rough_cpu_time(case: &Case, threads: usize) -> Result<(f64, Option<u64>)> {
     let threads = threads.max(1) as f64;
     let mut per_step = 0.0;
@@ -205,6 +206,12 @@ pub fn rough_cpu_time(case: &Case, threads: usize) -> Result<(f64, Option<u64>)>
     let steps = match case.time.step {
         TimeStep::Fixed { dt } => Some((case.time.t_end / dt).ceil() as u64),
         TimeStep::Cfl { .. } => None,
+    };
+    // time.max_steps stops the run earlier.
+    let steps = match (steps, case.time.max_steps) {
+        (Some(n), Some(m)) => Some(n.min(m)),
+        (None, m) => m,
+        (n, None) => n,
     };
     Ok((per_step, steps))
 }
