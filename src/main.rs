@@ -71,14 +71,11 @@ fn run(cli: Cli) -> Result<()> {
             let (mut case, _text) = resolve_case(&args.case)?;
             if let Some(d) = args.device {
                 // Recorded in the run's case.toml, so `vpm resume` keeps it.
-                case.device = d;
-                if let Some(v) = case.vortex.as_mut() {
-                    v.device = None;
-                }
+                case.set_device(d);
             }
-            // A device that cannot be had fails before a run directory is made.
-            let devices = vpm::run::RunDevices::open(&case)?;
-            vpm::run::memory::check_fits(&case, &devices)?;
+            // A device that cannot be had, or a case too big for the memory, fails before a
+            // run directory is made.
+            let devices = vpm::run::RunDevices::checked(&case)?;
             let threads = set_threads(args.threads)?;
             let (run_dir, lock) =
                 create_locked_run_dir(&case.name, args.out.as_deref(), args.force, "vpm run")?;
@@ -96,7 +93,8 @@ fn run(cli: Cli) -> Result<()> {
                 abort_after_steps: args.abort_after_steps,
             };
             vpm::run::install_signal_handlers()?;
-            let mut sim = vpm::run::start(case, &run_dir, options, Some(lock))?;
+            let prepared = vpm::run::Prepared { devices, lock };
+            let mut sim = vpm::run::start(case, &run_dir, options, Some(prepared))?;
             finish(sim.as_mut(), cli.quiet)
         }
         Command::Resume(args) => {

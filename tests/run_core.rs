@@ -318,3 +318,28 @@ fn resuming_on_another_device_says_so() {
         "{err}"
     );
 }
+
+#[test]
+fn an_event_one_ulp_before_t_end_is_t_end() {
+    // 3 × 0.3 = 0.8999999999999999 < 0.9: the output there is the output at t_end, not one
+    // more step of 1e-16 after it.
+    let tmp = tempfile::tempdir().unwrap();
+    let text = case_text("0.9", "")
+        .replace("dt = 0.01", "dt = 0.1")
+        .replace("every_steps = 1\n", "every_time = 0.3\n");
+    let case = write_case(tmp.path(), "u.toml", &text);
+    let run_dir = tmp.path().join("R");
+    assert_ok(
+        &run(&["run", &case, "--out", s(&run_dir), "--threads", "1"]),
+        "run",
+    );
+    let energy = fs::read_to_string(run_dir.join("spectral/energy.csv")).unwrap();
+    let t: Vec<&str> = energy
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap())
+        .collect();
+    assert_eq!(t.len(), 4, "outputs at 0, 0.3, 0.6 and t_end:\n{energy}");
+    assert_eq!(t[3].parse::<f64>().unwrap(), 0.9);
+    assert_eq!(manifest(&run_dir)["status"], "finished");
+}

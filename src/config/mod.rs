@@ -401,6 +401,18 @@ impl Case {
         parse::parse_case(&self.to_toml_string(), &origin, &self.name).map(|_| ())
     }
 
+    /// Makes every solver of the case run on `device` (`--device`): the run's `device`, with
+    /// the sections' own `device` keys cleared.
+    pub fn set_device(&mut self, device: DeviceRequest) {
+        self.device = device;
+        if let Some(s) = self.spectral.as_mut() {
+            s.device = None;
+        }
+        if let Some(v) = self.vortex.as_mut() {
+            v.device = None;
+        }
+    }
+
     /// The resolved case as TOML: every key written with its value, defaults filled in
     /// (through `Serialize` and `toml`), after two comment lines.
     /// [`Case::from_toml_str`] parses it back to an equal `Case` (floats round-trip exactly).

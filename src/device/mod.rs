@@ -167,8 +167,17 @@ impl Device {
         }
     }
 
-    /// Memory this device can give a run, in bytes: the host's available memory for the CPU,
-    /// the driver's free memory for a GPU. `None` when it cannot be read.
+    /// The device's whole memory, in bytes (the host's total or cgroup limit for the CPU, the
+    /// GPU's memory for a GPU): what deterministic plans are sized from.
+    pub fn memory_total(&self) -> Option<u64> {
+        match self {
+            Device::Cpu => host_memory_total(),
+            Device::Cuda(g) => Some(g.info().total_memory_bytes as u64),
+        }
+    }
+
+    /// Memory this device can give a run now, in bytes: the host's available memory for the
+    /// CPU, the driver's free memory for a GPU. `None` when it cannot be read.
     pub fn memory_available(&self) -> Option<u64> {
         match self {
             Device::Cpu => host_memory_available(),
@@ -177,10 +186,29 @@ impl Device {
     }
 }
 
+/// The host memory this process may use at most, in bytes: the smaller of `MemTotal` and the
+/// cgroup's memory limit (v2 `memory.max` of the process's group or the nearest ancestor with
+/// one, or v1 `memory.limit_in_bytes`). `None` where neither can be read.
+pub fn host_memory_total() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|rest| rest.trim().strip_suffix("kB"))
+            .and_then(|kb| kb.trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    });
+    let limit = cgroup_limit_and_room().map(|(limit, _)| limit);
+    match (total, limit) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Memory available to this process on the host, in bytes: the smaller of the kernel's
 /// `MemAvailable` and the room left under the cgroup's memory limit (v2 `memory.max` −
-/// `memory.current`, or v1 `memory.limit_in_bytes` − `memory.usage_in_bytes`). `None` where
-/// neither can be read (not Linux).
+/// `memory.current` of the process's group or the nearest ancestor with a limit, or v1
+/// `memory.limit_in_bytes` − `memory.usage_in_bytes`; the inactive page cache of the group
+/// counts as room). `None` where neither can be read (not Linux).
 pub fn host_memory_available() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
         s.lines()
@@ -189,41 +217,57 @@ pub fn host_memory_available() -> Option<u64> {
             .and_then(|kb| kb.trim().parse::<u64>().ok())
             .map(|kb| kb * 1024)
     });
-    let cgroup = cgroup_room();
+    let cgroup = cgroup_limit_and_room().map(|(_, room)| room);
     match (meminfo, cgroup) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
 }
 
-/// Room left under the cgroup memory limit of this process, if it has one.
-fn cgroup_room() -> Option<u64> {
+/// The cgroup memory limit of this process and the room left under it, if it has one.
+fn cgroup_limit_and_room() -> Option<(u64, u64)> {
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .ok()
             .map(|s| s.trim().to_string())
     };
     let num = |s: Option<String>| s.and_then(|s| s.parse::<u64>().ok());
-    // cgroup v2: the process's own group from /proc/self/cgroup ("0::/path").
+    // The group's usage counts page cache; the inactive file pages of it can be reclaimed, so
+    // they are room too (as the kernel's own accounting and container runtimes treat them).
+    let reclaimable = |stat: &str, key: &str| {
+        read(stat)
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    // cgroup v2: the process's own group from /proc/self/cgroup ("0::/path"), then its
+    // ancestors up to the root (a limit may be set on a parent only).
     let group = read("/proc/self/cgroup")
         .and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("0::").map(str::to_string))
         })
         .unwrap_or_default();
-    for dir in [
-        format!("/sys/fs/cgroup{group}"),
-        "/sys/fs/cgroup".to_string(),
-    ] {
-        if let Some(max) = num(read(&format!("{dir}/memory.max"))) {
-            let used = num(read(&format!("{dir}/memory.current"))).unwrap_or(0);
-            return Some(max.saturating_sub(used));
+    let mut dir = std::path::PathBuf::from(format!("/sys/fs/cgroup{group}"));
+    loop {
+        let d = dir.display();
+        if let Some(max) = num(read(&format!("{d}/memory.max"))) {
+            let used = num(read(&format!("{d}/memory.current"))).unwrap_or(0);
+            let free = reclaimable(&format!("{d}/memory.stat"), "inactive_file ");
+            return Some((max, max.saturating_sub(used.saturating_sub(free))));
+        }
+        if !dir.pop() || !dir.starts_with("/sys/fs/cgroup") {
+            break;
         }
     }
     // cgroup v1 (an unlimited group reports a huge number, which the min() above ignores).
-    let max = num(read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))?;
-    let used = num(read("/sys/fs/cgroup/memory/memory.usage_in_bytes")).unwrap_or(0);
-    Some(max.saturating_sub(used))
+    let v1 = "/sys/fs/cgroup/memory";
+    let max = num(read(&format!("{v1}/memory.limit_in_bytes")))?;
+    let used = num(read(&format!("{v1}/memory.usage_in_bytes"))).unwrap_or(0);
+    let free = reclaimable(&format!("{v1}/memory.stat"), "total_inactive_file ");
+    Some((max, max.saturating_sub(used.saturating_sub(free))))
 }
 
 #[cfg(test)]

@@ -7,13 +7,13 @@
 //! not share the first one's lock, so a second [`RunLock::acquire`] of the same directory
 //! fails while the first [`RunLock`] lives.
 //!
+//! On a file system without advisory locks the lock is skipped with a warning.
+//!
 //! The holder writes who it is (pid, host, purpose, UTC start time) into the file, as JSON, so
 //! that the refusal can name it. The file itself is never removed: deleting it while another
 //! process has it open would let a third process lock a new file of the same name.
 
-// `File::try_lock` and friends are std since Rust 1.89; the declared rust-version (1.85) is
-// older, but the dependency tree already needs 1.88 (libloading), so the workspace's
-// rust-version should be raised to 1.89, and this allow removed.
+// `File::try_lock` and friends are std since Rust 1.89 (the workspace's rust-version).
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -108,6 +108,15 @@ impl RunLock {
                     path: run_dir.to_path_buf(),
                     holder,
                 });
+            }
+            // A file system without advisory locks (some network file systems): run unlocked,
+            // and say so, rather than refuse every run there.
+            Err(TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+                tracing::warn!(
+                    "{}: the file system does not support file locks ({e}); the run directory \
+                     is not protected against a second vpm process",
+                    path.display()
+                );
             }
             Err(TryLockError::Error(e)) => return Err(OutputError::io("lock", &path, e)),
         }

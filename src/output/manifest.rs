@@ -47,8 +47,9 @@ pub struct Manifest {
     /// H100 …".
     #[serde(default)]
     pub devices: BTreeMap<String, String>,
-    /// Peak device memory in use while the run stepped (bytes, from the driver), when a GPU was
-    /// used.
+    /// Peak device memory in use while the run stepped, when a GPU was used: total − free from
+    /// the driver, sampled after every step (so it includes the CUDA context and any other
+    /// process on the GPU, and misses a transient peak inside a step).
     #[serde(default)]
     pub peak_device_memory_bytes: Option<u64>,
 }

@@ -211,7 +211,8 @@ impl Model for FieldModel {
     }
 
     /// Both solvers or neither: the particle step is prepared first and committed only when
-    /// the spectral step succeeded.
+    /// the spectral step succeeded. Only the reinitialisation that may follow the commit can
+    /// fail afterwards; that failure says the step was committed.
     fn step(&mut self, dt: f64) -> Result<(), StepFailure> {
         self.vortex_stats = None;
         self.last_energy = f64::NAN;
@@ -237,7 +238,9 @@ impl Model for FieldModel {
             let committed = v.solver.commit_step();
             *self.timings.entry("vortex_time_stepping").or_insert(0.0) +=
                 t0.elapsed().as_secs_f64();
-            committed.map_err(vortex_failed)?;
+            committed.map_err(|e| {
+                StepFailure::after_commit(format!("vortex solver, after the step: {e}"))
+            })?;
         }
         Ok(())
     }
@@ -256,6 +259,10 @@ impl Model for FieldModel {
         };
         if let Some(v) = &mut self.vortex {
             crate::run::save_vortex(v.solver.as_mut(), &mut state)?;
+            // The RBF solve the energy rows report (the last one, or the initial one before the
+            // first reinitialisation), so that a resumed run writes the same rows.
+            state.meta["rbf_report"] =
+                serde_json::to_value(v.solver.last_solve().or(v.initial_solve))?;
         }
         Ok(state)
     }
@@ -286,6 +293,12 @@ impl Model for FieldModel {
         self.spectral.restore_velocity_modes(modes);
         if let Some(v) = &mut self.vortex {
             crate::run::restore_vortex(v.solver.as_mut(), state)?;
+            // Checkpoints written before the report was saved have none (the rows then read
+            // nan until the next reinitialisation).
+            v.initial_solve = match state.meta.get("rbf_report") {
+                Some(r) => serde_json::from_value(r.clone()).context("checkpoint `rbf_report`")?,
+                None => None,
+            };
         }
         self.vortex_stats = None;
         Ok(())

@@ -72,13 +72,11 @@ pub fn start(
     case: Case,
     run_dir: &Path,
     options: RunOptions,
-    lock: Option<RunLock>,
+    prepared: Option<Prepared>,
 ) -> Result<Box<dyn Run>> {
-    let devices = RunDevices::open(&case)?;
-    memory::check_fits(&case, &devices)?;
-    let lock = match lock {
-        Some(l) => l,
-        None => RunLock::acquire(run_dir, "vpm run")?,
+    let Prepared { devices, lock } = match prepared {
+        Some(p) => p,
+        None => Prepared::new(&case, run_dir)?,
     };
     Ok(if case.initial.is_particle_defined() {
         Box::new(Simulation::<particles::ParticleModel>::start(
@@ -91,21 +89,38 @@ pub fn start(
     })
 }
 
+/// What a run needs before its directory is used: the devices (opened once, the memory checked
+/// against them) and the run directory's lock.
+pub struct Prepared {
+    pub devices: RunDevices,
+    pub lock: RunLock,
+}
+
+impl Prepared {
+    /// Opens the case's devices and checks that its memory fits, then locks `run_dir`.
+    pub fn new(case: &Case, run_dir: &Path) -> Result<Prepared> {
+        let devices = RunDevices::checked(case)?;
+        let lock = RunLock::acquire(run_dir, "vpm run")?;
+        Ok(Prepared { devices, lock })
+    }
+}
+
 /// Continues a run from its latest checkpoint, with optional changes (a later t_end, another
-/// device).
+/// device). The run directory is locked first.
 pub fn resume(
     run_dir: &Path,
     options: RunOptions,
     changes: &ResumeChanges,
 ) -> Result<Box<dyn Run>> {
+    let lock = RunLock::acquire(run_dir, "vpm resume")?;
     let case = Case::from_file(&run_dir.join("case.toml"))?;
     Ok(if case.initial.is_particle_defined() {
         Box::new(Simulation::<particles::ParticleModel>::resume(
-            case, run_dir, options, changes,
+            case, run_dir, options, changes, lock,
         )?)
     } else {
         Box::new(Simulation::<field::FieldModel>::resume(
-            case, run_dir, options, changes,
+            case, run_dir, options, changes, lock,
         )?)
     })
 }
@@ -160,6 +175,14 @@ impl RunDevices {
             None => None,
         };
         Ok(RunDevices { spectral, vortex })
+    }
+
+    /// [`RunDevices::open`], then the memory of the case checked against them
+    /// ([`memory::check_fits`]).
+    pub fn checked(case: &Case) -> Result<RunDevices> {
+        let devices = RunDevices::open(case)?;
+        memory::check_fits(case, &devices)?;
+        Ok(devices)
     }
 }
 

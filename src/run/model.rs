@@ -13,19 +13,32 @@ use crate::run::RunDevices;
 use crate::vortex::stepper::ParticleStepper;
 use std::path::Path;
 
-/// Why a model could not step (or report its stable step). The state in hand is the last good
-/// one: a failed step is not committed.
+/// Why a model could not step (or report its stable step).
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct StepFailure {
     /// What failed, e.g. "spectral solver: the velocity became non-finite".
     pub message: String,
+    /// Whether the step was committed before the failure (a reinitialisation that follows the
+    /// committed step failed): the state in hand is then the one after the step. Otherwise it
+    /// is the one before it, unchanged.
+    pub committed: bool,
 }
 
 impl StepFailure {
+    /// A failure before anything was committed.
     pub fn new(message: impl Into<String>) -> StepFailure {
         StepFailure {
             message: message.into(),
+            committed: false,
+        }
+    }
+
+    /// A failure after the step was committed.
+    pub fn after_commit(message: impl Into<String>) -> StepFailure {
+        StepFailure {
+            message: message.into(),
+            committed: true,
         }
     }
 }
@@ -54,7 +67,8 @@ pub trait Model: Sized {
     /// moves).
     fn stable_dt(&mut self, cfl: f64) -> Result<f64, StepFailure>;
 
-    /// Advances by `dt`. On error the state is unchanged (the step was not committed).
+    /// Advances by `dt`. On error the state is unchanged unless the error says the step was
+    /// committed ([`StepFailure::committed`]).
     fn step(&mut self, dt: f64) -> Result<(), StepFailure>;
 
     /// The exact state, so that [`Model::restore`] continues bit for bit.

@@ -152,9 +152,16 @@ impl Model for ParticleModel {
 
     fn step(&mut self, dt: f64) -> Result<(), StepFailure> {
         let t0 = Instant::now();
-        let r = self.solver.step(dt);
+        let prepared = self.solver.prepare_step(dt);
+        let committed = prepared.is_ok().then(|| self.solver.commit_step());
         self.stepping_seconds += t0.elapsed().as_secs_f64();
-        r.map_err(|e| StepFailure::new(format!("vortex solver: {e}")))
+        prepared.map_err(|e| StepFailure::new(format!("vortex solver: {e}")))?;
+        match committed {
+            Some(Err(e)) => Err(StepFailure::after_commit(format!(
+                "vortex solver, after the step: {e}"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     fn save(&mut self) -> Result<ModelState> {

@@ -166,7 +166,15 @@ impl<M: Model> Simulation<M> {
         let mut manifest = Manifest::new(options.threads);
         manifest.set_status("running");
         manifest.write(run_dir)?;
-        let model = M::initial(&case, devices)?;
+        let model = match M::initial(&case, devices) {
+            Ok(m) => m,
+            Err(e) => {
+                manifest.set_status(format!("failed: setting up the model: {e:#}"));
+                // The error that matters is `e`; a manifest that cannot be written is secondary.
+                let _ = manifest.write(run_dir);
+                return Err(e);
+            }
+        };
         let mut sim = Simulation::assemble(case, run_dir, model, options, manifest, lock);
         sim.logs = Logs::create(run_dir, &log_specs(&sim.callbacks))?;
         sim.record_devices();
@@ -181,8 +189,8 @@ impl<M: Model> Simulation<M> {
         run_dir: &Path,
         options: RunOptions,
         changes: &ResumeChanges,
+        lock: crate::output::RunLock,
     ) -> Result<Self> {
-        let lock = crate::output::RunLock::acquire(run_dir, "vpm resume")?;
         let t0 = Instant::now();
         let (step, meta, arrays) = read_latest_checkpoint(run_dir)?.with_context(|| {
             format!(
@@ -197,7 +205,8 @@ impl<M: Model> Simulation<M> {
                 meta.step
             );
         }
-        let case = apply_changes(case, run_dir, changes, meta.t)?;
+        // The changed case is written to case.toml only once the resume has been set up.
+        let (case, changed_text) = apply_changes(case, run_dir, changes, meta.t)?;
         let devices = crate::run::RunDevices::open(&case)?;
         let mut model = M::for_restore(&case, &devices)?;
         model
@@ -223,10 +232,8 @@ impl<M: Model> Simulation<M> {
         }
         let mut manifest =
             Manifest::read(run_dir).unwrap_or_else(|_| Manifest::new(options.threads));
-        manifest.record_resume(step);
-        manifest.set_status("running");
-        manifest.write(run_dir)?;
-        let mut sim = Simulation::assemble(case, run_dir, model, options, manifest, lock);
+        let finished = meta.t >= case.time.t_end;
+        let mut sim = Simulation::assemble(case, run_dir, model, options, manifest.clone(), lock);
         sim.t = meta.t;
         sim.step = step;
         sim.last_checkpoint_step = Some(step);
@@ -239,6 +246,16 @@ impl<M: Model> Simulation<M> {
         }
         sim.checkpoints.next = counter(CHECKPOINT);
         sim.logs = Logs::reopen(run_dir, &log_specs(&sim.callbacks), &meta.csv)?;
+        if let Some(text) = changed_text {
+            write_atomic(&run_dir.join("case.toml"), text.as_bytes())?;
+        }
+        // A finished run that is not extended stays as it is (manifest included).
+        if !finished {
+            manifest.record_resume(step);
+            manifest.set_status("running");
+            manifest.write(run_dir)?;
+            sim.manifest = manifest;
+        }
         sim.record_devices();
         sim.add_time("setup", t0.elapsed().as_secs_f64());
         Ok(sim)
@@ -311,14 +328,23 @@ impl<M: Model> Simulation<M> {
     }
 
     /// The time of the next event the clock must land on exactly.
+    /// An event within round-off of t_end (k·Δ computed one ulp short of it) is t_end itself,
+    /// so that the run does not take a step of 1e-17 after it.
     fn next_event_time(&self) -> f64 {
-        self.callbacks
+        let t_end = self.case.time.t_end;
+        let te = self
+            .callbacks
             .iter()
             .map(|c| &c.schedule)
             .chain(self.snapshots.iter())
             .chain(std::iter::once(&self.checkpoints))
             .filter_map(Scheduled::next_time)
-            .fold(self.case.time.t_end, f64::min)
+            .fold(t_end, f64::min);
+        if crate::run::schedule::reached(te, t_end, t_end) {
+            t_end
+        } else {
+            te
+        }
     }
 
     /// The next step: the case's fixed Δt or the model's stable one, shortened to land on the
@@ -353,13 +379,31 @@ impl<M: Model> Simulation<M> {
     }
 
     /// Runs until t_end (or a signal, `time.max_steps`, or `abort_after_steps`), writing outputs
-    /// on schedule, then the final outputs, the manifest and the plots.
+    /// on schedule, then the final outputs, the manifest and the plots. Any error leaves the
+    /// manifest saying so (`failed: …`), never `running`.
     pub fn run_to_end(&mut self) -> Result<RunEnd> {
+        let r = self.run_loop();
+        if let Err(e) = &r {
+            if self.manifest.status == "running" {
+                self.manifest.set_status(format!("failed: {e:#}"));
+                self.flush_manifest();
+            }
+        }
+        r
+    }
+
+    fn run_loop(&mut self) -> Result<RunEnd> {
         let t_end = self.case.time.t_end;
         let mut progress = Progress::new(self.options.progress, t_end, self.t);
         let mut steps_here = 0u64;
         let started = Instant::now();
         while self.t < t_end {
+            if interrupted() {
+                // A signal during setup or during the last step's outputs.
+                progress.finish();
+                self.stop_on_signal()?;
+                return Ok(RunEnd::Interrupted);
+            }
             if let Some(max) = self.case.time.max_steps {
                 if self.step >= max {
                     progress.finish();
@@ -372,6 +416,12 @@ impl<M: Model> Simulation<M> {
             self.add_time("time_stepping", ts.elapsed().as_secs_f64());
             if let Err(f) = stepped {
                 progress.finish();
+                if f.committed {
+                    // The step itself was committed and what followed it failed (a
+                    // reinitialisation): the state is the one after this step.
+                    self.step += 1;
+                    self.t = landing.unwrap_or(self.t + dt);
+                }
                 return Err(self.stop_on_failure(&f));
             }
             self.step += 1;
@@ -379,8 +429,15 @@ impl<M: Model> Simulation<M> {
             self.events_after_step(dt)?;
             self.sample_device_memory();
             steps_here += 1;
-            let figure = self.model.progress_figure();
-            progress.update(self.step, self.t, dt, &figure, started, steps_here);
+            let model = &mut self.model;
+            progress.update(
+                self.step,
+                self.t,
+                dt,
+                || model.progress_figure(),
+                started,
+                steps_here,
+            );
             if interrupted() {
                 progress.finish();
                 self.stop_on_signal()?;
@@ -593,11 +650,16 @@ impl<M: Model> Simulation<M> {
     }
 }
 
-/// The case of a resumed run with `changes` applied, validated, and written back to the run's
-/// case.toml when it changed.
-fn apply_changes(mut case: Case, run_dir: &Path, changes: &ResumeChanges, t: f64) -> Result<Case> {
+/// The case of a resumed run with `changes` applied and validated, and its new TOML text when
+/// it changed (the caller writes it to case.toml once the resume is set up).
+fn apply_changes(
+    mut case: Case,
+    run_dir: &Path,
+    changes: &ResumeChanges,
+    t: f64,
+) -> Result<(Case, Option<String>)> {
     if changes.t_end.is_none() && changes.device.is_none() {
-        return Ok(case);
+        return Ok((case, None));
     }
     if let Some(t_end) = changes.t_end {
         if !(t_end.is_finite() && t_end > t) {
@@ -606,19 +668,12 @@ fn apply_changes(mut case: Case, run_dir: &Path, changes: &ResumeChanges, t: f64
         case.time.t_end = t_end;
     }
     if let Some(d) = changes.device {
-        case.device = d;
-        if let Some(s) = case.spectral.as_mut() {
-            s.device = None;
-        }
-        if let Some(v) = case.vortex.as_mut() {
-            v.device = None;
-        }
+        case.set_device(d);
     }
     let text = case.to_toml_string();
     let case = Case::from_toml_str(&text, &run_dir.join("case.toml").display().to_string())
         .context("the changed case is not valid")?;
-    write_atomic(&run_dir.join("case.toml"), text.as_bytes())?;
-    Ok(case)
+    Ok((case, Some(text)))
 }
 
 /// The trait object the binary drives: a [`Simulation`] of either model.

@@ -235,7 +235,7 @@ pub fn estimate_bytes(
         if n_particles == 0 {
             return Ok(0);
         }
-        let max_grid = max_grid_for_memory(device.memory_available(), bytes_per_point);
+        let max_grid = max_grid_for_memory(device.memory_total(), bytes_per_point);
         let accuracy = if device.is_cuda() {
             accuracy.max(super::ewald::cuda::F32_ACCURACY_FLOOR)
         } else {

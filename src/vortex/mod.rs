@@ -441,11 +441,22 @@ impl VortexSolver {
             id: id.iter().map(|&i| i as u64).collect(),
         };
         self.history = match clock.history_dt {
-            Some(dt) => Some(History {
-                velocity: vec3("history_velocity")?,
-                stretching: vec3("history_stretching")?,
-                dt,
-            }),
+            Some(dt) => {
+                let (velocity, stretching) =
+                    (vec3("history_velocity")?, vec3("history_stretching")?);
+                if velocity.len() != n || stretching.len() != n {
+                    return Err(format!(
+                        "AB2 history arrays have {} and {} entries for {n} particles",
+                        velocity.len(),
+                        stretching.len()
+                    ));
+                }
+                Some(History {
+                    velocity,
+                    stretching,
+                    dt,
+                })
+            }
             None => None,
         };
         self.steps_since_reinit = clock.steps_since_reinit;

@@ -23,7 +23,7 @@ use rustfft::FftPlanner;
 use std::f64::consts::TAU;
 
 /// Outcome of an iterative solve.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SolveReport {
     pub iterations: usize,
     /// Final relative residual ‖Aβ − ω‖ / ‖ω‖ (all three components together).

@@ -82,8 +82,9 @@ impl EwaldPeriodic {
             fixed: None,
             params: None,
             timings: EwaldTimings::default(),
+            // Total, not available, memory: the plan must not depend on the moment.
             max_grid: max_grid_for_memory(
-                crate::device::host_memory_available(),
+                crate::device::host_memory_total(),
                 CPU_BYTES_PER_GRID_POINT,
             ),
             mesh: Mesh::default(),

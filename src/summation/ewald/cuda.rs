@@ -71,8 +71,10 @@ impl CudaEwald {
                 "CudaEwald: accuracy {accuracy} outside [1e-15, 1)"
             )));
         }
+        // The GPU's total memory, not its free memory, so that the plan (and so the results)
+        // do not depend on what else runs on the GPU when a run starts or resumes.
         let max_grid = max_grid_for_memory(
-            gpu.free_memory().ok().map(|b| b as u64),
+            Some(gpu.info().total_memory_bytes as u64),
             GPU_BYTES_PER_GRID_POINT,
         );
         Ok(Self {

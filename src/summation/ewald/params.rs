@@ -28,8 +28,10 @@ pub const CPU_BYTES_PER_GRID_POINT: u64 = 64;
 /// complex f32 (12 B), and cuFFT's work area for the batched R2C/C2R plans (at most the size of
 /// the data: 24 B).
 pub const GPU_BYTES_PER_GRID_POINT: u64 = 48;
-/// Fraction of the device's available memory the grid may take (the rest is for particles,
-/// the other solver, and what other processes take meanwhile).
+/// Fraction of the device's total memory the grid may take (the rest is for particles, the
+/// other solver, and what other processes take meanwhile). Total rather than free memory, so
+/// that the plan, and with it the results, is the same at every start and resume on a machine;
+/// the run's memory check compares the whole estimate with the free memory.
 pub const GRID_MEMORY_FRACTION: f64 = 0.5;
 /// Grid sides are never planned above this, whatever the memory (32-bit indexing of the GPU
 /// kernels: 3·M³ < 2³¹ needs M ≤ 894).
@@ -39,7 +41,7 @@ pub const HARD_MAX_GRID: usize = 864;
 /// test below).
 pub const MIN_MAX_GRID: usize = 256;
 
-/// The largest grid side M whose grid fits in `GRID_MEMORY_FRACTION` of `available` bytes at
+/// The largest grid side M whose grid fits in `GRID_MEMORY_FRACTION` of `available` (total) bytes at
 /// `bytes_per_point` per grid point (M³ · bytes_per_point ≤ fraction · available), clamped to
 /// [[`MIN_MAX_GRID`], [`HARD_MAX_GRID`]]; [`DEFAULT_MAX_GRID`] when the memory is unknown.
 pub fn max_grid_for_memory(available: Option<u64>, bytes_per_point: u64) -> usize {
