@@ -190,18 +190,10 @@ impl Device {
 /// cgroup's memory limit (v2 `memory.max` of the process's group or the nearest ancestor with
 /// one, or v1 `memory.limit_in_bytes`). `None` where neither can be read.
 pub fn host_memory_total() -> Option<u64> {
-    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|rest| rest.trim().strip_suffix("kB"))
-            .and_then(|kb| kb.trim().parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-    });
-    let limit = cgroup_limit_and_room().map(|(limit, _)| limit);
-    match (total, limit) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    smaller_known(
+        meminfo_bytes("MemTotal:"),
+        cgroup_limit_and_room().map(|(limit, _)| limit),
+    )
 }
 
 /// Memory available to this process on the host, in bytes: the smaller of the kernel's
@@ -210,15 +202,26 @@ pub fn host_memory_total() -> Option<u64> {
 /// `memory.limit_in_bytes` − `memory.usage_in_bytes`; the inactive page cache of the group
 /// counts as room). `None` where neither can be read (not Linux).
 pub fn host_memory_available() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+    smaller_known(
+        meminfo_bytes("MemAvailable:"),
+        cgroup_limit_and_room().map(|(_, room)| room),
+    )
+}
+
+/// A `/proc/meminfo` field (`key` with its colon, e.g. "MemTotal:"), in bytes.
+fn meminfo_bytes(key: &str) -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
         s.lines()
-            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .find_map(|l| l.strip_prefix(key))
             .and_then(|rest| rest.trim().strip_suffix("kB"))
             .and_then(|kb| kb.trim().parse::<u64>().ok())
             .map(|kb| kb * 1024)
-    });
-    let cgroup = cgroup_limit_and_room().map(|(_, room)| room);
-    match (meminfo, cgroup) {
+    })
+}
+
+/// The smaller of two figures, or the one that is known.
+fn smaller_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
