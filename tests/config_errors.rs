@@ -5,7 +5,8 @@ use std::path::Path;
 
 use vpm::config::{
     named_case, named_cases, resolve_case, Cadence, Case, CaseError, Dealias, DeviceRequest,
-    EvaluatorKind, InitialCondition, RbfSolver, TimeControl, TimeStep, VortexConfig,
+    EvaluatorKind, InitialCondition, LatticeConditioning, LatticeFilter, RbfSolver, TimeControl,
+    TimeStep, VortexConfig,
 };
 use vpm::kernel::StretchingScheme;
 
@@ -830,6 +831,8 @@ reinit_every = "never"
 rbf = "cg"
 rbf_tolerance = 1e-10
 rbf_max_iterations = 1_000
+reinit_projection = "none"
+reinit_filter = "exponential"
 evaluator = "ewald"
 accuracy = 1e-12
 backend = "cuda"
@@ -876,6 +879,10 @@ fn vortex_defaults() {
             tolerance: 1e-8,
             max_iterations: 200,
         },
+        conditioning: LatticeConditioning {
+            solenoidal: true,
+            filter: LatticeFilter::None,
+        },
         evaluator: EvaluatorKind::Ewald,
         accuracy: 1e-6,
         device: None,
@@ -898,6 +905,7 @@ fn vortex_defaults() {
         section,
         "n = 16\noverlap = 1.0\nstretching = \"classical\"\nreinit_every = 10\nrbf = \"cg\"\n\
          rbf_tolerance = 0.00000001\nrbf_max_iterations = 200\n\
+         reinit_projection = \"solenoidal\"\nreinit_filter = \"none\"\n\
          evaluator = \"ewald\"\naccuracy = 0.000001\n",
         "{resolved}"
     );
@@ -935,6 +943,10 @@ fn vortex_round_trip_with_every_key() {
             rbf: RbfSolver::ConjugateGradient {
                 tolerance: 1e-10,
                 max_iterations: 1000,
+            },
+            conditioning: LatticeConditioning {
+                solenoidal: false,
+                filter: LatticeFilter::Exponential,
             },
             evaluator: EvaluatorKind::Ewald,
             accuracy: 1e-12,
@@ -1069,6 +1081,22 @@ fn vortex_bad_reinit_every() {
 }
 
 #[test]
+fn vortex_bad_reinit_conditioning() {
+    rejects_vortex(
+        "reinit_projection = \"helmholtz\"\n",
+        &[
+            "`vortex.reinit_projection`",
+            "\"helmholtz\"",
+            r#""solenoidal", "none""#,
+        ],
+    );
+    rejects_vortex(
+        "reinit_filter = true\n",
+        &["`vortex.reinit_filter`", r#""exponential", "none""#],
+    );
+}
+
+#[test]
 fn vortex_bad_rbf() {
     rejects_vortex(
         "rbf = \"lu\"\n",
@@ -1174,8 +1202,8 @@ fn vortex_unknown_keys_and_types() {
         &[
             "unknown key `vortex.sigma0`",
             "allowed keys in [vortex]: n, overlap, stretching, reinit_every, rbf, \
-             rbf_tolerance, rbf_max_iterations, evaluator, accuracy, device, backend, \
-             snapshot_every_steps, snapshot_every_time",
+             rbf_tolerance, rbf_max_iterations, reinit_projection, reinit_filter, evaluator, \
+             accuracy, device, backend, snapshot_every_steps, snapshot_every_time",
         ],
     );
     // The time step is [time]'s: there is no vortex.time_step, nor the [output] cadence keys.

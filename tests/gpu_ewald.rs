@@ -298,6 +298,7 @@ fn gpu_vortex_steps_match_cpu() {
         lattice_n: n,
         sigma0: h,
         rbf: RbfSolver::Exact,
+        conditioning: vpm::vortex::reinit::LatticeConditioning::NONE,
         zero_total_strength: true,
     };
     let mut cpu = VortexSolver::new(

@@ -18,6 +18,7 @@ fn free_space_settings() -> VortexSettings {
         lattice_n: 0,
         sigma0: 0.0,
         rbf: RbfSolver::Exact,
+        conditioning: vpm::vortex::reinit::LatticeConditioning::NONE,
         zero_total_strength: false,
     }
 }

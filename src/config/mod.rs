@@ -18,6 +18,7 @@ mod write;
 pub use crate::device::DeviceRequest;
 pub use crate::spectral::Dealias;
 pub use crate::summation::EvaluatorKind;
+pub use crate::vortex::reinit::{LatticeConditioning, LatticeFilter};
 pub use crate::vortex::RbfSolver;
 
 use std::path::Path;
@@ -241,6 +242,11 @@ pub struct VortexConfig {
     /// strengths; default conjugate gradients to 1e-8 in at most 200 iterations.
     #[serde(flatten, serialize_with = "write::rbf_keys")]
     pub rbf: RbfSolver,
+    /// `reinit_projection` (`"solenoidal"` or `"none"`) and `reinit_filter` (`"exponential"` or
+    /// `"none"`): what reinitialisation, and the initial strengths' solve, do to the lattice
+    /// vorticity before solving (docs/physics.md §3); see [`crate::vortex::reinit`].
+    #[serde(flatten, serialize_with = "write::conditioning_keys")]
+    pub conditioning: LatticeConditioning,
     /// `evaluator`: the Biot–Savart summation; default `"ewald"`.
     #[serde(serialize_with = "write::display")]
     pub evaluator: EvaluatorKind,
@@ -267,6 +273,11 @@ impl VortexConfig {
     pub const DEFAULT_REINIT_EVERY: u64 = 10;
     /// Default `accuracy`.
     pub const DEFAULT_ACCURACY: f64 = 1e-6;
+    /// Default `reinit_projection` and `reinit_filter`.
+    pub const DEFAULT_CONDITIONING: LatticeConditioning = LatticeConditioning {
+        solenoidal: true,
+        filter: LatticeFilter::None,
+    };
 
     /// The settings of an empty `[vortex]` section on an n³ lattice (n = `spectral.n` in a case
     /// file): every other key at its default.
@@ -277,6 +288,7 @@ impl VortexConfig {
             stretching: crate::kernel::StretchingScheme::Classical,
             reinit_every: Some(Self::DEFAULT_REINIT_EVERY),
             rbf: RbfSolver::DEFAULT,
+            conditioning: Self::DEFAULT_CONDITIONING,
             evaluator: EvaluatorKind::Ewald,
             accuracy: Self::DEFAULT_ACCURACY,
             device: None,

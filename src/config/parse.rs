@@ -14,6 +14,7 @@ use super::{
     VortexConfig,
 };
 use crate::kernel::StretchingScheme;
+use crate::vortex::reinit::{LatticeConditioning, LatticeFilter};
 
 type Value<'i> = Spanned<DeValue<'i>>;
 
@@ -960,6 +961,8 @@ const VORTEX_KEYS: &[&str] = &[
     "rbf",
     "rbf_tolerance",
     "rbf_max_iterations",
+    "reinit_projection",
+    "reinit_filter",
     "evaluator",
     "accuracy",
     "device",
@@ -1156,6 +1159,23 @@ fn parse_vortex(
         }
     };
 
+    let solenoidal = sec.choice(
+        doc,
+        "reinit_projection",
+        &[("solenoidal", true), ("none", false)],
+        defaults.conditioning.solenoidal,
+    )?;
+    let filter = sec.choice(
+        doc,
+        "reinit_filter",
+        &[
+            ("exponential", LatticeFilter::Exponential),
+            ("none", LatticeFilter::None),
+        ],
+        defaults.conditioning.filter,
+    )?;
+    let conditioning = LatticeConditioning { solenoidal, filter };
+
     let evaluator = sec.choice(
         doc,
         "evaluator",
@@ -1207,6 +1227,7 @@ fn parse_vortex(
         stretching,
         reinit_every,
         rbf,
+        conditioning,
         evaluator,
         accuracy,
         device,

@@ -123,6 +123,20 @@ pub(super) fn rbf_keys<S: Serializer>(rbf: &RbfSolver, s: S) -> Result<S::Ok, S:
     map.end()
 }
 
+/// `reinit_projection` and `reinit_filter` (flattened into `[vortex]`).
+pub(super) fn conditioning_keys<S: Serializer>(
+    c: &crate::vortex::reinit::LatticeConditioning,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    let mut map = s.serialize_map(None)?;
+    map.serialize_entry(
+        "reinit_projection",
+        if c.solenoidal { "solenoidal" } else { "none" },
+    )?;
+    map.serialize_entry("reinit_filter", c.filter.as_str())?;
+    map.end()
+}
+
 /// `snapshot_every_steps` / `snapshot_every_time`, or nothing (flattened into `[vortex]`).
 pub(super) fn snapshot_keys<S: Serializer>(
     cadence: &Option<Cadence>,

@@ -20,6 +20,36 @@ pub struct ResumeRecord {
     pub from_step: u64,
 }
 
+/// The adaptive (CFL) steps of a run: the first and the smallest the stability limits chose, before
+/// any shortening to land on an output time.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CflSteps {
+    pub first: f64,
+    pub smallest: f64,
+    /// The time at the start of the smallest step.
+    pub smallest_at: f64,
+}
+
+impl CflSteps {
+    /// Records a step of size `dt` chosen at time `t`.
+    pub fn record(steps: &mut Option<CflSteps>, dt: f64, t: f64) {
+        match steps {
+            None => {
+                *steps = Some(CflSteps {
+                    first: dt,
+                    smallest: dt,
+                    smallest_at: t,
+                })
+            }
+            Some(s) if dt < s.smallest => {
+                s.smallest = dt;
+                s.smallest_at = t;
+            }
+            Some(_) => {}
+        }
+    }
+}
+
 /// Contents of `manifest.json`. Serialized with `serde_json` (pretty).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -52,6 +82,9 @@ pub struct Manifest {
     /// process on the GPU, and misses a transient peak inside a step).
     #[serde(default)]
     pub peak_device_memory_bytes: Option<u64>,
+    /// With `time.cfl`: the first and the smallest stable step (absent with a fixed step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cfl_steps: Option<CflSteps>,
 }
 
 /// The CPU model: the first "model name" of `/proc/cpuinfo`, else `"unknown"`.
@@ -95,6 +128,7 @@ impl Manifest {
             resumes: Vec::new(),
             devices: BTreeMap::new(),
             peak_device_memory_bytes: None,
+            cfl_steps: None,
         }
     }
 

@@ -32,7 +32,7 @@ pub use checkpoint::{
 };
 pub use csv::CsvLog;
 pub use lock::{LockHolder, RunLock, LOCK_FILE};
-pub use manifest::{cpu_model, Manifest, ResumeRecord, MANIFEST_FILE};
+pub use manifest::{cpu_model, CflSteps, Manifest, ResumeRecord, MANIFEST_FILE};
 pub use npz::{read_velocity_npz, write_velocity_npz, VelocityField};
 pub use run_dir::{create_locked_run_dir, create_run_dir, VPM_OUTPUTS};
 pub use snapshot::{

@@ -156,7 +156,12 @@ impl Model for FieldModel {
                     )
                 })?;
                 Some(particles_from_modes(
-                    &layout, &modes, vc.n, vc.overlap, vc.rbf,
+                    &layout,
+                    &modes,
+                    vc.n,
+                    vc.overlap,
+                    vc.rbf,
+                    vc.conditioning,
                 ))
             }
             None => None,

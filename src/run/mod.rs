@@ -232,6 +232,7 @@ pub(crate) fn particle_stepper(
         lattice_n: vc.n,
         sigma0: vc.sigma0(),
         rbf: vc.rbf,
+        conditioning: vc.conditioning,
         zero_total_strength,
     };
     Ok(crate::vortex::stepper::plan(

@@ -354,7 +354,13 @@ impl<M: Model> Simulation<M> {
         let mut dt = match self.case.time.step {
             TimeStep::Fixed { dt } => dt,
             TimeStep::Cfl { cfl, dt_max } => match self.model.stable_dt(cfl) {
-                Ok(dt) => dt.min(dt_max.unwrap_or(f64::INFINITY)),
+                Ok(dt) => {
+                    let dt = dt.min(dt_max.unwrap_or(f64::INFINITY));
+                    if dt.is_finite() && dt > 0.0 {
+                        crate::output::CflSteps::record(&mut self.manifest.cfl_steps, dt, self.t);
+                    }
+                    dt
+                }
                 Err(f) => return Err(self.stop_on_failure(&f)),
             },
         };

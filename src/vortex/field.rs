@@ -9,6 +9,7 @@
 //!   [`Summation`], transformed to retained modes; feed them to [`crate::diagnostics`] exactly as
 //!   the spectral solver's modes.
 
+use super::reinit::LatticeConditioning;
 use super::{lattice_nodes, solve_strengths, RbfSolver};
 use crate::particles::ParticleSet;
 use crate::spectral::solver::zero_modes;
@@ -46,17 +47,19 @@ pub fn vorticity_on_lattice(layout: &ModeLayout, modes: &VectorModes, n: usize) 
 }
 
 /// Particles at the n^3 lattice nodes representing the field with velocity `modes`:
-/// σ0 = overlap · 2π/n, strengths from the RBF solve, Σα = 0.
+/// σ0 = overlap · 2π/n, strengths from the RBF solve of the lattice vorticity conditioned as
+/// reinitialisation conditions it, Σα = 0.
 pub fn particles_from_modes(
     layout: &ModeLayout,
     modes: &VectorModes,
     n: usize,
     overlap: f64,
     rbf: RbfSolver,
+    conditioning: LatticeConditioning,
 ) -> (ParticleSet, Option<SolveReport>) {
     let omega = vorticity_on_lattice(layout, modes, n);
     let sigma0 = overlap * TAU / n as f64;
-    let (alpha, report) = solve_strengths(&omega, n, sigma0, rbf, true);
+    let (alpha, report, _) = solve_strengths(&omega, n, sigma0, rbf, conditioning, true);
     let mut p = ParticleSet::with_capacity(alpha.len());
     for (x, a) in lattice_nodes(n).iter().zip(&alpha) {
         p.push(*x, *a, sigma0);
@@ -120,7 +123,14 @@ mod tests {
             }
         }
         // The blob field of the particles reproduces ω at the nodes (exact RBF solve).
-        let (p, _) = particles_from_modes(&layout, &modes, n, 1.0, RbfSolver::Exact);
+        let (p, _) = particles_from_modes(
+            &layout,
+            &modes,
+            n,
+            1.0,
+            RbfSolver::Exact,
+            LatticeConditioning::NONE,
+        );
         assert_eq!(p.len(), n * n * n);
         let g = LatticeGaussian::new(n, p.sigma[0]);
         for c in 0..3 {

@@ -15,12 +15,14 @@
 
 pub mod field;
 pub mod rbf;
+pub mod reinit;
 pub mod stepper;
 
 use crate::kernel::StretchingScheme;
 use crate::particles::ParticleSet;
 use crate::summation::{Boundary, Evaluation, Extra, Sources, Summation, SummationError};
 use rbf::{LatticeGaussian, SolveReport};
+use reinit::{condition_lattice_vorticity, ConditioningReport, LatticeConditioning};
 use std::f64::consts::TAU;
 
 /// How reinitialisation solves Σ_j β_j ζ_σ0(x_i − x_j) = ω_h(x_i) for the strengths.
@@ -70,6 +72,8 @@ pub struct VortexSettings {
     /// Core radius after reinitialisation.
     pub sigma0: f64,
     pub rbf: RbfSolver,
+    /// What reinitialisation does to the lattice vorticity before the solve ([`reinit`]).
+    pub conditioning: LatticeConditioning,
     /// Keep Σα = 0 after reinitialisation (periodic flows; not for a single tube).
     pub zero_total_strength: bool,
 }
@@ -135,6 +139,7 @@ pub struct VortexSolver {
     eval_heun: Evaluation,
     steps_since_reinit: u64,
     last_solve: Option<SolveReport>,
+    last_conditioning: Option<ConditioningReport>,
     /// `eval` holds the derivatives of the current particle state (set by
     /// [`VortexSolver::derivatives`], cleared whenever the particles change), so a step after
     /// [`VortexSolver::stable_dt`] does not evaluate them twice.
@@ -148,6 +153,8 @@ pub struct VortexSolver {
     description: String,
     /// Scratch of the grid-velocity evaluation.
     grid_scratch: Evaluation,
+    /// Scratch of the blob vorticity at the particles ([`VortexSolver::stable_dt`]).
+    vorticity_scratch: Vec<[f64; 3]>,
 }
 
 impl VortexSolver {
@@ -165,12 +172,14 @@ impl VortexSolver {
             eval_heun: Evaluation::default(),
             steps_since_reinit: 0,
             last_solve: None,
+            last_conditioning: None,
             derivatives_current: false,
             times: PhaseTimes::default(),
             pending: None,
             device: crate::device::Device::Cpu,
             description: String::new(),
             grid_scratch: Evaluation::default(),
+            vorticity_scratch: Vec::new(),
         }
     }
 
@@ -196,6 +205,11 @@ impl VortexSolver {
         self.last_solve
     }
 
+    /// What the last reinitialisation's conditioning found ([`reinit::ConditioningReport`]).
+    pub fn last_conditioning(&self) -> Option<ConditioningReport> {
+        self.last_conditioning
+    }
+
     /// Velocity and stretching at the particles (the instantaneous f64 values at this state).
     pub fn derivatives(&mut self) -> Result<Derivatives<'_>, VortexError> {
         if self.derivatives_current {
@@ -217,17 +231,26 @@ impl VortexSolver {
         Ok((&self.eval.velocity, &self.eval.stretching))
     }
 
-    /// The largest step the stability limits of docs/physics.md §3 allow at this state, for a CFL
-    /// number `cfl`:
-    ///   Δt ≤ cfl · h / max_p |u_p|   and   Δt ≤ 0.2 · cfl / max_p |ω_p|,
-    /// with h = 2π/N the lattice spacing and the particle vorticity estimated as
-    /// |ω_p| ≈ |α_p| / h³ (a particle carries its volume's circulation, α = ω h³), so that
-    /// cfl = 0.5 gives the documented u_max Δt/h ≤ 0.5 and Δt·max|ω| ≤ 0.1. Infinite when
-    /// nothing moves. The derivatives it evaluates are reused by the next [`VortexSolver::step`].
+    /// The largest step the stability limits of docs/physics.md §3.4 allow at this state, for a
+    /// CFL number `cfl`:
+    ///   Δt ≤ cfl · h / max_p |u_p|   and   Δt ≤ 0.2 · cfl / max_p |ω_h(x_p)|,
+    /// with h = 2π/N the lattice spacing and ω_h(x_p) = Σ_q α_q ζ_σq(x_p − x_q) the blob
+    /// vorticity at the particles, so that cfl = 0.5 gives the documented u_max Δt/h ≤ 0.5 and
+    /// Δt·max|ω| ≤ 0.1. (The strengths themselves are no measure of it: after an RBF solve they
+    /// carry lattice-scale oscillations that the blob field does not, and |α_p|/h³ can exceed
+    /// |ω_h| many times over.) Infinite when nothing moves. The derivatives it evaluates are
+    /// reused by the next [`VortexSolver::step`].
     pub fn stable_dt(&mut self, cfl: f64) -> Result<f64, VortexError> {
         let h = TAU / self.settings.lattice_n as f64;
         let norm = |v: &[f64; 3]| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
-        let alpha_max = self.particles.alpha.iter().map(norm).fold(0.0, f64::max);
+        let t0 = std::time::Instant::now();
+        let mut omega = std::mem::take(&mut self.vorticity_scratch);
+        let p = &self.particles;
+        self.evaluator
+            .vorticity(&Sources::of(p), &p.x, &mut omega)?;
+        let omega_max = omega.iter().map(norm).fold(0.0, f64::max);
+        self.vorticity_scratch = omega;
+        self.times.evaluation += t0.elapsed().as_secs_f64();
         let (velocity, _) = self.derivatives()?;
         let u_max = velocity.iter().map(norm).fold(0.0, f64::max);
         let advection = if u_max > 0.0 {
@@ -235,7 +258,6 @@ impl VortexSolver {
         } else {
             f64::INFINITY
         };
-        let omega_max = alpha_max / (h * h * h);
         let rotation = if omega_max > 0.0 {
             0.2 * cfl / omega_max
         } else {
@@ -463,8 +485,9 @@ impl VortexSolver {
         Ok(())
     }
 
-    /// Evaluates the blob vorticity at the lattice nodes, resets σ = σ0 and solves for the
-    /// strengths of particles at the nodes; restarts the AB2 history.
+    /// Evaluates the blob vorticity at the lattice nodes, conditions it (solenoidal projection,
+    /// filter: [`reinit`]), resets σ = σ0 and solves for the strengths of particles at the
+    /// nodes; restarts the AB2 history.
     pub fn reinitialise(&mut self) -> Result<(), VortexError> {
         if !matches!(self.evaluator.boundary(), Boundary::Periodic { .. }) {
             return Err(VortexError::ReinitNeedsPeriodicBox);
@@ -477,11 +500,12 @@ impl VortexSolver {
             .vorticity_on_lattice(&Sources::of(&self.particles), n, &mut omega)?;
         self.times.reinit_vorticity += t0.elapsed().as_secs_f64();
         let t0 = std::time::Instant::now();
-        let (alpha, report) = solve_strengths(
+        let (alpha, report, conditioning) = solve_strengths(
             &omega,
             n,
             self.settings.sigma0,
             self.settings.rbf,
+            self.settings.conditioning,
             self.settings.zero_total_strength,
         );
         self.times.reinit_solve += t0.elapsed().as_secs_f64();
@@ -494,35 +518,46 @@ impl VortexSolver {
         self.history = None;
         self.steps_since_reinit = 0;
         self.last_solve = report;
+        self.last_conditioning = Some(conditioning);
         Ok(())
     }
 }
 
 pub use crate::summation::lattice::lattice_nodes;
 
-/// Strengths β (one vector per node) with Σ_j β_j ζ_σ0(x_i − x_j) = ω_i on the periodic lattice,
-/// each component solved separately; optionally with Σβ = 0. Returns the CG report (worst of
-/// the three components) when CG was used.
+/// Strengths β (one vector per node) with Σ_j β_j ζ_σ0(x_i − x_j) = ω'_i on the periodic
+/// lattice, ω' the lattice vorticity `omega` conditioned as `conditioning` asks
+/// (docs/physics.md §3.5); optionally with Σβ = 0. The exact solve conditions and divides in one
+/// pass over the lattice spectrum; CG solves each component of the conditioned field. Returns
+/// the CG report (worst of the three components) when CG was used, and what the conditioning
+/// found.
 pub fn solve_strengths(
     omega: &[[f64; 3]],
     n: usize,
     sigma0: f64,
     solver: RbfSolver,
+    conditioning: LatticeConditioning,
     zero_total: bool,
-) -> (Vec<[f64; 3]>, Option<SolveReport>) {
+) -> (Vec<[f64; 3]>, Option<SolveReport>, ConditioningReport) {
     let g = LatticeGaussian::new(n, sigma0);
-    let mut out = vec![[0.0; 3]; omega.len()];
-    let mut report: Option<SolveReport> = None;
-    for c in 0..3 {
-        let w: Vec<f64> = omega.iter().map(|v| v[c]).collect();
-        let mut b = vec![0.0; w.len()];
-        match solver {
-            RbfSolver::Exact => g.solve_exact(&w, &mut b),
-            RbfSolver::ConjugateGradient {
-                tolerance,
-                max_iterations,
-            } => {
-                let r = g.solve_cg(&w, &mut b, tolerance, max_iterations);
+    let (mut out, report, conditioned) = match solver {
+        RbfSolver::Exact => {
+            let (beta, conditioned) =
+                reinit::condition_and_solve_exact(omega, n, &g.spectrum(), conditioning);
+            (beta, None, conditioned)
+        }
+        RbfSolver::ConjugateGradient {
+            tolerance,
+            max_iterations,
+        } => {
+            let mut w = omega.to_vec();
+            let conditioned = condition_lattice_vorticity(&mut w, n, conditioning);
+            let mut out = vec![[0.0; 3]; w.len()];
+            let mut report: Option<SolveReport> = None;
+            for c in 0..3 {
+                let wc: Vec<f64> = w.iter().map(|v| v[c]).collect();
+                let mut b = vec![0.0; wc.len()];
+                let r = g.solve_cg(&wc, &mut b, tolerance, max_iterations);
                 report = Some(match report {
                     Some(old) if old.relative_residual >= r.relative_residual => SolveReport {
                         iterations: old.iterations.max(r.iterations),
@@ -534,15 +569,18 @@ pub fn solve_strengths(
                     },
                     None => r,
                 });
+                for (o, v) in out.iter_mut().zip(b) {
+                    o[c] = v;
+                }
             }
+            (out, report, conditioned)
         }
-        if zero_total {
-            let mean = b.iter().sum::<f64>() / b.len() as f64;
-            b.iter_mut().for_each(|x| *x -= mean);
-        }
-        for (o, v) in out.iter_mut().zip(b) {
-            o[c] = v;
+    };
+    if zero_total {
+        for c in 0..3 {
+            let mean = out.iter().map(|v| v[c]).sum::<f64>() / out.len() as f64;
+            out.iter_mut().for_each(|v| v[c] -= mean);
         }
     }
-    (out, report)
+    (out, report, conditioned)
 }

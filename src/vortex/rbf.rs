@@ -127,28 +127,13 @@ impl LatticeGaussian {
         let inv = planner.plan_fft_inverse(n);
         let mut data: Vec<Complex64> = omega.iter().map(|&v| Complex64::new(v, 0.0)).collect();
         for stride in [1, n, n * n] {
-            // Gather every line along this axis, divide in Fourier space, scatter back.
-            let lines: Vec<usize> = (0..n * n * n)
-                .filter(|&idx| (idx / stride) % n == 0)
-                .collect();
-            let mut buf = vec![Complex64::new(0.0, 0.0); lines.len() * n];
-            for (l, &base) in lines.iter().enumerate() {
-                for c in 0..n {
-                    buf[l * n + c] = data[base + c * stride];
-                }
-            }
-            fwd.process(&mut buf);
-            buf.par_chunks_mut(n).for_each(|line| {
+            along_axis(&mut data, n, stride, |line| {
+                fwd.process(line);
                 for (k, z) in line.iter_mut().enumerate() {
                     *z /= spec[k] * n as f64;
                 }
+                inv.process(line);
             });
-            inv.process(&mut buf);
-            for (l, &base) in lines.iter().enumerate() {
-                for c in 0..n {
-                    data[base + c * stride] = buf[l * n + c];
-                }
-            }
         }
         for (b, z) in beta.iter_mut().zip(&data) {
             *b = z.re;
@@ -192,6 +177,100 @@ impl LatticeGaussian {
             iterations,
             relative_residual,
             converged: relative_residual <= tolerance,
+        }
+    }
+}
+
+/// Signed integer wavenumber of DFT index `m` on an `n`-point line: m for m ≤ n/2, m − n above
+/// (the Nyquist index n/2 is taken as +n/2).
+fn signed_wavenumber(m: usize, n: usize) -> f64 {
+    if m <= n / 2 {
+        m as f64
+    } else {
+        m as f64 - n as f64
+    }
+}
+
+/// A 3-D complex DFT over the N^3 lattice ([i][j][k] order) by 1-D transforms along each axis.
+/// Forward: ŵ(k) = Σ_x w(x) e^{−i k·x}; inverse without the 1/N^3 (the caller scales).
+fn lattice_dft(data: &mut [Complex64], n: usize, inverse: bool) {
+    let mut planner = FftPlanner::new();
+    let fft = if inverse {
+        planner.plan_fft_inverse(n)
+    } else {
+        planner.plan_fft_forward(n)
+    };
+    for stride in [1, n, n * n] {
+        along_axis(data, n, stride, |line| fft.process(line));
+    }
+}
+
+/// Applies `f` to every line of the N^3 lattice along the axis of `stride` (1, N or N²): the
+/// lines are gathered into contiguous buffers, transformed in parallel and scattered back.
+fn along_axis(
+    data: &mut [Complex64],
+    n: usize,
+    stride: usize,
+    f: impl Fn(&mut [Complex64]) + Sync + Send,
+) {
+    if stride == 1 {
+        data.par_chunks_mut(n).for_each(f);
+        return;
+    }
+    let lines: Vec<usize> = (0..n * n * n)
+        .filter(|&idx| (idx / stride).is_multiple_of(n))
+        .collect();
+    let mut buf = vec![Complex64::new(0.0, 0.0); lines.len() * n];
+    for (l, &base) in lines.iter().enumerate() {
+        for c in 0..n {
+            buf[l * n + c] = data[base + c * stride];
+        }
+    }
+    buf.par_chunks_mut(n).for_each(f);
+    for (l, &base) in lines.iter().enumerate() {
+        for c in 0..n {
+            data[base + c * stride] = buf[l * n + c];
+        }
+    }
+}
+
+/// The lattice vorticity ω_i as three complex spectra ω̂(k) = (1/N³) Σ_i ω_i e^{−i k·x_i}.
+pub fn lattice_spectrum(omega: &[[f64; 3]], n: usize) -> [Vec<Complex64>; 3] {
+    assert_eq!(omega.len(), n * n * n, "lattice field of the wrong size");
+    let scale = 1.0 / (n * n * n) as f64;
+    std::array::from_fn(|c| {
+        let mut w: Vec<Complex64> = omega
+            .iter()
+            .map(|v| Complex64::new(v[c] * scale, 0.0))
+            .collect();
+        lattice_dft(&mut w, n, false);
+        w
+    })
+}
+
+/// The real field at the lattice nodes of three spectra from [`lattice_spectrum`].
+pub fn lattice_field(spectrum: &[Vec<Complex64>; 3], n: usize) -> Vec<[f64; 3]> {
+    let mut out = vec![[0.0; 3]; n * n * n];
+    for (c, s) in spectrum.iter().enumerate() {
+        let mut w = s.clone();
+        lattice_dft(&mut w, n, true);
+        for (o, z) in out.iter_mut().zip(&w) {
+            o[c] = z.re;
+        }
+    }
+    out
+}
+
+/// Calls `f(index, k)` for every mode of the N^3 lattice spectrum with its signed integer
+/// wavenumber k.
+pub fn for_each_lattice_mode(n: usize, mut f: impl FnMut(usize, [f64; 3])) {
+    for i in 0..n {
+        let ki = signed_wavenumber(i, n);
+        for j in 0..n {
+            let kj = signed_wavenumber(j, n);
+            for k in 0..n {
+                f((i * n + j) * n + k, [ki, kj, signed_wavenumber(k, n)]);
+            }
         }
     }
 }
