@@ -33,7 +33,7 @@ use vpm::spectral::ModeLayout;
 use vpm::summation::planner::plan;
 use vpm::summation::{Boundary, Evaluation, Sources, Summation};
 use vpm::vortex::field::{grid_kmax, particles_from_modes, velocity_modes_from_particles};
-use vpm::vortex::{lattice_nodes, solve_strengths, VortexSettings, VortexSolver};
+use vpm::vortex::{particles_on_lattice, solve_strengths, VortexSettings, VortexSolver};
 
 struct Energy {
     k: f64,
@@ -63,11 +63,10 @@ fn reinitialised(
 ) -> (ParticleSet, f64) {
     let (alpha, _, report) =
         solve_strengths(omega, n, settings.sigma0, settings.rbf, conditioning, true);
-    let mut p = ParticleSet::with_capacity(alpha.len());
-    for (x, a) in lattice_nodes(n).iter().zip(&alpha) {
-        p.push(*x, *a, settings.sigma0);
-    }
-    (p, report.longitudinal_fraction)
+    (
+        particles_on_lattice(n, &alpha, settings.sigma0),
+        report.longitudinal_fraction,
+    )
 }
 
 fn main() -> Result<()> {

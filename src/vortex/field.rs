@@ -10,7 +10,7 @@
 //!   the spectral solver's modes.
 
 use super::reinit::LatticeConditioning;
-use super::{lattice_nodes, solve_strengths, RbfSolver};
+use super::{lattice_nodes, particles_on_lattice, solve_strengths, RbfSolver};
 use crate::particles::ParticleSet;
 use crate::spectral::solver::zero_modes;
 use crate::spectral::{Fft3d, ModeLayout, VectorModes};
@@ -60,11 +60,7 @@ pub fn particles_from_modes(
     let omega = vorticity_on_lattice(layout, modes, n);
     let sigma0 = overlap * TAU / n as f64;
     let (alpha, report, _) = solve_strengths(&omega, n, sigma0, rbf, conditioning, true);
-    let mut p = ParticleSet::with_capacity(alpha.len());
-    for (x, a) in lattice_nodes(n).iter().zip(&alpha) {
-        p.push(*x, *a, sigma0);
-    }
-    (p, report)
+    (particles_on_lattice(n, &alpha, sigma0), report)
 }
 
 /// Velocity of the particle field at the n^3 grid nodes, as retained modes (|k_i| ≤ n/2 − 1)

@@ -493,7 +493,6 @@ impl VortexSolver {
             return Err(VortexError::ReinitNeedsPeriodicBox);
         }
         let n = self.settings.lattice_n;
-        let nodes = lattice_nodes(n);
         let mut omega = Vec::new();
         let t0 = std::time::Instant::now();
         self.evaluator
@@ -509,11 +508,7 @@ impl VortexSolver {
             self.settings.zero_total_strength,
         );
         self.times.reinit_solve += t0.elapsed().as_secs_f64();
-        let mut p = ParticleSet::with_capacity(nodes.len());
-        for (x, a) in nodes.iter().zip(&alpha) {
-            p.push(*x, *a, self.settings.sigma0);
-        }
-        self.particles = p;
+        self.particles = particles_on_lattice(n, &alpha, self.settings.sigma0);
         self.derivatives_current = false;
         self.history = None;
         self.steps_since_reinit = 0;
@@ -524,6 +519,16 @@ impl VortexSolver {
 }
 
 pub use crate::summation::lattice::lattice_nodes;
+
+/// Particles at the nodes of the n³ lattice ([`lattice_nodes`] order) with strengths `alpha`
+/// and one core radius `sigma0`: the particle set after an RBF solve.
+pub fn particles_on_lattice(n: usize, alpha: &[[f64; 3]], sigma0: f64) -> ParticleSet {
+    let mut p = ParticleSet::with_capacity(alpha.len());
+    for (x, a) in lattice_nodes(n).iter().zip(alpha) {
+        p.push(*x, *a, sigma0);
+    }
+    p
+}
 
 /// Strengths β (one vector per node) with Σ_j β_j ζ_σ0(x_i − x_j) = ω'_i on the periodic
 /// lattice, ω' the lattice vorticity `omega` conditioned as `conditioning` asks
