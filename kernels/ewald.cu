@@ -787,3 +787,93 @@ extern "C" __global__ void __launch_bounds__(RS_THREADS)
     w_out[3 * (size_t)i + 1] = w1;
     w_out[3 * (size_t)i + 2] = w2;
 }
+
+// ---- blob vorticity at the nodes of a lattice (reinitialisation) ---------------------------------
+
+// ω_h at the n³ lattice nodes x = −π + (i, j, k)·h, in f64, by the separable Gaussian (the GPU
+// form of src/summation/lattice.rs): ζ_σ(x − x_q) = (2π)^{−3/2} σ^{−3} Π_d e^{−d_d²/(2σ²)},
+// each factor zero where |d_d| ≥ cut·σ_q (the CPU's cube cutoff). One block of 512 threads per
+// 8×8×8 tile of nodes; the sources come from the cell lists of ew_cell_keys … ew_pack_cells with
+// cells of 4 lattice spacings (cells = n/4): the tile's two cells per axis plus `reach` on each
+// side, read as runs of consecutive cells along z (contiguous in the sorted order). For every
+// chunk of LV_CHUNK sources all threads compute the chunk's one-dimensional weights (24 per
+// source: 8 nodes × 3 axes) once, instead of one exponential per pair, then every thread adds
+// the products at its node, in the fixed order of cells and sources: deterministic. Needs
+// n % 8 == 0, 2 + 2·reach ≤ cells and 8h + cut·σ_max < π (the host checks; positions then need
+// only the minimum image per axis).
+#define LV_TILE 8
+#define LV_THREADS 512
+#define LV_CHUNK 128
+#define LV_W (3 * LV_TILE)
+extern "C" __global__ void __launch_bounds__(LV_THREADS)
+    ew_lattice_vorticity(const ew_d4 *__restrict__ sp, const int *__restrict__ order,
+                         const double *__restrict__ alpha, const int *__restrict__ start,
+                         int cells, int n, double h, int reach, double cut,
+                         double *__restrict__ w_out)
+{
+    __shared__ double wt[LV_CHUNK][LV_W];
+    __shared__ double as[LV_CHUNK][3];
+    const int tiles = n / LV_TILE;
+    const int b = blockIdx.x;
+    const int bx = b / (tiles * tiles), by = (b / tiles) % tiles, bz = b % tiles;
+    const int t = threadIdx.x;
+    const int lx = t / (LV_TILE * LV_TILE), ly = (t / LV_TILE) % LV_TILE, lz = t % LV_TILE;
+    const double org[3] = {-EW_PI + LV_TILE * bx * h, -EW_PI + LV_TILE * by * h,
+                           -EW_PI + LV_TILE * bz * h};
+    double acc0 = 0.0, acc1 = 0.0, acc2 = 0.0;
+    const int span = 2 + 2 * reach;
+    const int z0 = ((2 * bz - reach) % cells + cells) % cells;
+    // The z-run of `span` cells from z0 is one range of sources, or two when it wraps.
+    const int zlen1 = min(span, cells - z0);
+    for (int ox = 0; ox < span; ++ox) {
+        const int cx = ((2 * bx - reach + ox) % cells + cells) % cells;
+        for (int oy = 0; oy < span; ++oy) {
+            const int cy = ((2 * by - reach + oy) % cells + cells) % cells;
+            const int row = (cx * cells + cy) * cells;
+            for (int part = 0; part < 2; ++part) {
+                const int za = part == 0 ? z0 : 0;
+                const int zl = part == 0 ? zlen1 : span - zlen1;
+                if (zl <= 0) continue;
+                const int s0 = start[row + za], s1 = start[row + za + zl];
+                for (int s = s0; s < s1; s += LV_CHUNK) {
+                    const int len = min(LV_CHUNK, s1 - s);
+                    for (int item = t; item < len * LV_W; item += LV_THREADS) {
+                        const int q = item / LV_W, r = item % LV_W;
+                        const int d = r / LV_TILE, l = r % LV_TILE;
+                        const ew_d4 p = sp[s + q];
+                        const double pos = d == 0 ? p.x : (d == 1 ? p.y : p.z);
+                        double dq = pos - org[d];
+                        dq -= EW_TAU * floor((dq + EW_PI) / EW_TAU);
+                        const double e = l * h - dq;
+                        const double e2 = e * e;
+                        const double sg2 = p.w * p.w;
+                        wt[q][r] = e2 < cut * cut * sg2 ? exp(-0.5 * e2 / sg2) : 0.0;
+                    }
+                    if (t < len) {
+                        const double sg = sp[s + t].w;
+                        // (2π)^{−3/2} σ^{−3} (src/kernel.rs gaussian_zeta)
+                        const double norm = 0.06349363593424097 / (sg * sg * sg);
+                        const double *al = alpha + 3 * (size_t)order[s + t];
+                        as[t][0] = al[0] * norm;
+                        as[t][1] = al[1] * norm;
+                        as[t][2] = al[2] * norm;
+                    }
+                    __syncthreads();
+                    for (int q = 0; q < len; ++q) {
+                        const double w = wt[q][lx] * wt[q][LV_TILE + ly] * wt[q][2 * LV_TILE + lz];
+                        acc0 += as[q][0] * w;
+                        acc1 += as[q][1] * w;
+                        acc2 += as[q][2] * w;
+                    }
+                    __syncthreads();
+                }
+            }
+        }
+    }
+    const size_t i = LV_TILE * (size_t)bx + lx, j = LV_TILE * (size_t)by + ly,
+                 k = LV_TILE * (size_t)bz + lz;
+    double *o = w_out + 3 * ((i * n + j) * n + k);
+    o[0] = acc0;
+    o[1] = acc1;
+    o[2] = acc2;
+}

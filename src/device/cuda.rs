@@ -517,3 +517,18 @@ fn program_log(prog: cudarc::nvrtc::sys::nvrtcProgram) -> String {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default()
 }
+
+/// Launches kernel `$f` on `$stream` with configuration `$cfg` and the listed arguments,
+/// naming it `$name` in the error; the caller's `// SAFETY:` comment states why the arguments
+/// match the kernel's signature and the buffers are large enough. Shared by the GPU engines.
+macro_rules! launch {
+    ($stream:expr, $f:expr, $name:expr, $cfg:expr; $($arg:expr),* $(,)?) => {{
+        let mut b = $stream.launch_builder($f);
+        $( b.arg($arg); )*
+        // SAFETY: stated at the macro's call site (signature and sizes).
+        unsafe { b.launch($cfg) }.map_err(|e| {
+            $crate::device::cuda::CudaError::driver(format!("launching {}", $name), e)
+        })
+    }};
+}
+pub(crate) use launch;

@@ -230,6 +230,29 @@ pub trait DeviceSummation {
     /// Velocity (and stretching or gradient) at the targets induced by the sources of `work`,
     /// into `out`.
     fn evaluate_on_device(&mut self, work: DeviceWork, out: &mut DeviceEvaluation) -> SumResult;
+
+    /// Blob vorticity ω_h(x) = Σ_q α_q ζ_σq(x − x_q) at the targets (the device form of
+    /// [`Summation::vorticity`]), 3 f64 per target into `out` (grown as needed).
+    fn vorticity_on_device(
+        &mut self,
+        sources: &DeviceSources,
+        targets: &DeviceTargets,
+        out: &mut DeviceBuffer<f64>,
+    ) -> SumResult;
+
+    /// Blob vorticity at the nodes of the n³ lattice on [−π, π)³ ([`lattice::lattice_nodes`]
+    /// order), 3 f64 per node into `out`, by a method that uses the lattice's structure (the
+    /// device form of [`Summation::vorticity_on_lattice`]). `Ok(false)` when the evaluator has
+    /// none for these sources (the caller then uses [`DeviceSummation::vorticity_on_device`]
+    /// at the nodes); the default.
+    fn vorticity_on_lattice_device(
+        &mut self,
+        _sources: &DeviceSources,
+        _n: usize,
+        _out: &mut DeviceBuffer<f64>,
+    ) -> Result<bool, SummationError> {
+        Ok(false)
+    }
 }
 
 /// Why a summation could not be done.

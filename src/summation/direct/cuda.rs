@@ -7,11 +7,13 @@
 //! is poisoned before the launch and checked fully written after it.
 
 use super::all_pairs::{AllPairs, GpuReal, KernelConfig, Mode};
+use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
 use crate::summation::{
-    begin_vorticity, Boundary, DeviceEvaluation, DeviceExtra, DeviceSummation, DeviceTargets,
-    DeviceWork, Evaluation, Extra, Request, Sources, SumResult, Summation, SummationError,
+    begin_vorticity, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceSummation,
+    DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult, Summation,
+    SummationError,
 };
 use std::sync::Arc;
 
@@ -106,6 +108,35 @@ impl<T: GpuReal> DeviceSummation for CudaDirectOf<T> {
             None => 0,
         };
         e.unpack_on_device(out.velocity.addr(&stream), ex_addr)
+            .map_err(device_error)
+    }
+
+    /// The host form's vorticity launch ([`Summation::vorticity`]) on device buffers.
+    fn vorticity_on_device(
+        &mut self,
+        sources: &DeviceSources,
+        targets: &DeviceTargets,
+        out: &mut DeviceBuffer<f64>,
+    ) -> SumResult {
+        let e = &mut self.engine;
+        let stream = e.stream().clone();
+        let nt = targets.len(sources);
+        let x = sources.x.addr(&stream);
+        e.pack_sources_on_device(
+            x,
+            sources.alpha.addr(&stream),
+            sources.sigma.addr(&stream),
+            sources.n,
+        )
+        .map_err(device_error)?;
+        let tx = match targets {
+            DeviceTargets::Sources => x,
+            DeviceTargets::Points { x, .. } => x.addr(&stream),
+        };
+        e.pack_targets_on_device(tx, 0, nt).map_err(device_error)?;
+        e.launch(Mode::Vorticity).map_err(device_error)?;
+        out.ensure(&stream, 3 * nt).map_err(device_error)?;
+        e.unpack_on_device(out.addr(&stream), 0)
             .map_err(device_error)
     }
 }

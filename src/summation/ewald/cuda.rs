@@ -17,13 +17,14 @@ use super::engine::{
 use super::params::{
     evaluation_setup, max_grid_for_memory, plan, EwaldParameters, GPU_BYTES_PER_GRID_POINT,
 };
+use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
 use crate::summation::cells::VORTICITY_CUTOFF;
 use crate::summation::{
-    begin_vorticity, sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DeviceSummation,
-    DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult, Summation,
-    SummationError,
+    begin_vorticity, sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources,
+    DeviceSummation, DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult,
+    Summation, SummationError,
 };
 use std::f64::consts::TAU;
 use std::sync::Arc;
@@ -214,6 +215,62 @@ impl DeviceSummation for CudaEwald {
             .map_err(device_error)?;
         self.params = Some(params);
         Ok(())
+    }
+
+    /// The host form's vorticity sums ([`Summation::vorticity`]) on device buffers.
+    fn vorticity_on_device(
+        &mut self,
+        sources: &DeviceSources,
+        targets: &DeviceTargets,
+        out: &mut DeviceBuffer<f64>,
+    ) -> SumResult {
+        let nt = targets.len(sources);
+        let sigma_max = sources.sigma_max;
+        if !(sigma_max > 0.0 && sigma_max.is_finite()) {
+            return Err(SummationError::BadSources(format!(
+                "core radius {sigma_max} (must be positive and finite)"
+            )));
+        }
+        let stream = self.dev.stream().clone();
+        out.ensure(&stream, 3 * nt).map_err(device_error)?;
+        if sources.n == 0 || nt == 0 {
+            return out.zero(&stream, 3 * nt).map_err(device_error);
+        }
+        let x = sources.x.addr(&stream);
+        let t = match targets {
+            DeviceTargets::Sources => x,
+            DeviceTargets::Points { x, .. } => x.addr(&stream),
+        };
+        let src = [x, sources.alpha.addr(&stream), sources.sigma.addr(&stream)];
+        let w = out.addr(&stream);
+        self.dev
+            .vorticity_device(src, sources.n, sigma_max, VORTICITY_CUTOFF, t, nt, w)
+            .map_err(device_error)
+    }
+
+    /// The separable lattice sum ([`EwaldDevice::lattice_vorticity_device`]), the GPU form of
+    /// the CPU evaluator's `vorticity_on_lattice`.
+    fn vorticity_on_lattice_device(
+        &mut self,
+        sources: &DeviceSources,
+        n: usize,
+        out: &mut DeviceBuffer<f64>,
+    ) -> Result<bool, SummationError> {
+        let sigma_max = sources.sigma_max;
+        if sources.n == 0 || !(sigma_max > 0.0 && sigma_max.is_finite()) {
+            return Ok(false);
+        }
+        let stream = self.dev.stream().clone();
+        out.ensure(&stream, 3 * n * n * n).map_err(device_error)?;
+        let src = [
+            sources.x.addr(&stream),
+            sources.alpha.addr(&stream),
+            sources.sigma.addr(&stream),
+        ];
+        let w = out.addr(&stream);
+        self.dev
+            .lattice_vorticity_device(src, sources.n, sigma_max, VORTICITY_CUTOFF, n, w)
+            .map_err(device_error)
     }
 }
 

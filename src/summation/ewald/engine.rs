@@ -10,7 +10,7 @@
 
 use super::params::{CostModel, EwaldParameters};
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{CompiledModule, CudaError, Gpu, KernelSource};
+use crate::device::cuda::{launch, CompiledModule, CudaError, Gpu, KernelSource};
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::f64::consts::{PI, TAU};
@@ -116,18 +116,6 @@ impl GpuEwaldTimings {
     }
 }
 
-/// Launches `$f` with the listed arguments; the caller's `// SAFETY:` comment states why the
-/// arguments match the kernel's signature and the buffers are large enough.
-macro_rules! launch {
-    ($stream:expr, $f:expr, $name:expr, $cfg:expr; $($arg:expr),* $(,)?) => {{
-        let mut b = $stream.launch_builder($f);
-        $( b.arg($arg); )*
-        // SAFETY: stated at the macro's call site (signature and sizes).
-        unsafe { b.launch($cfg) }
-            .map_err(|e| CudaError::driver(format!("launching {}", $name), e))
-    }};
-}
-
 fn cfg1(n: usize, threads: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: ((n.max(1) as u32).div_ceil(threads), 1, 1),
@@ -151,6 +139,7 @@ struct Kernels {
     gather: [CudaFunction; 4],
     real: [CudaFunction; 4],
     vorticity: CudaFunction,
+    lattice_vorticity: CudaFunction,
 }
 
 /// cuFFT plans for one grid size.
@@ -224,7 +213,7 @@ impl std::fmt::Debug for EwaldDevice {
 }
 
 /// Checks that cuFFT can be loaded (cudarc panics on a missing library).
-fn cufft_available() -> Result<(), CudaError> {
+pub(crate) fn cufft_available() -> Result<(), CudaError> {
     // SAFETY: only tries to dlopen the cuFFT library under its usual names; no cuFFT call.
     if unsafe { cudarc::cufft::sys::is_culib_present() } {
         Ok(())
@@ -273,6 +262,7 @@ impl EwaldDevice {
                 load("ew_real_gradient")?,
             ],
             vorticity: load("ew_vorticity")?,
+            lattice_vorticity: load("ew_lattice_vorticity")?,
         };
         let stream = gpu
             .context()
@@ -765,38 +755,145 @@ impl EwaldDevice {
             self.tx.upload(&s, targets, "targets")?;
         }
         self.record(1)?;
-        self.record(2)?;
-        self.record(3)?;
-        self.record(4)?;
-        let r_cut = cutoff * sigma_max;
-        let (cells, side, m_img) = cell_grid(r_cut);
-        let inputs = [self.x.addr(&s), self.alpha.addr(&s), self.sigma.addr(&s)];
-        self.build_cells(inputs, 0, ns, cells, side)?;
-        self.u.poison(&s, 3 * nt)?;
         let t = if targets_are_sources {
             self.x.addr(&s)
         } else {
             self.tx.addr(&s)
         };
-        let (ns_i, cells_i, m_img_i, nt_i) = (ns as i32, cells as i32, m_img as i32, nt as i32);
-        let r_cut2 = r_cut * r_cut;
-        let cut2 = cutoff * cutoff;
-        // SAFETY: ew_vorticity(const ew_d4* sp, const int* order, const double* alpha,
-        // const int* start, int ns, int cells, double side, int m_img, double r_cut2,
-        // double cut2, const double* targets, int nt, double* w_out): sp/cstart from
-        // build_cells over all ns sources (no selection), corder the permutation of 0..ns that
-        // sorted them, alpha the 3·ns uploaded f64 strengths, targets 3·nt doubles, u (the
-        // output) 3·nt doubles.
-        launch!(s, &self.k.vorticity, "ew_vorticity", cfg1(nt, REAL_THREADS);
-            self.sp.get(), self.corder.get(), self.alpha.get(), self.cstart.get(), &ns_i,
-            &cells_i, &side, &m_img_i, &r_cut2, &cut2, &t, &nt_i, self.u.get_mut())?;
-        self.record(5)?;
+        let inputs = [self.x.addr(&s), self.alpha.addr(&s), self.sigma.addr(&s)];
+        self.u.ensure(&s, 3 * nt)?;
+        let out = self.u.addr(&s);
+        self.vorticity_sums(inputs, ns, sigma_max, cutoff, t, nt, out)?;
         self.u.download(&s, &mut w_out[..3 * nt], "vorticity")?;
         self.record(6)?;
         s.synchronize()
             .map_err(|e| CudaError::driver("waiting for the vorticity", e))?;
         self.read_timings()?;
         check_written(&w_out[..3 * nt], "vorticity")
+    }
+
+    /// The same blob vorticity on inputs and outputs that live on this GPU (the device form):
+    /// sources at device addresses `[x, alpha, sigma]` (f64, 3, 3, 1 per source), `nt` targets
+    /// at `targets` (3 f64 each), 3 f64 per target written at `w_out` (poisoned first). Waits
+    /// for the GPU before returning.
+    #[allow(clippy::too_many_arguments)]
+    pub fn vorticity_device(
+        &mut self,
+        sources: [u64; 3],
+        ns: usize,
+        sigma_max: f64,
+        cutoff: f64,
+        targets: u64,
+        nt: usize,
+        w_out: u64,
+    ) -> Result<(), CudaError> {
+        self.record(0)?;
+        self.record(1)?;
+        self.vorticity_sums(sources, ns, sigma_max, cutoff, targets, nt, w_out)?;
+        self.record(6)?;
+        self.stream
+            .synchronize()
+            .map_err(|e| CudaError::driver("waiting for the vorticity", e))?;
+        self.read_timings()
+    }
+
+    /// The blob vorticity at the nodes of the n³ lattice on [−π, π)³ (lattice_nodes order) by
+    /// the separable Gaussian (`ew_lattice_vorticity`: 24 one-dimensional weights per source
+    /// and tile of 8³ nodes instead of one exponential per pair), over sources within
+    /// `cutoff`·σ_q per axis as the CPU's `summation::lattice` sums: sources at device addresses
+    /// `[x, alpha, sigma]`, 3n³ f64 written at `w_out`. `Ok(false)` (nothing done) where the
+    /// tiling does not apply: n not a multiple of 8, or cores so wide that 8h + cutoff·σ_max
+    /// reaches π or the cell stencil wraps onto itself. Waits for the GPU.
+    pub fn lattice_vorticity_device(
+        &mut self,
+        sources: [u64; 3],
+        ns: usize,
+        sigma_max: f64,
+        cutoff: f64,
+        n: usize,
+        w_out: u64,
+    ) -> Result<bool, CudaError> {
+        if n == 0 || !n.is_multiple_of(8) {
+            return Ok(false);
+        }
+        let cells = n / 4;
+        let h = TAU / n as f64;
+        let r_cut = cutoff * sigma_max;
+        let reach = (r_cut / (4.0 * h)).ceil() as usize;
+        if 2 + 2 * reach > cells || 8.0 * h + r_cut >= PI || cells > MAX_CELLS {
+            return Ok(false);
+        }
+        if (n as u64).pow(3) * 3 >= i32::MAX as u64 * 8 {
+            return Ok(false);
+        }
+        let s = self.stream.clone();
+        self.record(0)?;
+        self.record(1)?;
+        self.record(2)?;
+        self.record(3)?;
+        self.record(4)?;
+        self.build_cells(sources, 0, ns, cells, TAU / cells as f64)?;
+        poison(&s, w_out, 3 * n * n * n)?;
+        let tiles = n / 8;
+        let cfg = LaunchConfig {
+            grid_dim: ((tiles * tiles * tiles) as u32, 1, 1),
+            block_dim: (512, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (cells_i, n_i, reach_i) = (cells as i32, n as i32, reach as i32);
+        let alpha = sources[1];
+        // SAFETY: ew_lattice_vorticity(const ew_d4* sp, const int* order, const double* alpha,
+        // const int* start, int cells, int n, double h, int reach, double cut, double* w_out):
+        // sp/cstart from build_cells over all ns sources into cells³ cells (cells = n/4),
+        // corder the permutation that sorted them, alpha the 3·ns f64 strengths at the caller's
+        // address, w_out 3·n³ doubles (the caller's); (n/8)³ blocks of 512 threads, one per
+        // 8×8×8 tile; the stencil 2 + 2·reach ≤ cells (checked above).
+        launch!(s, &self.k.lattice_vorticity, "ew_lattice_vorticity", cfg;
+            self.sp.get(), self.corder.get(), &alpha, self.cstart.get(), &cells_i, &n_i, &h,
+            &reach_i, &cutoff, &w_out)?;
+        self.record(5)?;
+        self.record(6)?;
+        s.synchronize()
+            .map_err(|e| CudaError::driver("waiting for the lattice vorticity", e))?;
+        self.read_timings()?;
+        Ok(true)
+    }
+
+    /// The cell lists and the sums of [`EwaldDevice::vorticity`] (events 2 to 5).
+    #[allow(clippy::too_many_arguments)]
+    fn vorticity_sums(
+        &mut self,
+        sources: [u64; 3],
+        ns: usize,
+        sigma_max: f64,
+        cutoff: f64,
+        targets: u64,
+        nt: usize,
+        w_out: u64,
+    ) -> Result<(), CudaError> {
+        let s = self.stream.clone();
+        self.record(2)?;
+        self.record(3)?;
+        self.record(4)?;
+        let r_cut = cutoff * sigma_max;
+        let (cells, side, m_img) = cell_grid(r_cut);
+        self.build_cells(sources, 0, ns, cells, side)?;
+        poison(&s, w_out, 3 * nt)?;
+        let (ns_i, cells_i, m_img_i, nt_i) = (ns as i32, cells as i32, m_img as i32, nt as i32);
+        let r_cut2 = r_cut * r_cut;
+        let cut2 = cutoff * cutoff;
+        let alpha = sources[1];
+        // SAFETY: ew_vorticity(const ew_d4* sp, const int* order, const double* alpha,
+        // const int* start, int ns, int cells, double side, int m_img, double r_cut2,
+        // double cut2, const double* targets, int nt, double* w_out): sp/cstart from
+        // build_cells over all ns sources (no selection), corder the permutation of 0..ns that
+        // sorted them, alpha the 3·ns f64 strengths at the caller's address, targets 3·nt
+        // doubles, w_out 3·nt doubles (the engine's own `u`, or the caller's device buffer).
+        launch!(s, &self.k.vorticity, "ew_vorticity", cfg1(nt, REAL_THREADS);
+            self.sp.get(), self.corder.get(), &alpha, self.cstart.get(), &ns_i,
+            &cells_i, &side, &m_img_i, &r_cut2, &cut2, &targets, &nt_i, &w_out)?;
+        self.record(5)?;
+        Ok(())
     }
 }
 

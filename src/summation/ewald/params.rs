@@ -367,6 +367,68 @@ mod tests {
         }
     }
 
+    /// The plan of the GPU evaluator for the SC09 run (`cases/sc09-hit-256-compare.toml`):
+    /// 256³ lattice particles with equal cores σ = overlap·h, h = 2π/256, targets = sources,
+    /// stretching, accuracy 1e-6, [`GPU_COSTS`](crate::summation::ewald::engine::GPU_COSTS).
+    fn plan_256(overlap: f64, max_grid: usize) -> (f64, EwaldParameters) {
+        let n = 256usize;
+        let sigma = overlap * TAU / n as f64;
+        let cost = &crate::summation::ewald::engine::GPU_COSTS;
+        let p = plan(1e-6, sigma, 0, n.pow(3), n.pow(3), true, cost, max_grid).unwrap();
+        (sigma, p)
+    }
+
+    /// With the grid cap of an 80 GB GPU ([`max_grid_for_memory`]: the hard cap 864), the
+    /// 256³ lattice gets the pure-mesh plan: η = σ, so the real-space part is empty. The cost
+    /// model's figures: overlap 0.75, M = 700, P = 13, s = 0.55, 0.34 s per evaluation (grid
+    /// 16.5 GB at 48 B per point); overlap 1, M = 672, P = 12, s = 0.4, 0.30 s (14.6 GB).
+    #[test]
+    fn lattice_256_plans_pure_mesh_under_an_80_gb_cap() {
+        let cap = max_grid_for_memory(Some(80_000_000_000), GPU_BYTES_PER_GRID_POINT);
+        assert_eq!(cap, HARD_MAX_GRID);
+        for overlap in [0.75, 1.0] {
+            let (sigma, p) = plan_256(overlap, cap);
+            assert_eq!(p.eta, sigma, "overlap {overlap}: {p}");
+            assert_eq!(p.real_space_sources, 0, "overlap {overlap}: {p}");
+            assert!(p.grid <= cap, "overlap {overlap}: {p}");
+            // The grid is larger than the former cap allowed, and fits the memory fraction.
+            assert!(p.grid > DEFAULT_MAX_GRID, "overlap {overlap}: {p}");
+            let bytes = (p.grid as f64).powi(3) * GPU_BYTES_PER_GRID_POINT as f64;
+            assert!(
+                bytes <= GRID_MEMORY_FRACTION * 80e9,
+                "overlap {overlap}: {p}"
+            );
+        }
+    }
+
+    /// Under the former fixed cap of 384 the pure-mesh grid (M ≥ 474 at overlap 1, ≥ 632 at
+    /// 0.75, at s = 1/√2) does not fit, so η grows past σ and every particle enters the
+    /// real-space part: overlap 0.75, η = 2σ, M = 350, r_c = 0.206, about 2 500 neighbours per
+    /// particle, 1.09 s by the cost model; overlap 1, η = 1.25σ, M = 384, r_c = 0.172, about
+    /// 1 400 neighbours, 0.85 s. That is why the old cap made 256³ slow: about 3× the
+    /// pure-mesh plan's estimate, nearly all of it in real-space pairs.
+    #[test]
+    fn lattice_256_plans_a_split_under_the_old_cap() {
+        let cap = max_grid_for_memory(Some(80_000_000_000), GPU_BYTES_PER_GRID_POINT);
+        for overlap in [0.75, 1.0] {
+            let (sigma, split) = plan_256(overlap, DEFAULT_MAX_GRID);
+            assert!(split.eta > sigma, "overlap {overlap}: {split}");
+            assert_eq!(
+                split.real_space_sources,
+                256usize.pow(3),
+                "overlap {overlap}"
+            );
+            assert!(split.grid <= DEFAULT_MAX_GRID, "overlap {overlap}: {split}");
+            let (_, mesh) = plan_256(overlap, cap);
+            assert!(
+                split.estimated_seconds > 2.0 * mesh.estimated_seconds,
+                "overlap {overlap}: split {split} {} s, pure mesh {mesh} {} s",
+                split.estimated_seconds,
+                mesh.estimated_seconds
+            );
+        }
+    }
+
     #[test]
     fn grid_cap_follows_memory() {
         assert_eq!(max_grid_for_memory(None, 64), DEFAULT_MAX_GRID);
