@@ -56,7 +56,7 @@ say "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 
 if step tests; then
   say "GPU tests"
-  for t in "$G"/tests/gpu-* "$G"/tests/gpu_ewald-*; do
+  for t in "$G"/tests/gpu-* "$G"/tests/gpu_*-*; do
     [ -x "$t" ] || { note_fail "missing test binary $t"; continue; }
     say "$(basename "$t")"
     "$t" --test-threads=1 --nocapture 2>&1 | tee -a "$OUT/tests.log"

@@ -142,30 +142,34 @@ impl FieldModel {
     }
 }
 
+/// The particles of a field-defined case at t = 0, when it has a `[vortex]` section: at the n³
+/// lattice nodes, from the same initial field as the spectral solver's, strengths by the case's
+/// RBF solve (on the host), with the solve's report.
+pub fn initial_particles(case: &Case) -> Result<Option<(ParticleSet, Option<SolveReport>)>> {
+    let Some(vc) = &case.vortex else {
+        return Ok(None);
+    };
+    let layout = ModeLayout::new(grid_kmax(vc.n));
+    let modes = initial_modes(&case.initial, &layout).with_context(|| {
+        format!(
+            "case `{}`: initial field on the particle lattice",
+            case.name
+        )
+    })?;
+    Ok(Some(particles_from_modes(
+        &layout,
+        &modes,
+        vc.n,
+        vc.overlap,
+        vc.rbf,
+        vc.conditioning,
+    )))
+}
+
 impl Model for FieldModel {
     fn initial(case: &Case, devices: &RunDevices) -> Result<Self> {
         let grid = spectral_grid(case)?;
-        let particles = match &case.vortex {
-            Some(vc) => {
-                // Particles on the n³ lattice from the same initial field as the spectral one.
-                let layout = ModeLayout::new(grid_kmax(vc.n));
-                let modes = initial_modes(&case.initial, &layout).with_context(|| {
-                    format!(
-                        "case `{}`: initial field on the particle lattice",
-                        case.name
-                    )
-                })?;
-                Some(particles_from_modes(
-                    &layout,
-                    &modes,
-                    vc.n,
-                    vc.overlap,
-                    vc.rbf,
-                    vc.conditioning,
-                ))
-            }
-            None => None,
-        };
+        let particles = initial_particles(case)?;
         let mut model = FieldModel::build(case, devices, particles)?;
         let modes = initial_modes(&case.initial, &grid.layout())
             .with_context(|| format!("case `{}`: initial condition", case.name))?;
@@ -318,6 +322,7 @@ impl Model for FieldModel {
             t.push(("vortex_evaluation", phases.evaluation));
             t.push(("vortex_reinit_vorticity", phases.reinit_vorticity));
             t.push(("vortex_reinit_solve", phases.reinit_solve));
+            t.push(("vortex_update", phases.update));
         }
         t
     }
@@ -412,10 +417,9 @@ impl Callback<FieldModel> for EnergyWriter {
         let v = m.vortex.as_mut().expect("vortex stats come from particles");
         let solve = v.solver.last_solve().or(v.initial_solve);
         let sigma0 = v.sigma0;
-        let p = v.solver.particles()?;
-        let sigma_max = p.sigma.iter().copied().fold(0.0, f64::max);
-        let total = p.total_strength();
-        let impulse = p.impulse();
+        let summary = v.solver.summary()?;
+        let (sigma_max, total, impulse) =
+            (summary.sigma_max, summary.total_strength, summary.impulse);
         let mut fields = ctx.time_fields();
         fields.extend(energy_fields(ctx.dt, &vs.stats, f64::NAN, vs.max_div));
         fields.push(format_f64(sigma_max / sigma0));
@@ -430,7 +434,7 @@ impl Callback<FieldModel> for EnergyWriter {
             ]
             .map(format_f64),
         );
-        fields.push(p.len().to_string());
+        fields.push(summary.count.to_string());
         ctx.logs.row_fmt(VORTEX_ENERGY_CSV, &fields)?;
         ctx.logs.row_fmt(
             COMPARISON_CSV,

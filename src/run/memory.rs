@@ -125,6 +125,18 @@ pub fn estimate(case: &Case, devices: &RunDevices) -> Result<MemoryEstimate> {
         if ev.device > 0 {
             e.device.push((what, ev.device));
         }
+        if let Device::Cuda(_) = device {
+            // The GPU-resident stepper: particle state, history, derivatives, lattice and
+            // RBF spectra, grid nodes for the diagnostics (src/vortex/resident.rs).
+            e.device.push((
+                "particles resident on the GPU".into(),
+                crate::vortex::resident::device_bytes(
+                    np,
+                    (lattice_n > 0).then_some(lattice_n),
+                    case.spectral.as_ref().map(|s| s.n),
+                ),
+            ));
+        }
     }
     Ok(e)
 }

@@ -208,7 +208,7 @@ fn spectral_device(case: &Case, own: Option<DeviceRequest>) -> Result<Device> {
 /// The particle stepper of a case around `particles`, on `device`, with the evaluator the
 /// planner picks for `boundary`. `zero_total_strength`: keep Σα = 0 at reinitialisation (a
 /// periodic field; not a single tube or ring, which carries its own circulation).
-pub(crate) fn particle_stepper(
+pub fn particle_stepper(
     case: &Case,
     device: &Device,
     particles: ParticleSet,
@@ -235,9 +235,10 @@ pub(crate) fn particle_stepper(
         conditioning: vc.conditioning,
         zero_total_strength,
     };
-    Ok(crate::vortex::stepper::plan(
-        particles, plan, settings, device,
-    ))
+    let stepper = crate::vortex::stepper::plan(particles, plan, settings, device)
+        .with_context(|| format!("case `{}`: [vortex]", case.name))?;
+    tracing::info!("vortex stepper: {}", stepper.describe());
+    Ok(stepper)
 }
 
 /// Adds the particle solver's exact state to a checkpoint: its arrays, and its AB2 clock as

@@ -191,6 +191,7 @@ impl Model for ParticleModel {
             ("vortex_evaluation", phases.evaluation),
             ("vortex_reinit_vorticity", phases.reinit_vorticity),
             ("vortex_reinit_solve", phases.reinit_solve),
+            ("vortex_update", phases.update),
         ]
     }
 

@@ -73,17 +73,24 @@ pub fn velocity_modes_from_particles(
 ) -> Result<(ModeLayout, VectorModes), SummationError> {
     let nodes = lattice_nodes(n);
     evaluator.evaluate(&Sources::of(particles), &nodes, Extra::None, scratch)?;
+    Ok(modes_from_node_velocities(n, &scratch.velocity))
+}
+
+/// Retained modes (|k_i| ≤ n/2 − 1) of a velocity given at the n³ grid nodes
+/// ([`lattice_nodes`] order): the transform behind [`velocity_modes_from_particles`], shared
+/// with steppers that evaluate the node velocities elsewhere (on a GPU).
+pub fn modes_from_node_velocities(n: usize, velocity: &[[f64; 3]]) -> (ModeLayout, VectorModes) {
     let layout = ModeLayout::new(grid_kmax(n));
     let mut fft = Fft3d::new(n, layout);
     let mut modes = zero_modes(&layout);
     let mut phys = vec![0.0; n * n * n];
     for (c, m) in modes.iter_mut().enumerate() {
-        for (p, u) in phys.iter_mut().zip(&scratch.velocity) {
+        for (p, u) in phys.iter_mut().zip(velocity) {
             *p = u[c];
         }
         fft.forward(&mut phys, m);
     }
-    Ok((layout, modes))
+    (layout, modes)
 }
 
 #[cfg(test)]

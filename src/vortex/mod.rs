@@ -15,7 +15,9 @@
 
 pub mod field;
 pub mod rbf;
+pub mod rbf_device;
 pub mod reinit;
+pub mod resident;
 pub mod stepper;
 
 use crate::kernel::StretchingScheme;
@@ -87,6 +89,9 @@ pub enum VortexError {
     NonFinite,
     #[error("reinitialisation needs a periodic evaluator (lattice on the box [-π, π)^3)")]
     ReinitNeedsPeriodicBox,
+    /// A combination the chosen stepper does not offer (said with what to do instead).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// Velocity and stretching at the particles.
@@ -112,6 +117,10 @@ pub struct PhaseTimes {
     pub reinit_vorticity: f64,
     /// Reinitialisation: the RBF solve for the strengths.
     pub reinit_solve: f64,
+    /// The update of positions, strengths and cores from the derivatives (AB2 or Heun, core
+    /// spreading, wrap, finite check); inside `evaluation` for the host stepper, which does it
+    /// on the host between the sums.
+    pub update: f64,
 }
 
 /// Derivatives from the previous step, for AB2.
@@ -253,17 +262,7 @@ impl VortexSolver {
         self.times.evaluation += t0.elapsed().as_secs_f64();
         let (velocity, _) = self.derivatives()?;
         let u_max = velocity.iter().map(norm).fold(0.0, f64::max);
-        let advection = if u_max > 0.0 {
-            cfl * h / u_max
-        } else {
-            f64::INFINITY
-        };
-        let rotation = if omega_max > 0.0 {
-            0.2 * cfl / omega_max
-        } else {
-            f64::INFINITY
-        };
-        Ok(advection.min(rotation))
+        Ok(stable_step(cfl, h, u_max, omega_max))
     }
 
     /// One step of size `dt`: AB2 (Heun without history), core spreading, periodic wrap, and
@@ -393,37 +392,17 @@ impl VortexSolver {
     /// Restoring it with [`VortexSolver::restore_state`] continues the run bit for bit (the AB2
     /// history and the reinitialisation counter included).
     pub fn state_arrays(&self) -> (Vec<NamedArray>, VortexClock) {
-        let p = &self.particles;
-        let n = p.len();
         let flat = |v: &[[f64; 3]]| v.iter().flatten().copied().collect::<Vec<f64>>();
-        let mut arrays = vec![
-            ("particle_x".to_string(), vec![n, 3], flat(&p.x)),
-            ("particle_alpha".to_string(), vec![n, 3], flat(&p.alpha)),
-            ("particle_sigma".to_string(), vec![n], p.sigma.clone()),
-            // Ids are below 2^53, so f64 holds them exactly.
-            (
-                "particle_id".to_string(),
-                vec![n],
-                p.id.iter().map(|&i| i as f64).collect(),
-            ),
-        ];
-        if let Some(h) = &self.history {
-            arrays.push((
-                "history_velocity".to_string(),
-                vec![n, 3],
-                flat(&h.velocity),
-            ));
-            arrays.push((
-                "history_stretching".to_string(),
-                vec![n, 3],
-                flat(&h.stretching),
-            ));
-        }
-        let clock = VortexClock {
-            history_dt: self.history.as_ref().map(|h| h.dt),
-            steps_since_reinit: self.steps_since_reinit,
-        };
-        (arrays, clock)
+        checkpoint_arrays(
+            &self.particles,
+            self.history
+                .as_ref()
+                .map(|h| (flat(&h.velocity), flat(&h.stretching))),
+            VortexClock {
+                history_dt: self.history.as_ref().map(|h| h.dt),
+                steps_since_reinit: self.steps_since_reinit,
+            },
+        )
     }
 
     /// Restores a state saved by [`VortexSolver::state_arrays`].
@@ -432,54 +411,16 @@ impl VortexSolver {
         get: impl Fn(&str) -> Option<Vec<f64>>,
         clock: VortexClock,
     ) -> Result<(), String> {
-        let vec3 = |name: &str| -> Result<Vec<[f64; 3]>, String> {
-            let v = get(name).ok_or_else(|| format!("checkpoint lacks `{name}`"))?;
-            if v.len() % 3 != 0 {
-                return Err(format!(
-                    "`{name}` has {} values, not a multiple of 3",
-                    v.len()
-                ));
-            }
-            Ok(v.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect())
-        };
-        let x = vec3("particle_x")?;
-        let alpha = vec3("particle_alpha")?;
-        let sigma = get("particle_sigma").ok_or("checkpoint lacks `particle_sigma`")?;
-        let id = get("particle_id").ok_or("checkpoint lacks `particle_id`")?;
-        let n = x.len();
-        if alpha.len() != n || sigma.len() != n || id.len() != n {
-            return Err(format!(
-                "particle arrays disagree in length: x {n}, alpha {}, sigma {}, id {}",
-                alpha.len(),
-                sigma.len(),
-                id.len()
-            ));
-        }
+        let (particles, history) = parse_checkpoint(&get, clock)?;
         self.derivatives_current = false;
-        self.particles = ParticleSet {
-            x,
-            alpha,
-            sigma,
-            id: id.iter().map(|&i| i as u64).collect(),
-        };
-        self.history = match clock.history_dt {
-            Some(dt) => {
-                let (velocity, stretching) =
-                    (vec3("history_velocity")?, vec3("history_stretching")?);
-                if velocity.len() != n || stretching.len() != n {
-                    return Err(format!(
-                        "AB2 history arrays have {} and {} entries for {n} particles",
-                        velocity.len(),
-                        stretching.len()
-                    ));
-                }
-                Some(History {
-                    velocity,
-                    stretching,
-                    dt,
-                })
-            }
-            None => None,
+        self.particles = particles;
+        self.history = match (history, clock.history_dt) {
+            (Some((velocity, stretching)), Some(dt)) => Some(History {
+                velocity,
+                stretching,
+                dt,
+            }),
+            _ => None,
         };
         self.steps_since_reinit = clock.steps_since_reinit;
         Ok(())
@@ -519,6 +460,108 @@ impl VortexSolver {
 }
 
 pub use crate::summation::lattice::lattice_nodes;
+
+/// The stability limits of the particle step (docs/physics.md §3.4) for CFL number `cfl`,
+/// lattice spacing `h`, the largest particle speed and the largest blob vorticity at the
+/// particles: Δt = min(cfl·h/max|u_p|, 0.2·cfl/max|ω_h(x_p)|), each term infinite when its
+/// maximum is zero. Shared by [`VortexSolver`] and [`resident::ResidentStepper`].
+pub fn stable_step(cfl: f64, h: f64, u_max: f64, omega_max: f64) -> f64 {
+    let advection = if u_max > 0.0 {
+        cfl * h / u_max
+    } else {
+        f64::INFINITY
+    };
+    let rotation = if omega_max > 0.0 {
+        0.2 * cfl / omega_max
+    } else {
+        f64::INFINITY
+    };
+    advection.min(rotation)
+}
+
+/// The checkpoint arrays of a particle stepper's state (shared by [`VortexSolver`] and
+/// [`resident::ResidentStepper`]): `particle_x`, `particle_alpha` (n×3), `particle_sigma`,
+/// `particle_id` (n), and, with an AB2 history (flattened velocity and stretching),
+/// `history_velocity`, `history_stretching` (n×3).
+pub fn checkpoint_arrays(
+    p: &ParticleSet,
+    history: Option<(Vec<f64>, Vec<f64>)>,
+    clock: VortexClock,
+) -> (Vec<NamedArray>, VortexClock) {
+    let n = p.len();
+    let flat = |v: &[[f64; 3]]| v.iter().flatten().copied().collect::<Vec<f64>>();
+    let mut arrays = vec![
+        ("particle_x".to_string(), vec![n, 3], flat(&p.x)),
+        ("particle_alpha".to_string(), vec![n, 3], flat(&p.alpha)),
+        ("particle_sigma".to_string(), vec![n], p.sigma.clone()),
+        // Ids are below 2^53, so f64 holds them exactly.
+        (
+            "particle_id".to_string(),
+            vec![n],
+            p.id.iter().map(|&i| i as f64).collect(),
+        ),
+    ];
+    if let Some((u, s)) = history {
+        arrays.push(("history_velocity".to_string(), vec![n, 3], u));
+        arrays.push(("history_stretching".to_string(), vec![n, 3], s));
+    }
+    (arrays, clock)
+}
+
+/// The particles and the AB2 history (velocity, stretching) of checkpoint arrays written by
+/// [`checkpoint_arrays`], checked for consistent lengths.
+pub type ParsedCheckpoint = (ParticleSet, Option<(Vec<[f64; 3]>, Vec<[f64; 3]>)>);
+
+/// Reads what [`checkpoint_arrays`] wrote (`get` returns an array by name).
+pub fn parse_checkpoint(
+    get: &dyn Fn(&str) -> Option<Vec<f64>>,
+    clock: VortexClock,
+) -> Result<ParsedCheckpoint, String> {
+    let vec3 = |name: &str| -> Result<Vec<[f64; 3]>, String> {
+        let v = get(name).ok_or_else(|| format!("checkpoint lacks `{name}`"))?;
+        if v.len() % 3 != 0 {
+            return Err(format!(
+                "`{name}` has {} values, not a multiple of 3",
+                v.len()
+            ));
+        }
+        Ok(v.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect())
+    };
+    let x = vec3("particle_x")?;
+    let alpha = vec3("particle_alpha")?;
+    let sigma = get("particle_sigma").ok_or("checkpoint lacks `particle_sigma`")?;
+    let id = get("particle_id").ok_or("checkpoint lacks `particle_id`")?;
+    let n = x.len();
+    if alpha.len() != n || sigma.len() != n || id.len() != n {
+        return Err(format!(
+            "particle arrays disagree in length: x {n}, alpha {}, sigma {}, id {}",
+            alpha.len(),
+            sigma.len(),
+            id.len()
+        ));
+    }
+    let particles = ParticleSet {
+        x,
+        alpha,
+        sigma,
+        id: id.iter().map(|&i| i as u64).collect(),
+    };
+    let history = match clock.history_dt {
+        Some(_) => {
+            let (velocity, stretching) = (vec3("history_velocity")?, vec3("history_stretching")?);
+            if velocity.len() != n || stretching.len() != n {
+                return Err(format!(
+                    "AB2 history arrays have {} and {} entries for {n} particles",
+                    velocity.len(),
+                    stretching.len()
+                ));
+            }
+            Some((velocity, stretching))
+        }
+        None => None,
+    };
+    Ok((particles, history))
+}
 
 /// Particles at the nodes of the n³ lattice ([`lattice_nodes`] order) with strengths `alpha`
 /// and one core radius `sigma0`: the particle set after an RBF solve.

@@ -9,6 +9,7 @@
 //! run stepping several solvers together commits all of them or none.
 
 use super::rbf::SolveReport;
+use super::resident::ResidentStepper;
 use super::{NamedArray, PhaseTimes, VortexClock, VortexError, VortexSettings, VortexSolver};
 use crate::device::Device;
 use crate::particles::ParticleSet;
@@ -17,6 +18,30 @@ use crate::summation::{planner::Plan, Evaluation};
 
 /// Velocity and stretching at every particle, on the host.
 pub type HostDerivatives = (Vec<[f64; 3]>, Vec<[f64; 3]>);
+
+/// The scalars of the particle set that the output rows report (a GPU stepper reduces them on
+/// the device instead of pulling the particles).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ParticleSummary {
+    pub count: usize,
+    pub sigma_max: f64,
+    /// Σ_p α_p.
+    pub total_strength: [f64; 3],
+    /// ½ Σ_p x_p × α_p.
+    pub impulse: [f64; 3],
+}
+
+impl ParticleSummary {
+    /// The summary of particles on the host.
+    pub fn of(p: &ParticleSet) -> Self {
+        ParticleSummary {
+            count: p.len(),
+            sigma_max: p.sigma.iter().copied().fold(0.0, f64::max),
+            total_strength: p.total_strength(),
+            impulse: p.impulse(),
+        }
+    }
+}
 
 /// A vortex particle stepper (docs/physics.md §2–3).
 pub trait ParticleStepper: Send {
@@ -36,6 +61,14 @@ pub trait ParticleStepper: Send {
     fn discard_step(&mut self);
     /// The particles, on the host.
     fn particles(&mut self) -> Result<&ParticleSet, VortexError>;
+    /// Count, σ_max, Σα and impulse of the particles.
+    fn summary(&mut self) -> Result<ParticleSummary, VortexError> {
+        Ok(ParticleSummary::of(self.particles()?))
+    }
+    /// Host↔device traffic since the stepper was made (`None`: the particles live on the host).
+    fn transfer_bytes(&self) -> Option<super::resident::TransferBytes> {
+        None
+    }
     /// Velocity and stretching at the particles at the current state, on the host.
     fn derivatives(&mut self) -> Result<HostDerivatives, VortexError>;
     /// Velocity induced at arbitrary points (probes, profiles).
@@ -137,17 +170,27 @@ impl ParticleStepper for VortexSolver {
     }
 }
 
-/// The particle stepper for a planned evaluator on `device`: today the host-driven
-/// [`VortexSolver`] for every device (a GPU evaluator then sums on the GPU and the particles
-/// cross to it each evaluation); the place where a GPU-resident stepper is chosen.
+/// The particle stepper for a planned evaluator on `device`: the GPU-resident
+/// [`ResidentStepper`] when the evaluator has a device form (a GPU evaluator), else the
+/// host-driven [`VortexSolver`]. Errors are the resident stepper's (e.g. `rbf = "cg"` on a GPU,
+/// kernels that do not compile): never a silent fallback to the host.
 pub fn plan(
     particles: ParticleSet,
-    evaluator: Plan,
+    mut evaluator: Plan,
     settings: VortexSettings,
     device: &Device,
-) -> Box<dyn ParticleStepper> {
+) -> Result<Box<dyn ParticleStepper>, VortexError> {
+    if evaluator.evaluator.device_form().is_some() {
+        return Ok(Box::new(ResidentStepper::new(
+            particles,
+            evaluator.evaluator,
+            settings,
+            device.clone(),
+            evaluator.description,
+        )?));
+    }
     let mut solver = VortexSolver::new(particles, evaluator.evaluator, settings);
     solver.device = device.clone();
     solver.description = evaluator.description;
-    Box::new(solver)
+    Ok(Box::new(solver))
 }

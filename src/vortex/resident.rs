@@ -1,0 +1,899 @@
+//! The GPU-resident particle stepper: the whole vortex step of [`super::VortexSolver`] with the
+//! particles on the device for the whole run (docs/physics.md §2–3).
+//!
+//! Positions, strengths, core radii and the AB2 history are f64 device arrays; the update
+//! (AB2 with variable step, Heun's start after every reinitialisation), core spreading
+//! σ² ← σ² + 2νΔt, the periodic wrap and the non-finite check are the kernels of
+//! `kernels/particles.cu`; velocity and stretching come from the evaluator's device form
+//! ([`crate::summation::DeviceSummation`]: all pairs or PME, f32 sums) without host copies;
+//! reinitialisation evaluates the blob vorticity at the lattice nodes on the device and solves
+//! for the strengths by cuFFT in f64 ([`super::rbf_device::DeviceRbfSolver`]), with the same
+//! conditioning (solenoidal projection, filter) and Σα = 0 as the CPU.
+//!
+//! The host receives data only when the run core asks for it: particles, derivatives and
+//! checkpoint arrays at output, snapshot and checkpoint times, the velocity at the spectral
+//! grid's nodes for the diagnostics, and a few scalars per step (the finite flag, and the maxima
+//! of the stability limits when the step is chosen by CFL). Every kernel is elementwise or an
+//! order-independent reduction, and the evaluators and the RBF solve are deterministic, so two
+//! runs of a case, and a killed and resumed run, are bit-identical on the same GPU.
+//!
+//! The same equations as [`super::VortexSolver`]; the only differences in the f64 update are
+//! fused multiply-adds, so GPU and CPU runs agree to round-off plus the f32 of the pair sums.
+
+use super::rbf::SolveReport;
+use super::rbf_device::DeviceRbfSolver;
+use super::reinit::ConditioningReport;
+use super::stepper::{HostDerivatives, ParticleStepper, ParticleSummary};
+use super::{
+    stable_step, NamedArray, PhaseTimes, RbfSolver, VortexClock, VortexError, VortexSettings,
+};
+use crate::device::buffer::DeviceBuffer;
+use crate::device::cuda::{launch, CompiledModule, CudaError, Gpu, KernelSource};
+use crate::device::Device;
+use crate::particles::ParticleSet;
+use crate::spectral::{ModeLayout, VectorModes};
+use crate::summation::{
+    Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceTargets, DeviceWork, Evaluation,
+    Summation, SummationError,
+};
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use std::f64::consts::TAU;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The kernels of the particle update, embedded in the binary.
+pub const KERNELS: KernelSource = KernelSource {
+    file: "particles.cu",
+    text: include_str!("../../kernels/particles.cu"),
+    headers: &[],
+};
+
+/// Threads per block of the elementwise kernels and of `vp_max_norm` (VP_MAX_THREADS).
+const THREADS: u32 = 256;
+
+/// f64 values per particle the stepper keeps on the device: the state (x 3, α 3, σ 1), the
+/// prepared state (7), Heun's predictor (7), the AB2 history (6), the derivatives at the state
+/// and at the predictor (6 + 6), and a partial-sum row of the summary (≤ 6 per block, counted
+/// in full).
+pub const DEVICE_F64_PER_PARTICLE: u64 = 7 + 7 + 7 + 6 + 6 + 6 + 1;
+
+/// Device bytes of the stepper itself for `particles` particles, a reinitialisation lattice of
+/// `lattice_n`³ nodes (`None`: never reinitialised) and diagnostics on a `grid_n`³ grid
+/// (`None`: none): the per-particle arrays, the lattice nodes and vorticity with the RBF
+/// solve's spectra, and the grid nodes with their velocities. The evaluator's own buffers
+/// (mesh, cell lists, packed sources) are estimated by the summation planner.
+pub fn device_bytes(particles: usize, lattice_n: Option<usize>, grid_n: Option<usize>) -> u64 {
+    let mut bytes = 8 * DEVICE_F64_PER_PARTICLE * particles as u64;
+    if let Some(n) = lattice_n {
+        let n3 = (n * n * n) as u64;
+        // lattice nodes and vorticity (3 + 3 f64 per node), the particles after the solve are
+        // the state arrays above (sized for max(particles, n³))
+        bytes += 8 * 6 * n3 + DeviceRbfSolver::device_bytes(n);
+        bytes += 8 * DEVICE_F64_PER_PARTICLE * n3.saturating_sub(particles as u64);
+    }
+    if let Some(n) = grid_n {
+        // grid nodes and velocities (3 + 3 f64 per node)
+        bytes += 8 * 6 * (n * n * n) as u64;
+    }
+    bytes
+}
+
+/// The kernels of `kernels/particles.cu`.
+struct Kernels {
+    euler: CudaFunction,
+    heun: CudaFunction,
+    ab2: CudaFunction,
+    spread: CudaFunction,
+    wrap: CudaFunction,
+    lattice: CudaFunction,
+    nonfinite: CudaFunction,
+    max_norm: CudaFunction,
+    summary: CudaFunction,
+}
+
+/// One particle state on the device, with the host's mirror of what the evaluators need to
+/// plan (σ_max and whether all cores are equal, known without reading the cores back: they
+/// change only by core spreading, the same for every particle, and by reinitialisation).
+#[derive(Default)]
+struct DeviceState {
+    x: DeviceBuffer<f64>,
+    alpha: DeviceBuffer<f64>,
+    sigma: DeviceBuffer<f64>,
+    n: usize,
+    sigma_max: f64,
+    equal_cores: bool,
+}
+
+impl DeviceState {
+    fn sources(&self) -> DeviceSources<'_> {
+        DeviceSources {
+            x: &self.x,
+            alpha: &self.alpha,
+            sigma: &self.sigma,
+            n: self.n,
+            sigma_max: self.sigma_max,
+            equal_cores: self.equal_cores,
+        }
+    }
+
+    fn ensure(&mut self, stream: &Arc<CudaStream>, n: usize) -> Result<(), CudaError> {
+        self.x.ensure(stream, 3 * n)?;
+        self.alpha.ensure(stream, 3 * n)?;
+        self.sigma.ensure(stream, n)?;
+        self.n = n;
+        Ok(())
+    }
+}
+
+/// Velocity and stretching of `state`'s own strengths at its particles, by the evaluator's
+/// device form (the caller has synchronised the state's stream).
+fn derivatives_at(
+    evaluator: &mut dyn Summation,
+    state: &DeviceState,
+    scheme: crate::kernel::StretchingScheme,
+    out: &mut DeviceEvaluation,
+) -> Result<(), VortexError> {
+    let dev = evaluator
+        .device_form()
+        .expect("the device form was checked at construction");
+    dev.evaluate_on_device(
+        DeviceWork {
+            sources: &state.sources(),
+            targets: &DeviceTargets::Sources,
+            extra: &DeviceExtra::Stretching {
+                alpha: None,
+                scheme,
+            },
+        },
+        out,
+    )?;
+    Ok(())
+}
+
+/// σ after one step of core spreading, rounded as `vp_spread` rounds it.
+fn spread_core(sigma: f64, spread: f64) -> f64 {
+    sigma.mul_add(sigma, spread).sqrt()
+}
+
+fn device_error(e: CudaError) -> VortexError {
+    VortexError::Summation(SummationError::Device(e.to_string()))
+}
+
+fn cfg(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((n.max(1) as u32).div_ceil(THREADS), 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Host↔device traffic since the stepper was made, bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransferBytes {
+    pub to_device: u64,
+    pub to_host: u64,
+}
+
+/// The GPU-resident stepper (module docs).
+pub struct ResidentStepper {
+    gpu: Arc<Gpu>,
+    stream: Arc<CudaStream>,
+    _module: Arc<CompiledModule>,
+    k: Kernels,
+    evaluator: Box<dyn Summation>,
+    settings: VortexSettings,
+    boundary: Boundary,
+    device: Device,
+    description: String,
+    state: DeviceState,
+    next: DeviceState,
+    pred: DeviceState,
+    /// Velocity and stretching at `state` (valid when `derivatives_current`).
+    eval: DeviceEvaluation,
+    eval_heun: DeviceEvaluation,
+    derivatives_current: bool,
+    history_u: DeviceBuffer<f64>,
+    history_s: DeviceBuffer<f64>,
+    history_dt: Option<f64>,
+    /// The step size of the prepared step in `next`.
+    pending: Option<f64>,
+    steps_since_reinit: u64,
+    ids: Vec<u64>,
+    rbf: Option<DeviceRbfSolver>,
+    lattice_x: DeviceBuffer<f64>,
+    lattice_ready: usize,
+    omega: DeviceBuffer<f64>,
+    grid_x: DeviceBuffer<f64>,
+    grid_ready: usize,
+    grid_eval: DeviceEvaluation,
+    points: DeviceBuffer<f64>,
+    scalars: DeviceBuffer<u64>,
+    partials: DeviceBuffer<f64>,
+    flag: DeviceBuffer<i32>,
+    vorticity_scratch: DeviceBuffer<f64>,
+    last_solve: Option<SolveReport>,
+    last_conditioning: Option<ConditioningReport>,
+    host: Option<ParticleSet>,
+    times: PhaseTimes,
+    transfers: TransferBytes,
+}
+
+impl ResidentStepper {
+    /// The stepper for `particles` with `evaluator`, which must have a device form (a GPU
+    /// evaluator). Errors: no device form, `rbf = "cg"` (the device solves exactly, by FFT; no
+    /// silent host fallback), reinitialisation outside the periodic box, kernels that do not
+    /// compile or load, memory.
+    pub fn new(
+        particles: ParticleSet,
+        mut evaluator: Box<dyn Summation>,
+        settings: VortexSettings,
+        device: Device,
+        description: String,
+    ) -> Result<Self, VortexError> {
+        let boundary = evaluator.boundary();
+        let gpu = match evaluator.device_form() {
+            Some(d) => d.gpu().clone(),
+            None => {
+                return Err(VortexError::Unsupported(format!(
+                    "the GPU-resident stepper needs a GPU evaluator, not {}",
+                    evaluator.name()
+                )))
+            }
+        };
+        if settings.reinit_every.is_some() {
+            if !matches!(boundary, Boundary::Periodic { .. }) {
+                return Err(VortexError::ReinitNeedsPeriodicBox);
+            }
+            if let RbfSolver::ConjugateGradient { .. } = settings.rbf {
+                return Err(VortexError::Unsupported(
+                    "[vortex] rbf = \"cg\" has no GPU version: the GPU-resident stepper solves \
+                     the RBF system exactly by FFT on the lattice; set rbf = \"exact\" (or run \
+                     the particles on the CPU with device = \"cpu\")"
+                        .into(),
+                ));
+            }
+        }
+        let module = gpu.module_from(&KERNELS, &[]).map_err(device_error)?;
+        let load = |name: &str| {
+            module
+                .module
+                .load_function(name)
+                .map_err(|e| device_error(CudaError::driver(format!("loading kernel {name}"), e)))
+        };
+        let k = Kernels {
+            euler: load("vp_euler")?,
+            heun: load("vp_heun")?,
+            ab2: load("vp_ab2")?,
+            spread: load("vp_spread")?,
+            wrap: load("vp_wrap")?,
+            lattice: load("vp_lattice")?,
+            nonfinite: load("vp_nonfinite")?,
+            max_norm: load("vp_max_norm")?,
+            summary: load("vp_summary")?,
+        };
+        let stream = gpu
+            .context()
+            .new_stream()
+            .map_err(|e| device_error(CudaError::driver("creating a stream", e)))?;
+        let rbf = if settings.reinit_every.is_some() {
+            Some(DeviceRbfSolver::new(gpu.clone(), stream.clone()).map_err(device_error)?)
+        } else {
+            None
+        };
+        let mut s = ResidentStepper {
+            gpu,
+            stream,
+            _module: module,
+            k,
+            evaluator,
+            settings,
+            boundary,
+            device,
+            description,
+            state: DeviceState::default(),
+            next: DeviceState::default(),
+            pred: DeviceState::default(),
+            eval: DeviceEvaluation::default(),
+            eval_heun: DeviceEvaluation::default(),
+            derivatives_current: false,
+            history_u: DeviceBuffer::new(),
+            history_s: DeviceBuffer::new(),
+            history_dt: None,
+            pending: None,
+            steps_since_reinit: 0,
+            ids: Vec::new(),
+            rbf,
+            lattice_x: DeviceBuffer::new(),
+            lattice_ready: 0,
+            omega: DeviceBuffer::new(),
+            grid_x: DeviceBuffer::new(),
+            grid_ready: 0,
+            grid_eval: DeviceEvaluation::default(),
+            points: DeviceBuffer::new(),
+            scalars: DeviceBuffer::new(),
+            partials: DeviceBuffer::new(),
+            flag: DeviceBuffer::new(),
+            vorticity_scratch: DeviceBuffer::new(),
+            last_solve: None,
+            last_conditioning: None,
+            host: None,
+            times: PhaseTimes::default(),
+            transfers: TransferBytes::default(),
+        };
+        s.upload_particles(&particles)?;
+        s.host = Some(particles);
+        Ok(s)
+    }
+
+    /// The GPU the particles live on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Host↔device traffic since the stepper was made.
+    pub fn transfer_bytes(&self) -> TransferBytes {
+        self.transfers
+    }
+
+    /// What the last reinitialisation's conditioning found.
+    pub fn last_conditioning(&self) -> Option<ConditioningReport> {
+        self.last_conditioning
+    }
+
+    fn upload(
+        &mut self,
+        which: fn(&mut Self) -> &mut DeviceBuffer<f64>,
+        host: &[f64],
+        what: &str,
+    ) -> Result<(), VortexError> {
+        let stream = self.stream.clone();
+        which(self)
+            .upload(&stream, host, what)
+            .map_err(device_error)?;
+        self.transfers.to_device += 8 * host.len() as u64;
+        Ok(())
+    }
+
+    fn download(
+        &mut self,
+        which: fn(&Self) -> &DeviceBuffer<f64>,
+        host: &mut [f64],
+        what: &str,
+    ) -> Result<(), VortexError> {
+        which(self)
+            .download(&self.stream, host, what)
+            .map_err(device_error)?;
+        self.transfers.to_host += 8 * host.len() as u64;
+        Ok(())
+    }
+
+    /// Makes `p` the device state (and its ids the host's).
+    fn upload_particles(&mut self, p: &ParticleSet) -> Result<(), VortexError> {
+        for &s in &p.sigma {
+            if !(s > 0.0 && s.is_finite()) {
+                return Err(VortexError::Summation(SummationError::BadSources(format!(
+                    "core radius {s} (must be positive and finite)"
+                ))));
+            }
+        }
+        self.upload(|s| &mut s.state.x, p.x.as_flattened(), "particle positions")?;
+        self.upload(
+            |s| &mut s.state.alpha,
+            p.alpha.as_flattened(),
+            "particle strengths",
+        )?;
+        self.upload(|s| &mut s.state.sigma, &p.sigma, "core radii")?;
+        let sigma_max = p.sigma.iter().copied().fold(0.0, f64::max);
+        self.state.n = p.len();
+        self.state.sigma_max = sigma_max;
+        self.state.equal_cores = p.sigma.iter().all(|&s| s == sigma_max);
+        self.ids = p.id.clone();
+        self.derivatives_current = false;
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), VortexError> {
+        self.stream
+            .synchronize()
+            .map_err(|e| device_error(CudaError::driver("waiting for the particle update", e)))
+    }
+
+    /// Velocity and stretching at the current state into `eval` (the evaluator's device form).
+    fn ensure_derivatives(&mut self) -> Result<(), VortexError> {
+        if self.derivatives_current {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        self.sync()?;
+        derivatives_at(
+            self.evaluator.as_mut(),
+            &self.state,
+            self.settings.scheme,
+            &mut self.eval,
+        )?;
+        self.derivatives_current = true;
+        self.times.evaluation += t0.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// max_p |v_p| over the first `n` 3-vectors of `v` (an order-independent device maximum).
+    fn max_norm(
+        &mut self,
+        v: fn(&Self) -> &DeviceBuffer<f64>,
+        n: usize,
+    ) -> Result<f64, VortexError> {
+        let s = self.stream.clone();
+        self.scalars.zero(&s, 1).map_err(device_error)?;
+        let n_i = n as i64;
+        let v_addr = v(self).addr(&s);
+        // SAFETY: vp_max_norm(long long n, const double* v, u64* out): v holds ≥ 3·n doubles
+        // (a state-sized buffer of the caller), out 1 u64 (zeroed above); blocks of 256 threads
+        // (VP_MAX_THREADS).
+        launch!(s, &self.k.max_norm, "vp_max_norm", cfg(n);
+            &n_i, &v_addr, self.scalars.get_mut())
+        .map_err(device_error)?;
+        let mut bits = [0u64];
+        self.scalars
+            .download(&s, &mut bits, "a maximum")
+            .map_err(device_error)?;
+        self.transfers.to_host += 8;
+        Ok(f64::from_bits(bits[0]))
+    }
+
+    /// Whether any of the prepared state's positions or strengths is not finite.
+    fn next_is_finite(&mut self) -> Result<bool, VortexError> {
+        let s = self.stream.clone();
+        self.flag.zero(&s, 1).map_err(device_error)?;
+        let m = (3 * self.next.n) as i64;
+        for buf in [&self.next.x, &self.next.alpha] {
+            // SAFETY: vp_nonfinite(long long m, const double* v, int* flag): buf holds 3·n
+            // doubles of the prepared state, flag 1 int (zeroed above); the grid covers m.
+            launch!(s, &self.k.nonfinite, "vp_nonfinite", cfg(m as usize);
+                &m, buf.get(), self.flag.get_mut())
+            .map_err(device_error)?;
+        }
+        let mut f = [0i32];
+        self.flag
+            .download(&s, &mut f, "the finite flag")
+            .map_err(device_error)?;
+        self.transfers.to_host += 4;
+        Ok(f[0] == 0)
+    }
+
+    /// `which`'s core radii after spreading by `spread` from `state`'s (σ_max mirrored).
+    fn spread_into(&mut self, to_pred: bool, spread: f64) -> Result<(), VortexError> {
+        let s = self.stream.clone();
+        let n = self.state.n;
+        let n_i = n as i64;
+        let sigma_max = spread_core(self.state.sigma_max, spread);
+        let equal = self.state.equal_cores;
+        let out = if to_pred {
+            &mut self.pred
+        } else {
+            &mut self.next
+        };
+        // SAFETY: vp_spread(long long n, const double* sigma, double spread, double* out): the
+        // state's σ holds n doubles, out (ensured to n by the caller) n doubles.
+        launch!(s, &self.k.spread, "vp_spread", cfg(n);
+            &n_i, self.state.sigma.get(), &spread, out.sigma.get_mut())
+        .map_err(device_error)?;
+        out.sigma_max = sigma_max;
+        out.equal_cores = equal;
+        Ok(())
+    }
+
+    /// Computes the next state into `next` (module docs of [`super`] for the scheme).
+    fn prepare(&mut self, dt: f64) -> Result<(), VortexError> {
+        self.ensure_derivatives()?;
+        let t0 = Instant::now();
+        let s = self.stream.clone();
+        let n = self.state.n;
+        let m = 3 * n;
+        let m_i = m as i64;
+        let spread = 2.0 * self.settings.nu * dt;
+        self.next.ensure(&s, n).map_err(device_error)?;
+        match self.history_dt {
+            Some(h_dt) => {
+                let r = dt / h_dt;
+                let (a, b) = (1.0 + 0.5 * r, -0.5 * r);
+                // SAFETY: vp_ab2(long long m, const double* y, const double* f,
+                // const double* f_old, double dt, double a, double b, double* out): the
+                // state's x/α, the derivatives at it, the history and next's x/α all hold
+                // m = 3·n doubles; the grid covers m.
+                launch!(s, &self.k.ab2, "vp_ab2", cfg(m);
+                    &m_i, self.state.x.get(), self.eval.velocity.get(), self.history_u.get(),
+                    &dt, &a, &b, self.next.x.get_mut())
+                .map_err(device_error)?;
+                // SAFETY: as above, strengths and stretching.
+                launch!(s, &self.k.ab2, "vp_ab2", cfg(m);
+                    &m_i, self.state.alpha.get(), self.eval.stretching.get(),
+                    self.history_s.get(), &dt, &a, &b, self.next.alpha.get_mut())
+                .map_err(device_error)?;
+            }
+            None => {
+                // Heun: Euler predictor, derivatives there, trapezoidal corrector.
+                self.pred.ensure(&s, n).map_err(device_error)?;
+                // SAFETY: vp_euler(long long m, const double* y, const double* f, double dt,
+                // double* out): the state's x, the velocity at it and pred's x hold 3·n doubles.
+                launch!(s, &self.k.euler, "vp_euler", cfg(m);
+                    &m_i, self.state.x.get(), self.eval.velocity.get(), &dt,
+                    self.pred.x.get_mut())
+                .map_err(device_error)?;
+                // SAFETY: as above, strengths and stretching.
+                launch!(s, &self.k.euler, "vp_euler", cfg(m);
+                    &m_i, self.state.alpha.get(), self.eval.stretching.get(), &dt,
+                    self.pred.alpha.get_mut())
+                .map_err(device_error)?;
+                self.spread_into(true, spread)?;
+                self.pred.n = n;
+                self.times.update += t0.elapsed().as_secs_f64();
+                let t1 = Instant::now();
+                self.sync()?;
+                derivatives_at(
+                    self.evaluator.as_mut(),
+                    &self.pred,
+                    self.settings.scheme,
+                    &mut self.eval_heun,
+                )?;
+                self.times.evaluation += t1.elapsed().as_secs_f64();
+                // SAFETY: vp_heun(long long m, const double* y, const double* f,
+                // const double* f2, double dt, double* out): all hold 3·n doubles.
+                launch!(s, &self.k.heun, "vp_heun", cfg(m);
+                    &m_i, self.state.x.get(), self.eval.velocity.get(),
+                    self.eval_heun.velocity.get(), &dt, self.next.x.get_mut())
+                .map_err(device_error)?;
+                // SAFETY: as above, strengths and stretching.
+                launch!(s, &self.k.heun, "vp_heun", cfg(m);
+                    &m_i, self.state.alpha.get(), self.eval.stretching.get(),
+                    self.eval_heun.stretching.get(), &dt, self.next.alpha.get_mut())
+                .map_err(device_error)?;
+            }
+        }
+        let t2 = Instant::now();
+        self.spread_into(false, spread)?;
+        if let Boundary::Periodic { length } = self.boundary {
+            // SAFETY: vp_wrap(long long m, double length, double* x): next's x holds 3·n
+            // doubles; the grid covers m.
+            launch!(s, &self.k.wrap, "vp_wrap", cfg(m); &m_i, &length, self.next.x.get_mut())
+                .map_err(device_error)?;
+        }
+        if !self.next_is_finite()? {
+            return Err(VortexError::NonFinite);
+        }
+        self.times.update += t2.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Makes the prepared state current, the step's derivatives the AB2 history, and
+    /// reinitialises when due.
+    fn commit(&mut self, dt: f64) -> Result<(), VortexError> {
+        std::mem::swap(&mut self.state, &mut self.next);
+        std::mem::swap(&mut self.history_u, &mut self.eval.velocity);
+        std::mem::swap(&mut self.history_s, &mut self.eval.stretching);
+        self.history_dt = Some(dt);
+        self.derivatives_current = false;
+        self.host = None;
+        self.steps_since_reinit += 1;
+        if let Some(every) = self.settings.reinit_every {
+            if self.steps_since_reinit >= every {
+                self.reinitialise()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The n³ lattice nodes into `buf` (once per n: `ready` remembers), and σ0 into `sigma`.
+    fn lattice_nodes_into(&mut self, to_grid: bool, n: usize) -> Result<(), VortexError> {
+        let s = self.stream.clone();
+        let (buf, ready) = if to_grid {
+            (&mut self.grid_x, &mut self.grid_ready)
+        } else {
+            (&mut self.lattice_x, &mut self.lattice_ready)
+        };
+        if *ready == n {
+            return Ok(());
+        }
+        let n3 = n * n * n;
+        buf.ensure(&s, 3 * n3).map_err(device_error)?;
+        let (n_i, h, zero, null) = (n as i32, TAU / n as f64, 0.0f64, 0u64);
+        // SAFETY: vp_lattice(int n, double h, double sigma0, double* x, double* sigma): buf
+        // holds 3·n³ doubles; sigma null (not written); the grid covers n³.
+        launch!(s, &self.k.lattice, "vp_lattice", cfg(n3);
+            &n_i, &h, &zero, buf.get_mut(), &null)
+        .map_err(device_error)?;
+        *ready = n;
+        Ok(())
+    }
+
+    /// Blob vorticity at the lattice nodes, the conditioned RBF solve on the device, particles
+    /// at the nodes with σ0; restarts the AB2 history (docs/physics.md §3.3, §3.5).
+    fn reinitialise(&mut self) -> Result<(), VortexError> {
+        let n = self.settings.lattice_n;
+        let n3 = n * n * n;
+        let t0 = Instant::now();
+        self.lattice_nodes_into(false, n)?;
+        self.sync()?;
+        let sources = self.state.sources();
+        let dev = self
+            .evaluator
+            .device_form()
+            .expect("checked at construction");
+        // The evaluator's lattice method where it has one (GPU Ewald: separable weights),
+        // else its pair sums at the nodes.
+        if !dev.vorticity_on_lattice_device(&sources, n, &mut self.omega)? {
+            let targets = DeviceTargets::Points {
+                x: &self.lattice_x,
+                n: n3,
+            };
+            dev.vorticity_on_device(&sources, &targets, &mut self.omega)?;
+        }
+        self.times.reinit_vorticity += t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let s = self.stream.clone();
+        let rbf = self.rbf.as_mut().expect("made when reinitialisation is on");
+        let report = rbf
+            .solve(
+                &self.omega,
+                n,
+                self.settings.sigma0,
+                self.settings.conditioning,
+                self.settings.zero_total_strength,
+                &mut self.state.alpha,
+            )
+            .map_err(device_error)?;
+        self.state.x.ensure(&s, 3 * n3).map_err(device_error)?;
+        self.state.sigma.ensure(&s, n3).map_err(device_error)?;
+        let (n_i, h, sigma0) = (n as i32, TAU / n as f64, self.settings.sigma0);
+        // SAFETY: vp_lattice(int n, double h, double sigma0, double* x, double* sigma): the
+        // state's x holds 3·n³ and σ n³ doubles (ensured above); the grid covers n³.
+        launch!(s, &self.k.lattice, "vp_lattice", cfg(n3);
+            &n_i, &h, &sigma0, self.state.x.get_mut(), self.state.sigma.get_mut())
+        .map_err(device_error)?;
+        self.sync()?;
+        self.times.reinit_solve += t1.elapsed().as_secs_f64();
+        self.state.n = n3;
+        self.state.sigma_max = sigma0;
+        self.state.equal_cores = true;
+        self.ids = (0..n3 as u64).collect();
+        self.history_dt = None;
+        self.derivatives_current = false;
+        self.host = None;
+        self.steps_since_reinit = 0;
+        self.last_conditioning = Some(report);
+        Ok(())
+    }
+
+    /// The current state on the host (cached until the state changes).
+    fn pull_particles(&mut self) -> Result<&ParticleSet, VortexError> {
+        if self.host.is_none() {
+            self.sync()?;
+            let n = self.state.n;
+            let mut x = vec![0.0; 3 * n];
+            let mut alpha = vec![0.0; 3 * n];
+            let mut sigma = vec![0.0; n];
+            self.download(|s| &s.state.x, &mut x, "particle positions")?;
+            self.download(|s| &s.state.alpha, &mut alpha, "particle strengths")?;
+            self.download(|s| &s.state.sigma, &mut sigma, "core radii")?;
+            let v3 = |v: Vec<f64>| -> Vec<[f64; 3]> {
+                v.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect()
+            };
+            self.host = Some(ParticleSet {
+                x: v3(x),
+                alpha: v3(alpha),
+                sigma,
+                id: self.ids.clone(),
+            });
+        }
+        Ok(self.host.as_ref().expect("just pulled"))
+    }
+
+    /// The velocity at `nt` points on the device (the grid nodes when `grid`, else the probe
+    /// points), pulled to the host.
+    fn velocity_at_points(&mut self, grid: bool, nt: usize) -> Result<Vec<[f64; 3]>, VortexError> {
+        self.sync()?;
+        let sources = self.state.sources();
+        let t = DeviceTargets::Points {
+            x: if grid { &self.grid_x } else { &self.points },
+            n: nt,
+        };
+        let dev = self
+            .evaluator
+            .device_form()
+            .expect("checked at construction");
+        dev.evaluate_on_device(
+            DeviceWork {
+                sources: &sources,
+                targets: &t,
+                extra: &DeviceExtra::None,
+            },
+            &mut self.grid_eval,
+        )?;
+        self.download3(|s| &s.grid_eval.velocity, nt, "velocities at points")
+    }
+
+    fn download3(
+        &mut self,
+        which: fn(&Self) -> &DeviceBuffer<f64>,
+        n: usize,
+        what: &str,
+    ) -> Result<Vec<[f64; 3]>, VortexError> {
+        let mut v = vec![0.0; 3 * n];
+        self.download(which, &mut v, what)?;
+        Ok(v.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect())
+    }
+}
+
+impl ParticleStepper for ResidentStepper {
+    fn describe(&self) -> String {
+        format!("{} (particles resident on the GPU)", self.description)
+    }
+
+    fn settings(&self) -> &VortexSettings {
+        &self.settings
+    }
+
+    fn device(&self) -> Device {
+        self.device.clone()
+    }
+
+    /// As [`super::VortexSolver::stable_dt`]: Δt ≤ cfl·h/max|u_p| and Δt ≤ 0.2·cfl/max|ω_h(x_p)|,
+    /// the maxima reduced on the device.
+    fn stable_dt(&mut self, cfl: f64) -> Result<f64, VortexError> {
+        let h = TAU / self.settings.lattice_n as f64;
+        let t0 = Instant::now();
+        self.sync()?;
+        let n = self.state.n;
+        let sources = self.state.sources();
+        let dev = self
+            .evaluator
+            .device_form()
+            .expect("checked at construction");
+        dev.vorticity_on_device(
+            &sources,
+            &DeviceTargets::Sources,
+            &mut self.vorticity_scratch,
+        )?;
+        let omega_max = self.max_norm(|s| &s.vorticity_scratch, n)?;
+        self.times.evaluation += t0.elapsed().as_secs_f64();
+        self.ensure_derivatives()?;
+        let u_max = self.max_norm(|s| &s.eval.velocity, n)?;
+        Ok(stable_step(cfl, h, u_max, omega_max))
+    }
+
+    fn prepare_step(&mut self, dt: f64) -> Result<(), VortexError> {
+        self.pending = None;
+        self.prepare(dt)?;
+        self.pending = Some(dt);
+        Ok(())
+    }
+
+    fn commit_step(&mut self) -> Result<(), VortexError> {
+        match self.pending.take() {
+            Some(dt) => self.commit(dt),
+            None => Ok(()),
+        }
+    }
+
+    fn discard_step(&mut self) {
+        self.pending = None;
+    }
+
+    fn particles(&mut self) -> Result<&ParticleSet, VortexError> {
+        self.pull_particles()
+    }
+
+    /// Count, σ_max, Σα and the impulse ½Σ x × α, reduced on the device in a fixed order
+    /// (per-block partial sums, added on the host in block order).
+    fn summary(&mut self) -> Result<ParticleSummary, VortexError> {
+        let s = self.stream.clone();
+        let n = self.state.n;
+        let blocks = n.div_ceil(THREADS as usize).max(1);
+        self.partials.ensure(&s, 6 * blocks).map_err(device_error)?;
+        let n_i = n as i64;
+        // SAFETY: vp_summary(long long n, const double* x, const double* alpha,
+        // double* partials): x and α hold 3·n doubles, partials 6 per block (ensured above);
+        // blocks of 256 threads (VP_MAX_THREADS).
+        launch!(s, &self.k.summary, "vp_summary", cfg(n);
+            &n_i, self.state.x.get(), self.state.alpha.get(), self.partials.get_mut())
+        .map_err(device_error)?;
+        let mut p = vec![0.0; 6 * blocks];
+        self.download(|s| &s.partials, &mut p, "summary partial sums")?;
+        let mut sums = [0.0; 6];
+        for row in p.chunks_exact(6) {
+            for (a, b) in sums.iter_mut().zip(row) {
+                *a += b;
+            }
+        }
+        Ok(ParticleSummary {
+            count: n,
+            sigma_max: self.state.sigma_max,
+            total_strength: [sums[0], sums[1], sums[2]],
+            impulse: [sums[3], sums[4], sums[5]],
+        })
+    }
+
+    fn derivatives(&mut self) -> Result<HostDerivatives, VortexError> {
+        self.ensure_derivatives()?;
+        let n = self.state.n;
+        let u = self.download3(|s| &s.eval.velocity, n, "velocities")?;
+        let st = self.download3(|s| &s.eval.stretching, n, "stretching")?;
+        Ok((u, st))
+    }
+
+    fn velocity_at(
+        &mut self,
+        targets: &[[f64; 3]],
+        out: &mut Evaluation,
+    ) -> Result<(), VortexError> {
+        let nt = targets.len();
+        self.upload(|s| &mut s.points, targets.as_flattened(), "probe points")?;
+        out.velocity = self.velocity_at_points(false, nt)?;
+        Ok(())
+    }
+
+    /// The velocity at the n³ grid nodes evaluated on the device, then transformed on the host
+    /// ([`super::field::modes_from_node_velocities`]).
+    fn velocity_modes_on_grid(
+        &mut self,
+        n: usize,
+    ) -> Result<(ModeLayout, VectorModes), VortexError> {
+        self.lattice_nodes_into(true, n)?;
+        let u = self.velocity_at_points(true, n * n * n)?;
+        Ok(super::field::modes_from_node_velocities(n, &u))
+    }
+
+    fn state_arrays(&mut self) -> Result<(Vec<NamedArray>, VortexClock), VortexError> {
+        let n = self.state.n;
+        let p = self.pull_particles()?.clone();
+        let history = match self.history_dt {
+            Some(_) => {
+                let mut u = vec![0.0; 3 * n];
+                let mut st = vec![0.0; 3 * n];
+                self.download(|s| &s.history_u, &mut u, "AB2 history")?;
+                self.download(|s| &s.history_s, &mut st, "AB2 history")?;
+                Some((u, st))
+            }
+            None => None,
+        };
+        Ok(super::checkpoint_arrays(
+            &p,
+            history,
+            VortexClock {
+                history_dt: self.history_dt,
+                steps_since_reinit: self.steps_since_reinit,
+            },
+        ))
+    }
+
+    fn restore_state(
+        &mut self,
+        get: &dyn Fn(&str) -> Option<Vec<f64>>,
+        clock: VortexClock,
+    ) -> Result<(), String> {
+        let (p, history) = super::parse_checkpoint(get, clock)?;
+        self.upload_particles(&p).map_err(|e| e.to_string())?;
+        if let Some((u, st)) = history {
+            self.upload(|s| &mut s.history_u, u.as_flattened(), "AB2 history")
+                .map_err(|e| e.to_string())?;
+            self.upload(|s| &mut s.history_s, st.as_flattened(), "AB2 history")
+                .map_err(|e| e.to_string())?;
+        }
+        self.history_dt = clock.history_dt;
+        self.steps_since_reinit = clock.steps_since_reinit;
+        self.pending = None;
+        self.host = Some(p);
+        Ok(())
+    }
+
+    fn take_timings(&mut self) -> PhaseTimes {
+        std::mem::take(&mut self.times)
+    }
+
+    fn last_solve(&self) -> Option<SolveReport> {
+        self.last_solve
+    }
+
+    fn transfer_bytes(&self) -> Option<TransferBytes> {
+        Some(self.transfers)
+    }
+}

@@ -1,0 +1,338 @@
+//! The GPU-resident vortex stepper (src/vortex/resident.rs) against the host-driven CPU f64
+//! stepper on the same case, and its determinism: two runs, and a run stopped and resumed from
+//! its checkpoint arrays, are bit-identical. Every test skips with a printed reason without a
+//! GPU.
+
+use std::f64::consts::TAU;
+use vpm::config::{resolve_case, Case, TimeStep};
+use vpm::device::{Device, DeviceRequest};
+use vpm::diagnostics::flow_stats;
+use vpm::particles::ParticleSet;
+use vpm::run::field::initial_particles;
+use vpm::summation::{verify, Boundary};
+use vpm::vortex::stepper::{ParticleStepper, ParticleSummary};
+use vpm::vortex::{RbfSolver, VortexClock, VortexError};
+
+fn fixed_dt(c: &Case) -> f64 {
+    match c.time.step {
+        TimeStep::Fixed { dt } => dt,
+        _ => panic!("case `{}` has no fixed Δt", c.name),
+    }
+}
+
+fn case(name: &str) -> Case {
+    resolve_case(name).expect("named case").0
+}
+
+fn initial(case: &Case) -> ParticleSet {
+    initial_particles(case)
+        .unwrap()
+        .expect("a [vortex] section")
+        .0
+}
+
+fn stepper(case: &Case, device: &Device, p: ParticleSet) -> Box<dyn ParticleStepper> {
+    let boundary = Boundary::Periodic { length: TAU };
+    vpm::run::particle_stepper(case, device, p, boundary, true).unwrap()
+}
+
+fn gpu_device(test: &str) -> Option<Device> {
+    verify::gpu_or_skip(test)?;
+    Some(Device::open(DeviceRequest::Cuda(None)).unwrap().0)
+}
+
+/// K of the particle field on the case's spectral grid.
+fn energy(s: &mut dyn ParticleStepper, n: usize) -> f64 {
+    let (layout, modes) = s.velocity_modes_on_grid(n).unwrap();
+    flow_stats(&layout, &modes, 0.0).energy
+}
+
+fn max_abs_diff(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+fn max_abs(a: &[[f64; 3]]) -> f64 {
+    a.iter().flatten().map(|x| x.abs()).fold(0.0, f64::max)
+}
+
+/// The GPU stepper against the CPU f64 stepper on `name` for `steps` steps of the case's Δt:
+/// K(t) at every step within `k_tol` relative, positions and strengths after the first
+/// reinitialisation.
+fn gpu_against_cpu(test: &str, name: &str, steps: usize, k_tol: f64) {
+    let Some(gpu) = gpu_device(test) else {
+        return;
+    };
+    let c = case(name);
+    let n_grid = c.spectral.as_ref().unwrap().n;
+    let dt = fixed_dt(&c);
+    let reinit = c.vortex.as_ref().unwrap().reinit_every.unwrap() as usize;
+    let p = initial(&c);
+    let mut cpu = stepper(&c, &Device::Cpu, p.clone());
+    let mut gpu_s = stepper(&c, &gpu, p);
+    assert!(
+        gpu_s.describe().contains("resident"),
+        "{}",
+        gpu_s.describe()
+    );
+    let mut worst: f64 = 0.0;
+    for step in 0..=steps {
+        let (kc, kg) = (energy(cpu.as_mut(), n_grid), energy(gpu_s.as_mut(), n_grid));
+        let rel = (kg - kc).abs() / kc;
+        worst = worst.max(rel);
+        assert!(
+            rel < k_tol,
+            "{name} step {step}: K gpu {kg} cpu {kc}, rel {rel:e}"
+        );
+        if step == reinit {
+            // Just after the first reinitialisation: both on the lattice, strengths compared.
+            let (pc, pg) = (
+                cpu.particles().unwrap().clone(),
+                gpu_s.particles().unwrap().clone(),
+            );
+            assert_eq!(pc.len(), pg.len());
+            assert_eq!(max_abs_diff(&pc.x, &pg.x), 0.0, "lattice positions");
+            assert_eq!(pc.sigma, pg.sigma);
+            let e = max_abs_diff(&pc.alpha, &pg.alpha) / max_abs(&pc.alpha);
+            println!("{name}: strengths after the first reinitialisation, max rel diff {e:e}");
+            assert!(e < 1e-4, "strengths after reinitialisation differ by {e:e}");
+            // The device's summary against the same sums over the pulled GPU particles
+            // (round-off), and against the CPU run's (the f32 of the pair sums).
+            let (sc, sh, sg) = (
+                ParticleSummary::of(&pc),
+                ParticleSummary::of(&pg),
+                gpu_s.summary().unwrap(),
+            );
+            assert_eq!(sc.count, sg.count);
+            assert_eq!(sh.sigma_max, sg.sigma_max);
+            let scale: f64 =
+                pg.x.iter()
+                    .zip(&pg.alpha)
+                    .map(|(x, a)| max_abs(&[*x]) * max_abs(&[*a]))
+                    .sum();
+            let strength_scale: f64 = pg.alpha.iter().map(|a| max_abs(&[*a])).sum();
+            for c in 0..3 {
+                assert!(
+                    (sg.total_strength[c] - sh.total_strength[c]).abs() < 1e-12 * strength_scale,
+                    "Σα device {:?} host {:?}",
+                    sg.total_strength,
+                    sh.total_strength
+                );
+                assert!(sg.total_strength[c].abs() < 1e-10 * strength_scale);
+                assert!((sg.impulse[c] - sh.impulse[c]).abs() < 1e-12 * scale);
+                assert!(
+                    (sc.impulse[c] - sg.impulse[c]).abs() < 1e-6 * scale,
+                    "impulse cpu {:?} gpu {:?} (scale {scale:e})",
+                    sc.impulse,
+                    sg.impulse
+                );
+            }
+        }
+        if step < steps {
+            cpu.step(dt).unwrap();
+            gpu_s.step(dt).unwrap();
+        }
+    }
+    println!("{name}: {steps} steps, worst relative K difference GPU vs CPU {worst:e}");
+}
+
+#[test]
+fn resident_stepper_matches_cpu_on_hit_32_compare() {
+    // the whole case: t ≤ 2 at Δt = 0.01
+    gpu_against_cpu(
+        "resident_stepper_matches_cpu_on_hit_32_compare",
+        "hit-32-compare",
+        200,
+        1e-5,
+    );
+}
+
+#[test]
+fn resident_stepper_matches_cpu_on_50_steps_of_hit_64_compare() {
+    gpu_against_cpu(
+        "resident_stepper_matches_cpu_on_50_steps_of_hit_64_compare",
+        "hit-64-compare",
+        50,
+        1e-5,
+    );
+}
+
+/// The exact state after `steps` steps from the case's start (AB2 history included).
+fn state_after(
+    c: &Case,
+    gpu: &Device,
+    steps: usize,
+) -> (Vec<vpm::vortex::NamedArray>, VortexClock) {
+    let dt = fixed_dt(c);
+    let mut s = stepper(c, gpu, initial(c));
+    for _ in 0..steps {
+        s.step(dt).unwrap();
+    }
+    s.state_arrays().unwrap()
+}
+
+#[test]
+fn resident_runs_are_bit_identical_and_resume_exactly() {
+    let Some(gpu) = gpu_device("resident_runs_are_bit_identical_and_resume_exactly") else {
+        return;
+    };
+    let c = case("hit-32-compare");
+    let dt = fixed_dt(&c);
+    // 7 steps: reinitialisations after steps 2, 4, 6, and an AB2 history at the end.
+    let a = state_after(&c, &gpu, 7);
+    let b = state_after(&c, &gpu, 7);
+    assert_eq!(a.1, b.1);
+    for (x, y) in a.0.iter().zip(&b.0) {
+        assert_eq!(x.0, y.0);
+        assert!(
+            x.2.iter()
+                .zip(&y.2)
+                .all(|(p, q)| p.to_bits() == q.to_bits()),
+            "array {} differs between two runs",
+            x.0
+        );
+    }
+    // Stop after 3 steps (history present), restore into a fresh stepper, go on to 7.
+    let (arrays, clock) = state_after(&c, &gpu, 3);
+    assert!(clock.history_dt.is_some());
+    let mut resumed = stepper(&c, &gpu, ParticleSet::default());
+    let get = |name: &str| arrays.iter().find(|a| a.0 == name).map(|a| a.2.clone());
+    resumed.restore_state(&get, clock).unwrap();
+    for _ in 3..7 {
+        resumed.step(dt).unwrap();
+    }
+    let r = resumed.state_arrays().unwrap();
+    assert_eq!(r.1, a.1);
+    for (x, y) in r.0.iter().zip(&a.0) {
+        assert!(
+            x.2.iter()
+                .zip(&y.2)
+                .all(|(p, q)| p.to_bits() == q.to_bits()),
+            "array {} differs after resume",
+            x.0
+        );
+    }
+}
+
+#[test]
+fn resident_stepper_refuses_cg_and_reports_non_finite_states() {
+    let Some(gpu) = gpu_device("resident_stepper_refuses_cg_and_reports_non_finite_states") else {
+        return;
+    };
+    let mut c = case("hit-32-compare");
+    c.vortex.as_mut().unwrap().rbf = RbfSolver::DEFAULT;
+    let boundary = Boundary::Periodic { length: TAU };
+    let e = vpm::run::particle_stepper(&c, &gpu, initial(&case("hit-32-compare")), boundary, true)
+        .err()
+        .expect("cg on a GPU is refused");
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("rbf = \"cg\"") && msg.contains("exact"),
+        "{msg}"
+    );
+    // A NaN strength: the step is refused, the state kept.
+    let c = case("hit-32-compare");
+    let mut p = initial(&c);
+    p.alpha[17][1] = f64::NAN;
+    let mut s = stepper(&c, &gpu, p);
+    match s.step(0.01) {
+        Err(VortexError::NonFinite) | Err(VortexError::Summation(_)) => {}
+        other => panic!("expected a non-finite error, got {other:?}"),
+    }
+}
+
+#[test]
+fn resident_stable_dt_matches_cpu() {
+    let Some(gpu) = gpu_device("resident_stable_dt_matches_cpu") else {
+        return;
+    };
+    let c = case("hit-32-compare");
+    let p = initial(&c);
+    let mut cpu = stepper(&c, &Device::Cpu, p.clone());
+    let mut g = stepper(&c, &gpu, p);
+    let (a, b) = (cpu.stable_dt(0.5).unwrap(), g.stable_dt(0.5).unwrap());
+    assert!((a - b).abs() < 1e-5 * a, "stable Δt cpu {a} gpu {b}");
+    // The derivatives pulled from the device agree with the CPU's.
+    let ((uc, sc), (ug, sg)) = (cpu.derivatives().unwrap(), g.derivatives().unwrap());
+    let eu = verify::rel_l2(&ug, &uc);
+    let es = verify::rel_l2(&sg, &sc);
+    println!("derivatives GPU vs CPU: velocity {eu:e}, stretching {es:e}");
+    assert!(eu < 1e-5 && es < 1e-4, "velocity {eu:e}, stretching {es:e}");
+}
+
+/// The GPU Ewald evaluator's separable lattice sum of the blob vorticity (reinitialisation)
+/// against the CPU's (`summation::lattice`, the same cube cutoff), for particles off the lattice
+/// with unequal cores, and bit-identical when repeated.
+#[test]
+fn gpu_lattice_vorticity_matches_cpu_separable_sum() {
+    use vpm::device::buffer::DeviceBuffer;
+    use vpm::summation::ewald::CudaEwald;
+    use vpm::summation::{DeviceSources, Sources, Summation};
+    let Some(gpu) = verify::gpu_or_skip("gpu_lattice_vorticity_matches_cpu_separable_sum") else {
+        return;
+    };
+    let mut ew = CudaEwald::new(gpu, 1e-6).unwrap();
+    for (n, count, smin, smax, seed) in [
+        (32usize, 20_000usize, 0.1, 0.2, 1u64),
+        (48, 5_000, 0.05, 0.25, 2),
+        (24, 3_000, 0.08, 0.12, 3),
+    ] {
+        let p = verify::Particles::random_in_box(count, 1.0, smin, smax, seed);
+        let src = Sources {
+            x: &p.x,
+            alpha: &p.alpha,
+            sigma: &p.sigma,
+        };
+        let mut cpu = Vec::new();
+        vpm::summation::lattice::lattice_vorticity(&src, n, &mut cpu).unwrap();
+        let stream = ew.device().stream().clone();
+        let (mut x, mut a, mut s) = (
+            DeviceBuffer::new(),
+            DeviceBuffer::new(),
+            DeviceBuffer::new(),
+        );
+        x.upload(&stream, p.x.as_flattened(), "x").unwrap();
+        a.upload(&stream, p.alpha.as_flattened(), "alpha").unwrap();
+        s.upload(&stream, &p.sigma, "sigma").unwrap();
+        stream.synchronize().unwrap();
+        let sigma_max = p.sigma.iter().copied().fold(0.0, f64::max);
+        let dev_src = DeviceSources {
+            x: &x,
+            alpha: &a,
+            sigma: &s,
+            n: count,
+            sigma_max,
+            equal_cores: false,
+        };
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let mut out = DeviceBuffer::new();
+            let used = ew
+                .device_form()
+                .unwrap()
+                .vorticity_on_lattice_device(&dev_src, n, &mut out)
+                .unwrap();
+            assert!(used, "n = {n}: the lattice method applies");
+            let mut host = vec![0.0; 3 * n * n * n];
+            out.download(&stream, &mut host, "vorticity").unwrap();
+            runs.push(host);
+        }
+        assert!(
+            runs[0]
+                .iter()
+                .zip(&runs[1])
+                .all(|(p, q)| p.to_bits() == q.to_bits()),
+            "n = {n}: two evaluations differ"
+        );
+        let gpu3: Vec<[f64; 3]> = runs[0]
+            .chunks_exact(3)
+            .map(|c| [c[0], c[1], c[2]])
+            .collect();
+        let e = verify::rel_l2(&gpu3, &cpu);
+        println!("lattice vorticity n = {n}, {count} particles: GPU vs CPU relative L2 {e:e}");
+        assert!(e < 1e-12, "n = {n}: {e:e}");
+    }
+}
