@@ -99,6 +99,48 @@ pub enum BenchCommand {
     Ewald(BenchEwaldArgs),
     /// Pair interactions per second of the GPU all-pairs kernels (needs a CUDA GPU).
     Kernel(BenchKernelArgs),
+    /// Milliseconds per full vortex step, reinitialisation and output step of a turbulence run
+    /// (the GPU-resident stepper with a GPU).
+    Step(BenchStepArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EvaluatorArg {
+    /// Periodic Ewald (particle-mesh) summation: the periodic box, with reinitialisation.
+    Ewald,
+    /// All pairs in free space (no reinitialisation; O(N²), for small n).
+    Direct,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchStepArgs {
+    /// Lattice sizes n (n³ particles each; comma separated; even, ≥ 8).
+    #[arg(long, value_delimiter = ',', default_value = "64,128")]
+    pub n: Vec<usize>,
+    /// Core overlaps σ0/h (comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "0.75,1")]
+    pub overlap: Vec<f64>,
+    #[arg(long, value_enum, default_value = "ewald")]
+    pub evaluator: EvaluatorArg,
+    /// Requested relative accuracy of the evaluator.
+    #[arg(long, default_value_t = 1e-6)]
+    pub accuracy: f64,
+    /// Timed steps per size (after the warm-up steps).
+    #[arg(long, default_value_t = 20)]
+    pub steps: usize,
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    /// Reinitialise every this many steps.
+    #[arg(long, default_value_t = 10)]
+    pub reinit_every: u64,
+    /// Particles checked against the CPU f64 evaluator per size (0: no accuracy check).
+    #[arg(long, default_value_t = 2000)]
+    pub sample: usize,
+    /// Where the particles live: `cuda`/`cuda:N` (the GPU-resident stepper), `cpu`, `auto`.
+    #[arg(long, default_value = "cuda", value_name = "DEVICE")]
+    pub device: crate::device::DeviceRequest,
+    #[command(flatten)]
+    pub common: BenchCommon,
 }
 
 #[derive(Debug, Args)]

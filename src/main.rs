@@ -152,6 +152,7 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
         BenchCommand::Direct(a) => &a.common,
         BenchCommand::Ewald(a) => &a.common,
         BenchCommand::Kernel(a) => &a.common,
+        BenchCommand::Step(a) => &a.common,
     };
     set_threads(common.threads)?;
     let (repeats, json) = (common.repeats, common.json.clone());
@@ -196,6 +197,40 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             }
             let r = repeats.unwrap_or(3);
             vpm::bench::bench_ewald(&device, &a.n, a.accuracy, r, a.sample, json)?;
+            Ok(())
+        }
+        BenchCommand::Step(a) => {
+            at_least(&a.n, 8, "lattice sizes")?;
+            if let Some(n) = a.n.iter().find(|&&n| n % 2 == 1) {
+                bail!("--n {n}: lattice sizes must be even and ≥ 8");
+            }
+            if let Some(o) = a.overlap.iter().find(|&&o| !(o > 0.0 && o <= 3.0)) {
+                bail!("--overlap {o}: must be in (0, 3]");
+            }
+            if !(1e-12..=1e-2).contains(&a.accuracy) {
+                bail!("--accuracy {}: must be in [1e-12, 1e-2]", a.accuracy);
+            }
+            if a.steps == 0 || a.reinit_every == 0 {
+                bail!("--steps and --reinit-every must be at least 1");
+            }
+            let (device, note) = vpm::device::Device::open(a.device)?;
+            if !quiet {
+                eprintln!("--device {}: {note}", a.device);
+            }
+            let options = vpm::bench::StepBenchOptions {
+                overlaps: a.overlap.clone(),
+                evaluator: match a.evaluator {
+                    vpm::cli::EvaluatorArg::Ewald => vpm::summation::EvaluatorKind::Ewald,
+                    vpm::cli::EvaluatorArg::Direct => vpm::summation::EvaluatorKind::Direct,
+                },
+                accuracy: a.accuracy,
+                steps: a.steps,
+                warmup: a.warmup,
+                reinit_every: a.reinit_every,
+                sample: a.sample,
+                outputs: repeats.unwrap_or(3),
+            };
+            vpm::bench::bench_step(&device, &a.n, &options, json)?;
             Ok(())
         }
         BenchCommand::Kernel(a) => {
