@@ -4,8 +4,9 @@
 // reinitialisation, the finite check and the max-norm reductions of the stability limits (§3.4).
 //
 // Layouts: positions, strengths, velocities and stretchings are f64 arrays of 3 per particle
-// (x, y, z); core radii 1 per particle. Every kernel is elementwise or an order-independent
-// reduction (a maximum, a flag), so the results are bit-identical run to run.
+// (x, y, z); core radii 1 per particle. Every kernel is elementwise, an order-independent
+// reduction (a maximum, a flag) or a fixed-order one (vp_summary's per-block sums), so the
+// results are bit-identical run to run.
 
 typedef unsigned long long u64;
 

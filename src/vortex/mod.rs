@@ -118,8 +118,8 @@ pub struct PhaseTimes {
     /// Reinitialisation: the RBF solve for the strengths.
     pub reinit_solve: f64,
     /// The update of positions, strengths and cores from the derivatives (AB2 or Heun, core
-    /// spreading, wrap, finite check); inside `evaluation` for the host stepper, which does it
-    /// on the host between the sums.
+    /// spreading, wrap, finite check): timed by the GPU-resident stepper; the host stepper does
+    /// not time its update loops separately (0 there).
     pub update: f64,
 }
 

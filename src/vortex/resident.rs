@@ -13,8 +13,9 @@
 //! The host receives data only when the run core asks for it: particles, derivatives and
 //! checkpoint arrays at output, snapshot and checkpoint times, the velocity at the spectral
 //! grid's nodes for the diagnostics, and a few scalars per step (the finite flag, and the maxima
-//! of the stability limits when the step is chosen by CFL). Every kernel is elementwise or an
-//! order-independent reduction, and the evaluators and the RBF solve are deterministic, so two
+//! of the stability limits when the step is chosen by CFL). Every kernel is elementwise, an
+//! order-independent reduction (a maximum) or a fixed-order one (per-block sums added in block
+//! order), and the evaluators and the RBF solve are deterministic, so two
 //! runs of a case, and a killed and resumed run, are bit-identical on the same GPU.
 //!
 //! The same equations as [`super::VortexSolver`]; the only differences in the f64 update are
@@ -52,10 +53,11 @@ pub const KERNELS: KernelSource = KernelSource {
 const THREADS: u32 = 256;
 
 /// f64 values per particle the stepper keeps on the device: the state (x 3, α 3, σ 1), the
-/// prepared state (7), Heun's predictor (7), the AB2 history (6), the derivatives at the state
-/// and at the predictor (6 + 6), and a partial-sum row of the summary (≤ 6 per block, counted
-/// in full).
-pub const DEVICE_F64_PER_PARTICLE: u64 = 7 + 7 + 7 + 6 + 6 + 6 + 1;
+/// prepared state (7; also the new set of a reinitialisation), Heun's predictor (7), the AB2
+/// history (6), the derivatives at the state and at the predictor (6 + 6), the blob vorticity
+/// at the particles of the CFL limit (3), and the summary's partial sums (6 per block of 256:
+/// under 1).
+pub const DEVICE_F64_PER_PARTICLE: u64 = 7 + 7 + 7 + 6 + 6 + 6 + 3 + 1;
 
 /// Device bytes of the stepper itself for `particles` particles, a reinitialisation lattice of
 /// `lattice_n`³ nodes (`None`: never reinitialised) and diagnostics on a `grid_n`³ grid
@@ -68,7 +70,8 @@ pub fn device_bytes(particles: usize, lattice_n: Option<usize>, grid_n: Option<u
         let n3 = (n * n * n) as u64;
         // lattice nodes and vorticity (3 + 3 f64 per node), the particles after the solve are
         // the state arrays above (sized for max(particles, n³))
-        bytes += 8 * 6 * n3 + DeviceRbfSolver::device_bytes(n);
+        // (the RBF solve's estimate includes its output, the strengths: counted above)
+        bytes += 8 * 6 * n3 + DeviceRbfSolver::device_bytes(n).saturating_sub(24 * n3);
         bytes += 8 * DEVICE_F64_PER_PARTICLE * n3.saturating_sub(particles as u64);
     }
     if let Some(n) = grid_n {
@@ -167,7 +170,9 @@ fn cfg(n: usize) -> LaunchConfig {
     }
 }
 
-/// Host↔device traffic since the stepper was made, bytes.
+/// Host↔device traffic of the stepper itself since it was made, bytes: particles, derivatives,
+/// checkpoint arrays, flags and maxima (not the RBF solve's small tables and partial sums, nor
+/// what an evaluator moves on its own: nothing, for the GPU Ewald and all-pairs engines).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TransferBytes {
     pub to_device: u64,
@@ -557,7 +562,8 @@ impl ResidentStepper {
             launch!(s, &self.k.wrap, "vp_wrap", cfg(m); &m_i, &length, self.next.x.get_mut())
                 .map_err(device_error)?;
         }
-        if !self.next_is_finite()? {
+        // σ spreads uniformly and monotonically, so its exact host mirror covers every core.
+        if !self.next.sigma_max.is_finite() || !self.next_is_finite()? {
             return Err(VortexError::NonFinite);
         }
         self.times.update += t2.elapsed().as_secs_f64();
@@ -631,6 +637,8 @@ impl ResidentStepper {
         let t1 = Instant::now();
         let s = self.stream.clone();
         let rbf = self.rbf.as_mut().expect("made when reinitialisation is on");
+        // The new set is built in `next` (free between steps) and made current only when all
+        // of it succeeded, so a failure leaves the state as it was (and a checkpoint of it good).
         let report = rbf
             .solve(
                 &self.omega,
@@ -638,22 +646,23 @@ impl ResidentStepper {
                 self.settings.sigma0,
                 self.settings.conditioning,
                 self.settings.zero_total_strength,
-                &mut self.state.alpha,
+                &mut self.next.alpha,
             )
             .map_err(device_error)?;
-        self.state.x.ensure(&s, 3 * n3).map_err(device_error)?;
-        self.state.sigma.ensure(&s, n3).map_err(device_error)?;
+        self.next.x.ensure(&s, 3 * n3).map_err(device_error)?;
+        self.next.sigma.ensure(&s, n3).map_err(device_error)?;
         let (n_i, h, sigma0) = (n as i32, TAU / n as f64, self.settings.sigma0);
-        // SAFETY: vp_lattice(int n, double h, double sigma0, double* x, double* sigma): the
-        // state's x holds 3·n³ and σ n³ doubles (ensured above); the grid covers n³.
+        // SAFETY: vp_lattice(int n, double h, double sigma0, double* x, double* sigma): next's
+        // x holds 3·n³ and σ n³ doubles (ensured above); the grid covers n³.
         launch!(s, &self.k.lattice, "vp_lattice", cfg(n3);
-            &n_i, &h, &sigma0, self.state.x.get_mut(), self.state.sigma.get_mut())
+            &n_i, &h, &sigma0, self.next.x.get_mut(), self.next.sigma.get_mut())
         .map_err(device_error)?;
         self.sync()?;
         self.times.reinit_solve += t1.elapsed().as_secs_f64();
-        self.state.n = n3;
-        self.state.sigma_max = sigma0;
-        self.state.equal_cores = true;
+        self.next.n = n3;
+        self.next.sigma_max = sigma0;
+        self.next.equal_cores = true;
+        std::mem::swap(&mut self.state, &mut self.next);
         self.ids = (0..n3 as u64).collect();
         self.history_dt = None;
         self.derivatives_current = false;
@@ -757,6 +766,10 @@ impl ParticleStepper for ResidentStepper {
         self.times.evaluation += t0.elapsed().as_secs_f64();
         self.ensure_derivatives()?;
         let u_max = self.max_norm(|s| &s.eval.velocity, n)?;
+        // The device maxima propagate a NaN (its bits order above +∞).
+        if !u_max.is_finite() || !omega_max.is_finite() {
+            return Err(VortexError::NonFinite);
+        }
         Ok(stable_step(cfl, h, u_max, omega_max))
     }
 

@@ -823,7 +823,8 @@ impl EwaldDevice {
         if 2 + 2 * reach > cells || 8.0 * h + r_cut >= PI || cells > MAX_CELLS {
             return Ok(false);
         }
-        if (n as u64).pow(3) * 3 >= i32::MAX as u64 * 8 {
+        // 32-bit in the kernel: source indices and the cell offsets (cells³ + 1 of them).
+        if ns >= i32::MAX as usize || cells.pow(3) >= i32::MAX as usize {
             return Ok(false);
         }
         let s = self.stream.clone();
