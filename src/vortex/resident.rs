@@ -29,7 +29,7 @@ use super::{
     stable_step, NamedArray, PhaseTimes, RbfSolver, VortexClock, VortexError, VortexSettings,
 };
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{launch, CompiledModule, CudaError, Gpu, KernelSource};
+use crate::device::cuda::{launch, CompiledModule, CudaError, KernelSource};
 use crate::device::Device;
 use crate::particles::ParticleSet;
 use crate::spectral::{ModeLayout, VectorModes};
@@ -68,7 +68,8 @@ pub fn device_bytes(particles: usize, lattice_n: Option<usize>, grid_n: Option<u
     let mut bytes = 8 * DEVICE_F64_PER_PARTICLE * particles as u64;
     if let Some(n) = lattice_n {
         let n3 = (n * n * n) as u64;
-        // lattice nodes and vorticity (3 + 3 f64 per node), the particles after the solve are
+        // lattice vorticity and nodes (3 + 3 f64 per node; the nodes only for an evaluator
+        // without a lattice method, counted anyway), the particles after the solve are
         // the state arrays above (sized for max(particles, n³))
         // (the RBF solve's estimate includes its output, the strengths: counted above)
         bytes += 8 * 6 * n3 + DeviceRbfSolver::device_bytes(n).saturating_sub(24 * n3);
@@ -181,7 +182,6 @@ pub struct TransferBytes {
 
 /// The GPU-resident stepper (module docs).
 pub struct ResidentStepper {
-    gpu: Arc<Gpu>,
     stream: Arc<CudaStream>,
     _module: Arc<CompiledModule>,
     k: Kernels,
@@ -286,7 +286,6 @@ impl ResidentStepper {
             None
         };
         let mut s = ResidentStepper {
-            gpu,
             stream,
             _module: module,
             k,
@@ -328,16 +327,6 @@ impl ResidentStepper {
         s.upload_particles(&particles)?;
         s.host = Some(particles);
         Ok(s)
-    }
-
-    /// The GPU the particles live on.
-    pub fn gpu(&self) -> &Arc<Gpu> {
-        &self.gpu
-    }
-
-    /// Host↔device traffic since the stepper was made.
-    pub fn transfer_bytes(&self) -> TransferBytes {
-        self.transfers
     }
 
     /// What the last reinitialisation's conditioning found.
@@ -617,21 +606,25 @@ impl ResidentStepper {
         let n = self.settings.lattice_n;
         let n3 = n * n * n;
         let t0 = Instant::now();
-        self.lattice_nodes_into(false, n)?;
         self.sync()?;
-        let sources = self.state.sources();
         let dev = self
             .evaluator
             .device_form()
             .expect("checked at construction");
         // The evaluator's lattice method where it has one (GPU Ewald: separable weights),
-        // else its pair sums at the nodes.
-        if !dev.vorticity_on_lattice_device(&sources, n, &mut self.omega)? {
+        // else its pair sums at the nodes (made only then).
+        if !dev.vorticity_on_lattice_device(&self.state.sources(), n, &mut self.omega)? {
+            self.lattice_nodes_into(false, n)?;
+            self.sync()?;
             let targets = DeviceTargets::Points {
                 x: &self.lattice_x,
                 n: n3,
             };
-            dev.vorticity_on_device(&sources, &targets, &mut self.omega)?;
+            let dev = self
+                .evaluator
+                .device_form()
+                .expect("checked at construction");
+            dev.vorticity_on_device(&self.state.sources(), &targets, &mut self.omega)?;
         }
         self.times.reinit_vorticity += t0.elapsed().as_secs_f64();
         let t1 = Instant::now();

@@ -57,6 +57,33 @@ fn device_error(e: CudaError) -> SummationError {
     SummationError::Device(e.to_string())
 }
 
+/// Packs device-resident sources and targets (with target strengths `talpha` for stretching)
+/// into the engine, as [`AllPairs::upload_sources`] and [`AllPairs::upload_targets`] do from
+/// the host.
+fn pack_on_device<T: GpuReal>(
+    e: &mut AllPairs<T>,
+    sources: &DeviceSources,
+    targets: &DeviceTargets,
+    talpha: Option<&DeviceBuffer<f64>>,
+) -> SumResult {
+    let stream = e.stream().clone();
+    let x = sources.x.addr(&stream);
+    e.pack_sources_on_device(
+        x,
+        sources.alpha.addr(&stream),
+        sources.sigma.addr(&stream),
+        sources.n,
+    )
+    .map_err(device_error)?;
+    let tx = match targets {
+        DeviceTargets::Sources => x,
+        DeviceTargets::Points { x, .. } => x.addr(&stream),
+    };
+    let ta = talpha.map_or(0, |a| a.addr(&stream));
+    e.pack_targets_on_device(tx, ta, targets.len(sources))
+        .map_err(device_error)
+}
+
 impl<T: GpuReal> DeviceSummation for CudaDirectOf<T> {
     fn gpu(&self) -> &Arc<Gpu> {
         self.engine.gpu()
@@ -78,20 +105,7 @@ impl<T: GpuReal> DeviceSummation for CudaDirectOf<T> {
             ),
             DeviceExtra::Gradient => (Mode::Gradient, None),
         };
-        let x = sources.x.addr(&stream);
-        e.pack_sources_on_device(
-            x,
-            sources.alpha.addr(&stream),
-            sources.sigma.addr(&stream),
-            sources.n,
-        )
-        .map_err(device_error)?;
-        let tx = match targets {
-            DeviceTargets::Sources => x,
-            DeviceTargets::Points { x, .. } => x.addr(&stream),
-        };
-        e.pack_targets_on_device(tx, talpha.map_or(0, |a| a.addr(&stream)), nt)
-            .map_err(device_error)?;
+        pack_on_device(e, sources, targets, talpha)?;
         e.launch(mode).map_err(device_error)?;
         out.velocity.ensure(&stream, 3 * nt).map_err(device_error)?;
         let ex = match mode {
@@ -121,19 +135,7 @@ impl<T: GpuReal> DeviceSummation for CudaDirectOf<T> {
         let e = &mut self.engine;
         let stream = e.stream().clone();
         let nt = targets.len(sources);
-        let x = sources.x.addr(&stream);
-        e.pack_sources_on_device(
-            x,
-            sources.alpha.addr(&stream),
-            sources.sigma.addr(&stream),
-            sources.n,
-        )
-        .map_err(device_error)?;
-        let tx = match targets {
-            DeviceTargets::Sources => x,
-            DeviceTargets::Points { x, .. } => x.addr(&stream),
-        };
-        e.pack_targets_on_device(tx, 0, nt).map_err(device_error)?;
+        pack_on_device(e, sources, targets, None)?;
         e.launch(Mode::Vorticity).map_err(device_error)?;
         out.ensure(&stream, 3 * nt).map_err(device_error)?;
         e.unpack_on_device(out.addr(&stream), 0)
