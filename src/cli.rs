@@ -229,6 +229,22 @@ pub struct BenchSpectralArgs {
     /// Dealiasing rules (comma separated).
     #[arg(long, value_delimiter = ',', default_value = "2/3,3/2")]
     pub dealias: Vec<DealiasArg>,
+    /// The solver to time: `cpu` (rayon), `cuda`/`cuda:N` (the GPU solver, f64; an error
+    /// without a usable GPU) or `auto` (the GPU when one is usable). `--backend` is the older
+    /// name.
+    #[arg(long, alias = "backend", default_value = "cpu", value_name = "DEVICE")]
+    pub device: crate::device::DeviceRequest,
+    /// GPU: how the 3-D transforms are done: `pruned` (x transforms only on the rows that hold
+    /// retained modes, then (y, z); what runs use), `full` (cuFFT's 3-D plans), or both (comma
+    /// separated).
+    #[arg(long, value_delimiter = ',', default_value = "pruned,full")]
+    pub transforms: Vec<TransformArg>,
     #[command(flatten)]
     pub common: BenchCommon,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransformArg {
+    Pruned,
+    Full,
 }

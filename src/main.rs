@@ -5,12 +5,13 @@ use clap::Parser;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
-use vpm::cli::{BenchCommand, Cli, Command, DealiasArg};
+use vpm::cli::{BenchCommand, Cli, Command, DealiasArg, TransformArg};
 use vpm::config::{named_cases, resolve_case, Case, Dealias};
 use vpm::output::create_locked_run_dir;
 use vpm::run::memory;
 use vpm::run::simulation::{ResumeChanges, Run};
 use vpm::run::{ProgressStyle, RunEnd, RunOptions};
+use vpm::spectral::gpu::TransformKind;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -178,7 +179,28 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             if let Some(n) = a.n.iter().find(|&&n| n % 2 == 1) {
                 bail!("--n {n}: grid sizes must be even and ≥ 8");
             }
-            vpm::bench::bench_spectral(&a.n, &rules, repeats.unwrap_or(5), json)?;
+            let (device, note) = vpm::device::Device::open(a.device)?;
+            if device.is_cuda() {
+                eprintln!("--device {}: {note}", a.device);
+                let kinds: Vec<TransformKind> = a
+                    .transforms
+                    .iter()
+                    .map(|t| match t {
+                        TransformArg::Pruned => TransformKind::Pruned,
+                        TransformArg::Full => TransformKind::Full,
+                    })
+                    .collect();
+                vpm::bench::spectral::bench_spectral_gpu(
+                    &device,
+                    &a.n,
+                    &rules,
+                    &kinds,
+                    repeats.unwrap_or(10),
+                    json,
+                )?;
+            } else {
+                vpm::bench::bench_spectral(&a.n, &rules, repeats.unwrap_or(5), json)?;
+            }
             Ok(())
         }
         BenchCommand::Direct(a) => {

@@ -559,8 +559,8 @@ fn backend_cuda_without_a_gpu_is_a_clear_error_and_auto_falls_back() {
         "auto should fall back to the CPU and say why:\n{err}"
     );
 
-    // A spectral-only case follows --device cpu; it cannot run on a GPU yet, and asking for
-    // one is an error that says so.
+    // A spectral-only case follows --device cpu; asking for a GPU where there is none is an
+    // error that names the section and says why.
     let q = tmp.path().join("q");
     let o = run(&["run", "quick", "--device", "cpu", "--out", s(&q)]);
     assert_ok(&o, "--device cpu on a spectral-only case");
@@ -574,7 +574,7 @@ fn backend_cuda_without_a_gpu_is_a_clear_error_and_auto_falls_back() {
     let err = stderr(&o);
     assert_no_panic(&err);
     assert!(
-        err.contains("the spectral solver runs on the CPU only"),
+        err.contains("[spectral]") && err.contains("no usable CUDA GPU"),
         "{err}"
     );
     assert!(!tmp.path().join("g").exists());

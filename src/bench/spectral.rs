@@ -1,11 +1,14 @@
-//! `vpm bench spectral`: RK4 steps and 3-D transforms of the pseudo-spectral solver.
+//! `vpm bench spectral`: RK4 steps and 3-D transforms of the pseudo-spectral solver, on the CPU
+//! or (`--device cuda`) the GPU, where it also times the device diagnostics and reports memory.
 
 use super::{cpu_banner, finish_report, median};
 use crate::config::InitialCondition;
+use crate::device::Device;
 use crate::init::initial_modes;
+use crate::spectral::gpu::TransformKind;
 use crate::spectral::Dealias;
-use crate::spectral::{Fft3d, SpectralGrid, SpectralSolver};
-use anyhow::Result;
+use crate::spectral::{Fft3d, GpuSpectralSolver, SpectralGrid, SpectralSolver};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
 use std::time::Instant;
@@ -87,4 +90,144 @@ pub fn bench_spectral(
         }
     }
     finish_report(json, serde_json::json!({ "benchmark": "spectral" }), rows)
+}
+
+/// One row of `vpm bench spectral --device cuda`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SpectralGpuBenchRow {
+    pub n: usize,
+    pub dealias: String,
+    /// Points per dimension of the product grid (3N/2 or N).
+    pub product_grid: usize,
+    /// `pruned` or `full` (src/spectral/gpu.rs).
+    pub transforms: String,
+    /// Median milliseconds of one RK4 step (CUDA events, from the first launch to the finite
+    /// flag on the host).
+    pub ms_per_rk4_step: f64,
+    /// Median milliseconds of the step's 36 transforms alone.
+    pub ms_transforms_per_step: f64,
+    /// ms_transforms_per_step / ms_per_rk4_step.
+    pub fft_share: f64,
+    /// Device memory the solver holds (its buffers and cuFFT's work areas).
+    pub resident_bytes: u64,
+    /// Device memory used during the run as the driver saw it (free memory before the solver
+    /// was made minus the least free memory seen after its steps and diagnostics).
+    pub peak_device_bytes: u64,
+    /// The run's estimate (`GpuSpectralSolver::device_bytes`).
+    pub estimate_bytes: u64,
+    /// Milliseconds of one output step's diagnostics (K, Z, ε, dK/dt, E(k), max |∇·u|),
+    /// reduced on the device.
+    pub ms_diagnostics: f64,
+    pub repeats: usize,
+}
+
+/// Times the GPU solver's RK4 steps, their transforms, its diagnostics and memory for each (N,
+/// dealiasing, transform kind), on an isotropic field with a fresh seed per size.
+pub fn bench_spectral_gpu(
+    device: &Device,
+    sizes: &[usize],
+    rules: &[Dealias],
+    kinds: &[TransformKind],
+    repeats: usize,
+    json: Option<&Path>,
+) -> Result<Vec<SpectralGpuBenchRow>> {
+    let gpu = device
+        .gpu()
+        .context("vpm bench spectral --device cuda needs a GPU")?;
+    println!(
+        "vpm bench spectral: {} (f64), median of {repeats} after warm-up, CUDA events",
+        device.describe()
+    );
+    println!(
+        "{:>6} {:>7} {:>6} {:>7} {:>14} {:>14} {:>6} {:>10} {:>10} {:>12}",
+        "N",
+        "dealias",
+        "grid",
+        "plan",
+        "ms / RK4 step",
+        "ms cuFFT/step",
+        "share",
+        "peak GB",
+        "est. GB",
+        "ms diagnost."
+    );
+    let mut rows = Vec::new();
+    for &n in sizes {
+        for &rule in rules {
+            for &kind in kinds {
+                let grid = SpectralGrid::new(n, rule);
+                let free0 = gpu.free_memory()?;
+                let mut least = free0;
+                let mut solver = GpuSpectralSolver::with_transforms(gpu.clone(), grid, 0.01, kind)?;
+                let ic = InitialCondition::Isotropic {
+                    kp: 4.0,
+                    u0: 1.0,
+                    seed: 0x5eed ^ n as u64,
+                    k_cut: (grid.kmax() as f64).min(12.0),
+                };
+                solver.set_velocity_modes(initial_modes(&ic, &grid.layout())?)?;
+                let dt = 1e-3;
+                let steps = solver.time_steps(dt, repeats)?;
+                least = least.min(gpu.free_memory()?);
+                let fft = solver.time_transforms(repeats)?;
+                // The diagnostics of a new state each time (they are kept per state); the
+                // first call is the warm-up.
+                let mut diag_s = Vec::new();
+                for _ in 0..=repeats.max(1) {
+                    solver.step(dt)?;
+                    // The first right-hand side of the next step (needed for dK/dt) is the
+                    // step's, not the diagnostics'.
+                    solver.speed_sum_max()?;
+                    let t = Instant::now();
+                    solver.flow_stats()?;
+                    solver.shell_spectrum()?;
+                    solver.dkdt_from_rhs()?;
+                    solver.max_divergence()?;
+                    diag_s.push(t.elapsed().as_secs_f64());
+                }
+                diag_s.remove(0);
+                let diag = median(diag_s);
+                least = least.min(gpu.free_memory()?);
+                let step_ms = median(steps);
+                let row = SpectralGpuBenchRow {
+                    n,
+                    dealias: rule.as_str().to_string(),
+                    product_grid: grid.product_grid(),
+                    transforms: kind.as_str().to_string(),
+                    ms_per_rk4_step: step_ms,
+                    ms_transforms_per_step: fft,
+                    fft_share: fft / step_ms,
+                    resident_bytes: solver.resident_bytes(),
+                    peak_device_bytes: (free0 - least) as u64,
+                    estimate_bytes: GpuSpectralSolver::device_bytes(grid),
+                    ms_diagnostics: diag * 1e3,
+                    repeats,
+                };
+                println!(
+                    "{:>6} {:>7} {:>6} {:>7} {:>14.2} {:>14.2} {:>6.2} {:>10.2} {:>10.2} {:>12.2}",
+                    row.n,
+                    row.dealias,
+                    row.product_grid,
+                    row.transforms,
+                    row.ms_per_rk4_step,
+                    row.ms_transforms_per_step,
+                    row.fft_share,
+                    row.peak_device_bytes as f64 / 1e9,
+                    row.estimate_bytes as f64 / 1e9,
+                    row.ms_diagnostics
+                );
+                rows.push(row);
+            }
+        }
+    }
+    let info = gpu.info();
+    finish_report(
+        json,
+        serde_json::json!({
+            "benchmark": "spectral",
+            "device": device.label(),
+            "gpu": info.to_string(),
+        }),
+        rows,
+    )
 }

@@ -62,21 +62,29 @@ fn mode_sums(layout: &ModeLayout, u: &VectorModes) -> (f64, f64, f64) {
 /// K, Z, ε, u', L, T, λ and Re_λ of the field û with viscosity ν.
 pub fn flow_stats(layout: &ModeLayout, u: &VectorModes, nu: f64) -> FlowStats {
     let (energy, enstrophy, inv_k) = mode_sums(layout, u);
-    let dissipation = 2.0 * nu * enstrophy;
-    let u2 = 2.0 * energy / 3.0;
-    let u_rms = u2.sqrt();
-    let integral_scale = std::f64::consts::PI / (2.0 * u2) * inv_k;
-    // λ = √(15νu'²/ε) with ε = 2νZ, written without ν so that inviscid runs get a finite λ.
-    let taylor_microscale = (7.5 * u2 / enstrophy).sqrt();
-    FlowStats {
-        energy,
-        enstrophy,
-        dissipation,
-        u_rms,
-        integral_scale,
-        turnover_time: integral_scale / u_rms,
-        taylor_microscale,
-        re_lambda: u_rms * taylor_microscale / nu,
+    FlowStats::from_mode_sums(energy, enstrophy, inv_k, nu)
+}
+
+impl FlowStats {
+    /// The statistics from the three mode sums (module docs): K = Σ ½|û|², Z = Σ ½|k|²|û|² and
+    /// Σ_{k≠0} ½|û|²/|k|, with viscosity ν. Shared by the CPU sums here and the GPU solver's.
+    pub fn from_mode_sums(energy: f64, enstrophy: f64, inv_k: f64, nu: f64) -> FlowStats {
+        let dissipation = 2.0 * nu * enstrophy;
+        let u2 = 2.0 * energy / 3.0;
+        let u_rms = u2.sqrt();
+        let integral_scale = std::f64::consts::PI / (2.0 * u2) * inv_k;
+        // λ = √(15νu'²/ε) with ε = 2νZ, written without ν so that inviscid runs get a finite λ.
+        let taylor_microscale = (7.5 * u2 / enstrophy).sqrt();
+        FlowStats {
+            energy,
+            enstrophy,
+            dissipation,
+            u_rms,
+            integral_scale,
+            turnover_time: integral_scale / u_rms,
+            taylor_microscale,
+            re_lambda: u_rms * taylor_microscale / nu,
+        }
     }
 }
 

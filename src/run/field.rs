@@ -56,8 +56,6 @@ struct VortexStats {
 /// The spectral solver ± the particle solver (module docs).
 pub struct FieldModel {
     spectral: Box<dyn SpectralStepper>,
-    /// Transform on the N³ solution grid (divergence check).
-    grid_fft: Fft3d,
     vortex: Option<VortexSide>,
     nu: f64,
     timings: BTreeMap<&'static str, f64>,
@@ -106,7 +104,6 @@ impl FieldModel {
         };
         Ok(FieldModel {
             spectral,
-            grid_fft: Fft3d::new(grid.n, grid.layout()),
             vortex,
             nu: case.flow.nu,
             timings: BTreeMap::new(),
@@ -173,7 +170,10 @@ impl Model for FieldModel {
         let mut model = FieldModel::build(case, devices, particles)?;
         let modes = initial_modes(&case.initial, &grid.layout())
             .with_context(|| format!("case `{}`: initial condition", case.name))?;
-        model.spectral.set_velocity_modes(modes);
+        model
+            .spectral
+            .set_velocity_modes(modes)
+            .with_context(|| format!("case `{}`: the initial field", case.name))?;
         Ok(model)
     }
 
@@ -205,7 +205,10 @@ impl Model for FieldModel {
     }
 
     fn stable_dt(&mut self, cfl: f64) -> Result<f64, StepFailure> {
-        let mut dt = self.spectral.cfl_dt(cfl);
+        let mut dt = self
+            .spectral
+            .cfl_dt(cfl)
+            .map_err(|e| StepFailure::new(format!("spectral solver: {e}")))?;
         // Both solvers step together: the particles' limits apply too.
         if let Some(v) = &mut self.vortex {
             let t0 = Instant::now();
@@ -260,7 +263,7 @@ impl Model for FieldModel {
         arrays.push(
             "uhat",
             vec![3, layout.len(), 2],
-            flatten_modes(self.spectral.velocity_modes()),
+            flatten_modes(self.spectral.velocity_modes()?),
         );
         let mut state = ModelState {
             arrays,
@@ -299,7 +302,7 @@ impl Model for FieldModel {
                 *z = Complex64::new(data[j], data[j + 1]);
             }
         }
-        self.spectral.restore_velocity_modes(modes);
+        self.spectral.restore_velocity_modes(modes)?;
         if let Some(v) = &mut self.vortex {
             crate::run::restore_vortex(v.solver.as_mut(), state)?;
             // Checkpoints written before the report was saved have none (the rows then read
@@ -329,8 +332,7 @@ impl Model for FieldModel {
 
     fn progress_figure(&mut self) -> String {
         if self.last_energy.is_nan() {
-            self.last_energy =
-                flow_stats(&self.spectral.layout(), self.spectral.velocity_modes(), 0.0).energy;
+            self.last_energy = self.spectral.flow_stats().map_or(f64::NAN, |s| s.energy);
         }
         format!("K={:.6e}", self.last_energy)
     }
@@ -344,7 +346,7 @@ impl Model for FieldModel {
 
     fn write_final(&mut self, run_dir: &Path) -> Result<()> {
         let n = self.spectral.grid().n;
-        let [u, v, w] = self.spectral.velocity_on_grid();
+        let [u, v, w] = self.spectral.velocity_on_grid()?;
         write_velocity_npz(&run_dir.join(FINAL_NPZ), n, &u, &v, &w)?;
         Ok(())
     }
@@ -402,10 +404,9 @@ impl Callback<FieldModel> for EnergyWriter {
 
     fn call(&mut self, m: &mut FieldModel, ctx: &mut CallContext) -> Result<()> {
         let t0 = Instant::now();
-        let layout = m.spectral.layout();
-        let st = flow_stats(&layout, m.spectral.velocity_modes(), m.nu);
-        let minus_dkdt = -m.spectral.dkdt_from_rhs();
-        let div = max_divergence(&mut m.grid_fft, m.spectral.velocity_modes());
+        let st = m.spectral.flow_stats()?;
+        let minus_dkdt = -m.spectral.dkdt_from_rhs()?;
+        let div = m.spectral.max_divergence()?;
         let mut fields = ctx.time_fields();
         fields.extend(energy_fields(ctx.dt, &st, minus_dkdt, div));
         ctx.logs.row_fmt(SPECTRAL_ENERGY_CSV, &fields)?;
@@ -467,9 +468,8 @@ impl Callback<FieldModel> for SpectraWriter {
 
     fn call(&mut self, m: &mut FieldModel, ctx: &mut CallContext) -> Result<()> {
         let t0 = Instant::now();
-        let layout = m.spectral.layout();
-        let spectrum = shell_spectrum(&layout, m.spectral.velocity_modes());
-        let energy = flow_stats(&layout, m.spectral.velocity_modes(), m.nu).energy;
+        let spectrum = m.spectral.shell_spectrum()?;
+        let energy = m.spectral.flow_stats()?.energy;
         let t = format_f64(ctx.t);
         for (k, e) in spectrum.iter().enumerate() {
             ctx.logs.row_fmt(

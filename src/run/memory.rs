@@ -79,8 +79,24 @@ pub fn particle_count(case: &Case) -> Result<usize> {
 pub fn estimate(case: &Case, devices: &RunDevices) -> Result<MemoryEstimate> {
     let mut e = MemoryEstimate::default();
     if let Some(s) = &case.spectral {
-        e.host
-            .push(("spectral solver".into(), spectral_bytes(s.n, s.dealias)));
+        match &devices.spectral {
+            Some(Device::Cuda(_)) => {
+                let grid = SpectralGrid::new(s.n, s.dealias);
+                e.device.push((
+                    "spectral solver on the GPU".into(),
+                    crate::spectral::GpuSpectralSolver::device_bytes(grid),
+                ));
+                // The host copy of the modes (and its staging copy) at checkpoints and the
+                // final velocity field.
+                let modes = grid.layout().len() as u64 * 3 * C64;
+                let n3 = (s.n as u64).pow(3);
+                e.host
+                    .push(("spectral modes on the host".into(), 2 * modes + 6 * n3 * 8));
+            }
+            _ => e
+                .host
+                .push(("spectral solver".into(), spectral_bytes(s.n, s.dealias))),
+        }
     }
     if let (Some(vc), Some(device)) = (&case.vortex, &devices.vortex) {
         let np = particle_count(case)?;
@@ -159,7 +175,13 @@ pub fn check_fits(case: &Case, devices: &RunDevices) -> Result<()> {
             );
         }
     }
-    if let Some(device @ Device::Cuda(_)) = &devices.vortex {
+    // Both solvers' device parts are counted against the first GPU of the run (they share one
+    // unless the case puts them on different GPUs, where this is conservative).
+    let gpu = [&devices.spectral, &devices.vortex]
+        .into_iter()
+        .flatten()
+        .find(|d| d.is_cuda());
+    if let Some(device) = gpu {
         let need = e.device_total();
         if let Some(free) = device.memory_available() {
             if need > free {

@@ -26,7 +26,7 @@ use crate::particles::ParticleSet;
 use crate::summation::{planner, Boundary};
 use crate::vortex::stepper::ParticleStepper;
 use crate::vortex::VortexSettings;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use simulation::{ResumeChanges, Run, Simulation};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -186,23 +186,13 @@ impl RunDevices {
     }
 }
 
-/// The spectral solver's device. The solver has no GPU version yet: asking for a GPU where only
-/// the spectral solver would use it (`[spectral] device`, or the run's `device` in a case
-/// without particles) is an error; with particles, a run-level GPU request is followed by the
-/// particle solver, and the log says the spectral one stays on the CPU.
+/// The spectral solver's device: its section's own `device`, else the run's; `auto` takes the
+/// GPU when one is usable and the log says which and why.
 fn spectral_device(case: &Case, own: Option<DeviceRequest>) -> Result<Device> {
-    let request = own.unwrap_or(case.device);
-    if request.is_cuda() && (own.is_some() || case.vortex.is_none()) {
-        bail!(
-            "case `{}`: device \"{request}\": {}",
-            case.name,
-            crate::spectral::stepper::SpectralPlanError::NoGpuVersion
-        );
-    }
-    if request != DeviceRequest::Cpu {
-        tracing::info!("spectral device: cpu (the spectral solver has no GPU version yet)");
-    }
-    Ok(Device::Cpu)
+    let (device, note) = Device::open(own.unwrap_or(case.device))
+        .with_context(|| format!("case `{}`: [spectral]", case.name))?;
+    tracing::info!("spectral device: {note}");
+    Ok(device)
 }
 
 /// The particle stepper of a case around `particles`, on `device`, with the evaluator the

@@ -132,6 +132,8 @@ pub struct SpectralSolver {
     /// exp(−ν|k|²Δt/2) per mode for the Δt in `ehalf_dt`.
     ehalf: Vec<f64>,
     ehalf_dt: f64,
+    /// Transform on the N³ solution grid (the divergence check), made on first use.
+    grid_fft: Option<Fft3d>,
 }
 
 impl SpectralSolver {
@@ -162,6 +164,7 @@ impl SpectralSolver {
             stage_b: zero_modes(&layout),
             ehalf: vec![1.0; layout.len()],
             ehalf_dt: 0.0,
+            grid_fft: None,
         }
     }
 
@@ -374,6 +377,13 @@ impl SpectralSolver {
             })
     }
 
+    /// max |∇·u| over the N³ nodes of the solution grid ([`crate::diagnostics::max_divergence`]).
+    pub fn max_divergence(&mut self) -> f64 {
+        let (n, layout) = (self.grid.n, self.layout);
+        let fft = self.grid_fft.get_or_insert_with(|| Fft3d::new(n, layout));
+        crate::diagnostics::max_divergence(fft, &self.uhat)
+    }
+
     /// Velocity on the N^3 solution grid (nodes x_i = −π + i·h), components in [i][j][k] order.
     pub fn velocity_on_grid(&self) -> [Vec<f64>; 3] {
         let n = self.grid.n;
@@ -417,7 +427,7 @@ impl Pointwise<6, 3> for RotationalForm<'_> {
 
 /// The Leray projection of one mode, with the arithmetic of [`project`].
 #[inline]
-fn leray(k: [i64; 3], [x, y, z]: [Complex64; 3]) -> [Complex64; 3] {
+pub fn leray(k: [i64; 3], [x, y, z]: [Complex64; 3]) -> [Complex64; 3] {
     let k = k.map(|x| x as f64);
     let k2 = k[0] * k[0] + k[1] * k[1] + k[2] * k[2];
     if k2 == 0.0 {
@@ -425,6 +435,21 @@ fn leray(k: [i64; 3], [x, y, z]: [Complex64; 3]) -> [Complex64; 3] {
     }
     let dot = (x * k[0] + y * k[1] + z * k[2]) / k2;
     [x - dot * k[0], y - dot * k[1], z - dot * k[2]]
+}
+
+/// What [`SpectralSolver::set_velocity_modes`] does to a new state, mode by mode with
+/// [`leray`]: the projection onto divergence-free fields, a Hermitian k_z = 0 plane and a zero
+/// mean. For a solver that keeps no per-mode tables on the host (the GPU one).
+pub fn make_real_solenoidal(layout: &ModeLayout, uhat: &mut VectorModes) {
+    let [a, b, c] = uhat;
+    layout.for_each_mode(|i, k| {
+        let [x, y, z] = leray(k, [a[i], b[i], c[i]]);
+        (a[i], b[i], c[i]) = (x, y, z);
+    });
+    for c in uhat.iter_mut() {
+        layout.enforce_hermitian(c);
+        c[0] = ZERO;
+    }
 }
 
 /// Leray projection v̂ ← v̂ − k (k·v̂)/|k|², and v̂(0) = 0.

@@ -1,12 +1,24 @@
 //! The seam between the run core and a spectral solver: [`SpectralStepper`], implemented by
-//! the CPU solver ([`SpectralSolver`]) and meant for a GPU one that keeps its Fourier modes on
-//! the device between steps. The run core reaches the modes only through
-//! [`SpectralStepper::velocity_modes`], which a device implementation answers by pulling them at
-//! output, checkpoint and progress times, never every step.
+//! the CPU solver ([`SpectralSolver`]) and the GPU one ([`GpuSpectralSolver`], which keeps its
+//! Fourier modes on the device between steps). The run core reads the state through the
+//! diagnostics here, reduced where the state lives; it pulls the modes themselves
+//! ([`SpectralStepper::velocity_modes`]) only at checkpoints and for fields.
 
+use super::gpu::GpuSpectralSolver;
 use super::solver::{NonFiniteState, SpectralGrid, SpectralSolver, VectorModes};
 use super::ModeLayout;
+use crate::device::cuda::CudaError;
 use crate::device::Device;
+use crate::diagnostics::FlowStats;
+
+/// Why a spectral stepper stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SpectralError {
+    #[error(transparent)]
+    NonFinite(#[from] NonFiniteState),
+    #[error("the spectral solver on the GPU: {0}")]
+    Device(#[from] CudaError),
+}
 
 /// A pseudo-spectral Navier–Stokes stepper on the periodic box (docs/physics.md §5).
 pub trait SpectralStepper: Send {
@@ -15,19 +27,25 @@ pub trait SpectralStepper: Send {
     /// Kinematic viscosity.
     fn nu(&self) -> f64;
     /// Sets the velocity modes of the initial field (projected onto divergence-free fields).
-    fn set_velocity_modes(&mut self, uhat: VectorModes);
+    fn set_velocity_modes(&mut self, uhat: VectorModes) -> Result<(), SpectralError>;
     /// Restores modes saved by a checkpoint, exactly (no projection).
-    fn restore_velocity_modes(&mut self, uhat: VectorModes);
+    fn restore_velocity_modes(&mut self, uhat: VectorModes) -> Result<(), SpectralError>;
     /// The velocity modes of the current state on the host (a device stepper copies them back).
-    fn velocity_modes(&mut self) -> &VectorModes;
+    fn velocity_modes(&mut self) -> Result<&VectorModes, SpectralError>;
     /// The largest step the CFL rule of §5.4 allows for CFL number `cfl`.
-    fn cfl_dt(&mut self, cfl: f64) -> f64;
+    fn cfl_dt(&mut self, cfl: f64) -> Result<f64, SpectralError>;
     /// One Lawson RK4 step; a non-finite result is not committed.
-    fn step(&mut self, dt: f64) -> Result<(), NonFiniteState>;
+    fn step(&mut self, dt: f64) -> Result<(), SpectralError>;
     /// dK/dt from the right-hand side at the current state (−2νZ plus round-off).
-    fn dkdt_from_rhs(&mut self) -> f64;
+    fn dkdt_from_rhs(&mut self) -> Result<f64, SpectralError>;
+    /// K, Z, ε, u', L, T, λ, Re_λ of the current state (§6).
+    fn flow_stats(&mut self) -> Result<FlowStats, SpectralError>;
+    /// The shell spectrum E(s) of the current state (§6).
+    fn shell_spectrum(&mut self) -> Result<Vec<f64>, SpectralError>;
+    /// max |∇·u| over the N³ nodes.
+    fn max_divergence(&mut self) -> Result<f64, SpectralError>;
     /// The velocity on the N³ solution grid (the final field).
-    fn velocity_on_grid(&mut self) -> [Vec<f64>; 3];
+    fn velocity_on_grid(&mut self) -> Result<[Vec<f64>; 3], SpectralError>;
     /// The device the state lives on.
     fn device(&self) -> Device;
 
@@ -44,50 +62,101 @@ impl SpectralStepper for SpectralSolver {
     fn nu(&self) -> f64 {
         SpectralSolver::nu(self)
     }
-    fn set_velocity_modes(&mut self, uhat: VectorModes) {
-        SpectralSolver::set_velocity_modes(self, uhat)
+    fn set_velocity_modes(&mut self, uhat: VectorModes) -> Result<(), SpectralError> {
+        SpectralSolver::set_velocity_modes(self, uhat);
+        Ok(())
     }
-    fn restore_velocity_modes(&mut self, uhat: VectorModes) {
-        SpectralSolver::restore_velocity_modes(self, uhat)
+    fn restore_velocity_modes(&mut self, uhat: VectorModes) -> Result<(), SpectralError> {
+        SpectralSolver::restore_velocity_modes(self, uhat);
+        Ok(())
     }
-    fn velocity_modes(&mut self) -> &VectorModes {
-        SpectralSolver::velocity_modes(self)
+    fn velocity_modes(&mut self) -> Result<&VectorModes, SpectralError> {
+        Ok(SpectralSolver::velocity_modes(self))
     }
-    fn cfl_dt(&mut self, cfl: f64) -> f64 {
-        SpectralSolver::cfl_dt(self, cfl)
+    fn cfl_dt(&mut self, cfl: f64) -> Result<f64, SpectralError> {
+        Ok(SpectralSolver::cfl_dt(self, cfl))
     }
-    fn step(&mut self, dt: f64) -> Result<(), NonFiniteState> {
-        SpectralSolver::step(self, dt)
+    fn step(&mut self, dt: f64) -> Result<(), SpectralError> {
+        Ok(SpectralSolver::step(self, dt)?)
     }
-    fn dkdt_from_rhs(&mut self) -> f64 {
-        SpectralSolver::dkdt_from_rhs(self)
+    fn dkdt_from_rhs(&mut self) -> Result<f64, SpectralError> {
+        Ok(SpectralSolver::dkdt_from_rhs(self))
     }
-    fn velocity_on_grid(&mut self) -> [Vec<f64>; 3] {
-        SpectralSolver::velocity_on_grid(self)
+    fn flow_stats(&mut self) -> Result<FlowStats, SpectralError> {
+        Ok(crate::diagnostics::flow_stats(
+            &self.layout(),
+            SpectralSolver::velocity_modes(self),
+            self.nu(),
+        ))
+    }
+    fn shell_spectrum(&mut self) -> Result<Vec<f64>, SpectralError> {
+        Ok(crate::diagnostics::shell_spectrum(
+            &self.layout(),
+            SpectralSolver::velocity_modes(self),
+        ))
+    }
+    fn max_divergence(&mut self) -> Result<f64, SpectralError> {
+        Ok(SpectralSolver::max_divergence(self))
+    }
+    fn velocity_on_grid(&mut self) -> Result<[Vec<f64>; 3], SpectralError> {
+        Ok(SpectralSolver::velocity_on_grid(self))
     }
     fn device(&self) -> Device {
         Device::Cpu
     }
 }
 
-/// Why no spectral stepper could be made for a device.
-#[derive(Debug, thiserror::Error)]
-pub enum SpectralPlanError {
-    #[error(
-        "the spectral solver runs on the CPU only (its GPU version is not written yet); use \
-         \"cpu\" or \"auto\""
-    )]
-    NoGpuVersion,
+impl SpectralStepper for GpuSpectralSolver {
+    fn grid(&self) -> SpectralGrid {
+        GpuSpectralSolver::grid(self)
+    }
+    fn nu(&self) -> f64 {
+        GpuSpectralSolver::nu(self)
+    }
+    fn set_velocity_modes(&mut self, uhat: VectorModes) -> Result<(), SpectralError> {
+        Ok(GpuSpectralSolver::set_velocity_modes(self, uhat)?)
+    }
+    fn restore_velocity_modes(&mut self, uhat: VectorModes) -> Result<(), SpectralError> {
+        Ok(GpuSpectralSolver::restore_velocity_modes(self, uhat)?)
+    }
+    fn velocity_modes(&mut self) -> Result<&VectorModes, SpectralError> {
+        Ok(GpuSpectralSolver::velocity_modes(self)?)
+    }
+    fn cfl_dt(&mut self, cfl: f64) -> Result<f64, SpectralError> {
+        Ok(GpuSpectralSolver::cfl_dt(self, cfl)?)
+    }
+    fn step(&mut self, dt: f64) -> Result<(), SpectralError> {
+        GpuSpectralSolver::step(self, dt)
+    }
+    fn dkdt_from_rhs(&mut self) -> Result<f64, SpectralError> {
+        Ok(GpuSpectralSolver::dkdt_from_rhs(self)?)
+    }
+    fn flow_stats(&mut self) -> Result<FlowStats, SpectralError> {
+        Ok(GpuSpectralSolver::flow_stats(self)?)
+    }
+    fn shell_spectrum(&mut self) -> Result<Vec<f64>, SpectralError> {
+        Ok(GpuSpectralSolver::shell_spectrum(self)?)
+    }
+    fn max_divergence(&mut self) -> Result<f64, SpectralError> {
+        Ok(GpuSpectralSolver::max_divergence(self)?)
+    }
+    fn velocity_on_grid(&mut self) -> Result<[Vec<f64>; 3], SpectralError> {
+        Ok(GpuSpectralSolver::velocity_on_grid(self)?)
+    }
+    fn device(&self) -> Device {
+        Device::Cuda(self.gpu().clone())
+    }
 }
 
-/// The spectral stepper for `device`: the CPU solver (the place where a GPU solver is chosen).
+/// The spectral stepper for `device`: the CPU solver, or the GPU solver on a GPU (its
+/// buffers and cuFFT plans made here).
 pub fn plan(
     grid: SpectralGrid,
     nu: f64,
     device: &Device,
-) -> Result<Box<dyn SpectralStepper>, SpectralPlanError> {
+) -> Result<Box<dyn SpectralStepper>, CudaError> {
     match device {
         Device::Cpu => Ok(Box::new(SpectralSolver::new(grid, nu))),
-        Device::Cuda(_) => Err(SpectralPlanError::NoGpuVersion),
+        Device::Cuda(gpu) => Ok(Box::new(GpuSpectralSolver::new(gpu.clone(), grid, nu)?)),
     }
 }

@@ -43,7 +43,7 @@ use super::rbf::LatticeGaussian;
 use super::reinit::{ConditioningReport, LatticeConditioning, LatticeFilter};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{launch, CudaError, Gpu, KernelSource};
-use crate::summation::ewald::engine::cufft_available;
+use crate::summation::ewald::engine::{cufft_available, cufft_error};
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
@@ -126,14 +126,6 @@ fn blocks(n: usize) -> usize {
     half_modes(n)
         .div_ceil(THREADS as usize)
         .clamp(1, MAX_BLOCKS)
-}
-
-/// A cuFFT failure as a [`CudaError`] naming the transform.
-fn cufft_error<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> CudaError {
-    move |e| CudaError::Driver {
-        what: what.into(),
-        message: format!("{e:?}"),
-    }
 }
 
 impl DeviceRbfSolver {

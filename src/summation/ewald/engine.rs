@@ -974,8 +974,9 @@ fn check_written(v: &[f64], what: &str) -> Result<(), CudaError> {
     }
 }
 
-/// A cuFFT failure as a [`CudaError`] naming the transform.
-fn cufft_error<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> CudaError {
+/// A cuFFT failure as a [`CudaError`] naming the transform (shared by the GPU engines that use
+/// cuFFT).
+pub(crate) fn cufft_error<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> CudaError {
     move |e| CudaError::Driver {
         what: what.into(),
         message: format!("{e:?}"),

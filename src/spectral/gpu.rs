@@ -1,0 +1,988 @@
+//! The pseudo-spectral solver on a GPU, in f64 (docs/physics.md §5): the device form of
+//! [`SpectralSolver`](super::SpectralSolver), with the same retained modes (so 2/3 truncation
+//! stays free), the 3/2 rule or 2/3 truncation, the rotational form with Leray projection,
+//! Lawson's RK4, and the diagnostics of [`crate::diagnostics`] reduced on the device. Kernels:
+//! `kernels/spectral.cu`; transforms: cuFFT, plans made once.
+//!
+//! The state û, the first stage k1 = N(û), the two stage inputs and the accumulator live on the
+//! device for the whole run, in the CPU's mode order ([`ModeLayout`]); the host sees a 4-byte
+//! finite flag per step, 8 bytes when the CFL rule asks for the speed, and the diagnostics'
+//! block partials at output times. Modes come back only when asked for (checkpoints, fields,
+//! the end of a run).
+//!
+//! One right-hand side N(v̂) = P F[v × ω] on the product grid M (3N/2 or N), M_h = M/2 + 1:
+//! 1. `sp_gather`: v̂ and ω̂ = i k × v̂ into six half spectra (M²·M_h, cuFFT's D2Z layout), zero
+//!    outside the retained modes;
+//! 2. six inverse transforms;
+//! 3. `sp_cross`: v × ω in place, and max(|v_x| + |v_y| + |v_z|) (the CFL speed);
+//! 4. three forward transforms;
+//! 5. `sp_store`: the 1/M³ scaling, the projection and the Runge–Kutta stage update of every
+//!    retained mode (k2, k3, k4 are never stored, as on the CPU).
+//!
+//! **Transforms.** [`TransformKind::Full`] uses cuFFT's 3-D plans. [`TransformKind::Pruned`]
+//! skips the lines that are all padding: only the rows k_y ≤ K and k_y ≥ −K of the half spectrum
+//! hold retained modes, so the complex x transforms run on two blocks of K + 1 rows (one 1-D plan,
+//! stride M·M_h, distance 1: about 2/3 of the x lines), then the real (y, z) transforms on every x
+//! plane (one 2-D plan batched over x, contiguous). The solver uses the pruned transforms:
+//! `vpm bench spectral --device cuda` measured them 4–7 % faster at 256³ and 512³ with 2/3
+//! truncation and at 256³ with the 3/2 rule on an H100 (docs/performance.md).
+//!
+//! **Determinism.** Every kernel is elementwise, an order-free maximum, or a sum over a fixed
+//! grid with a fixed tree per block whose partials the host adds in block order; cuFFT's plans
+//! are deterministic for a given plan and device. Two runs are bit-identical.
+//!
+//! The results agree with the CPU solver to round-off: the transforms differ (cuFFT against
+//! rustfft), the formulas are the CPU's, but NVRTC contracts products and sums into fused
+//! multiply-adds and the sums are trees, so the last bits differ (tests/gpu_spectral.rs: 1e-14
+//! relative over 1000 steps).
+
+use super::layout::ModeLayout;
+use super::solver::{NonFiniteState, SpectralGrid, VectorModes};
+use super::stepper::SpectralError;
+use crate::device::buffer::DeviceBuffer;
+use crate::device::cuda::{launch, CudaError, Gpu, KernelSource};
+use crate::diagnostics::flow::{shell_count, FlowStats};
+use crate::summation::ewald::engine::{cufft_available, cufft_error};
+use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft, FftDirection};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use num_complex::Complex64;
+use std::sync::Arc;
+
+/// Its name in logs and NVRTC messages.
+pub const SOURCE_NAME: &str = "spectral.cu";
+/// The kernel source, embedded in the binary.
+pub const SOURCE: &str = include_str!("../../kernels/spectral.cu");
+/// The family (no headers).
+pub const KERNELS: KernelSource = KernelSource {
+    file: SOURCE_NAME,
+    text: SOURCE,
+    headers: &[],
+};
+
+/// Threads per block (`SP_THREADS` in spectral.cu).
+const THREADS: u32 = 256;
+/// Most blocks of a grid-stride kernel.
+const MAX_BLOCKS: usize = 8192;
+
+/// How the 3-D transforms are done (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransformKind {
+    /// x transforms only on the rows of retained k_y, then (y, z).
+    Pruned,
+    /// cuFFT's 3-D plans over the whole half spectrum.
+    Full,
+}
+
+impl TransformKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TransformKind::Pruned => "pruned",
+            TransformKind::Full => "full",
+        }
+    }
+}
+
+/// Stored modes of one half spectrum on the m grid: m²·(m/2 + 1).
+fn half_len(m: usize) -> usize {
+    m * m * (m / 2 + 1)
+}
+
+/// Field stride of the half-spectrum buffer for grid m: m²·(m/2 + 1) rounded up to 16 values
+/// (256 bytes), so that every field starts aligned for cuFFT whatever m is.
+fn spec_stride(m: usize) -> usize {
+    half_len(m).next_multiple_of(16)
+}
+
+/// Field stride of the real buffer for grid m: m³ rounded up to 32 values (256 bytes).
+fn real_stride(m: usize) -> usize {
+    (m * m * m).next_multiple_of(32)
+}
+
+/// cuFFT plans between half spectra and real fields on one m³ grid holding modes |k_i| ≤ kmax.
+struct Transforms {
+    m: usize,
+    kmax: usize,
+    kind: TransformKind,
+    /// Pruned: the 1-D x plan (Z2Z) over K + 1 rows of y. Full: the 3-D Z2D plan.
+    a: CudaFft,
+    /// Pruned: the 2-D (y, z) Z2D plan, batched over the x planes. Full: the 3-D D2Z plan.
+    b: CudaFft,
+    /// Pruned: the 2-D (y, z) D2Z plan. Full: None.
+    c: Option<CudaFft>,
+    /// The work areas cuFFT allocated for the plans, in bytes.
+    work_bytes: u64,
+}
+
+impl Transforms {
+    fn new(
+        m: usize,
+        kmax: usize,
+        kind: TransformKind,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Self, CudaError> {
+        let mi = m as i32;
+        let mh = (m / 2 + 1) as i32;
+        #[allow(clippy::too_many_arguments)]
+        let plan = |n: &[i32],
+                    inembed: &[i32],
+                    istride,
+                    idist,
+                    onembed: &[i32],
+                    ostride,
+                    odist,
+                    ty,
+                    batch| {
+            CudaFft::plan_many(
+                n,
+                Some(inembed),
+                istride,
+                idist,
+                Some(onembed),
+                ostride,
+                odist,
+                ty,
+                batch,
+                stream.clone(),
+            )
+            .map_err(|e| CudaError::Driver {
+                what: format!("creating a cuFFT plan for the {m}^3 grid"),
+                message: format!("{e:?}"),
+            })
+        };
+        use cufft_sys::cufftType::{CUFFT_D2Z, CUFFT_Z2D, CUFFT_Z2Z};
+        let (a, b, c) = match kind {
+            TransformKind::Pruned => {
+                // x lines of K + 1 rows y (every k_z): element x of line b at b + x·M·M_h.
+                let plane = mi * mh;
+                let x = plan(
+                    &[mi],
+                    &[mi],
+                    plane,
+                    1,
+                    &[mi],
+                    plane,
+                    1,
+                    CUFFT_Z2Z,
+                    (kmax as i32 + 1) * mh,
+                )?;
+                // (y, z) planes, one per x, contiguous.
+                let yz_inv = plan(
+                    &[mi, mi],
+                    &[mi, mh],
+                    1,
+                    plane,
+                    &[mi, mi],
+                    1,
+                    mi * mi,
+                    CUFFT_Z2D,
+                    mi,
+                )?;
+                let yz_fwd = plan(
+                    &[mi, mi],
+                    &[mi, mi],
+                    1,
+                    mi * mi,
+                    &[mi, mh],
+                    1,
+                    plane,
+                    CUFFT_D2Z,
+                    mi,
+                )?;
+                (x, yz_inv, Some(yz_fwd))
+            }
+            TransformKind::Full => {
+                let cplx = [mi, mi, mh];
+                let real = [mi, mi, mi];
+                let dist_c = half_len(m) as i32;
+                let dist_r = mi * mi * mi;
+                let inv = plan(&real, &cplx, 1, dist_c, &real, 1, dist_r, CUFFT_Z2D, 1)?;
+                let fwd = plan(&real, &real, 1, dist_r, &cplx, 1, dist_c, CUFFT_D2Z, 1)?;
+                (inv, fwd, None)
+            }
+        };
+        let size = |p: &CudaFft| {
+            // SAFETY: p holds a live plan handle (made above, destroyed only by its Drop); the
+            // call writes one size_t.
+            unsafe { cufft_result::get_size(p.handle()) }
+                .map(|b| b as u64)
+                .map_err(cufft_error("reading a cuFFT work-area size"))
+        };
+        let mut work_bytes = size(&a)? + size(&b)?;
+        if let Some(c) = &c {
+            work_bytes += size(c)?;
+        }
+        Ok(Transforms {
+            m,
+            kmax,
+            kind,
+            a,
+            b,
+            c,
+            work_bytes,
+        })
+    }
+
+    /// The offsets (in complex values) of the two blocks of K + 1 rows y that hold every
+    /// retained k_y: rows 0..=K and M−K−1..M (the row M−K−1 holds no retained mode and is zero,
+    /// so including it changes nothing).
+    fn row_blocks(&self) -> [u64; 2] {
+        let mh = (self.m / 2 + 1) as u64;
+        [0, (self.m - self.kmax - 1) as u64 * mh]
+    }
+
+    /// The real field at `real` (m³ f64) from the half spectrum at `spec` (m²·m_h complex,
+    /// overwritten: cuFFT's Z2D uses its input as scratch).
+    ///
+    /// # Safety
+    /// `spec` and `real` are live device allocations of this plan's context holding those
+    /// sizes, 16-byte aligned.
+    unsafe fn inverse(&self, spec: u64, real: u64) -> Result<(), CudaError> {
+        let s = spec as *mut cufft_sys::cufftDoubleComplex;
+        let r = real as *mut cufft_sys::cufftDoubleReal;
+        match self.kind {
+            TransformKind::Pruned => {
+                for off in self.row_blocks() {
+                    let p = s.add(off as usize);
+                    cufft_result::exec_z2z(self.a.handle(), p, p, FftDirection::Inverse as i32)
+                        .map_err(cufft_error("cuFFT Z2Z (x) inverse"))?;
+                }
+                cufft_result::exec_z2d(self.b.handle(), s, r)
+                    .map_err(cufft_error("cuFFT Z2D (y, z)"))
+            }
+            TransformKind::Full => {
+                cufft_result::exec_z2d(self.a.handle(), s, r).map_err(cufft_error("cuFFT Z2D"))
+            }
+        }
+    }
+
+    /// The half spectrum at `spec` (unnormalised DFT; with the pruned transforms only the rows
+    /// of retained k_y are transformed along x, the others are left undefined) of the real
+    /// field at `real` (left unchanged).
+    ///
+    /// # Safety
+    /// As [`Transforms::inverse`].
+    unsafe fn forward(&self, real: u64, spec: u64) -> Result<(), CudaError> {
+        let s = spec as *mut cufft_sys::cufftDoubleComplex;
+        let r = real as *mut cufft_sys::cufftDoubleReal;
+        match self.kind {
+            TransformKind::Pruned => {
+                let yz = self
+                    .c
+                    .as_ref()
+                    .expect("pruned transforms have a (y, z) D2Z plan");
+                cufft_result::exec_d2z(yz.handle(), r, s)
+                    .map_err(cufft_error("cuFFT D2Z (y, z)"))?;
+                for off in self.row_blocks() {
+                    let p = s.add(off as usize);
+                    cufft_result::exec_z2z(self.a.handle(), p, p, FftDirection::Forward as i32)
+                        .map_err(cufft_error("cuFFT Z2Z (x) forward"))?;
+                }
+                Ok(())
+            }
+            TransformKind::Full => {
+                cufft_result::exec_d2z(self.b.handle(), r, s).map_err(cufft_error("cuFFT D2Z"))
+            }
+        }
+    }
+}
+
+/// The kernels of spectral.cu.
+struct Kernels {
+    gather: CudaFunction,
+    scatter: CudaFunction,
+    cross: CudaFunction,
+    max_abs: CudaFunction,
+    rk_begin: CudaFunction,
+    store: CudaFunction,
+    hermitian: CudaFunction,
+    nonfinite: CudaFunction,
+    mode_sums: CudaFunction,
+}
+
+/// Which mode buffer a right-hand side reads.
+#[derive(Clone, Copy)]
+enum Input {
+    State,
+    StageA,
+    StageB,
+}
+
+/// Diagnostics of one state, reduced on the device.
+#[derive(Clone)]
+struct StateSums {
+    /// Σ w e, Σ w e |k|², Σ w e/|k|, dK/dt from the right-hand side.
+    sums: [f64; 4],
+    spectrum: Vec<f64>,
+}
+
+/// The pseudo-spectral solver on one GPU (module docs).
+pub struct GpuSpectralSolver {
+    gpu: Arc<Gpu>,
+    stream: Arc<CudaStream>,
+    grid: SpectralGrid,
+    layout: ModeLayout,
+    nu: f64,
+    k: Kernels,
+    /// Transforms on the product grid.
+    product: Transforms,
+    /// Transforms on the N grid for the diagnostics and the final field, when it differs from
+    /// the product grid (made on first use).
+    solution: Option<Transforms>,
+    /// The state û and the first stage, two stage inputs and the accumulator (3·L each).
+    uhat: DeviceBuffer<cufft_sys::double2>,
+    k1: DeviceBuffer<cufft_sys::double2>,
+    stage_a: DeviceBuffer<cufft_sys::double2>,
+    stage_b: DeviceBuffer<cufft_sys::double2>,
+    acc: DeviceBuffer<cufft_sys::double2>,
+    /// Six half spectra and six real fields on the product grid.
+    spec: DeviceBuffer<cufft_sys::double2>,
+    real: DeviceBuffer<f64>,
+    /// Maxima (bits): [0] the speed at the current state (written by its right-hand side),
+    /// [1] the speed at the stages (not used), [2] the divergence.
+    speed: DeviceBuffer<u64>,
+    flag: DeviceBuffer<u32>,
+    scalars: DeviceBuffer<f64>,
+    shells: DeviceBuffer<f64>,
+    k1_valid: bool,
+    speed_sum_max: Option<f64>,
+    sums: Option<StateSums>,
+    /// The host copy of û, when current.
+    host: Option<VectorModes>,
+}
+
+impl std::fmt::Debug for GpuSpectralSolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuSpectralSolver")
+            .field("gpu", &self.gpu.info().name)
+            .field("grid", &self.grid)
+            .finish()
+    }
+}
+
+/// Launch configuration of a grid-stride kernel over `n` items.
+fn cfg_for(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (
+            n.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32,
+            1,
+            1,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn load(module: &Arc<cudarc::driver::CudaModule>, name: &str) -> Result<CudaFunction, CudaError> {
+    module
+        .load_function(name)
+        .map_err(|e| CudaError::driver(format!("loading kernel {name}"), e))
+}
+
+impl GpuSpectralSolver {
+    /// A solver with zero velocity on `gpu`, with the pruned transforms (the faster with both
+    /// rules up to 512³ on an H100, docs/performance.md).
+    pub fn new(gpu: Arc<Gpu>, grid: SpectralGrid, nu: f64) -> Result<Self, CudaError> {
+        Self::with_transforms(gpu, grid, nu, TransformKind::Pruned)
+    }
+
+    /// A solver with zero velocity on `gpu` whose transforms are done as `kind` says. Allocates
+    /// everything a step needs ([`GpuSpectralSolver::device_bytes`]) and makes the plans.
+    pub fn with_transforms(
+        gpu: Arc<Gpu>,
+        grid: SpectralGrid,
+        nu: f64,
+        kind: TransformKind,
+    ) -> Result<Self, CudaError> {
+        cufft_available()?;
+        let m = grid.product_grid();
+        // cuFFT's plans here are 32-bit (M³ ≤ 2³¹ − 1: M ≤ 1290), and sp_mode_sums takes at
+        // most 4·256 values of k_x per thread block.
+        if m < 4 || (m as u128).pow(3) > i32::MAX as u128 || 2 * grid.kmax() + 1 > 4 * 256 {
+            return Err(CudaError::Invalid(format!(
+                "GPU spectral solver: n = {} with {} dealiasing (product grid {m}³) is outside \
+                 what it handles (product grid 4³ to 1290³, K ≤ 511)",
+                grid.n, grid.dealias
+            )));
+        }
+        let stream = gpu
+            .context()
+            .new_stream()
+            .map_err(|e| CudaError::driver("creating a stream", e))?;
+        let module = gpu.module_from(&KERNELS, &[])?;
+        let md = &module.module;
+        let k = Kernels {
+            gather: load(md, "sp_gather")?,
+            scatter: load(md, "sp_scatter")?,
+            cross: load(md, "sp_cross")?,
+            max_abs: load(md, "sp_max_abs")?,
+            rk_begin: load(md, "sp_rk_begin")?,
+            store: load(md, "sp_store")?,
+            hermitian: load(md, "sp_hermitian")?,
+            nonfinite: load(md, "sp_nonfinite")?,
+            mode_sums: load(md, "sp_mode_sums")?,
+        };
+        let layout = grid.layout();
+        let product = Transforms::new(m, grid.kmax(), kind, &stream)?;
+        // The N-grid plans of the diagnostics, made now so that their memory is taken at the
+        // start of a run, not at its first output.
+        let solution = if grid.n != m {
+            Some(Transforms::new(grid.n, grid.kmax(), kind, &stream)?)
+        } else {
+            None
+        };
+        let l3 = 3 * layout.len();
+        let mut s = GpuSpectralSolver {
+            gpu,
+            stream: stream.clone(),
+            grid,
+            layout,
+            nu,
+            k,
+            product,
+            solution,
+            uhat: DeviceBuffer::new(),
+            k1: DeviceBuffer::new(),
+            stage_a: DeviceBuffer::new(),
+            stage_b: DeviceBuffer::new(),
+            acc: DeviceBuffer::new(),
+            spec: DeviceBuffer::new(),
+            real: DeviceBuffer::new(),
+            speed: DeviceBuffer::new(),
+            flag: DeviceBuffer::new(),
+            scalars: DeviceBuffer::new(),
+            shells: DeviceBuffer::new(),
+            k1_valid: false,
+            speed_sum_max: None,
+            sums: None,
+            host: None,
+        };
+        for b in [
+            &mut s.uhat,
+            &mut s.k1,
+            &mut s.stage_a,
+            &mut s.stage_b,
+            &mut s.acc,
+        ] {
+            b.zero(&stream, l3)?;
+        }
+        s.spec.ensure(&stream, 6 * spec_stride(m))?;
+        s.real.ensure(&stream, 6 * real_stride(m))?;
+        s.speed.ensure(&stream, 3)?;
+        s.flag.ensure(&stream, 1)?;
+        let side = layout.side();
+        s.scalars.ensure(&stream, 4 * side)?;
+        s.shells.ensure(&stream, side * shell_count(&layout))?;
+        Ok(s)
+    }
+
+    /// Device memory of a solver for `grid`, in bytes: five vector mode arrays (3·L complex
+    /// f64 each: state, first stage, two stage inputs, accumulator), six half spectra
+    /// (M²·(M/2 + 1) complex f64) and six real fields (M³ f64) on the product grid, the
+    /// diagnostics' row partials, and an allowance for cuFFT's work areas (each plan keeps its
+    /// own) of three half spectra on the product grid, two on the N grid when it differs, plus
+    /// 64 MiB. tests/gpu_spectral.rs checks it against the driver's figure.
+    pub fn device_bytes(grid: SpectralGrid) -> u64 {
+        let layout = grid.layout();
+        let m = grid.product_grid();
+        let l = layout.len() as u64;
+        let half = spec_stride(m) as u64 * 16;
+        let modes = 5 * 3 * l * 16;
+        let fields = 6 * half + 6 * real_stride(m) as u64 * 8;
+        let partials = layout.side() as u64 * (4 + shell_count(&layout) as u64) * 8;
+        let solution = if grid.n != m {
+            2 * spec_stride(grid.n) as u64 * 16
+        } else {
+            0
+        };
+        modes + fields + partials + 3 * half + solution + (64 << 20)
+    }
+
+    /// What this solver holds on the device now, in bytes: its buffers and the work areas cuFFT
+    /// reported for its plans. For checking [`GpuSpectralSolver::device_bytes`].
+    pub fn resident_bytes(&self) -> u64 {
+        let c = 16u64;
+        let modes = [
+            &self.uhat,
+            &self.k1,
+            &self.stage_a,
+            &self.stage_b,
+            &self.acc,
+        ]
+        .iter()
+        .map(|b| b.get().len() as u64 * c)
+        .sum::<u64>();
+        let fields = self.spec.get().len() as u64 * c + self.real.get().len() as u64 * 8;
+        let partials = 8 * (self.scalars.get().len() + self.shells.get().len()) as u64;
+        let work = self.product.work_bytes + self.solution.as_ref().map_or(0, |t| t.work_bytes);
+        modes + fields + partials + work
+    }
+
+    pub fn grid(&self) -> SpectralGrid {
+        self.grid
+    }
+
+    pub fn layout(&self) -> ModeLayout {
+        self.layout
+    }
+
+    pub fn nu(&self) -> f64 {
+        self.nu
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// How the transforms are done.
+    pub fn transform_kind(&self) -> TransformKind {
+        self.product.kind
+    }
+
+    fn addr<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        b: &DeviceBuffer<T>,
+    ) -> u64 {
+        b.addr(&self.stream)
+    }
+
+    /// Marks the state changed.
+    fn state_changed(&mut self) {
+        self.k1_valid = false;
+        self.speed_sum_max = None;
+        self.sums = None;
+        self.host = None;
+    }
+
+    /// Uploads `uhat` as the state.
+    fn upload_state(&mut self, uhat: &VectorModes) -> Result<(), CudaError> {
+        let len = self.layout.len();
+        assert!(uhat.iter().all(|c| c.len() == len));
+        let flat: Vec<cufft_sys::double2> = uhat
+            .iter()
+            .flat_map(|c| c.iter().map(|z| cufft_sys::double2 { x: z.re, y: z.im }))
+            .collect();
+        self.uhat
+            .upload(&self.stream, &flat, "the spectral state")?;
+        self.stream
+            .synchronize()
+            .map_err(|e| CudaError::driver("waiting for the upload of the state", e))?;
+        self.state_changed();
+        Ok(())
+    }
+
+    /// Replaces the state, projected onto divergence-free fields with the mean removed and the
+    /// k_z = 0 plane Hermitian ([`super::SpectralSolver::set_velocity_modes`]).
+    pub fn set_velocity_modes(&mut self, mut uhat: VectorModes) -> Result<(), CudaError> {
+        super::solver::make_real_solenoidal(&self.layout, &mut uhat);
+        self.upload_state(&uhat)?;
+        self.host = Some(uhat);
+        Ok(())
+    }
+
+    /// Restores a state exactly (no projection).
+    pub fn restore_velocity_modes(&mut self, uhat: VectorModes) -> Result<(), CudaError> {
+        self.upload_state(&uhat)?;
+        self.host = Some(uhat);
+        Ok(())
+    }
+
+    /// The state on the host (copied back once per state).
+    pub fn velocity_modes(&mut self) -> Result<&VectorModes, CudaError> {
+        if self.host.is_none() {
+            let len = self.layout.len();
+            let mut flat = vec![cufft_sys::double2 { x: 0.0, y: 0.0 }; 3 * len];
+            self.uhat
+                .download(&self.stream, &mut flat, "the spectral state")?;
+            self.stream
+                .synchronize()
+                .map_err(|e| CudaError::driver("waiting for the state", e))?;
+            let modes: VectorModes = std::array::from_fn(|c| {
+                flat[c * len..(c + 1) * len]
+                    .iter()
+                    .map(|z| Complex64::new(z.x, z.y))
+                    .collect()
+            });
+            self.host = Some(modes);
+        }
+        Ok(self.host.as_ref().expect("just copied"))
+    }
+
+    /// Enqueues one right-hand side N(input) and the store of `stage` (spectral.cu `sp_store`);
+    /// resets and updates the speed maximum.
+    fn rhs(&mut self, input: Input, stage: i32, dt: f64) -> Result<(), CudaError> {
+        let s = self.stream.clone();
+        let m = self.product.m;
+        let (hs, rs) = (spec_stride(m), real_stride(m));
+        let n3 = m * m * m;
+        let len = self.layout.len() as i64;
+        let kmax = self.layout.kmax as i32;
+        let mi = m as i32;
+        let src = match input {
+            Input::State => self.addr(&self.uhat),
+            Input::StageA => self.addr(&self.stage_a),
+            Input::StageB => self.addr(&self.stage_b),
+        };
+        let spec = self.addr(&self.spec);
+        let real = self.addr(&self.real);
+        let hs_i = hs as i64;
+        // SAFETY: sp_gather(const double2* v, long long len, double2* h, long long hstride,
+        // int m, int kmax): v is a mode buffer of 3·len double2 (zeroed to that size at
+        // construction), h the spectra buffer of 6 fields of hstride ≥ m²·(m/2+1) double2.
+        launch!(s, &self.k.gather, "sp_gather", cfg_for(half_len(m));
+            &src, &len, &spec, &hs_i, &mi, &kmax)?;
+        for f in 0..6u64 {
+            // SAFETY: field f of the spectra (hs double2) and of the real fields (rs f64), both
+            // inside the buffers sized at construction and 256-byte aligned; plans of this
+            // context.
+            unsafe {
+                self.product
+                    .inverse(spec + f * hs as u64 * 16, real + f * rs as u64 * 8)?
+            };
+        }
+        // Slot 0: the speed at the current state (stage 1); slot 1: the stages' (unused).
+        let speed = self.addr(&self.speed) + 8 * u64::from(stage != 1);
+        self.zero_word(speed)?;
+        let (n3_i, rs_i) = (n3 as i64, rs as i64);
+        // SAFETY: sp_cross(double* r, long long n3, long long rs, unsigned long long*
+        // speed_max): r holds six fields of rs ≥ n3 f64, speed_max points into the 3-word
+        // speed buffer; blockDim = SP_THREADS (its shared array).
+        launch!(s, &self.k.cross, "sp_cross", cfg_for(n3); &real, &n3_i, &rs_i, &speed)?;
+        for f in 0..3u64 {
+            // SAFETY: as for the inverse transforms above.
+            unsafe {
+                self.product
+                    .forward(real + f * rs as u64 * 8, spec + f * hs as u64 * 16)?
+            };
+        }
+        let scale = 1.0 / (m as f64).powi(3);
+        let (uh, k1, acc, sa, sb) = (
+            self.addr(&self.uhat),
+            self.addr(&self.k1),
+            self.addr(&self.acc),
+            self.addr(&self.stage_a),
+            self.addr(&self.stage_b),
+        );
+        let nu = self.nu;
+        // SAFETY: sp_store(const double2* h, long long hstride, int m, double scale, int kmax,
+        // long long len, int stage, double nu, double dt, const double2* uh, double2* k1,
+        // double2* acc, double2* sa, double2* sb): h the spectra (the first three fields
+        // written by the forward transforms), the five mode buffers 3·len double2 each.
+        launch!(s, &self.k.store, "sp_store", cfg_for(len as usize);
+            &spec, &hs_i, &mi, &scale, &kmax, &len, &stage, &nu, &dt, &uh, &k1, &acc, &sa,
+            &sb)?;
+        Ok(())
+    }
+
+    /// Zeroes the u64 at device address `word` (a slot of the maxima buffer) on the stream.
+    fn zero_word(&self, word: u64) -> Result<(), CudaError> {
+        // SAFETY: word is the address of one of the 3 u64 of `self.speed` (allocated at
+        // construction on this stream's context).
+        unsafe { cudarc::driver::result::memset_d8_async(word, 0, 8, self.stream.cu_stream()) }
+            .map_err(|e| CudaError::driver("zeroing a maximum", e))
+    }
+
+    /// Reads slot `i` of the maxima buffer (waits for the stream).
+    fn read_word(&self, i: usize, what: &str) -> Result<f64, CudaError> {
+        let mut bits = [0u64; 3];
+        self.speed.download(&self.stream, &mut bits, what)?;
+        self.stream
+            .synchronize()
+            .map_err(|e| CudaError::driver(format!("waiting for {what}"), e))?;
+        Ok(f64::from_bits(bits[i]))
+    }
+
+    /// N(û) at the current state into k1, and its speed maximum into slot 0 (enqueued once per
+    /// state; nothing is read back).
+    fn ensure_k1(&mut self) -> Result<(), CudaError> {
+        if !self.k1_valid {
+            self.rhs(Input::State, 1, 0.0)?;
+            self.k1_valid = true;
+        }
+        Ok(())
+    }
+
+    /// max(|u| + |v| + |w|) over the product grid at the current state.
+    pub fn speed_sum_max(&mut self) -> Result<f64, CudaError> {
+        self.ensure_k1()?;
+        if self.speed_sum_max.is_none() {
+            self.speed_sum_max = Some(self.read_word(0, "the speed maximum")?);
+        }
+        Ok(self.speed_sum_max.expect("just read"))
+    }
+
+    /// Drops the host copy of the state, so that the next [`GpuSpectralSolver::velocity_modes`]
+    /// reads the device (tests).
+    pub fn forget_host_copy(&mut self) {
+        self.host = None;
+    }
+
+    /// The CFL step Δt = C·h / max(|u| + |v| + |w|) (infinite for u = 0).
+    pub fn cfl_dt(&mut self, cfl: f64) -> Result<f64, CudaError> {
+        let s = self.speed_sum_max()?;
+        Ok(if s > 0.0 {
+            cfl * self.grid.h() / s
+        } else {
+            f64::INFINITY
+        })
+    }
+
+    /// One Lawson RK4 step (module docs of [`super::solver`]); a step whose result is not
+    /// finite is not committed.
+    pub fn step(&mut self, dt: f64) -> Result<(), SpectralError> {
+        self.ensure_k1()?;
+        let s = self.stream.clone();
+        let len = self.layout.len() as i64;
+        let kmax = self.layout.kmax as i32;
+        let nu = self.nu;
+        let (uh, k1, acc, sa) = (
+            self.addr(&self.uhat),
+            self.addr(&self.k1),
+            self.addr(&self.acc),
+            self.addr(&self.stage_a),
+        );
+        // SAFETY: sp_rk_begin(const double2* uh, const double2* k1, double2* acc, double2* sa,
+        // long long len, int kmax, double nu, double dt): four mode buffers of 3·len double2.
+        launch!(s, &self.k.rk_begin, "sp_rk_begin", cfg_for(len as usize);
+            &uh, &k1, &acc, &sa, &len, &kmax, &nu, &dt)?;
+        self.rhs(Input::StageA, 2, dt)?;
+        self.rhs(Input::StageB, 3, dt)?;
+        self.rhs(Input::StageA, 4, dt)?;
+        let side = self.layout.side();
+        let herm = LaunchConfig {
+            grid_dim: ((side * side).div_ceil(THREADS as usize) as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: sp_hermitian(double2* v, long long len, int kmax): acc holds 3·len double2;
+        // one thread per (iy, ix) of the side² plane, the rest return.
+        launch!(s, &self.k.hermitian, "sp_hermitian", herm; &acc, &len, &kmax)?;
+        self.flag.zero(&s, 1)?;
+        let n = 6 * len;
+        let flag = self.addr(&self.flag);
+        // SAFETY: sp_nonfinite(const double* v, long long n, unsigned int* flag): acc holds
+        // 3·len double2 = 6·len doubles; flag one u32.
+        launch!(s, &self.k.nonfinite, "sp_nonfinite", cfg_for(n as usize); &acc, &n, &flag)?;
+        let mut bad = [0u32];
+        self.flag.download(&s, &mut bad, "the finite flag")?;
+        s.synchronize()
+            .map_err(|e| CudaError::driver("waiting for the RK4 step", e))?;
+        if bad[0] != 0 {
+            // The state and its first stage are untouched.
+            return Err(NonFiniteState.into());
+        }
+        std::mem::swap(&mut self.uhat, &mut self.acc);
+        self.state_changed();
+        Ok(())
+    }
+
+    /// The device-reduced sums of the current state (once per state).
+    fn state_sums(&mut self) -> Result<StateSums, CudaError> {
+        if let Some(s) = &self.sums {
+            return Ok(s.clone());
+        }
+        self.ensure_k1()?;
+        let s = self.stream.clone();
+        let side = self.layout.side();
+        let nshell = shell_count(&self.layout);
+        let len = self.layout.len() as i64;
+        let kmax = self.layout.kmax as i32;
+        let nshell_i = nshell as i32;
+        let nu = self.nu;
+        let (u, k1, sc, sh) = (
+            self.addr(&self.uhat),
+            self.addr(&self.k1),
+            self.addr(&self.scalars),
+            self.addr(&self.shells),
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (side as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: sp_mode_sums(const double2* u, const double2* k1, long long len, int kmax,
+        // double nu, int nshell, double* scalars, double* shells): u and k1 hold 3·len double2,
+        // scalars 4·side and shells side·nshell doubles (sized at construction); one block per
+        // row, blockDim = SP_THREADS, side ≤ 4·SP_THREADS (checked at construction).
+        launch!(s, &self.k.mode_sums, "sp_mode_sums", cfg;
+            &u, &k1, &len, &kmax, &nu, &nshell_i, &sc, &sh)?;
+        let mut scalars = vec![0.0; 4 * side];
+        let mut shells = vec![0.0; side * nshell];
+        self.scalars.download(&s, &mut scalars, "the mode sums")?;
+        self.shells
+            .download(&s, &mut shells, "the shell spectrum")?;
+        s.synchronize()
+            .map_err(|e| CudaError::driver("waiting for the diagnostics", e))?;
+        // Rows added in row order.
+        let mut sums = [0.0; 4];
+        for row in scalars.chunks_exact(4) {
+            for (a, b) in sums.iter_mut().zip(row) {
+                *a += b;
+            }
+        }
+        let mut spectrum = vec![0.0; nshell];
+        for row in shells.chunks_exact(nshell) {
+            for (a, b) in spectrum.iter_mut().zip(row) {
+                *a += b;
+            }
+        }
+        let r = StateSums { sums, spectrum };
+        self.sums = Some(r.clone());
+        Ok(r)
+    }
+
+    /// K, Z, ε, u', L, T, λ, Re_λ of the current state, reduced on the device.
+    pub fn flow_stats(&mut self) -> Result<FlowStats, CudaError> {
+        let s = self.state_sums()?;
+        Ok(FlowStats::from_mode_sums(
+            s.sums[0], s.sums[1], s.sums[2], self.nu,
+        ))
+    }
+
+    /// The shell spectrum E(s) of the current state, reduced on the device.
+    pub fn shell_spectrum(&mut self) -> Result<Vec<f64>, CudaError> {
+        Ok(self.state_sums()?.spectrum)
+    }
+
+    /// dK/dt from the right-hand side at the current state.
+    pub fn dkdt_from_rhs(&mut self) -> Result<f64, CudaError> {
+        Ok(self.state_sums()?.sums[3])
+    }
+
+    /// The N-grid transforms (the product grid's when they coincide).
+    fn solution_transforms(&self) -> &Transforms {
+        self.solution.as_ref().unwrap_or(&self.product)
+    }
+
+    /// Enqueues the real field `what` (0–2: velocity component, 3: divergence) of the state on
+    /// the N grid into real field `slot` (N³ values from slot·N³).
+    fn field_on_grid(&mut self, what: i32, slot: usize) -> Result<(), CudaError> {
+        let s = self.stream.clone();
+        let n = self.grid.n;
+        let hlen = half_len(n);
+        let rs = real_stride(n) as u64;
+        let (u, spec, real) = (
+            self.addr(&self.uhat),
+            self.addr(&self.spec),
+            self.addr(&self.real),
+        );
+        let len = self.layout.len() as i64;
+        let kmax = self.layout.kmax as i32;
+        let ni = n as i32;
+        // SAFETY: sp_scatter(const double2* v, long long len, double2* h, int m, int kmax,
+        // int what): u holds 3·len double2; h the first N²·(N/2+1) values of the spectra
+        // buffer (N ≤ M).
+        launch!(s, &self.k.scatter, "sp_scatter", cfg_for(hlen);
+            &u, &len, &spec, &ni, &kmax, &what)?;
+        let t = self.solution_transforms();
+        // SAFETY: the spectra buffer holds ≥ N²·(N/2+1) double2 and the real buffer 6 fields of
+        // real_stride(M) ≥ real_stride(N) f64 (slot ≤ 2, each slot 256-byte aligned), all of
+        // this context.
+        unsafe { t.inverse(spec, real + slot as u64 * rs * 8) }
+    }
+
+    /// max |∇·u| over the N³ nodes, on the device.
+    pub fn max_divergence(&mut self) -> Result<f64, CudaError> {
+        self.field_on_grid(3, 0)?;
+        let s = self.stream.clone();
+        let n3 = self.grid.n.pow(3);
+        let (real, out) = (self.addr(&self.real), self.addr(&self.speed) + 16);
+        self.zero_word(out)?;
+        let n3_i = n3 as i64;
+        // SAFETY: sp_max_abs(const double* r, long long n, unsigned long long* out): the first
+        // N³ values of the real buffer (just written), slot 2 of the maxima; blockDim =
+        // SP_THREADS.
+        launch!(s, &self.k.max_abs, "sp_max_abs", cfg_for(n3); &real, &n3_i, &out)?;
+        self.read_word(2, "the divergence maximum")
+    }
+
+    /// The velocity on the N³ grid, components in [i][j][k] order.
+    pub fn velocity_on_grid(&mut self) -> Result<[Vec<f64>; 3], CudaError> {
+        let n3 = self.grid.n.pow(3);
+        let rs = real_stride(self.grid.n);
+        for c in 0..3 {
+            self.field_on_grid(c as i32, c)?;
+        }
+        let mut flat = vec![0.0; 2 * rs + n3];
+        self.real
+            .download(&self.stream, &mut flat, "the velocity on the grid")?;
+        self.stream
+            .synchronize()
+            .map_err(|e| CudaError::driver("waiting for the velocity on the grid", e))?;
+        Ok(std::array::from_fn(|c| flat[c * rs..c * rs + n3].to_vec()))
+    }
+
+    /// Median milliseconds (CUDA events) of the 36 transforms of one RK4 step alone (4 × (6
+    /// inverse + 3 forward) on the product grid), over `repeats` repetitions after one warm-up:
+    /// the cuFFT part of [`GpuSpectralSolver::step`], for `vpm bench spectral`. Leaves the
+    /// state unchanged (only scratch is transformed).
+    pub fn time_transforms(&mut self, repeats: usize) -> Result<f64, CudaError> {
+        let s = self.stream.clone();
+        let m = self.product.m;
+        let (hlen, n3) = (spec_stride(m) as u64, real_stride(m) as u64);
+        let (spec, real) = (self.addr(&self.spec), self.addr(&self.real));
+        let run = |t: &Transforms| -> Result<(), CudaError> {
+            for _ in 0..4 {
+                for f in 0..6 {
+                    // SAFETY: field f of the buffers sized at construction (contents are
+                    // scratch here).
+                    unsafe { t.inverse(spec + f * hlen * 16, real + f * n3 * 8)? };
+                }
+                for f in 0..3 {
+                    // SAFETY: as above.
+                    unsafe { t.forward(real + f * n3 * 8, spec + f * hlen * 16)? };
+                }
+            }
+            Ok(())
+        };
+        let ctx = self.gpu.context();
+        let ev = || {
+            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| CudaError::driver("creating an event", e))
+        };
+        let (start, stop) = (ev()?, ev()?);
+        run(&self.product)?;
+        let mut ms = Vec::new();
+        for _ in 0..repeats.max(1) {
+            start
+                .record(&s)
+                .map_err(|e| CudaError::driver("recording an event", e))?;
+            run(&self.product)?;
+            stop.record(&s)
+                .map_err(|e| CudaError::driver("recording an event", e))?;
+            let t = start
+                .elapsed_ms(&stop)
+                .map_err(|e| CudaError::driver("timing the transforms", e))?;
+            ms.push(t as f64);
+        }
+        // The scratch buffers were overwritten: the next right-hand side rewrites them all.
+        ms.sort_by(f64::total_cmp);
+        Ok(ms[ms.len() / 2])
+    }
+
+    /// Milliseconds (CUDA events) of each of `repeats` RK4 steps of size `dt` after one warm-up
+    /// step, each timed from the first launch to the finite flag's arrival; the state advances.
+    pub fn time_steps(&mut self, dt: f64, repeats: usize) -> Result<Vec<f64>, SpectralError> {
+        let ctx = self.gpu.context().clone();
+        let ev = || {
+            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| CudaError::driver("creating an event", e))
+        };
+        let (start, stop) = (ev()?, ev()?);
+        self.step(dt)?;
+        let mut ms = Vec::new();
+        for _ in 0..repeats.max(1) {
+            start
+                .record(&self.stream)
+                .map_err(|e| CudaError::driver("recording an event", e))?;
+            self.step(dt)?;
+            stop.record(&self.stream)
+                .map_err(|e| CudaError::driver("recording an event", e))?;
+            let t = start
+                .elapsed_ms(&stop)
+                .map_err(|e| CudaError::driver("timing a step", e))?;
+            ms.push(t as f64);
+        }
+        Ok(ms)
+    }
+}
