@@ -90,6 +90,11 @@ fn sigint_checkpoints_and_resume_reproduces_the_uninterrupted_run() {
     }
     // SAFETY: kill(2) on the child we spawned, with a valid signal number.
     assert_eq!(unsafe { kill(child.id() as i32, SIGINT) }, 0);
+    // A copy of the same request a moment later, as coreutils `timeout` sends it (to the child,
+    // then to its process group): still one request, the run stops with its checkpoint.
+    std::thread::sleep(Duration::from_millis(20));
+    // SAFETY: as above (the child cannot have been reaped: it is waited for only below).
+    assert_eq!(unsafe { kill(child.id() as i32, SIGINT) }, 0);
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_no_panic(&err);

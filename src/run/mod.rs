@@ -130,15 +130,41 @@ fn stop_flag() -> &'static Arc<AtomicBool> {
     FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
 }
 
+/// How long after the first signal a second one ends the process at once. Shorter gaps are one
+/// request delivered twice: coreutils `timeout` (without `--foreground`) sends its signal to the
+/// child and then to its whole process group, and a run stopped that way lost its checkpoint
+/// when the copy arrived as a separate signal.
+const SECOND_SIGNAL_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Makes SIGINT and SIGTERM ask the run to stop after the step in progress, with a checkpoint;
-/// a second signal of either kind ends the process at once (exit status 130).
+/// a second signal of either kind, [`SECOND_SIGNAL_AFTER`] or more after the first, ends the
+/// process at once (exit status 130).
 pub fn install_signal_handlers() -> Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
+    use std::sync::atomic::AtomicU64;
+    use std::time::Instant;
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    // Nanoseconds after BASE of the first signal, plus one; 0 before any.
+    static FIRST: AtomicU64 = AtomicU64::new(0);
+    let base = *BASE.get_or_init(Instant::now);
     for sig in [SIGINT, SIGTERM] {
-        // The order matters: the conditional shutdown sees the flag set by a first signal.
-        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(stop_flag()))
-            .context("installing the signal handlers")?;
-        signal_hook::flag::register(sig, Arc::clone(stop_flag()))
+        let flag = Arc::clone(stop_flag());
+        let handler = move || {
+            // Instant::now (clock_gettime) and atomics are async-signal-safe.
+            let now = base.elapsed().as_nanos() as u64 + 1;
+            match FIRST.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => flag.store(true, Ordering::SeqCst),
+                Err(first) => {
+                    if now.saturating_sub(first) >= SECOND_SIGNAL_AFTER.as_nanos() as u64 {
+                        signal_hook::low_level::exit(130);
+                    }
+                }
+            }
+        };
+        // SAFETY: the handler only reads the monotonic clock, updates atomics and calls
+        // `_exit` (signal_hook::low_level::exit), all async-signal-safe; it never allocates or
+        // locks.
+        unsafe { signal_hook::low_level::register(sig, handler) }
             .context("installing the signal handlers")?;
     }
     Ok(())

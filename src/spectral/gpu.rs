@@ -24,8 +24,9 @@
 //! hold retained modes, so the complex x transforms run on two blocks of K + 1 rows (one 1-D plan,
 //! stride M·M_h, distance 1: about 2/3 of the x lines), then the real (y, z) transforms on every x
 //! plane (one 2-D plan batched over x, contiguous). The solver uses the pruned transforms:
-//! `vpm bench spectral --device cuda` measured them 4–7 % faster at 256³ and 512³ with 2/3
-//! truncation and at 256³ with the 3/2 rule on an H100 (docs/performance.md).
+//! `vpm bench spectral --device cuda` measured them 4–7 % faster at 256³ with either rule and at
+//! 512³ with 2/3 truncation on an H100, and within 4 % of the full ones at 128³ and at 512³ with
+//! the 3/2 rule (docs/performance.md).
 //!
 //! **Determinism.** Every kernel is elementwise, an order-free maximum, or a sum over a fixed
 //! grid with a fixed tree per block whose partials the host adds in block order; cuFFT's plans
@@ -380,8 +381,9 @@ fn load(module: &Arc<cudarc::driver::CudaModule>, name: &str) -> Result<CudaFunc
 }
 
 impl GpuSpectralSolver {
-    /// A solver with zero velocity on `gpu`, with the pruned transforms (the faster with both
-    /// rules up to 512³ on an H100, docs/performance.md).
+    /// A solver with zero velocity on `gpu`, with the pruned transforms (on an H100 4–7 % faster
+    /// at 256³ with either rule and at 512³ with 2/3 truncation, within 4 % of the full ones
+    /// elsewhere; docs/performance.md).
     pub fn new(gpu: Arc<Gpu>, grid: SpectralGrid, nu: f64) -> Result<Self, CudaError> {
         Self::with_transforms(gpu, grid, nu, TransformKind::Pruned)
     }
