@@ -210,6 +210,8 @@ extern "C" __global__ void sp_rk_begin(const double2 *__restrict__ uh, const dou
 // The projected nonlinear term of every retained mode from the three forward-transformed
 // products (half spectra on the m grid, hstride apart; scaled by 1/m³ here), and what the stage
 // does with it (solver.rs `step`, with k = P F[u × ω] of this right-hand side):
+//   stage 0: k1 = the retained modes as transformed, not projected (the diagnostics of a field
+//            given on the grid, src/spectral/gpu.rs `DeviceGridDiagnostics`);
 //   stage 1: k1 = k;
 //   stage 2: acc += Δt/3 E_h k;  sb = E_h û + Δt/2 k;
 //   stage 3: acc += Δt/3 E_h k;  sa = E û + Δt E_h k;
@@ -232,6 +234,11 @@ extern "C" __global__ void sp_store(const double2 *__restrict__ h, long long hst
         double2 n[3];
 #pragma unroll
         for (int c = 0; c < 3; c++) n[c] = sp_scale(h[c * hstride + p], scale);
+        if (stage == 0) {
+#pragma unroll
+            for (int c = 0; c < 3; c++) k1[c * len + i] = n[c];
+            continue;
+        }
         const double k2 = k[0] * k[0] + k[1] * k[1] + k[2] * k[2];
         double2 q[3];
         if (k2 == 0.0) {
@@ -289,6 +296,17 @@ extern "C" __global__ void sp_hermitian(double2 *__restrict__ v, long long len, 
         } else if (kx == 0 && ky == 0) {
             d[0].y = 0.0;
         }
+    }
+}
+
+// Three real fields (rs apart) from n3 node-major 3-vectors u[3·p + c].
+extern "C" __global__ void sp_deinterleave(const double *__restrict__ u, long long n3,
+                                           double *__restrict__ r, long long rs)
+{
+    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < n3;
+         p += (long long)gridDim.x * blockDim.x) {
+#pragma unroll
+        for (int c = 0; c < 3; c++) r[c * rs + p] = u[3 * p + c];
     }
 }
 

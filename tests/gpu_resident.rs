@@ -336,3 +336,58 @@ fn gpu_lattice_vorticity_matches_cpu_separable_sum() {
         assert!(e < 1e-12, "n = {n}: {e:e}");
     }
 }
+
+/// The particle field's diagnostics reduced on the device (`ParticleStepper::grid_diagnostics`,
+/// src/spectral/gpu.rs `DeviceGridDiagnostics`) against the host's on the modes of the same
+/// velocity (`velocity_modes_on_grid`): K, Z, L, λ, E(k) and max |∇·u|, on grids of 32³ (the
+/// lattice's) and 24³ (not a power of two), after a few steps of `hit-32-compare`.
+#[test]
+fn resident_grid_diagnostics_match_host() {
+    let Some(device) = gpu_device("resident_grid_diagnostics_match_host") else {
+        return;
+    };
+    let c = case("hit-32-compare");
+    let nu = c.flow.nu;
+    let mut s = stepper(&c, &device, initial(&c));
+    for _ in 0..3 {
+        s.prepare_step(fixed_dt(&c)).unwrap();
+        s.commit_step().unwrap();
+    }
+    for n in [32, 24] {
+        let d = s
+            .grid_diagnostics(n, nu)
+            .unwrap()
+            .expect("the resident stepper has them");
+        let (layout, modes) = s.velocity_modes_on_grid(n).unwrap();
+        assert_eq!(d.layout, layout, "{n}³: layout");
+        let st = flow_stats(&layout, &modes, nu);
+        let rel = |a: f64, b: f64| ((a - b) / b).abs();
+        for (name, a, b) in [
+            ("K", d.stats.energy, st.energy),
+            ("Z", d.stats.enstrophy, st.enstrophy),
+            ("L", d.stats.integral_scale, st.integral_scale),
+            ("λ", d.stats.taylor_microscale, st.taylor_microscale),
+        ] {
+            assert!(rel(a, b) <= 1e-12, "{n}³: {name} {a} vs {b}");
+        }
+        let spec = vpm::diagnostics::shell_spectrum(&layout, &modes);
+        assert_eq!(d.spectrum.len(), spec.len());
+        for (k, (a, b)) in d.spectrum.iter().zip(&spec).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-12 * st.energy,
+                "{n}³: E({k}) {a} vs {b}"
+            );
+        }
+        let mut fft = vpm::spectral::Fft3d::new(n, layout);
+        let div = vpm::diagnostics::max_divergence(&mut fft, &modes);
+        println!(
+            "{n}³: K {:.6e} (host {:.6e}), max|∇·u| {:.3e} (host {:.3e})",
+            d.stats.energy, st.energy, d.max_divergence, div
+        );
+        assert!(
+            (d.max_divergence - div).abs() <= 1e-9 * div.max(1e-300) + 1e-15,
+            "{n}³: max|∇·u| {} vs {div}",
+            d.max_divergence
+        );
+    }
+}

@@ -126,12 +126,22 @@ impl FieldModel {
                 return Ok(None);
             };
             let t0 = Instant::now();
-            let (layout, modes) = v.solver.velocity_modes_on_grid(n)?;
-            let mut fft = Fft3d::new(n, layout);
-            self.vortex_stats = Some(VortexStats {
-                stats: flow_stats(&layout, &modes, nu),
-                spectrum: shell_spectrum(&layout, &modes),
-                max_div: max_divergence(&mut fft, &modes),
+            self.vortex_stats = Some(match v.solver.grid_diagnostics(n, nu)? {
+                // Reduced where the particles live (the GPU-resident stepper).
+                Some(d) => VortexStats {
+                    stats: d.stats,
+                    spectrum: d.spectrum,
+                    max_div: d.max_divergence,
+                },
+                None => {
+                    let (layout, modes) = v.solver.velocity_modes_on_grid(n)?;
+                    let mut fft = Fft3d::new(n, layout);
+                    VortexStats {
+                        stats: flow_stats(&layout, &modes, nu),
+                        spectrum: shell_spectrum(&layout, &modes),
+                        max_div: max_divergence(&mut fft, &modes),
+                    }
+                }
             });
             self.add_time("vortex_diagnostics", t0);
         }

@@ -299,6 +299,186 @@ struct Kernels {
     hermitian: CudaFunction,
     nonfinite: CudaFunction,
     mode_sums: CudaFunction,
+    deinterleave: CudaFunction,
+}
+
+impl Kernels {
+    /// Compiles (once per process and GPU) and loads spectral.cu on `gpu`.
+    fn load(gpu: &Gpu) -> Result<Self, CudaError> {
+        let module = gpu.module_from(&KERNELS, &[])?;
+        let md = &module.module;
+        Ok(Kernels {
+            gather: load(md, "sp_gather")?,
+            scatter: load(md, "sp_scatter")?,
+            cross: load(md, "sp_cross")?,
+            max_abs: load(md, "sp_max_abs")?,
+            rk_begin: load(md, "sp_rk_begin")?,
+            store: load(md, "sp_store")?,
+            hermitian: load(md, "sp_hermitian")?,
+            nonfinite: load(md, "sp_nonfinite")?,
+            mode_sums: load(md, "sp_mode_sums")?,
+            deinterleave: load(md, "sp_deinterleave")?,
+        })
+    }
+}
+
+/// The device reductions of the diagnostics, shared by [`GpuSpectralSolver`] and
+/// [`DeviceGridDiagnostics`]: the mode sums and shell spectrum (`sp_mode_sums`, row partials
+/// added on the host in row order) and max |∇·u| (`sp_scatter`, an inverse transform,
+/// `sp_max_abs`), with their buffers.
+struct Reductions {
+    scalars: DeviceBuffer<f64>,
+    shells: DeviceBuffer<f64>,
+    /// Maxima (bits): [0] the speed at the current state, [1] the speed at the RK4 stages (not
+    /// read), [2] the divergence.
+    words: DeviceBuffer<u64>,
+}
+
+impl Reductions {
+    fn new(stream: &Arc<CudaStream>, layout: &ModeLayout) -> Result<Self, CudaError> {
+        let mut r = Reductions {
+            scalars: DeviceBuffer::new(),
+            shells: DeviceBuffer::new(),
+            words: DeviceBuffer::new(),
+        };
+        let side = layout.side();
+        r.scalars.ensure(stream, 4 * side)?;
+        r.shells.ensure(stream, side * shell_count(layout))?;
+        r.words.ensure(stream, 3)?;
+        Ok(r)
+    }
+
+    fn bytes(&self) -> u64 {
+        8 * (self.scalars.get().len() + self.shells.get().len() + self.words.get().len()) as u64
+    }
+
+    /// The device address of word `i`.
+    fn word(&self, s: &Arc<CudaStream>, i: usize) -> u64 {
+        self.words.addr(s) + 8 * i as u64
+    }
+
+    /// Zeroes word `i` on the stream.
+    fn zero_word(&self, s: &Arc<CudaStream>, i: usize) -> Result<(), CudaError> {
+        let w = self.word(s, i);
+        // SAFETY: w is the address of one of the 3 u64 of `words` (allocated in `new` on this
+        // stream's context).
+        unsafe { cudarc::driver::result::memset_d8_async(w, 0, 8, s.cu_stream()) }
+            .map_err(|e| CudaError::driver("zeroing a maximum", e))
+    }
+
+    /// Reads word `i` as a double (waits for the stream).
+    fn read_word(&self, s: &Arc<CudaStream>, i: usize, what: &str) -> Result<f64, CudaError> {
+        let mut bits = [0u64; 3];
+        self.words.download(s, &mut bits, what)?;
+        s.synchronize()
+            .map_err(|e| CudaError::driver(format!("waiting for {what}"), e))?;
+        Ok(f64::from_bits(bits[i]))
+    }
+
+    /// The mode sums of the retained modes at `u` (3·L double2 on `layout`) and, when `k1` is
+    /// not 0, dK/dt with the right-hand side at `k1`.
+    fn mode_sums(
+        &self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        u: u64,
+        k1: u64,
+        layout: &ModeLayout,
+        nu: f64,
+    ) -> Result<StateSums, CudaError> {
+        let side = layout.side();
+        let nshell = shell_count(layout);
+        let len = layout.len() as i64;
+        let kmax = layout.kmax as i32;
+        let nshell_i = nshell as i32;
+        let (sc, sh) = (self.scalars.addr(s), self.shells.addr(s));
+        let cfg = LaunchConfig {
+            grid_dim: (side as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: sp_mode_sums(const double2* u, const double2* k1, long long len, int kmax,
+        // double nu, int nshell, double* scalars, double* shells): u (and k1 unless null) hold
+        // 3·len double2, scalars 4·side and shells side·nshell doubles (sized in `new` for this
+        // layout); one block per row, blockDim = SP_THREADS, side ≤ 4·SP_THREADS (checked by
+        // the constructors).
+        launch!(s, &k.mode_sums, "sp_mode_sums", cfg;
+            &u, &k1, &len, &kmax, &nu, &nshell_i, &sc, &sh)?;
+        let mut scalars = vec![0.0; 4 * side];
+        let mut shells = vec![0.0; side * nshell];
+        self.scalars.download(s, &mut scalars, "the mode sums")?;
+        self.shells.download(s, &mut shells, "the shell spectrum")?;
+        s.synchronize()
+            .map_err(|e| CudaError::driver("waiting for the diagnostics", e))?;
+        // Rows added in row order.
+        let mut sums = [0.0; 4];
+        for row in scalars.chunks_exact(4) {
+            for (a, b) in sums.iter_mut().zip(row) {
+                *a += b;
+            }
+        }
+        let mut spectrum = vec![0.0; nshell];
+        for row in shells.chunks_exact(nshell) {
+            for (a, b) in spectrum.iter_mut().zip(row) {
+                *a += b;
+            }
+        }
+        Ok(StateSums { sums, spectrum })
+    }
+
+    /// Enqueues the real field `what` (0–2: component, 3: divergence) of the retained modes at
+    /// `u` on the grid of `t` into `real`, through the half spectrum at `spec`.
+    ///
+    /// # Safety
+    /// `u` holds 3·L double2 of `layout`; `spec` at least t.m²·(t.m/2+1) double2 and `real`
+    /// t.m³ f64, 256-byte aligned, all on this stream's context.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn field_on_grid(
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        t: &Transforms,
+        u: u64,
+        layout: &ModeLayout,
+        what: i32,
+        spec: u64,
+        real: u64,
+    ) -> Result<(), CudaError> {
+        let hlen = half_len(t.m);
+        let len = layout.len() as i64;
+        let kmax = layout.kmax as i32;
+        let mi = t.m as i32;
+        // SAFETY: sp_scatter(const double2* v, long long len, double2* h, int m, int kmax,
+        // int what): as the function's contract states.
+        launch!(s, &k.scatter, "sp_scatter", cfg_for(hlen);
+            &u, &len, &spec, &mi, &kmax, &what)?;
+        t.inverse(spec, real)
+    }
+
+    /// max |∇·u| over the nodes of the grid of `t` for the retained modes at `u`.
+    ///
+    /// # Safety
+    /// As [`Reductions::field_on_grid`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn max_divergence(
+        &self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        t: &Transforms,
+        u: u64,
+        layout: &ModeLayout,
+        spec: u64,
+        real: u64,
+    ) -> Result<f64, CudaError> {
+        Self::field_on_grid(k, s, t, u, layout, 3, spec, real)?;
+        let n3 = t.m.pow(3);
+        self.zero_word(s, 2)?;
+        let out = self.word(s, 2);
+        let n3_i = n3 as i64;
+        // SAFETY: sp_max_abs(const double* r, long long n, unsigned long long* out): the m³
+        // values of `real` just written, word 2; blockDim = SP_THREADS.
+        launch!(s, &k.max_abs, "sp_max_abs", cfg_for(n3); &real, &n3_i, &out)?;
+        self.read_word(s, 2, "the divergence maximum")
+    }
 }
 
 /// Which mode buffer a right-hand side reads.
@@ -328,7 +508,7 @@ pub struct GpuSpectralSolver {
     /// Transforms on the product grid.
     product: Transforms,
     /// Transforms on the N grid for the diagnostics and the final field, when it differs from
-    /// the product grid (made on first use).
+    /// the product grid (made with the solver).
     solution: Option<Transforms>,
     /// The state û and the first stage, two stage inputs and the accumulator (3·L each).
     uhat: DeviceBuffer<cufft_sys::double2>,
@@ -339,12 +519,9 @@ pub struct GpuSpectralSolver {
     /// Six half spectra and six real fields on the product grid.
     spec: DeviceBuffer<cufft_sys::double2>,
     real: DeviceBuffer<f64>,
-    /// Maxima (bits): [0] the speed at the current state (written by its right-hand side),
-    /// [1] the speed at the stages (not used), [2] the divergence.
-    speed: DeviceBuffer<u64>,
     flag: DeviceBuffer<u32>,
-    scalars: DeviceBuffer<f64>,
-    shells: DeviceBuffer<f64>,
+    /// The diagnostics' reductions and the maxima (speed, divergence).
+    red: Reductions,
     k1_valid: bool,
     speed_sum_max: Option<f64>,
     sums: Option<StateSums>,
@@ -411,20 +588,9 @@ impl GpuSpectralSolver {
             .context()
             .new_stream()
             .map_err(|e| CudaError::driver("creating a stream", e))?;
-        let module = gpu.module_from(&KERNELS, &[])?;
-        let md = &module.module;
-        let k = Kernels {
-            gather: load(md, "sp_gather")?,
-            scatter: load(md, "sp_scatter")?,
-            cross: load(md, "sp_cross")?,
-            max_abs: load(md, "sp_max_abs")?,
-            rk_begin: load(md, "sp_rk_begin")?,
-            store: load(md, "sp_store")?,
-            hermitian: load(md, "sp_hermitian")?,
-            nonfinite: load(md, "sp_nonfinite")?,
-            mode_sums: load(md, "sp_mode_sums")?,
-        };
+        let k = Kernels::load(&gpu)?;
         let layout = grid.layout();
+        let red = Reductions::new(&stream, &layout)?;
         let product = Transforms::new(m, grid.kmax(), kind, &stream)?;
         // The N-grid plans of the diagnostics, made now so that their memory is taken at the
         // start of a run, not at its first output.
@@ -450,10 +616,8 @@ impl GpuSpectralSolver {
             acc: DeviceBuffer::new(),
             spec: DeviceBuffer::new(),
             real: DeviceBuffer::new(),
-            speed: DeviceBuffer::new(),
             flag: DeviceBuffer::new(),
-            scalars: DeviceBuffer::new(),
-            shells: DeviceBuffer::new(),
+            red,
             k1_valid: false,
             speed_sum_max: None,
             sums: None,
@@ -470,11 +634,7 @@ impl GpuSpectralSolver {
         }
         s.spec.ensure(&stream, 6 * spec_stride(m))?;
         s.real.ensure(&stream, 6 * real_stride(m))?;
-        s.speed.ensure(&stream, 3)?;
         s.flag.ensure(&stream, 1)?;
-        let side = layout.side();
-        s.scalars.ensure(&stream, 4 * side)?;
-        s.shells.ensure(&stream, side * shell_count(&layout))?;
         Ok(s)
     }
 
@@ -515,7 +675,7 @@ impl GpuSpectralSolver {
         .map(|b| b.get().len() as u64 * c)
         .sum::<u64>();
         let fields = self.spec.get().len() as u64 * c + self.real.get().len() as u64 * 8;
-        let partials = 8 * (self.scalars.get().len() + self.shells.get().len()) as u64;
+        let partials = self.red.bytes();
         let work = self.product.work_bytes + self.solution.as_ref().map_or(0, |t| t.work_bytes);
         modes + fields + partials + work
     }
@@ -642,9 +802,10 @@ impl GpuSpectralSolver {
                     .inverse(spec + f * hs as u64 * 16, real + f * rs as u64 * 8)?
             };
         }
-        // Slot 0: the speed at the current state (stage 1); slot 1: the stages' (unused).
-        let speed = self.addr(&self.speed) + 8 * u64::from(stage != 1);
-        self.zero_word(speed)?;
+        // Word 0: the speed at the current state (stage 1); word 1: the stages' (unused).
+        let word = usize::from(stage != 1);
+        self.red.zero_word(&s, word)?;
+        let speed = self.red.word(&s, word);
         let (n3_i, rs_i) = (n3 as i64, rs as i64);
         // SAFETY: sp_cross(double* r, long long n3, long long rs, unsigned long long*
         // speed_max): r holds six fields of rs ≥ n3 f64, speed_max points into the 3-word
@@ -676,24 +837,6 @@ impl GpuSpectralSolver {
         Ok(())
     }
 
-    /// Zeroes the u64 at device address `word` (a slot of the maxima buffer) on the stream.
-    fn zero_word(&self, word: u64) -> Result<(), CudaError> {
-        // SAFETY: word is the address of one of the 3 u64 of `self.speed` (allocated at
-        // construction on this stream's context).
-        unsafe { cudarc::driver::result::memset_d8_async(word, 0, 8, self.stream.cu_stream()) }
-            .map_err(|e| CudaError::driver("zeroing a maximum", e))
-    }
-
-    /// Reads slot `i` of the maxima buffer (waits for the stream).
-    fn read_word(&self, i: usize, what: &str) -> Result<f64, CudaError> {
-        let mut bits = [0u64; 3];
-        self.speed.download(&self.stream, &mut bits, what)?;
-        self.stream
-            .synchronize()
-            .map_err(|e| CudaError::driver(format!("waiting for {what}"), e))?;
-        Ok(f64::from_bits(bits[i]))
-    }
-
     /// N(û) at the current state into k1, and its speed maximum into slot 0 (enqueued once per
     /// state; nothing is read back).
     fn ensure_k1(&mut self) -> Result<(), CudaError> {
@@ -708,7 +851,7 @@ impl GpuSpectralSolver {
     pub fn speed_sum_max(&mut self) -> Result<f64, CudaError> {
         self.ensure_k1()?;
         if self.speed_sum_max.is_none() {
-            self.speed_sum_max = Some(self.read_word(0, "the speed maximum")?);
+            self.speed_sum_max = Some(self.red.read_word(&self.stream, 0, "the speed maximum")?);
         }
         Ok(self.speed_sum_max.expect("just read"))
     }
@@ -784,51 +927,10 @@ impl GpuSpectralSolver {
             return Ok(s.clone());
         }
         self.ensure_k1()?;
-        let s = self.stream.clone();
-        let side = self.layout.side();
-        let nshell = shell_count(&self.layout);
-        let len = self.layout.len() as i64;
-        let kmax = self.layout.kmax as i32;
-        let nshell_i = nshell as i32;
-        let nu = self.nu;
-        let (u, k1, sc, sh) = (
-            self.addr(&self.uhat),
-            self.addr(&self.k1),
-            self.addr(&self.scalars),
-            self.addr(&self.shells),
-        );
-        let cfg = LaunchConfig {
-            grid_dim: (side as u32, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: sp_mode_sums(const double2* u, const double2* k1, long long len, int kmax,
-        // double nu, int nshell, double* scalars, double* shells): u and k1 hold 3·len double2,
-        // scalars 4·side and shells side·nshell doubles (sized at construction); one block per
-        // row, blockDim = SP_THREADS, side ≤ 4·SP_THREADS (checked at construction).
-        launch!(s, &self.k.mode_sums, "sp_mode_sums", cfg;
-            &u, &k1, &len, &kmax, &nu, &nshell_i, &sc, &sh)?;
-        let mut scalars = vec![0.0; 4 * side];
-        let mut shells = vec![0.0; side * nshell];
-        self.scalars.download(&s, &mut scalars, "the mode sums")?;
-        self.shells
-            .download(&s, &mut shells, "the shell spectrum")?;
-        s.synchronize()
-            .map_err(|e| CudaError::driver("waiting for the diagnostics", e))?;
-        // Rows added in row order.
-        let mut sums = [0.0; 4];
-        for row in scalars.chunks_exact(4) {
-            for (a, b) in sums.iter_mut().zip(row) {
-                *a += b;
-            }
-        }
-        let mut spectrum = vec![0.0; nshell];
-        for row in shells.chunks_exact(nshell) {
-            for (a, b) in spectrum.iter_mut().zip(row) {
-                *a += b;
-            }
-        }
-        let r = StateSums { sums, spectrum };
+        let (u, k1) = (self.addr(&self.uhat), self.addr(&self.k1));
+        let r = self
+            .red
+            .mode_sums(&self.k, &self.stream, u, k1, &self.layout, self.nu)?;
         self.sums = Some(r.clone());
         Ok(r)
     }
@@ -857,45 +959,50 @@ impl GpuSpectralSolver {
     }
 
     /// Enqueues the real field `what` (0–2: velocity component, 3: divergence) of the state on
-    /// the N grid into real field `slot` (N³ values from slot·N³).
+    /// the N grid into real field `slot` (N³ values from slot·real_stride(N)).
     fn field_on_grid(&mut self, what: i32, slot: usize) -> Result<(), CudaError> {
-        let s = self.stream.clone();
-        let n = self.grid.n;
-        let hlen = half_len(n);
-        let rs = real_stride(n) as u64;
+        let rs = real_stride(self.grid.n) as u64;
         let (u, spec, real) = (
             self.addr(&self.uhat),
             self.addr(&self.spec),
             self.addr(&self.real),
         );
-        let len = self.layout.len() as i64;
-        let kmax = self.layout.kmax as i32;
-        let ni = n as i32;
-        // SAFETY: sp_scatter(const double2* v, long long len, double2* h, int m, int kmax,
-        // int what): u holds 3·len double2; h the first N²·(N/2+1) values of the spectra
-        // buffer (N ≤ M).
-        launch!(s, &self.k.scatter, "sp_scatter", cfg_for(hlen);
-            &u, &len, &spec, &ni, &kmax, &what)?;
-        let t = self.solution_transforms();
-        // SAFETY: the spectra buffer holds ≥ N²·(N/2+1) double2 and the real buffer 6 fields of
-        // real_stride(M) ≥ real_stride(N) f64 (slot ≤ 2, each slot 256-byte aligned), all of
-        // this context.
-        unsafe { t.inverse(spec, real + slot as u64 * rs * 8) }
+        // SAFETY: u holds 3·L double2; the spectra buffer ≥ N²·(N/2+1) double2 and the real
+        // buffer 6 fields of real_stride(M) ≥ real_stride(N) f64 (slot ≤ 2, each 256-byte
+        // aligned), all of this context.
+        unsafe {
+            Reductions::field_on_grid(
+                &self.k,
+                &self.stream,
+                self.solution_transforms(),
+                u,
+                &self.layout,
+                what,
+                spec,
+                real + slot as u64 * rs * 8,
+            )
+        }
     }
 
     /// max |∇·u| over the N³ nodes, on the device.
     pub fn max_divergence(&mut self) -> Result<f64, CudaError> {
-        self.field_on_grid(3, 0)?;
-        let s = self.stream.clone();
-        let n3 = self.grid.n.pow(3);
-        let (real, out) = (self.addr(&self.real), self.addr(&self.speed) + 16);
-        self.zero_word(out)?;
-        let n3_i = n3 as i64;
-        // SAFETY: sp_max_abs(const double* r, long long n, unsigned long long* out): the first
-        // N³ values of the real buffer (just written), slot 2 of the maxima; blockDim =
-        // SP_THREADS.
-        launch!(s, &self.k.max_abs, "sp_max_abs", cfg_for(n3); &real, &n3_i, &out)?;
-        self.read_word(2, "the divergence maximum")
+        let (u, spec, real) = (
+            self.addr(&self.uhat),
+            self.addr(&self.spec),
+            self.addr(&self.real),
+        );
+        // SAFETY: as in `field_on_grid`.
+        unsafe {
+            self.red.max_divergence(
+                &self.k,
+                &self.stream,
+                self.solution_transforms(),
+                u,
+                &self.layout,
+                spec,
+                real,
+            )
+        }
     }
 
     /// The velocity on the N³ grid, components in [i][j][k] order.
@@ -986,5 +1093,152 @@ impl GpuSpectralSolver {
             ms.push(t as f64);
         }
         Ok(ms)
+    }
+}
+
+/// The diagnostics of one velocity field given at the nodes of an N³ grid.
+#[derive(Debug, Clone)]
+pub struct GridDiagnostics {
+    /// The field's retained modes' layout (|k_i| ≤ K).
+    pub layout: ModeLayout,
+    pub stats: FlowStats,
+    pub spectrum: Vec<f64>,
+    pub max_divergence: f64,
+}
+
+/// The shared diagnostics (§6) of a velocity field that lives on the GPU as values at the nodes
+/// of an N³ grid (the particle velocity at the spectral grid's nodes): three forward transforms
+/// of the pruned kind, the retained modes |k_i| ≤ K picked and scaled by 1/N³ (`sp_store`, stage
+/// 0), then the solver's own reductions ([`Reductions`]). What `modes_from_node_velocities`
+/// and the host's `flow_stats`, `shell_spectrum` and `max_divergence` give, to round-off, with
+/// only the scalars and the spectrum's row partials crossing to the host.
+pub struct DeviceGridDiagnostics {
+    stream: Arc<CudaStream>,
+    k: Kernels,
+    layout: ModeLayout,
+    transforms: Transforms,
+    real: DeviceBuffer<f64>,
+    spec: DeviceBuffer<cufft_sys::double2>,
+    modes: DeviceBuffer<cufft_sys::double2>,
+    red: Reductions,
+}
+
+impl DeviceGridDiagnostics {
+    /// Plans and buffers for an n³ grid keeping the modes |k_i| ≤ kmax (2·kmax < n), on `stream`
+    /// (a stream of `gpu`'s context).
+    pub fn new(
+        gpu: &Gpu,
+        stream: Arc<CudaStream>,
+        n: usize,
+        kmax: usize,
+    ) -> Result<Self, CudaError> {
+        cufft_available()?;
+        if n < 4 || 2 * kmax >= n || (n as u128).pow(3) > i32::MAX as u128 || 2 * kmax + 1 > 1024 {
+            return Err(CudaError::Invalid(format!(
+                "GPU grid diagnostics: n = {n}, K = {kmax} (4 ≤ n ≤ 1290, 2K < n, K ≤ 511)"
+            )));
+        }
+        let layout = ModeLayout::new(kmax);
+        let k = Kernels::load(gpu)?;
+        let transforms = Transforms::new(n, kmax, TransformKind::Pruned, &stream)?;
+        let red = Reductions::new(&stream, &layout)?;
+        let mut d = DeviceGridDiagnostics {
+            stream,
+            k,
+            layout,
+            transforms,
+            real: DeviceBuffer::new(),
+            spec: DeviceBuffer::new(),
+            modes: DeviceBuffer::new(),
+            red,
+        };
+        d.real.ensure(&d.stream, 3 * real_stride(n))?;
+        d.spec.ensure(&d.stream, 3 * spec_stride(n))?;
+        d.modes.ensure(&d.stream, 3 * layout.len())?;
+        Ok(d)
+    }
+
+    /// Device memory of [`DeviceGridDiagnostics::new`] for (n, kmax), in bytes: three real
+    /// fields and three half spectra on the n grid, the retained modes, the row partials, and
+    /// cuFFT's work areas allowed as two half spectra plus 32 MiB.
+    pub fn device_bytes(n: usize, kmax: usize) -> u64 {
+        let layout = ModeLayout::new(kmax);
+        let half = spec_stride(n) as u64 * 16;
+        let partials = layout.side() as u64 * (4 + shell_count(&layout) as u64) * 8;
+        3 * real_stride(n) as u64 * 8
+            + 5 * half
+            + 3 * layout.len() as u64 * 16
+            + partials
+            + (32 << 20)
+    }
+
+    /// The diagnostics of the velocity `u` (n³ node-major 3-vectors, f64, in the grid's
+    /// [i][j][k] node order, on this stream's context) with viscosity ν.
+    pub fn of_node_velocity(
+        &mut self,
+        u: &DeviceBuffer<f64>,
+        nu: f64,
+    ) -> Result<GridDiagnostics, CudaError> {
+        let s = self.stream.clone();
+        let n = self.transforms.m;
+        let n3 = n * n * n;
+        if u.get().len() < 3 * n3 {
+            return Err(CudaError::Invalid(format!(
+                "GPU grid diagnostics: the velocity holds {} values, {} needed for n = {n}",
+                u.get().len(),
+                3 * n3
+            )));
+        }
+        let (hs, rs) = (spec_stride(n), real_stride(n));
+        let (ua, real, spec, modes) = (
+            u.addr(&s),
+            self.real.addr(&s),
+            self.spec.addr(&s),
+            self.modes.addr(&s),
+        );
+        let (n3_i, rs_i) = (n3 as i64, rs as i64);
+        // SAFETY: sp_deinterleave(const double* u, long long n3, double* r, long long rs): u
+        // holds ≥ 3·n3 f64 (checked above), r three fields of rs ≥ n3 f64 (sized in `new`).
+        launch!(s, &self.k.deinterleave, "sp_deinterleave", cfg_for(n3);
+            &ua, &n3_i, &real, &rs_i)?;
+        for c in 0..3u64 {
+            // SAFETY: field c of the real (rs f64) and spectra (hs double2) buffers, 256-byte
+            // aligned, of this context.
+            unsafe {
+                self.transforms
+                    .forward(real + c * rs as u64 * 8, spec + c * hs as u64 * 16)?
+            };
+        }
+        let (mi, kmax) = (n as i32, self.layout.kmax as i32);
+        let len = self.layout.len() as i64;
+        let (hs_i, scale, stage, zero) = (hs as i64, 1.0 / n3 as f64, 0i32, 0.0f64);
+        // SAFETY: sp_store with stage 0 reads the three spectra (hstride hs, the retained modes
+        // written by the forward transforms) and writes only its k1 argument, here the 3·len
+        // double2 of `modes`; the other mode pointers are not touched at stage 0.
+        launch!(s, &self.k.store, "sp_store", cfg_for(len as usize);
+            &spec, &hs_i, &mi, &scale, &kmax, &len, &stage, &zero, &zero, &modes, &modes,
+            &modes, &modes, &modes)?;
+        let sums = self
+            .red
+            .mode_sums(&self.k, &s, modes, 0, &self.layout, nu)?;
+        // SAFETY: modes holds 3·len double2; spec ≥ n²·(n/2+1) double2 and real ≥ n³ f64,
+        // 256-byte aligned, of this context.
+        let max_divergence = unsafe {
+            self.red.max_divergence(
+                &self.k,
+                &s,
+                &self.transforms,
+                modes,
+                &self.layout,
+                spec,
+                real,
+            )?
+        };
+        Ok(GridDiagnostics {
+            layout: self.layout,
+            stats: FlowStats::from_mode_sums(sums.sums[0], sums.sums[1], sums.sums[2], nu),
+            spectrum: sums.spectrum,
+            max_divergence,
+        })
     }
 }

@@ -32,6 +32,7 @@ use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{launch, CompiledModule, CudaError, KernelSource};
 use crate::device::Device;
 use crate::particles::ParticleSet;
+use crate::spectral::gpu::{DeviceGridDiagnostics, GridDiagnostics};
 use crate::spectral::{ModeLayout, VectorModes};
 use crate::summation::{
     Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceTargets, DeviceWork, Evaluation,
@@ -76,8 +77,9 @@ pub fn device_bytes(particles: usize, lattice_n: Option<usize>, grid_n: Option<u
         bytes += 8 * DEVICE_F64_PER_PARTICLE * n3.saturating_sub(particles as u64);
     }
     if let Some(n) = grid_n {
-        // grid nodes and velocities (3 + 3 f64 per node)
+        // grid nodes and velocities (3 + 3 f64 per node), and the diagnostics' transforms
         bytes += 8 * 6 * (n * n * n) as u64;
+        bytes += DeviceGridDiagnostics::device_bytes(n, super::field::grid_kmax(n));
     }
     bytes
 }
@@ -211,6 +213,9 @@ pub struct ResidentStepper {
     grid_x: DeviceBuffer<f64>,
     grid_ready: usize,
     grid_eval: DeviceEvaluation,
+    /// The shared diagnostics of the velocity at the grid nodes, on the device (grid n, made
+    /// at the first output).
+    grid_diagnostics: Option<(usize, DeviceGridDiagnostics)>,
     points: DeviceBuffer<f64>,
     scalars: DeviceBuffer<u64>,
     partials: DeviceBuffer<f64>,
@@ -313,6 +318,7 @@ impl ResidentStepper {
             grid_x: DeviceBuffer::new(),
             grid_ready: 0,
             grid_eval: DeviceEvaluation::default(),
+            grid_diagnostics: None,
             points: DeviceBuffer::new(),
             scalars: DeviceBuffer::new(),
             partials: DeviceBuffer::new(),
@@ -692,6 +698,17 @@ impl ResidentStepper {
     /// The velocity at `nt` points on the device (the grid nodes when `grid`, else the probe
     /// points), pulled to the host.
     fn velocity_at_points(&mut self, grid: bool, nt: usize) -> Result<Vec<[f64; 3]>, VortexError> {
+        let which = self.evaluate_at_points(grid, nt)?;
+        self.download3(which, nt, "velocities at points")
+    }
+
+    /// Evaluates the velocity at the first `nt` grid nodes (`grid`) or points on the device;
+    /// returns where it is (the first 3·nt values, node-major).
+    fn evaluate_at_points(
+        &mut self,
+        grid: bool,
+        nt: usize,
+    ) -> Result<fn(&Self) -> &DeviceBuffer<f64>, VortexError> {
         self.sync()?;
         let sources = self.state.sources();
         let t = DeviceTargets::Points {
@@ -710,7 +727,7 @@ impl ResidentStepper {
             },
             &mut self.grid_eval,
         )?;
-        self.download3(|s| &s.grid_eval.velocity, nt, "velocities at points")
+        Ok(|s| &s.grid_eval.velocity)
     }
 
     fn download3(
@@ -839,6 +856,31 @@ impl ParticleStepper for ResidentStepper {
 
     /// The velocity at the n³ grid nodes evaluated on the device, then transformed on the host
     /// ([`super::field::modes_from_node_velocities`]).
+    fn grid_diagnostics(
+        &mut self,
+        n: usize,
+        nu: f64,
+    ) -> Result<Option<GridDiagnostics>, VortexError> {
+        self.lattice_nodes_into(true, n)?;
+        self.evaluate_at_points(true, n * n * n)?;
+        let kmax = super::field::grid_kmax(n);
+        if self.grid_diagnostics.as_ref().is_none_or(|d| d.0 != n) {
+            self.grid_diagnostics = None;
+            let gpu = self
+                .device
+                .gpu()
+                .expect("the resident stepper runs on a GPU");
+            let d = DeviceGridDiagnostics::new(gpu, self.stream.clone(), n, kmax)
+                .map_err(device_error)?;
+            self.grid_diagnostics = Some((n, d));
+        }
+        let (_, d) = self.grid_diagnostics.as_mut().expect("just made");
+        Ok(Some(
+            d.of_node_velocity(&self.grid_eval.velocity, nu)
+                .map_err(device_error)?,
+        ))
+    }
+
     fn velocity_modes_on_grid(
         &mut self,
         n: usize,

@@ -77,6 +77,16 @@ pub trait ParticleStepper: Send {
         targets: &[[f64; 3]],
         out: &mut Evaluation,
     ) -> Result<(), VortexError>;
+    /// The shared diagnostics of the particle velocity at the nodes of an n³ grid, reduced where
+    /// the particles live, when the stepper can (the GPU-resident one); `None` means: use
+    /// [`ParticleStepper::velocity_modes_on_grid`] and the host's diagnostics.
+    fn grid_diagnostics(
+        &mut self,
+        _n: usize,
+        _nu: f64,
+    ) -> Result<Option<crate::spectral::gpu::GridDiagnostics>, VortexError> {
+        Ok(None)
+    }
     /// The particle velocity at the nodes of an n³ grid as retained modes (shared diagnostics).
     fn velocity_modes_on_grid(
         &mut self,
