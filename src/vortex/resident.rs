@@ -854,8 +854,9 @@ impl ParticleStepper for ResidentStepper {
         Ok(())
     }
 
-    /// The velocity at the n³ grid nodes evaluated on the device, then transformed on the host
-    /// ([`super::field::modes_from_node_velocities`]).
+    /// The velocity at the n³ grid nodes evaluated on the device (the evaluator waits for its
+    /// stream), then the shared diagnostics reduced there ([`DeviceGridDiagnostics`], on this
+    /// stepper's stream).
     fn grid_diagnostics(
         &mut self,
         n: usize,
@@ -881,6 +882,8 @@ impl ParticleStepper for ResidentStepper {
         ))
     }
 
+    /// The velocity at the n³ grid nodes evaluated on the device, then transformed on the host
+    /// ([`super::field::modes_from_node_velocities`]).
     fn velocity_modes_on_grid(
         &mut self,
         n: usize,
