@@ -28,6 +28,9 @@
 //! 512³ with 2/3 truncation on an H100, and within 4 % of the full ones at 128³ and at 512³ with
 //! the 3/2 rule (docs/performance.md).
 //!
+//! [`DeviceGridDiagnostics`] applies the same reductions to a velocity given at the nodes of an
+//! N³ grid on the device (the particle field's diagnostics in a run with both solvers).
+//!
 //! **Determinism.** Every kernel is elementwise, an order-free maximum, or a sum over a fixed
 //! grid with a fixed tree per block whose partials the host adds in block order; cuFFT's plans
 //! are deterministic for a given plan and device. Two runs are bit-identical.
