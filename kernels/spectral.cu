@@ -50,6 +50,20 @@ __device__ __forceinline__ long long sp_compact_index(int x, int y, int kz, int 
     return ((long long)iy * side + ix) * (kmax + 1) + kz;
 }
 
+// Position p of a half spectrum on the m grid: its wavevector k, and the compact index of the
+// retained mode there (−1 when it holds none).
+__device__ __forceinline__ long long sp_half_position(long long p, int m, int kmax, double k[3])
+{
+    const int mh = m / 2 + 1;
+    const int kz = (int)(p % mh);
+    const long long xy = p / mh;
+    const int y = (int)(xy % m), x = (int)(xy / m);
+    k[0] = (double)sp_dft_wavenumber(x, m);
+    k[1] = (double)sp_dft_wavenumber(y, m);
+    k[2] = (double)kz;
+    return sp_compact_index(x, y, kz, m, kmax);
+}
+
 // ω̂ = i k × v̂ with the CPU's arithmetic (solver.rs `RotationalForm::input`):
 // ω̂_c = i (k_a v̂_b − k_b v̂_a), (c, a, b) cyclic.
 __device__ __forceinline__ void sp_curl(const double k[3], const double2 v[3], double2 w[3])
@@ -68,18 +82,13 @@ __device__ __forceinline__ void sp_curl(const double k[3], const double2 v[3], d
 extern "C" __global__ void sp_gather(const double2 *__restrict__ v, long long len,
                                      double2 *__restrict__ h, long long hstride, int m, int kmax)
 {
-    const int mh = m / 2 + 1;
-    const long long hlen = (long long)m * m * mh;
+    const long long hlen = (long long)m * m * (m / 2 + 1);
     for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < hlen;
          p += (long long)gridDim.x * blockDim.x) {
-        const int kz = (int)(p % mh);
-        const long long xy = p / mh;
-        const int y = (int)(xy % m), x = (int)(xy / m);
-        const long long i = sp_compact_index(x, y, kz, m, kmax);
+        double k[3];
+        const long long i = sp_half_position(p, m, kmax, k);
         double2 u[3], w[3];
         if (i >= 0) {
-            const double k[3] = {(double)sp_dft_wavenumber(x, m), (double)sp_dft_wavenumber(y, m),
-                                 (double)kz};
 #pragma unroll
             for (int c = 0; c < 3; c++) u[c] = v[c * len + i];
             sp_curl(k, u, w);
@@ -100,23 +109,19 @@ extern "C" __global__ void sp_gather(const double2 *__restrict__ v, long long le
 extern "C" __global__ void sp_scatter(const double2 *__restrict__ v, long long len,
                                       double2 *__restrict__ h, int m, int kmax, int what)
 {
-    const int mh = m / 2 + 1;
-    const long long hlen = (long long)m * m * mh;
+    const long long hlen = (long long)m * m * (m / 2 + 1);
     for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < hlen;
          p += (long long)gridDim.x * blockDim.x) {
-        const int kz = (int)(p % mh);
-        const long long xy = p / mh;
-        const int y = (int)(xy % m), x = (int)(xy / m);
-        const long long i = sp_compact_index(x, y, kz, m, kmax);
+        double k[3];
+        const long long i = sp_half_position(p, m, kmax, k);
         double2 out = make_double2(0.0, 0.0);
         if (i >= 0) {
             if (what < 3) {
                 out = v[what * len + i];
             } else {
-                const double kx = sp_dft_wavenumber(x, m), ky = sp_dft_wavenumber(y, m);
                 // i (k·v̂), as flow.rs `max_divergence` forms it.
                 const double2 a = v[i], b = v[len + i], c = v[2 * len + i];
-                const double2 d = sp_add(sp_add(sp_scale(a, kx), sp_scale(b, ky)), sp_scale(c, (double)kz));
+                const double2 d = sp_add(sp_add(sp_scale(a, k[0]), sp_scale(b, k[1])), sp_scale(c, k[2]));
                 out = make_double2(-d.y, d.x);
             }
         }

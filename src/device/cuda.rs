@@ -532,3 +532,31 @@ macro_rules! launch {
     }};
 }
 pub(crate) use launch;
+
+/// Checks that cuFFT can be loaded (cudarc panics on a missing library).
+pub fn cufft_available() -> Result<(), CudaError> {
+    // SAFETY: only tries to dlopen the cuFFT library under its usual names; no cuFFT call.
+    if unsafe { cudarc::cufft::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(CudaError::Unavailable(
+            "cuFFT (libcufft.so) was not found: install it (CUDA toolkit, or the nvidia-cufft \
+             package) and put its directory on LD_LIBRARY_PATH"
+                .into(),
+        ))
+    }
+}
+
+/// A cuFFT failure as a [`CudaError`] naming the transform (shared by the engines that use
+/// cuFFT).
+pub fn cufft_error<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> CudaError {
+    move |e| CudaError::Driver {
+        what: what.into(),
+        message: format!("{e:?}"),
+    }
+}
+
+/// Complex values of one half spectrum of a real n³ transform in cuFFT's layout: n·n·(n/2 + 1).
+pub fn half_spectrum_len(n: usize) -> usize {
+    n * n * (n / 2 + 1)
+}

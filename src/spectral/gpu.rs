@@ -44,9 +44,10 @@ use super::layout::ModeLayout;
 use super::solver::{NonFiniteState, SpectralGrid, VectorModes};
 use super::stepper::SpectralError;
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{launch, CudaError, Gpu, KernelSource};
+use crate::device::cuda::{
+    cufft_available, cufft_error, half_spectrum_len, launch, CudaError, Gpu, KernelSource,
+};
 use crate::diagnostics::flow::{shell_count, FlowStats};
-use crate::summation::ewald::engine::{cufft_available, cufft_error};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft, FftDirection};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
@@ -87,15 +88,10 @@ impl TransformKind {
     }
 }
 
-/// Stored modes of one half spectrum on the m grid: m²·(m/2 + 1).
-fn half_len(m: usize) -> usize {
-    m * m * (m / 2 + 1)
-}
-
 /// Field stride of the half-spectrum buffer for grid m: m²·(m/2 + 1) rounded up to 16 values
 /// (256 bytes), so that every field starts aligned for cuFFT whatever m is.
 fn spec_stride(m: usize) -> usize {
-    half_len(m).next_multiple_of(16)
+    half_spectrum_len(m).next_multiple_of(16)
 }
 
 /// Field stride of the real buffer for grid m: m³ rounded up to 32 values (256 bytes).
@@ -198,7 +194,7 @@ impl Transforms {
             TransformKind::Full => {
                 let cplx = [mi, mi, mh];
                 let real = [mi, mi, mi];
-                let dist_c = half_len(m) as i32;
+                let dist_c = half_spectrum_len(m) as i32;
                 let dist_r = mi * mi * mi;
                 let inv = plan(&real, &cplx, 1, dist_c, &real, 1, dist_r, CUFFT_Z2D, 1)?;
                 let fwd = plan(&real, &real, 1, dist_r, &cplx, 1, dist_c, CUFFT_D2Z, 1)?;
@@ -446,7 +442,7 @@ impl Reductions {
         spec: u64,
         real: u64,
     ) -> Result<(), CudaError> {
-        let hlen = half_len(t.m);
+        let hlen = half_spectrum_len(t.m);
         let len = layout.len() as i64;
         let kmax = layout.kmax as i32;
         let mi = t.m as i32;
@@ -794,7 +790,7 @@ impl GpuSpectralSolver {
         // SAFETY: sp_gather(const double2* v, long long len, double2* h, long long hstride,
         // int m, int kmax): v is a mode buffer of 3·len double2 (zeroed to that size at
         // construction), h the spectra buffer of 6 fields of hstride ≥ m²·(m/2+1) double2.
-        launch!(s, &self.k.gather, "sp_gather", cfg_for(half_len(m));
+        launch!(s, &self.k.gather, "sp_gather", cfg_for(half_spectrum_len(m));
             &src, &len, &spec, &hs_i, &mi, &kmax)?;
         for f in 0..6u64 {
             // SAFETY: field f of the spectra (hs double2) and of the real fields (rs f64), both

@@ -42,8 +42,9 @@
 use super::rbf::LatticeGaussian;
 use super::reinit::{ConditioningReport, LatticeConditioning, LatticeFilter};
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{launch, CudaError, Gpu, KernelSource};
-use crate::summation::ewald::engine::{cufft_available, cufft_error};
+use crate::device::cuda::{
+    cufft_available, cufft_error, half_spectrum_len, launch, CudaError, Gpu, KernelSource,
+};
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
@@ -116,14 +117,9 @@ fn signed_wavenumber(d: usize, n: usize) -> f64 {
     }
 }
 
-/// Stored modes of one component's half spectrum: n·n·(n/2 + 1).
-fn half_modes(n: usize) -> usize {
-    n * n * (n / 2 + 1)
-}
-
 /// Blocks of `lat_condition` for lattice n (a function of n alone).
 fn blocks(n: usize) -> usize {
-    half_modes(n)
+    half_spectrum_len(n)
         .div_ceil(THREADS as usize)
         .clamp(1, MAX_BLOCKS)
 }
@@ -169,7 +165,7 @@ impl DeviceRbfSolver {
     /// driver saw at most 33 MB beyond the buffers (tests/gpu_rbf.rs prints both).
     pub fn device_bytes(n: usize) -> u64 {
         let n64 = n as u64;
-        let spectra = 3 * half_modes(n) as u64 * 16;
+        let spectra = 3 * half_spectrum_len(n) as u64 * 16;
         let strengths = 3 * n64 * n64 * n64 * 8;
         let tables = 2 * n64 * 8;
         let partials = 3 * blocks(n) as u64 * 8;
@@ -233,7 +229,7 @@ impl DeviceRbfSolver {
         let s = self.stream.clone();
         self.ensure_tables(n, sigma0, conditioning.filter)?;
         self.ensure_plans(n)?;
-        let nc = half_modes(n);
+        let nc = half_spectrum_len(n);
         self.spec.ensure(&s, 3 * nc)?;
         alpha_out.ensure(&s, 3 * n3)?;
         let nb = blocks(n);
@@ -322,7 +318,7 @@ impl DeviceRbfSolver {
         let ni = n as i32;
         let real_embed = [ni, ni, ni];
         let cplx_embed = [ni, ni, (n / 2 + 1) as i32];
-        let cplx_dist = half_modes(n) as i32;
+        let cplx_dist = half_spectrum_len(n) as i32;
         let plan = |ty, inembed: &[i32], istride, idist, onembed: &[i32], ostride, odist| {
             CudaFft::plan_many(
                 &[ni, ni, ni],

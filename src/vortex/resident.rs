@@ -698,17 +698,13 @@ impl ResidentStepper {
     /// The velocity at `nt` points on the device (the grid nodes when `grid`, else the probe
     /// points), pulled to the host.
     fn velocity_at_points(&mut self, grid: bool, nt: usize) -> Result<Vec<[f64; 3]>, VortexError> {
-        let which = self.evaluate_at_points(grid, nt)?;
-        self.download3(which, nt, "velocities at points")
+        self.evaluate_at_points(grid, nt)?;
+        self.download3(|s| &s.grid_eval.velocity, nt, "velocities at points")
     }
 
-    /// Evaluates the velocity at the first `nt` grid nodes (`grid`) or points on the device;
-    /// returns where it is (the first 3·nt values, node-major).
-    fn evaluate_at_points(
-        &mut self,
-        grid: bool,
-        nt: usize,
-    ) -> Result<fn(&Self) -> &DeviceBuffer<f64>, VortexError> {
+    /// Evaluates the velocity at the first `nt` grid nodes (`grid`) or points on the device,
+    /// into the first 3·nt values (node-major) of `grid_eval.velocity`.
+    fn evaluate_at_points(&mut self, grid: bool, nt: usize) -> Result<(), VortexError> {
         self.sync()?;
         let sources = self.state.sources();
         let t = DeviceTargets::Points {
@@ -727,7 +723,7 @@ impl ResidentStepper {
             },
             &mut self.grid_eval,
         )?;
-        Ok(|s| &s.grid_eval.velocity)
+        Ok(())
     }
 
     fn download3(

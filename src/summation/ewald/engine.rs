@@ -10,7 +10,9 @@
 
 use super::params::{CostModel, EwaldParameters};
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{launch, CompiledModule, CudaError, Gpu, KernelSource};
+use crate::device::cuda::{
+    cufft_available, cufft_error, launch, CompiledModule, CudaError, Gpu, KernelSource,
+};
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::f64::consts::{PI, TAU};
@@ -209,20 +211,6 @@ impl std::fmt::Debug for EwaldDevice {
             .field("gpu", &self.gpu.info().name)
             .field("grid", &self.plans.as_ref().map(|p| p.m))
             .finish()
-    }
-}
-
-/// Checks that cuFFT can be loaded (cudarc panics on a missing library).
-pub(crate) fn cufft_available() -> Result<(), CudaError> {
-    // SAFETY: only tries to dlopen the cuFFT library under its usual names; no cuFFT call.
-    if unsafe { cudarc::cufft::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(CudaError::Unavailable(
-            "cuFFT (libcufft.so) was not found: install it (CUDA toolkit, or the nvidia-cufft \
-             package) and put its directory on LD_LIBRARY_PATH"
-                .into(),
-        ))
     }
 }
 
@@ -971,14 +959,5 @@ fn check_written(v: &[f64], what: &str) -> Result<(), CudaError> {
             v.len(),
             v[i]
         ))),
-    }
-}
-
-/// A cuFFT failure as a [`CudaError`] naming the transform (shared by the GPU engines that use
-/// cuFFT).
-pub(crate) fn cufft_error<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> CudaError {
-    move |e| CudaError::Driver {
-        what: what.into(),
-        message: format!("{e:?}"),
     }
 }
