@@ -224,16 +224,33 @@ pub fn g3_g5<T: Real>(rho: T) -> (T, T) {
     }
 }
 
-/// The per-pair scalars shared by every kernel function: k = K/(4π) = G3/(4πσ³),
-/// l = −(K'/r)/(4π) = G5/(4πσ⁵), and c = α_q × r.
+/// The per-pair scalars of every kernel function from r² = |r|²: k = K/(4π) = G3/(4πσ³) and
+/// l = −(K'/r)/(4π) = G5/(4πσ⁵), so that u = k (α_q × r) and
+/// ∂u_i/∂x_j = k ε_ikj α_qk − l (α_q × r)_i r_j.
 #[inline(always)]
-fn pair_terms<T: Real>(r: [T; 3], alpha_q: [T; 3], sigma_q: T) -> (T, T, [T; 3]) {
+pub fn pair_coefficients<T: Real>(r2: T, sigma_q: T) -> (T, T) {
     let inv_s = T::one() / sigma_q;
-    let rho = dot(r, r).sqrt() * inv_s;
+    let rho = r2.sqrt() * inv_s;
     let (g3, g5) = g3_g5(rho);
     let inv_s3 = inv_s * inv_s * inv_s;
     let k = T::FRAC_1_4PI * g3 * inv_s3;
     let l = T::FRAC_1_4PI * g5 * inv_s3 * inv_s * inv_s;
+    (k, l)
+}
+
+/// The singular limit (g ≡ 1, ρ → ∞) of [`pair_coefficients`]: k = 1/(4πr³), l = 3/(4πr⁵), the
+/// far-field kernel of the FMM (docs/physics.md §8). Requires r² > 0.
+#[inline(always)]
+pub fn singular_pair_coefficients<T: Real>(r2: T) -> (T, T) {
+    let inv_r = T::one() / r2.sqrt();
+    let k = T::FRAC_1_4PI * inv_r * inv_r * inv_r;
+    (k, T::cast_f64(3.0) * k * inv_r * inv_r)
+}
+
+/// The per-pair scalars shared by every kernel function: ([`pair_coefficients`], c = α_q × r).
+#[inline(always)]
+fn pair_terms<T: Real>(r: [T; 3], alpha_q: [T; 3], sigma_q: T) -> (T, T, [T; 3]) {
+    let (k, l) = pair_coefficients(dot(r, r), sigma_q);
     (k, l, cross(alpha_q, r))
 }
 

@@ -31,6 +31,7 @@
 pub mod cells;
 pub mod direct;
 pub mod ewald;
+pub mod fmm;
 pub mod lattice;
 pub mod oracle;
 pub mod planner;
@@ -56,6 +57,8 @@ pub enum EvaluatorKind {
     /// `"ewald"`: Ewald splitting, short-range pairs plus a particle-mesh Fourier part (the
     /// default for the periodic box).
     Ewald,
+    /// `"fmm"`: the fast multipole method (free space, docs/physics.md §8).
+    Fmm,
 }
 
 impl EvaluatorKind {
@@ -64,6 +67,7 @@ impl EvaluatorKind {
         match self {
             EvaluatorKind::Direct => "direct",
             EvaluatorKind::Ewald => "ewald",
+            EvaluatorKind::Fmm => "fmm",
         }
     }
 }
@@ -271,6 +275,10 @@ pub enum SummationError {
     /// The GPU failed (driver error, or an output not fully written).
     #[error("GPU: {0}")]
     Device(String),
+    /// An evaluator's built-in comparison with the direct sum missed the requested accuracy
+    /// (the FMM's check, [`fmm::check`]).
+    #[error("{0}")]
+    AccuracyCheck(String),
 }
 
 /// The result of a summation (the answers are written into the caller's buffers).
@@ -325,6 +333,13 @@ pub trait Summation: Send {
     /// particles that stay on the GPU. `None` by default.
     fn device_form(&mut self) -> Option<&mut dyn DeviceSummation> {
         None
+    }
+
+    /// The evaluator's built-in accuracy checks since the last call (the FMM's comparisons with
+    /// the direct sum, [`fmm::AccuracyCheck`]), for the run log and the manifest. Empty by
+    /// default.
+    fn take_accuracy_checks(&mut self) -> Vec<fmm::AccuracyCheck> {
+        Vec::new()
     }
 
     /// Blob vorticity ω_h(x) = Σ_q α_q ζ_σq(x − x_q) at `targets`.

@@ -15,11 +15,18 @@
 //! | direct   | free space | cuda   | [`CudaDirect`] (f32 pair sums)              |
 //! | ewald    | periodic   | cpu    | [`EwaldPeriodic`] (f64, rayon)              |
 //! | ewald    | periodic   | cuda   | [`CudaEwald`] (f32 sums, cuFFT)             |
-//! | *fmm*    | *both*     | *…*    | *the place for a fast multipole method (docs/physics.md §8): a row per device once `summation/fmm/` exists, with an `EvaluatorKind::Fmm` spelling `"fmm"` in the case* |
+//! | fmm      | free space | cpu    | [`FmmFreeSpace`] (f64, rayon)               |
+//! | fmm      | free space | cuda   | [`CudaFmm`] (f64 expansions, f32 near field) |
+//!
+//! Every constructor takes [`EvaluatorOptions`]: the requested accuracy (Ewald, FMM) and how
+//! often the FMM checks itself against the direct sum. The FMM plans its order, opening angle and
+//! near field from the accuracy and refuses one finer than the device can deliver
+//! ([`crate::summation::fmm::params`]).
 //!
 //! A (method, boundary) pair with no row on any device is refused with the reason (a truncated
-//! image sum is only conditionally convergent; Ewald is a periodic method); a pair with rows on
-//! other devices only is refused naming the devices that have it.
+//! image sum is only conditionally convergent; Ewald is a periodic method; the FMM is built for
+//! free space only so far); a pair with rows on other devices only is refused naming the devices
+//! that have it.
 
 use super::direct::{CudaDirect, DirectFreeSpace};
 use super::ewald::params::{
@@ -27,6 +34,7 @@ use super::ewald::params::{
     GPU_BYTES_PER_GRID_POINT,
 };
 use super::ewald::{engine::GPU_COSTS, CudaEwald, EwaldPeriodic};
+use super::fmm::{plan_parameters, CudaFmm, FmmBackend, FmmFreeSpace};
 use super::EvaluatorKind;
 use super::{Boundary, Summation, SummationError};
 use crate::device::{Device, DeviceKind};
@@ -53,8 +61,37 @@ impl BoundaryKind {
     }
 }
 
-/// Builds an evaluator on a device for a requested accuracy (periodic evaluators).
-type Constructor = fn(&Device, f64) -> Result<Box<dyn Summation>, SummationError>;
+/// What every constructor of the registry is given besides the device.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvaluatorOptions {
+    /// Requested relative accuracy (Ewald and FMM; the direct sums are exact).
+    pub accuracy: f64,
+    /// FMM: evaluations between its built-in checks against the direct sum (0: only the first).
+    pub check_every: u64,
+}
+
+/// Default [`EvaluatorOptions::check_every`] (the case key `vortex.accuracy_check_every`).
+pub const DEFAULT_CHECK_EVERY: u64 = 100;
+
+impl EvaluatorOptions {
+    /// `accuracy` with the default check cadence.
+    pub fn new(accuracy: f64) -> Self {
+        Self {
+            accuracy,
+            check_every: DEFAULT_CHECK_EVERY,
+        }
+    }
+}
+
+impl From<f64> for EvaluatorOptions {
+    /// An accuracy alone (the checks at their default cadence).
+    fn from(accuracy: f64) -> Self {
+        Self::new(accuracy)
+    }
+}
+
+/// Builds an evaluator on a device with the given options.
+type Constructor = fn(&Device, &EvaluatorOptions) -> Result<Box<dyn Summation>, SummationError>;
 
 /// One row of the registry.
 pub struct Registration {
@@ -82,7 +119,8 @@ pub const REGISTRY: &[Registration] = &[
         method: EvaluatorKind::Ewald,
         boundary: BoundaryKind::Periodic,
         device: DeviceKind::Cpu,
-        build: |_, accuracy| {
+        build: |_, o| {
+            let accuracy = o.accuracy;
             if !(1e-15..1.0).contains(&accuracy) {
                 return Err(SummationError::Unsupported(format!(
                     "Ewald: accuracy {accuracy} outside [1e-15, 1)"
@@ -95,9 +133,22 @@ pub const REGISTRY: &[Registration] = &[
         method: EvaluatorKind::Ewald,
         boundary: BoundaryKind::Periodic,
         device: DeviceKind::Cuda,
-        build: |device, accuracy| gpu_evaluator(device, |gpu| CudaEwald::new(gpu, accuracy)),
+        build: |device, o| gpu_evaluator(device, |gpu| CudaEwald::new(gpu, o.accuracy)),
     },
-    // FMM (docs/physics.md §8): one row per device kind and boundary when `summation/fmm/` exists.
+    Registration {
+        method: EvaluatorKind::Fmm,
+        boundary: BoundaryKind::FreeSpace,
+        device: DeviceKind::Cpu,
+        build: |_, o| Ok(Box::new(FmmFreeSpace::new(o.accuracy, o.check_every)?)),
+    },
+    Registration {
+        method: EvaluatorKind::Fmm,
+        boundary: BoundaryKind::FreeSpace,
+        device: DeviceKind::Cuda,
+        build: |device, o| {
+            gpu_planned_evaluator(device, |gpu| CudaFmm::new(gpu, o.accuracy, o.check_every))
+        },
+    },
 ];
 
 fn device_gpu(
@@ -125,6 +176,16 @@ fn gpu_evaluator<E: Summation + 'static>(
     }
 }
 
+/// A GPU evaluator built on `device`'s GPU by a constructor that plans its own parameters: its
+/// refusal (an accuracy the device cannot deliver) is passed on as it is.
+fn gpu_planned_evaluator<E: Summation + 'static>(
+    device: &Device,
+    build: impl FnOnce(std::sync::Arc<crate::device::cuda::Gpu>) -> Result<E, SummationError>,
+) -> Result<Box<dyn Summation>, SummationError> {
+    let gpu = device_gpu(device)?.clone();
+    Ok(Box::new(build(gpu)?))
+}
+
 /// Why a (method, boundary) pair has no evaluator on any device.
 fn unsupported_reason(kind: EvaluatorKind, boundary: BoundaryKind) -> String {
     match (kind, boundary) {
@@ -135,6 +196,11 @@ fn unsupported_reason(kind: EvaluatorKind, boundary: BoundaryKind) -> String {
         (EvaluatorKind::Direct, BoundaryKind::Periodic) => {
             "vortex.evaluator = \"direct\" sums in free space; the periodic box needs \"ewald\" \
              (a truncated image sum is only conditionally convergent)"
+                .into()
+        }
+        (EvaluatorKind::Fmm, BoundaryKind::Periodic) => {
+            "vortex.evaluator = \"fmm\" is free-space only for now (the periodic FMM, a sum over \
+             the root's images, is not built yet); the periodic box uses \"ewald\""
                 .into()
         }
         (kind, boundary) => {
@@ -170,20 +236,25 @@ pub fn lookup(
         })
 }
 
-/// Picks the evaluator for `boundary` on `device`. `accuracy` is the requested relative
-/// accuracy of the periodic evaluator.
+/// Picks the evaluator `kind` for `boundary` on `device`. `options` is the requested relative
+/// accuracy (Ewald, FMM) and the FMM's check cadence ([`EvaluatorOptions`]; a bare accuracy
+/// takes the default cadence).
 ///
-/// On the CPU: direct (free space) or Ewald (periodic), f64. On a GPU: all pairs in free space,
-/// Ewald in the periodic box, f32 sums; an error (with the reason) when the GPU evaluator cannot
-/// be set up. The device was chosen before (`auto` resolved by [`crate::device::Device::open`]).
+/// On the CPU: direct or FMM (free space) or Ewald (periodic), f64. On a GPU: all pairs or FMM
+/// in free space, Ewald in the periodic box, f32 sums; an error (with the reason) when the GPU
+/// evaluator cannot be set up or cannot deliver the accuracy. The device was chosen before
+/// (`auto` resolved by [`crate::device::Device::open`]). The description names the evaluator
+/// with its parameters (for the FMM its order, opening angle, leaf size and near field) and the
+/// device: the run writes it to its log and manifest.
 pub fn plan(
     boundary: Boundary,
     kind: EvaluatorKind,
     device: &Device,
-    accuracy: f64,
+    options: impl Into<EvaluatorOptions>,
 ) -> Result<Plan, SummationError> {
+    let options = options.into();
     let row = lookup(kind, BoundaryKind::of(&boundary), device.kind())?;
-    let evaluator = (row.build)(device, accuracy)?;
+    let evaluator = (row.build)(device, &options)?;
     let description = format!("{} (device {})", evaluator.name(), device.label());
     Ok(Plan {
         evaluator,
@@ -219,6 +290,20 @@ pub struct MemoryEstimate {
 ///   particle the f64 inputs and outputs (7 + 3 + 3 + 9 doubles: 176), sort keys and orders
 ///   (6 ints: 24), packed copies (3 × 16 + 32: 80); per lattice node the target and the output
 ///   (48); the host nothing beyond the caller's arrays.
+/// * CPU FMM (one tree, targets = sources): per particle the Morton keys and order while the
+///   tree is built (16), the sources in tree order (x, α, σ: 56) and the per-target answers
+///   before they are scattered (velocity and gradient: 96), [`FMM_CPU_BYTES_PER_PARTICLE`] in
+///   all; per cell, about 2N/leaf_size cells, the cell itself (72), its multipole and local
+///   expansions (2 × 3 × (p+1)(p+2)/2 complex f64: 96 (p+1)(p+2)/2) and its share of the
+///   interaction lists (about 300 M2L and 60 P2P entries of 4 bytes:
+///   [`FMM_LIST_BYTES_PER_CELL`]), with p and the leaf size planned for `accuracy`
+///   ([`crate::summation::fmm::plan_parameters`]); per lattice node its key and order (16) and
+///   answer (24) for the blob vorticity.
+/// * GPU FMM: on the device the same expansions and lists per cell, and per particle the f32
+///   packed sources and targets (32 + 32) and the f64 outputs (3 + 9 doubles: 96),
+///   [`FMM_GPU_DEVICE_BYTES_PER_PARTICLE`]; on the host the tree and lists (keys and order 16
+///   per particle, cells and lists as above) and the blob vorticity at the lattice nodes, which
+///   the GPU FMM sums on the host (40 per node).
 pub fn estimate_bytes(
     boundary: Boundary,
     kind: EvaluatorKind,
@@ -269,6 +354,20 @@ pub fn estimate_bytes(
                 device: 0,
             }
         }
+        (EvaluatorKind::Fmm, DeviceKind::Cpu) => {
+            let cells = fmm_cells(accuracy, FmmBackend::Cpu, n)?;
+            MemoryEstimate {
+                host: FMM_CPU_BYTES_PER_PARTICLE * n + cells.all + 40 * nodes,
+                device: 0,
+            }
+        }
+        (EvaluatorKind::Fmm, DeviceKind::Cuda) => {
+            let cells = fmm_cells(accuracy, FmmBackend::Cuda, n)?;
+            MemoryEstimate {
+                host: FMM_TREE_BYTES_PER_PARTICLE * n + cells.lists + 40 * nodes,
+                device: FMM_GPU_DEVICE_BYTES_PER_PARTICLE * n + cells.all,
+            }
+        }
         (EvaluatorKind::Ewald, DeviceKind::Cuda) => {
             let g = grid_points(&GPU_COSTS, GPU_BYTES_PER_GRID_POINT)?;
             MemoryEstimate {
@@ -276,6 +375,37 @@ pub fn estimate_bytes(
                 device: GPU_BYTES_PER_GRID_POINT * g + 280 * n + 48 * nodes,
             }
         }
+    })
+}
+
+/// FMM: Morton keys and tree order per particle while a tree is built.
+pub const FMM_TREE_BYTES_PER_PARTICLE: u64 = 16;
+/// CPU FMM per particle: keys and order (16), sources in tree order (56), answers (96).
+pub const FMM_CPU_BYTES_PER_PARTICLE: u64 = FMM_TREE_BYTES_PER_PARTICLE + 56 + 96;
+/// GPU FMM per particle on the device: f32 packed source and target (32 + 32), f64 velocity and
+/// gradient out (96).
+pub const FMM_GPU_DEVICE_BYTES_PER_PARTICLE: u64 = 32 + 32 + 96;
+/// FMM interaction lists per cell: about 300 M2L and 60 P2P entries of 4 bytes.
+pub const FMM_LIST_BYTES_PER_CELL: u64 = (300 + 60) * 4;
+/// An FMM cell's own record (centre, sizes, ranges, links).
+const FMM_CELL_BYTES: u64 = 72;
+
+/// The per-cell memory of an FMM of `n` particles at `accuracy` on `backend`.
+struct FmmCellBytes {
+    /// Cells, expansions and lists (where the expansions live).
+    all: u64,
+    /// Cells and lists alone (the host's share of the GPU evaluator).
+    lists: u64,
+}
+
+fn fmm_cells(accuracy: f64, backend: FmmBackend, n: u64) -> Result<FmmCellBytes, SummationError> {
+    let params = plan_parameters(accuracy, backend)?;
+    let cells = 2 * n.div_ceil(params.leaf_size as u64);
+    let expansions = 2 * 3 * super::fmm::expansions::coefficient_count(params.order) as u64 * 16;
+    let lists = cells * (FMM_CELL_BYTES + FMM_LIST_BYTES_PER_CELL);
+    Ok(FmmCellBytes {
+        all: lists + cells * expansions,
+        lists,
     })
 }
 
@@ -332,6 +462,7 @@ mod tests {
         for (b, k) in [
             (Boundary::FreeSpace, EvaluatorKind::Direct),
             (periodic, EvaluatorKind::Ewald),
+            (Boundary::FreeSpace, EvaluatorKind::Fmm),
         ] {
             let mut p = plan(b, k, &Device::Cpu, 1e-6).unwrap();
             assert!(p.evaluator.device_form().is_none(), "{}", p.description);
@@ -367,5 +498,125 @@ mod tests {
         assert_eq!(m.device, 0);
         assert!(m.host > 208 * 32 * 32 * 32, "{m:?}");
         assert!(m.host < 1 << 30, "{m:?}");
+    }
+
+    #[test]
+    fn fmm_rows_build_describe_and_refuse() {
+        // The CPU row: its description names the FMM and its planned parameters.
+        let p = plan(
+            Boundary::FreeSpace,
+            EvaluatorKind::Fmm,
+            &Device::Cpu,
+            EvaluatorOptions {
+                accuracy: 1e-6,
+                check_every: 0,
+            },
+        )
+        .unwrap();
+        assert!(
+            p.description.contains("FMM free-space CPU f64"),
+            "{}",
+            p.description
+        );
+        assert!(p.description.contains("order p = "), "{}", p.description);
+        assert!(p.description.contains("(device cpu)"), "{}", p.description);
+        // A GPU row exists (built only where there is a GPU: tests/gpu*.rs).
+        assert!(lookup(
+            EvaluatorKind::Fmm,
+            BoundaryKind::FreeSpace,
+            DeviceKind::Cuda
+        )
+        .is_ok());
+        // Finer than the CPU's f64 floor: refused with the reason.
+        let e = plan(Boundary::FreeSpace, EvaluatorKind::Fmm, &Device::Cpu, 1e-11)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("FMM") && e.contains("1e-10"), "{e}");
+        // Finer than the GPU's f32 floor: refused when estimating, before any GPU is touched.
+        let e = fmm_cells(1e-7, FmmBackend::Cuda, 1000)
+            .err()
+            .unwrap()
+            .to_string();
+        let floor = format!("{:e}", crate::summation::fmm::params::GPU_ACCURACY_FLOOR);
+        assert!(e.contains("f32") && e.contains(&floor), "{e}");
+        // The periodic box: no FMM row on any device, and the reason says what to use.
+        let periodic = Boundary::Periodic {
+            length: std::f64::consts::TAU,
+        };
+        let e = plan(periodic, EvaluatorKind::Fmm, &Device::Cpu, 1e-6)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("free-space only") && e.contains("\"ewald\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn fmm_check_cadence_reaches_the_evaluator() {
+        use crate::summation::verify::Particles;
+        use crate::summation::{Evaluation, Extra};
+        let particles = Particles::free_space(600, 7);
+        let checks = |check_every: u64| {
+            let options = EvaluatorOptions {
+                accuracy: 1e-4,
+                check_every,
+            };
+            let mut p = plan(
+                Boundary::FreeSpace,
+                EvaluatorKind::Fmm,
+                &Device::Cpu,
+                options,
+            )
+            .unwrap();
+            let mut out = Evaluation::default();
+            for _ in 0..3 {
+                p.evaluator
+                    .evaluate(&particles.sources(), &particles.x, Extra::None, &mut out)
+                    .unwrap();
+            }
+            p.evaluator.take_accuracy_checks()
+        };
+        // 0: the first evaluation only; 1: every evaluation.
+        assert_eq!(checks(0).len(), 1);
+        let all = checks(1);
+        assert_eq!(
+            all.iter().map(|c| c.evaluation).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        assert!(all.iter().all(|c| c.passed()), "{all:?}");
+        // A bare accuracy takes the default cadence.
+        assert_eq!(
+            EvaluatorOptions::from(1e-6).check_every,
+            DEFAULT_CHECK_EVERY
+        );
+    }
+
+    #[test]
+    fn fmm_memory_estimate_follows_the_planned_order() {
+        let n = 1_000_000;
+        let at = |accuracy: f64| {
+            estimate_bytes(
+                Boundary::FreeSpace,
+                EvaluatorKind::Fmm,
+                &Device::Cpu,
+                accuracy,
+                n,
+                0.06,
+                0,
+            )
+            .unwrap()
+        };
+        let (coarse, fine) = (at(1e-3), at(1e-7));
+        assert_eq!(coarse.device, 0);
+        assert!(
+            coarse.host > FMM_CPU_BYTES_PER_PARTICLE * n as u64,
+            "{coarse:?}"
+        );
+        assert!(fine.host > coarse.host, "{coarse:?} {fine:?}");
+        // A few kilobytes per particle at most.
+        assert!(fine.host < 8_000 * n as u64, "{fine:?}");
     }
 }

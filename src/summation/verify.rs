@@ -97,6 +97,80 @@ impl Particles {
         let sigma = vec![TAU / (n.max(1) as f64).cbrt(); n];
         Particles { x, alpha, sigma }
     }
+
+    /// A Plummer-like cluster (the FMM's clustered set): density ∝ (1 + r²/a²)^{−5/2} truncated
+    /// at 8a, strengths uniform in [−1, 1]³, equal cores `sigma`.
+    pub fn plummer(n: usize, a: f64, sigma: f64, seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut x = Vec::with_capacity(n);
+        while x.len() < n {
+            let u: f64 = rng.random_range(1e-6..1.0);
+            let r = a / (u.powf(-2.0 / 3.0) - 1.0).sqrt();
+            if r > 8.0 * a {
+                continue;
+            }
+            let z: f64 = rng.random_range(-1.0..1.0);
+            let phi: f64 = rng.random_range(0.0..TAU);
+            let s = (1.0 - z * z).sqrt();
+            x.push([r * s * phi.cos(), r * s * phi.sin(), r * z]);
+        }
+        let alpha = (0..n)
+            .map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0)))
+            .collect();
+        Particles {
+            x,
+            alpha,
+            sigma: vec![sigma; n],
+        }
+    }
+
+    /// A thin ring (the FMM's sheet-like set): radius 1 about the z axis, particles within 0.05
+    /// of the centre line, azimuthal strengths of total circulation about 1, cores 0.02.
+    pub fn thin_ring(n: usize, seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let w = TAU / n.max(1) as f64;
+        let mut x = Vec::with_capacity(n);
+        let mut alpha = Vec::with_capacity(n);
+        for _ in 0..n {
+            let th: f64 = rng.random_range(0.0..TAU);
+            let (dr, dz): (f64, f64) =
+                (rng.random_range(-0.05..0.05), rng.random_range(-0.05..0.05));
+            x.push([(1.0 + dr) * th.cos(), (1.0 + dr) * th.sin(), dz]);
+            alpha.push([-th.sin() * w, th.cos() * w, 0.0]);
+        }
+        Particles {
+            x,
+            alpha,
+            sigma: vec![0.02; n],
+        }
+    }
+}
+
+/// `count` targets on cell faces of an octree over `p` (the bounding cube's mid-planes and the
+/// planes of its level-2 and level-3 subdivisions), elsewhere uniform over 90 % of the cube:
+/// where cell-boundary artefacts of a tree method would show.
+pub fn cell_face_targets(p: &Particles, count: usize, seed: u64) -> Vec<[f64; 3]> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let (mut lo, mut hi) = ([f64::INFINITY; 3], [f64::NEG_INFINITY; 3]);
+    for q in &p.x {
+        for k in 0..3 {
+            lo[k] = lo[k].min(q[k]);
+            hi[k] = hi[k].max(q[k]);
+        }
+    }
+    let c: [f64; 3] = std::array::from_fn(|k| 0.5 * (lo[k] + hi[k]));
+    let half = (0..3).map(|k| hi[k] - lo[k]).fold(0.0f64, f64::max) * 0.5;
+    (0..count)
+        .map(|i| {
+            let mut t: [f64; 3] =
+                std::array::from_fn(|k| c[k] + half * rng.random_range(-0.9..0.9));
+            let cells = 1usize << (1 + i % 3);
+            let j = rng.random_range(1..cells);
+            let k = i % 3;
+            t[k] = c[k] - half + 2.0 * half * j as f64 / cells as f64;
+            t
+        })
+        .collect()
 }
 
 /// `n` points uniform in [−π, π)³.

@@ -1,0 +1,475 @@
+//! The FMM on one GPU (`kernels/fmm.cu`): tree and interaction lists built on the host (rayon,
+//! [`Structure`]), f64 expansions and f32 near-field sums on the device, one thread block per
+//! cell for P2M, M2M, M2L and L2L and one per target leaf for L2P with P2P, the seed's "multiple
+//! walks" (SC09 §2.3). Buffers stay allocated between calls and grow only.
+//!
+//! Per evaluation the host sends the sources in tree order (f64 positions, strengths, cores),
+//! the cells and the lists, and receives the results; the kernels never reduce across blocks,
+//! so the answer is deterministic.
+
+use super::params::{plan_parameters, FmmBackend, FmmParams};
+use super::{AccuracyCheck, CheckSchedule, FmmStats, Structure};
+use crate::device::buffer::DeviceBuffer;
+use crate::device::cuda::{launch, CudaError, Gpu, KernelSource};
+use crate::kernel::StretchingScheme;
+use crate::summation::{
+    sigma_range, Boundary, Evaluation, Extra, Request, Sources, SumResult, Summation,
+    SummationError, PAIR_KERNEL_HEADER,
+};
+use cudarc::driver::{sys::CUevent_flags, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use rayon::prelude::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Its name in logs and NVRTC messages.
+pub const SOURCE_NAME: &str = "fmm.cu";
+/// The kernel family: fmm.cu with the shared pair kernel header.
+pub const KERNELS: KernelSource = KernelSource {
+    file: SOURCE_NAME,
+    text: include_str!("../../../kernels/fmm.cu"),
+    headers: &[PAIR_KERNEL_HEADER],
+};
+/// Threads per block of `fmm_eval` (`EVAL_THREADS` in fmm.cu).
+const EVAL_THREADS: u32 = 128;
+/// The highest order the GPU kernels are built for (their shared tables hold order 2p).
+pub const GPU_MAX_ORDER: usize = 20;
+
+/// The compiled kernels of one expansion order.
+struct Kernels {
+    order: usize,
+    pack: CudaFunction,
+    p2m: CudaFunction,
+    m2m: CudaFunction,
+    m2l: CudaFunction,
+    l2l: CudaFunction,
+    eval: CudaFunction,
+}
+
+/// Device buffers, reused between calls.
+#[derive(Default)]
+struct Buffers {
+    s_center: DeviceBuffer<f64>,
+    s_begin: DeviceBuffer<u32>,
+    s_end: DeviceBuffer<u32>,
+    s_child_begin: DeviceBuffer<u32>,
+    s_child_count: DeviceBuffer<u8>,
+    s_leaves: DeviceBuffer<u32>,
+    s_x: DeviceBuffer<f64>,
+    s_alpha: DeviceBuffer<f64>,
+    s_sigma: DeviceBuffer<f64>,
+    s_pos: DeviceBuffer<f32>,
+    s_str: DeviceBuffer<f32>,
+    t_center: DeviceBuffer<f64>,
+    t_begin: DeviceBuffer<u32>,
+    t_end: DeviceBuffer<u32>,
+    t_parent: DeviceBuffer<u32>,
+    t_leaves: DeviceBuffer<u32>,
+    t_x: DeviceBuffer<f64>,
+    t_order: DeviceBuffer<u32>,
+    t_alpha: DeviceBuffer<f64>,
+    m2l_offsets: DeviceBuffer<u32>,
+    m2l_sources: DeviceBuffer<u32>,
+    p2p_offsets: DeviceBuffer<u32>,
+    p2p_sources: DeviceBuffer<u32>,
+    mult: DeviceBuffer<f64>,
+    local: DeviceBuffer<f64>,
+    out_u: DeviceBuffer<f64>,
+    out_x: DeviceBuffer<f64>,
+}
+
+/// The FMM in free space on one GPU.
+pub struct CudaFmm {
+    gpu: Arc<Gpu>,
+    stream: Arc<CudaStream>,
+    params: FmmParams,
+    schedule: CheckSchedule,
+    stats: FmmStats,
+    kernels: Option<Kernels>,
+    buf: Buffers,
+}
+
+fn device_error(e: CudaError) -> SummationError {
+    SummationError::Device(e.to_string())
+}
+
+/// A tree's cells as flat arrays for the device.
+struct CellArrays {
+    center: Vec<f64>,
+    begin: Vec<u32>,
+    end: Vec<u32>,
+    child_begin: Vec<u32>,
+    child_count: Vec<u8>,
+    parent: Vec<u32>,
+}
+
+impl CellArrays {
+    fn of(t: &super::tree::Octree) -> Self {
+        Self {
+            center: t.cells.iter().flat_map(|c| c.center).collect(),
+            begin: t.cells.iter().map(|c| c.begin).collect(),
+            end: t.cells.iter().map(|c| c.end).collect(),
+            child_begin: t.cells.iter().map(|c| c.child_begin).collect(),
+            child_count: t.cells.iter().map(|c| c.child_count).collect(),
+            parent: t.cells.iter().map(|c| c.parent).collect(),
+        }
+    }
+}
+
+fn gather3(v: &[[f64; 3]], order: &[u32]) -> Vec<f64> {
+    let mut out = vec![0.0; 3 * order.len()];
+    out.par_chunks_mut(3)
+        .zip(order.par_iter())
+        .for_each(|(o, &i)| o.copy_from_slice(&v[i as usize]));
+    out
+}
+
+impl CudaFmm {
+    /// Plans the parameters for `accuracy` on the GPU (refused below
+    /// [`super::params::GPU_ACCURACY_FLOOR`]) and compiles the kernels.
+    pub fn new(gpu: Arc<Gpu>, accuracy: f64, check_every: u64) -> Result<Self, SummationError> {
+        let params = plan_parameters(accuracy, FmmBackend::Cuda)?;
+        Self::with_params(gpu, params, check_every)
+    }
+
+    /// With explicit parameters (tests and benchmarks).
+    pub fn with_params(
+        gpu: Arc<Gpu>,
+        params: FmmParams,
+        check_every: u64,
+    ) -> Result<Self, SummationError> {
+        let stream = gpu
+            .context()
+            .new_stream()
+            .map_err(|e| device_error(CudaError::driver("creating a stream", e)))?;
+        let mut s = Self {
+            gpu,
+            stream,
+            params,
+            schedule: CheckSchedule::new(check_every),
+            stats: FmmStats::default(),
+            kernels: None,
+            buf: Buffers::default(),
+        };
+        s.ensure_kernels()?;
+        Ok(s)
+    }
+
+    fn ensure_kernels(&mut self) -> Result<(), SummationError> {
+        let p = self.params.order;
+        if p > GPU_MAX_ORDER {
+            return Err(SummationError::Unsupported(format!(
+                "FMM on the GPU: order {p} above the kernels' largest, {GPU_MAX_ORDER}"
+            )));
+        }
+        if self.kernels.as_ref().is_some_and(|k| k.order == p) {
+            return Ok(());
+        }
+        let module = self
+            .gpu
+            .module_from(&KERNELS, &[format!("-DFMM_P={p}")])
+            .map_err(device_error)?;
+        let load = |name: &str| {
+            module
+                .module
+                .load_function(name)
+                .map_err(|e| device_error(CudaError::driver(format!("loading kernel {name}"), e)))
+        };
+        self.kernels = Some(Kernels {
+            order: p,
+            pack: load("fmm_pack")?,
+            p2m: load("fmm_p2m")?,
+            m2m: load("fmm_m2m")?,
+            m2l: load("fmm_m2l")?,
+            l2l: load("fmm_l2l")?,
+            eval: load("fmm_eval")?,
+        });
+        Ok(())
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    pub fn params(&self) -> &FmmParams {
+        &self.params
+    }
+
+    /// Counts and phase times of the last evaluation (device phases from CUDA events; the tree
+    /// phase is the host's build and the uploads).
+    pub fn last_stats(&self) -> &FmmStats {
+        &self.stats
+    }
+
+    pub fn disable_checks(&mut self) {
+        self.schedule.disable();
+    }
+
+    /// Threads per block of the expansion kernels: every coefficient and every column of the
+    /// order-2p table has a thread.
+    fn expansion_threads(&self) -> u32 {
+        let p = self.params.order;
+        let need = super::expansions::coefficient_count(p).max(2 * p + 1);
+        (need.div_ceil(32) * 32) as u32
+    }
+
+    fn run(&mut self, req: &Request, out: &mut Evaluation) -> Result<(), CudaError> {
+        let (sources, targets, extra) = (req.sources, req.targets, req.extra);
+        let gradient = !matches!(extra, Extra::None);
+        let p = self.params.order;
+        let stride = 3 * super::expansions::coefficient_count(p);
+        let s = self.stream.clone();
+        let (_, sigma_max) = sigma_range(sources).map_err(|e| CudaError::Invalid(e.to_string()))?;
+        let mut stats = FmmStats::default();
+
+        let t0 = Instant::now();
+        let st = Structure::build(sources, targets, &self.params, gradient, sigma_max);
+        let stree = &st.sources;
+        let ttree = st.targets();
+        let sc = CellArrays::of(stree);
+        let tc = st.target_tree.as_ref().map(CellArrays::of);
+        let sx = gather3(sources.x, &stree.order);
+        let salpha = gather3(sources.alpha, &stree.order);
+        let ssigma: Vec<f64> = stree
+            .order
+            .par_iter()
+            .map(|&i| sources.sigma[i as usize])
+            .collect();
+        let b = &mut self.buf;
+        b.s_center.upload(&s, &sc.center, "cell centres")?;
+        b.s_begin.upload(&s, &sc.begin, "cells")?;
+        b.s_end.upload(&s, &sc.end, "cells")?;
+        b.s_child_begin.upload(&s, &sc.child_begin, "cells")?;
+        b.s_child_count.upload(&s, &sc.child_count, "cells")?;
+        b.s_leaves.upload(&s, &stree.leaves, "leaves")?;
+        b.s_x.upload(&s, &sx, "positions")?;
+        b.s_alpha.upload(&s, &salpha, "strengths")?;
+        b.s_sigma.upload(&s, &ssigma, "core radii")?;
+        let n = sources.len();
+        b.s_pos.ensure(&s, 4 * n)?;
+        b.s_str.ensure(&s, 4 * n)?;
+        let nt = targets.len();
+        match &tc {
+            Some(tc) => {
+                b.t_center.upload(&s, &tc.center, "target cells")?;
+                b.t_begin.upload(&s, &tc.begin, "target cells")?;
+                b.t_end.upload(&s, &tc.end, "target cells")?;
+                b.t_parent.upload(&s, &tc.parent, "target cells")?;
+                b.t_x
+                    .upload(&s, &gather3(targets, &ttree.order), "targets")?;
+            }
+            None => {
+                b.t_parent.upload(&s, &sc.parent, "cells")?;
+            }
+        }
+        b.t_leaves.upload(&s, &ttree.leaves, "target leaves")?;
+        b.t_order.upload(&s, &ttree.order, "target order")?;
+        if let Extra::Stretching { alpha, .. } = extra {
+            let flat: Vec<f64> = alpha.iter().flatten().copied().collect();
+            b.t_alpha.upload(&s, &flat, "target strengths")?;
+        } else {
+            b.t_alpha.ensure(&s, 1)?;
+        }
+        b.m2l_offsets
+            .upload(&s, &st.lists.m2l_offsets, "M2L lists")?;
+        b.m2l_sources
+            .upload(&s, &st.lists.m2l_sources, "M2L lists")?;
+        b.p2p_offsets
+            .upload(&s, &st.lists.p2p_offsets, "P2P lists")?;
+        b.p2p_sources
+            .upload(&s, &st.lists.p2p_sources, "P2P lists")?;
+        b.mult.ensure(&s, 2 * stride * stree.cells.len())?;
+        b.local.ensure(&s, 2 * stride * ttree.cells.len())?;
+        b.out_u.poison(&s, 3 * nt)?;
+        let xlen = match extra {
+            Extra::None => 1,
+            Extra::Gradient => 9 * nt,
+            Extra::Stretching { .. } => 3 * nt,
+        };
+        b.out_x.poison(&s, xlen)?;
+        stats.tree_seconds = t0.elapsed().as_secs_f64();
+
+        let ctx = self.gpu.context();
+        let ev = || {
+            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| CudaError::driver("creating an event", e))
+        };
+        let events = [ev()?, ev()?, ev()?, ev()?, ev()?];
+        let record = |i: usize| {
+            events[i]
+                .record(&s)
+                .map_err(|e| CudaError::driver("recording an event", e))
+        };
+        let k = self
+            .kernels
+            .as_ref()
+            .expect("kernels compiled at construction");
+        let threads = self.expansion_threads();
+        let b = &mut self.buf;
+        let cfg = |blocks: usize, threads: u32| LaunchConfig {
+            grid_dim: (blocks.max(1) as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let n_sleaves = stree.leaves.len() as i32;
+        record(0)?;
+        // SAFETY: fmm_pack(leaves, n_leaves, center, begin, end, x, alpha, sigma, pos, str): the
+        // leaves index cells of the uploaded source tree, whose particle ranges lie in 0..n;
+        // x and alpha hold 3n doubles, sigma n, pos and str 4n floats (ensured above).
+        launch!(s, &k.pack, "fmm_pack", cfg(stree.leaves.len(), 128);
+            b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
+            b.s_x.get(), b.s_alpha.get(), b.s_sigma.get(), b.s_pos.get_mut(), b.s_str.get_mut())?;
+        // SAFETY: fmm_p2m(leaves, n_leaves, center, begin, end, x, alpha, mult): as fmm_pack;
+        // mult holds 3·NC complex values (2 doubles) per source cell (ensured above); the block
+        // has at least NC threads (expansion_threads).
+        launch!(s, &k.p2m, "fmm_p2m", cfg(stree.leaves.len(), threads);
+            b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
+            b.s_x.get(), b.s_alpha.get(), b.mult.get_mut())?;
+        for lv in (0..stree.depth()).rev() {
+            let r = stree.levels[lv].clone();
+            let (first, count) = (r.start as i32, r.len() as i32);
+            // SAFETY: fmm_m2m(first, count, center, child_begin, child_count, mult): cells
+            // first..first+count exist; their children are cells of the next level, whose
+            // expansions were written by P2M (leaves) or the previous launch.
+            launch!(s, &k.m2m, "fmm_m2m", cfg(r.len(), threads);
+                &first, &count, b.s_center.get(), b.s_child_begin.get(), b.s_child_count.get(),
+                b.mult.get_mut())?;
+        }
+        record(1)?;
+        let n_tcells = ttree.cells.len() as i32;
+        let tcenter = if tc.is_some() {
+            b.t_center.get()
+        } else {
+            b.s_center.get()
+        };
+        // SAFETY: fmm_m2l(n_cells, tcenter, scenter, offsets, sources, mult, local): offsets
+        // has n_cells + 1 entries indexing sources (source cell ids); local holds 3·NC complex
+        // values per target cell; the block has at least max(NC, 2p+1) threads.
+        launch!(s, &k.m2l, "fmm_m2l", cfg(ttree.cells.len(), threads);
+            &n_tcells, tcenter, b.s_center.get(), b.m2l_offsets.get(), b.m2l_sources.get(),
+            b.mult.get(), b.local.get_mut())?;
+        record(2)?;
+        for lv in 1..ttree.depth() {
+            let r = ttree.levels[lv].clone();
+            let (first, count) = (r.start as i32, r.len() as i32);
+            // SAFETY: fmm_l2l(first, count, center, parent, local): cells of this level and
+            // their parents (the level above, already complete) exist in the target tree.
+            launch!(s, &k.l2l, "fmm_l2l", cfg(r.len(), threads);
+                &first, &count, tcenter, b.t_parent.get(), b.local.get_mut())?;
+        }
+        record(3)?;
+        let n_tleaves = ttree.leaves.len() as i32;
+        let rho_cut = self.params.rho_cut(gradient);
+        let rho_cut2 = (rho_cut * rho_cut) as f32;
+        let mode: i32 = match extra {
+            Extra::None => 0,
+            Extra::Gradient => 1,
+            Extra::Stretching {
+                scheme: StretchingScheme::Classical,
+                ..
+            } => 2,
+            Extra::Stretching {
+                scheme: StretchingScheme::Transposed,
+                ..
+            } => 3,
+        };
+        let (tbegin, tend, tx) = if tc.is_some() {
+            (b.t_begin.get(), b.t_end.get(), b.t_x.get())
+        } else {
+            (b.s_begin.get(), b.s_end.get(), b.s_x.get())
+        };
+        // SAFETY: fmm_eval(tleaves, n, tcenter, tbegin, tend, tx, torder, p2p_offsets,
+        // p2p_sources, scenter, sbegin, send, spos, sstr, local, rho_cut2, mode, talpha, out_u,
+        // out_x): target leaves and their sorted positions (3 per target), the order mapping
+        // sorted → original targets (nt entries), the P2P lists (n + 1 offsets, source leaf
+        // ids), the packed sources (4 floats each), the locals; out_u holds 3·nt doubles and
+        // out_x 9·nt (gradient) or 3·nt (stretching) doubles, talpha 3·nt doubles when
+        // stretching; blockDim is EVAL_THREADS.
+        launch!(s, &k.eval, "fmm_eval", cfg(ttree.leaves.len(), EVAL_THREADS);
+            b.t_leaves.get(), &n_tleaves, tcenter, tbegin, tend, tx, b.t_order.get(),
+            b.p2p_offsets.get(), b.p2p_sources.get(), b.s_center.get(), b.s_begin.get(),
+            b.s_end.get(), b.s_pos.get(), b.s_str.get(), b.local.get(), &rho_cut2, &mode,
+            b.t_alpha.get(), b.out_u.get_mut(), b.out_x.get_mut())?;
+        record(4)?;
+        let mut flat = vec![0.0f64; 3 * nt];
+        b.out_u.download(&s, &mut flat, "velocities")?;
+        for (o, v) in out.velocity[..nt].iter_mut().zip(flat.chunks(3)) {
+            *o = [v[0], v[1], v[2]];
+        }
+        match extra {
+            Extra::None => {}
+            Extra::Gradient => {
+                let mut g = vec![0.0f64; 9 * nt];
+                b.out_x.download(&s, &mut g, "gradients")?;
+                for (o, v) in out.gradient[..nt].iter_mut().zip(g.chunks(9)) {
+                    *o = [[v[0], v[1], v[2]], [v[3], v[4], v[5]], [v[6], v[7], v[8]]];
+                }
+            }
+            Extra::Stretching { .. } => {
+                flat.fill(0.0);
+                b.out_x.download(&s, &mut flat, "stretching")?;
+                for (o, v) in out.stretching[..nt].iter_mut().zip(flat.chunks(3)) {
+                    *o = [v[0], v[1], v[2]];
+                }
+            }
+        }
+        s.synchronize()
+            .map_err(|e| CudaError::driver("waiting for the FMM", e))?;
+        let ms = |a: usize, z: usize| -> Result<f64, CudaError> {
+            events[a]
+                .elapsed_ms(&events[z])
+                .map(|t| t as f64 * 1e-3)
+                .map_err(|e| CudaError::driver("timing the FMM", e))
+        };
+        stats.upward_seconds = ms(0, 1)?;
+        stats.m2l_seconds = ms(1, 2)?;
+        stats.downward_seconds = ms(2, 3)?;
+        stats.p2p_seconds = ms(3, 4)?;
+        st.count(&mut stats, p);
+        self.stats = stats;
+        let written = out.velocity[..nt].iter().flatten().all(|v| v.is_finite());
+        if !written {
+            return Err(CudaError::Invalid(
+                "the FMM left a velocity unwritten or not finite".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Summation for CudaFmm {
+    fn name(&self) -> String {
+        format!(
+            "FMM free-space GPU (f64 expansions, f32 near field), {}",
+            self.params
+        )
+    }
+
+    fn boundary(&self) -> Boundary {
+        Boundary::FreeSpace
+    }
+
+    fn evaluate_request(&mut self, req: Request, out: &mut Evaluation) -> SumResult {
+        let (_, sigma_max) = sigma_range(req.sources)?;
+        self.run(&req, out).map_err(device_error)?;
+        let stats = self.stats;
+        self.schedule.after_evaluation(
+            req.sources,
+            req.targets,
+            &req.extra,
+            out,
+            sigma_max,
+            &self.params,
+            &stats,
+        )
+    }
+
+    fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
+        self.schedule.take()
+    }
+
+    /// The blob vorticity is a short-range sum: the CPU FMM's tree-based near sum (f64).
+    fn vorticity(&mut self, src: &Sources, at: &[[f64; 3]], out: &mut Vec<[f64; 3]>) -> SumResult {
+        let mut cpu = super::FmmFreeSpace::with_params(self.params, 0);
+        cpu.vorticity(src, at, out)
+    }
+}

@@ -1,0 +1,227 @@
+//! Accuracy in, parameters out: the FMM's expansion order, opening criterion, near-field radius
+//! and leaf size from the requested relative accuracy (docs/physics.md §8).
+//!
+//! * **Near-field radius ρ_c.** Pairs closer than ρ_c σ_max use the exact Gaussian kernel; farther
+//!   ones may use 1/(4πr). ρ_c is the smallest ρ whose kernel tail is below `TAIL_SHARE` × the
+//!   accuracy: for the velocity 1 − g(ρ), for the gradient (stretching) (ρg' + 3(1 − g))/3, about
+//!   ten times larger (§8). The tail is a bound per pair; most of a target's velocity comes from
+//!   farther away, so the sum's relative error is smaller still.
+//! * **Order p and opening angle θ.** A well-separated pair (r_A + r_B ≤ θd) truncated at order p
+//!   errs by about θ^{p+1} relative to that pair's contribution, second derivatives by about
+//!   (p+1) times more. The traversal accepts most pairs well inside the criterion, so measured
+//!   errors fall faster; [`truncation_error`] is fitted to them. θ is fixed per device (a smaller
+//!   θ moves work from P2P to M2L) and p is the smallest order whose modelled error meets the
+//!   accuracy.
+//! * **Leaf size.** Per device, as the seed's measurements suggest (SC09 §4.3: 20–160 particles
+//!   per leaf on CPUs, 100–800 on GPUs), tuned with `vpm bench fmm` (docs/performance.md); leaves
+//!   are never split below a side of ρ_c σ_max / 4 (§8: leaves much smaller than the near field
+//!   only add lists).
+
+use crate::summation::SummationError;
+
+/// Which implementation the parameters are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum FmmBackend {
+    /// f64 everywhere, rayon.
+    Cpu,
+    /// f64 expansions, f32 direct sums, one GPU.
+    Cuda,
+}
+
+/// The finest accuracy the CPU (f64) evaluator is planned for.
+pub const CPU_ACCURACY_FLOOR: f64 = 1e-10;
+/// The finest accuracy the GPU evaluator is planned for: its near field is summed in f32. On
+/// the H100 the f32 sums alone leave relative L2 errors of 1e-6 (velocity) to 2e-5 (a thin
+/// ring's transposed stretching, whose reference nearly cancels) at any order (tests/gpu_fmm.rs).
+pub const GPU_ACCURACY_FLOOR: f64 = 5e-5;
+/// Fraction of the requested accuracy given to the kernel tail at ρ_c.
+pub const TAIL_SHARE: f64 = 0.1;
+/// The order is planned for this fraction of the accuracy: the model is fitted to uniform sets
+/// evaluated at the sources, and a thin ring's stretching measured up to 1.5× the request at
+/// the sources and 4× at targets on cell faces away from the ring (tests/fmm.rs).
+pub const ORDER_MARGIN: f64 = 0.2;
+/// The highest order planned.
+pub const MAX_ORDER: usize = 30;
+
+/// The chosen parameters; `Display` gives the sentence for the run log and the manifest.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct FmmParams {
+    /// The requested relative accuracy.
+    pub accuracy: f64,
+    pub backend: FmmBackend,
+    /// Expansion order p (terms n ≤ p).
+    pub order: usize,
+    /// Opening angle θ: cells interact by expansions when r_A + r_B ≤ θ d.
+    pub theta: f64,
+    /// ρ_c for the velocity alone and for velocity and gradient.
+    pub rho_cut_velocity: f64,
+    pub rho_cut_gradient: f64,
+    /// Largest number of particles in a leaf.
+    pub leaf_size: usize,
+}
+
+impl FmmParams {
+    /// ρ_c for an evaluation that does (`true`) or does not need the velocity gradient.
+    pub fn rho_cut(&self, gradient: bool) -> f64 {
+        if gradient {
+            self.rho_cut_gradient
+        } else {
+            self.rho_cut_velocity
+        }
+    }
+}
+
+impl std::fmt::Display for FmmParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "accuracy {:e}: order p = {}, θ = {}, leaves ≤ {} particles, exact kernel within \
+             ρ_c = {:.2} σ_max ({:.2} for the velocity alone)",
+            self.accuracy,
+            self.order,
+            self.theta,
+            self.leaf_size,
+            self.rho_cut_gradient,
+            self.rho_cut_velocity
+        )
+    }
+}
+
+/// 1 − g(ρ) = erfc(ρ/√2) + √(2/π) ρ e^{−ρ²/2}: the relative difference of the regularised and
+/// singular velocity kernels at ρ (docs/physics.md §8).
+pub fn velocity_tail(rho: f64) -> f64 {
+    libm::erfc(rho * std::f64::consts::FRAC_1_SQRT_2)
+        + <f64 as crate::kernel::Real>::SQRT_2_OVER_PI * rho * (-0.5 * rho * rho).exp()
+}
+
+/// (ρg' + 3(1 − g))/3: the relative difference of the gradient kernels at ρ (§8).
+pub fn gradient_tail(rho: f64) -> f64 {
+    let gp = <f64 as crate::kernel::Real>::SQRT_2_OVER_PI * rho * rho * (-0.5 * rho * rho).exp();
+    (rho * gp + 3.0 * velocity_tail(rho)) / 3.0
+}
+
+/// The smallest ρ (to 0.01) with `tail(ρ)` ≤ `bound`; both tails fall monotonically.
+pub fn rho_cut(tail: fn(f64) -> f64, bound: f64) -> f64 {
+    let (mut lo, mut hi) = (0.0f64, 40.0f64);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if tail(mid) <= bound {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    (hi * 100.0).ceil() / 100.0
+}
+
+/// The error model: relative L2 error of the velocity gradient (stretching) of an evaluation at
+/// order p and opening angle θ, E = 0.05 θ^{1.4p}, a third of that for the velocity. Fitted to
+/// direct sums of 20 000 uniform particles at θ = 0.4, 0.5, 0.6 and p = 2…20 (test `calibrate` in
+/// tests/fmm.rs, table in docs/validation.md): at θ = 0.5 the measured stretching errors are
+/// 7.7e-4, 1.2e-5, 2.3e-7, 4.6e-9, 1.0e-10 at p = 4, 8, 12, 16, 20 against the model's 1.0e-3,
+/// 2.1e-5, 4.4e-7, 9.1e-9, 1.9e-10; at θ = 0.6 the model is pessimistic by up to 40×. The errors
+/// fall faster than the single-pair bound θ^{p+1} because the traversal accepts most pairs well
+/// inside the criterion.
+pub fn truncation_error(order: usize, theta: f64, gradient: bool) -> f64 {
+    let e = 0.05 * theta.powf(1.4 * order as f64);
+    if gradient {
+        e
+    } else {
+        e / 3.0
+    }
+}
+
+/// Plans the parameters for `accuracy` on `backend`, or says why it cannot.
+pub fn plan_parameters(accuracy: f64, backend: FmmBackend) -> Result<FmmParams, SummationError> {
+    let floor = match backend {
+        FmmBackend::Cpu => CPU_ACCURACY_FLOOR,
+        FmmBackend::Cuda => GPU_ACCURACY_FLOOR,
+    };
+    if !(accuracy.is_finite() && accuracy < 1.0) || accuracy <= 0.0 {
+        return Err(SummationError::Unsupported(format!(
+            "FMM: accuracy {accuracy} must be in ({floor:e}, 1)"
+        )));
+    }
+    if accuracy < floor {
+        let why = match backend {
+            FmmBackend::Cpu => "the f64 expansions are planned down to",
+            FmmBackend::Cuda => {
+                "the GPU sums its near field in f32, which reaches about; use the CPU (f64) for \
+                 finer accuracy. GPU floor"
+            }
+        };
+        return Err(SummationError::Unsupported(format!(
+            "FMM: accuracy {accuracy:e} is finer than this device can deliver ({why} {floor:e})"
+        )));
+    }
+    let (theta, leaf_size) = match backend {
+        FmmBackend::Cpu => (0.5, 48),
+        FmmBackend::Cuda => (0.5, 128),
+    };
+    let order = (1..=MAX_ORDER)
+        .find(|&p| truncation_error(p, theta, true) <= ORDER_MARGIN * accuracy)
+        .ok_or_else(|| {
+            SummationError::Unsupported(format!("FMM: accuracy {accuracy:e} needs p > {MAX_ORDER}"))
+        })?;
+    Ok(FmmParams {
+        accuracy,
+        backend,
+        order,
+        theta,
+        rho_cut_velocity: rho_cut(velocity_tail, TAIL_SHARE * accuracy),
+        rho_cut_gradient: rho_cut(gradient_tail, TAIL_SHARE * accuracy),
+        leaf_size,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tails_match_physics_md_table() {
+        // docs/physics.md §8: 1 − g ≈ 1.5e-5, 1.2e-6, 7.5e-8, 3.6e-9 at ρ = 5, 5.5, 6, 6.5;
+        // the gradient's ≈ 1.4e-4, 1.3e-5, 9.5e-7, 5.2e-8.
+        for (rho, v, g) in [
+            (5.0, 1.5e-5, 1.4e-4),
+            (5.5, 1.2e-6, 1.3e-5),
+            (6.0, 7.5e-8, 9.5e-7),
+            (6.5, 3.6e-9, 5.2e-8),
+        ] {
+            assert!(
+                (velocity_tail(rho) / v - 1.0).abs() < 0.06,
+                "{rho}: {}",
+                velocity_tail(rho)
+            );
+            assert!(
+                (gradient_tail(rho) / g - 1.0).abs() < 0.06,
+                "{rho}: {}",
+                gradient_tail(rho)
+            );
+        }
+        // And against the kernel: 1 − g(ρ) from kernel.rs where it has no cancellation trouble.
+        let g = crate::kernel::cutoff_g(3.0f64);
+        assert!(((1.0 - g) / velocity_tail(3.0) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn finer_accuracy_plans_higher_order_and_wider_near_field() {
+        let mut last = plan_parameters(1e-3, FmmBackend::Cpu).unwrap();
+        for a in [1e-4, 1e-6, 1e-8, 1e-10] {
+            let p = plan_parameters(a, FmmBackend::Cpu).unwrap();
+            assert!(p.order > last.order && p.rho_cut_gradient > last.rho_cut_gradient);
+            assert!(p.rho_cut_gradient > p.rho_cut_velocity);
+            last = p;
+        }
+        let e = plan_parameters(1e-11, FmmBackend::Cpu)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1e-10"), "{e}");
+        let e = plan_parameters(1e-5, FmmBackend::Cuda)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("f32") && e.contains("CPU"), "{e}");
+        assert!(plan_parameters(0.0, FmmBackend::Cpu).is_err());
+        assert!(plan_parameters(f64::NAN, FmmBackend::Cpu).is_err());
+    }
+}

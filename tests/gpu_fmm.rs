@@ -1,0 +1,123 @@
+//! The FMM on the GPU (kernels/fmm.cu, src/summation/fmm/cuda.rs) against the f64 direct sum and
+//! the CPU FMM: uniform, clustered (Plummer-like) and thin-ring sets, targets at the sources and
+//! on cell faces, velocity, both stretching schemes and the gradient; determinism; the accuracy
+//! floor. Skipped (with the reason printed) without a GPU.
+
+use vpm::kernel::StretchingScheme;
+use vpm::summation::direct::DirectFreeSpace;
+use vpm::summation::fmm::{plan_parameters, CudaFmm, FmmBackend, FmmFreeSpace};
+use vpm::summation::verify::{self, compare_all_extras, errors_on_sample, poisoned, Particles};
+use vpm::summation::{Evaluation, Extra, Summation};
+
+#[test]
+fn gpu_fmm_meets_the_requested_accuracy_on_three_sets() {
+    let Some(gpu) = verify::gpu_or_skip("gpu_fmm_meets_the_requested_accuracy_on_three_sets")
+    else {
+        return;
+    };
+    let sets = [
+        ("uniform", Particles::free_space(6000, 1)),
+        ("plummer", Particles::plummer(6000, 0.3, 0.01, 2)),
+        ("ring", Particles::thin_ring(6000, 3)),
+    ];
+    for accuracy in [1e-4, 5e-5] {
+        let mut fmm = CudaFmm::new(gpu.clone(), accuracy, 0).unwrap();
+        fmm.disable_checks();
+        for (name, p) in &sets {
+            for (where_, targets) in [
+                ("sources", p.x.clone()),
+                ("faces", verify::cell_face_targets(p, 800, 9)),
+            ] {
+                let talpha: Vec<[f64; 3]> =
+                    (0..targets.len()).map(|i| p.alpha[i % p.len()]).collect();
+                let (v, x, line) = compare_all_extras(
+                    &mut fmm,
+                    &mut DirectFreeSpace,
+                    &p.sources(),
+                    &targets,
+                    &talpha,
+                )
+                .unwrap();
+                println!("{name} {where_} {accuracy:e}: {line}");
+                assert!(
+                    v.rel_l2 <= accuracy && x.rel_l2 <= accuracy,
+                    "{name} {where_} {accuracy:e}: {line}"
+                );
+                assert!(
+                    v.max_rel <= 30.0 * accuracy && x.max_rel <= 30.0 * accuracy,
+                    "{name} {where_} {accuracy:e}: {line}"
+                );
+            }
+        }
+    }
+}
+
+/// The GPU (f32 near field) and the CPU (f64) with the same parameters agree to f32 rounding;
+/// two GPU runs are bit-identical; the outputs are fully written (poisoned before).
+#[test]
+fn gpu_fmm_matches_cpu_fmm_and_is_deterministic() {
+    let Some(gpu) = verify::gpu_or_skip("gpu_fmm_matches_cpu_fmm_and_is_deterministic") else {
+        return;
+    };
+    let p = Particles::plummer(20000, 0.5, 0.02, 4);
+    let params = plan_parameters(5e-5, FmmBackend::Cuda).unwrap();
+    let mut g = CudaFmm::with_params(gpu, params, 0).unwrap();
+    g.disable_checks();
+    let mut c = FmmFreeSpace::with_params(params, 0);
+    c.disable_checks();
+    let extra = Extra::Stretching {
+        alpha: &p.alpha,
+        scheme: StretchingScheme::Classical,
+    };
+    let (mut a, mut b, mut r) = (poisoned(p.len()), poisoned(p.len()), Evaluation::default());
+    g.evaluate(&p.sources(), &p.x, extra, &mut a).unwrap();
+    g.evaluate(&p.sources(), &p.x, extra, &mut b).unwrap();
+    assert!(
+        a.velocity == b.velocity && a.stretching == b.stretching,
+        "not deterministic"
+    );
+    c.evaluate(&p.sources(), &p.x, extra, &mut r).unwrap();
+    let ev = verify::rel_l2(&a.velocity, &r.velocity);
+    let es = verify::rel_l2(&a.stretching, &r.stretching);
+    println!(
+        "GPU vs CPU FMM: velocity {ev:.2e}, stretching {es:.2e}; {:?}",
+        g.last_stats()
+    );
+    assert!(ev < 2e-6 && es < 1e-5, "{ev:e} {es:e}");
+}
+
+/// A larger uniform set (2e5) checked on a sample against the direct sum, and the built-in check.
+#[test]
+fn gpu_fmm_large_uniform_set_on_a_sample() {
+    let Some(gpu) = verify::gpu_or_skip("gpu_fmm_large_uniform_set_on_a_sample") else {
+        return;
+    };
+    let p = Particles::free_space(200_000, 5);
+    let mut fmm = CudaFmm::new(gpu, 1e-4, 0).unwrap();
+    let extra = Extra::Stretching {
+        alpha: &p.alpha,
+        scheme: StretchingScheme::Transposed,
+    };
+    let mut out = poisoned(p.len());
+    fmm.evaluate(&p.sources(), &p.x, extra, &mut out).unwrap();
+    let checks = fmm.take_accuracy_checks();
+    assert_eq!(checks.len(), 1);
+    println!("{}", checks[0]);
+    let idx = verify::sample(p.len(), 300, 6);
+    let e = errors_on_sample(&out, &mut DirectFreeSpace, &p.sources(), &p.x, extra, &idx).unwrap();
+    println!("{e:?}; {:?}", fmm.last_stats());
+    assert!(
+        e.velocity.rel_l2 <= 1e-4 && e.extra.unwrap().rel_l2 <= 1e-4,
+        "{e:?}"
+    );
+}
+
+/// Accuracies the f32 near field cannot deliver are refused at planning, naming the reason.
+#[test]
+fn gpu_fmm_refuses_accuracies_below_its_floor() {
+    let Some(gpu) = verify::gpu_or_skip("gpu_fmm_refuses_accuracies_below_its_floor") else {
+        return;
+    };
+    let e = CudaFmm::new(gpu, 1e-5, 0).err().unwrap().to_string();
+    assert!(e.contains("f32") && e.contains("5e-5"), "{e}");
+}
