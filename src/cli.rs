@@ -102,6 +102,49 @@ pub enum BenchCommand {
     /// Milliseconds per full vortex step, reinitialisation and output step of a turbulence run
     /// (the GPU-resident stepper with a GPU).
     Step(BenchStepArgs),
+    /// Seconds per velocity + stretching evaluation of the fast multipole method in free space,
+    /// its phases, parameters and error against the direct sum, and its scaling with N.
+    Fmm(BenchFmmArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchFmmArgs {
+    /// Particle counts, comma separated, as integers or like 1e5 or 16.7e6 (default: 1e5,1e6 on
+    /// the CPU, 1e5,1e6,4e6,16.7e6 on a GPU).
+    #[arg(long, value_delimiter = ',', value_parser = parse_count)]
+    pub n: Vec<usize>,
+    /// Requested relative accuracy.
+    #[arg(long, default_value_t = 1e-4)]
+    pub accuracy: f64,
+    /// Targets checked against the CPU f64 direct sum per size (fewer at the largest sizes; 0:
+    /// no check and no all-pairs estimate).
+    #[arg(long, default_value_t = 200)]
+    pub sample: usize,
+    /// The evaluator to time: `cpu` (f64, rayon), `cuda`/`cuda:N` (one GPU; an error without
+    /// it) or `auto`. `--backend` is another name for it.
+    #[arg(long, alias = "backend", default_value = "cpu", value_name = "DEVICE")]
+    pub device: crate::device::DeviceRequest,
+    #[command(flatten)]
+    pub common: BenchCommon,
+}
+
+/// A particle count: an integer (`100000`) or a number in exponent form that is a whole number
+/// (`1e5`, `16.7e6`).
+pub fn parse_count(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    if let Ok(n) = t.parse::<usize>() {
+        return Ok(n);
+    }
+    let bad = || format!("`{s}`: expected a particle count such as 100000, 1e5 or 16.7e6");
+    let x: f64 = t.parse().map_err(|_| bad())?;
+    if !(x.is_finite() && (0.0..=1e15).contains(&x)) {
+        return Err(bad());
+    }
+    let r = x.round();
+    if (x - r).abs() > 1e-9 * r.max(1.0) {
+        return Err(format!("`{s}`: a particle count must be a whole number"));
+    }
+    Ok(r as usize)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -110,6 +153,8 @@ pub enum EvaluatorArg {
     Ewald,
     /// All pairs in free space (no reinitialisation; O(N²), for small n).
     Direct,
+    /// The fast multipole method in free space (no reinitialisation).
+    Fmm,
 }
 
 #[derive(Debug, Args)]
@@ -247,4 +292,21 @@ pub struct BenchSpectralArgs {
 pub enum TransformArg {
     Pruned,
     Full,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_count;
+
+    #[test]
+    fn particle_counts_in_either_form() {
+        assert_eq!(parse_count("100000"), Ok(100_000));
+        assert_eq!(parse_count("1e5"), Ok(100_000));
+        assert_eq!(parse_count(" 16.7e6"), Ok(16_700_000));
+        assert_eq!(parse_count("4E6"), Ok(4_000_000));
+        assert!(parse_count("1.5").unwrap_err().contains("whole number"));
+        for bad in ["", "ten", "-1e3", "inf", "1e20"] {
+            assert!(parse_count(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -154,6 +154,7 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
         BenchCommand::Ewald(a) => &a.common,
         BenchCommand::Kernel(a) => &a.common,
         BenchCommand::Step(a) => &a.common,
+        BenchCommand::Fmm(a) => &a.common,
     };
     set_threads(common.threads)?;
     let (repeats, json) = (common.repeats, common.json.clone());
@@ -244,6 +245,7 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
                 evaluator: match a.evaluator {
                     vpm::cli::EvaluatorArg::Ewald => vpm::summation::EvaluatorKind::Ewald,
                     vpm::cli::EvaluatorArg::Direct => vpm::summation::EvaluatorKind::Direct,
+                    vpm::cli::EvaluatorArg::Fmm => vpm::summation::EvaluatorKind::Fmm,
                 },
                 accuracy: a.accuracy,
                 steps: a.steps,
@@ -253,6 +255,28 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
                 outputs: repeats.unwrap_or(3),
             };
             vpm::bench::bench_step(&device, &a.n, &options, json)?;
+            Ok(())
+        }
+        BenchCommand::Fmm(a) => {
+            if !(a.accuracy > 0.0 && a.accuracy < 1.0) {
+                bail!("--accuracy {}: must be in (0, 1)", a.accuracy);
+            }
+            let (device, note) = vpm::device::Device::open(a.device)?;
+            if !quiet {
+                eprintln!("--device {}: {note}", a.device);
+            }
+            let sizes = match (a.n.is_empty(), device.is_cuda()) {
+                (false, _) => a.n.clone(),
+                (true, false) => vec![100_000, 1_000_000],
+                (true, true) => vec![100_000, 1_000_000, 4_000_000, 16_700_000],
+            };
+            at_least(&sizes, 2, "particle counts")?;
+            let options = vpm::bench::FmmBenchOptions {
+                accuracy: a.accuracy,
+                repeats: repeats.unwrap_or(3),
+                sample: a.sample,
+            };
+            vpm::bench::bench_fmm(&device, &sizes, &options, json)?;
             Ok(())
         }
         BenchCommand::Kernel(a) => {

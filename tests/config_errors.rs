@@ -885,6 +885,7 @@ fn vortex_defaults() {
         },
         evaluator: EvaluatorKind::Ewald,
         accuracy: 1e-6,
+        accuracy_check_every: None,
         device: None,
         snapshots: None,
     };
@@ -950,6 +951,7 @@ fn vortex_round_trip_with_every_key() {
             },
             evaluator: EvaluatorKind::Ewald,
             accuracy: 1e-12,
+            accuracy_check_every: None,
             device: Some(DeviceRequest::Cuda(None)),
             snapshots: Some(Cadence::Time(0.1)),
         })
@@ -1140,11 +1142,11 @@ fn vortex_bad_rbf() {
 #[test]
 fn vortex_bad_evaluator_accuracy_backend() {
     rejects_vortex(
-        "evaluator = \"fmm\"\n",
+        "evaluator = \"fast\"\n",
         &[
             "`vortex.evaluator`",
-            "\"fmm\"",
-            r#"must be one of "direct", "ewald""#,
+            "\"fast\"",
+            r#"must be one of "direct", "ewald", "fmm""#,
         ],
     );
     rejects_vortex(
@@ -1203,7 +1205,8 @@ fn vortex_unknown_keys_and_types() {
             "unknown key `vortex.sigma0`",
             "allowed keys in [vortex]: n, overlap, stretching, reinit_every, rbf, \
              rbf_tolerance, rbf_max_iterations, reinit_projection, reinit_filter, evaluator, \
-             accuracy, device, backend, snapshot_every_steps, snapshot_every_time",
+             accuracy, accuracy_check_every, device, backend, snapshot_every_steps, \
+             snapshot_every_time",
         ],
     );
     // The time step is [time]'s: there is no vortex.time_step, nor the [output] cadence keys.
@@ -1378,6 +1381,115 @@ fn ring_is_free_space_and_the_box_is_periodic() {
         Some(26),
         &["`vortex.evaluator`", "periodic box needs \"ewald\""],
     );
+}
+
+#[test]
+fn fmm_runs_in_free_space_with_its_accuracy_and_checks() {
+    // The ring with the FMM: accuracy 1e-6 and a check every 100 evaluations by default, both
+    // written out in the resolved case.
+    let case = round_trip(&ring_with("n = 104", "n = 104\nevaluator = \"fmm\""));
+    let v = case.vortex.clone().unwrap();
+    assert_eq!(
+        (v.evaluator, v.accuracy, v.accuracy_check_every),
+        (EvaluatorKind::Fmm, 1e-6, Some(100))
+    );
+    assert_eq!(v.evaluator_options().check_every, 100);
+    let resolved = case.to_toml_string();
+    assert!(
+        resolved.contains("evaluator = \"fmm\"\naccuracy = 0.000001\naccuracy_check_every = 100\n"),
+        "{resolved}"
+    );
+    // Explicit values, 0 (only the first evaluation) included.
+    let case = round_trip(&ring_with(
+        "n = 104",
+        "n = 104\nevaluator = \"fmm\"\naccuracy = 1e-4\naccuracy_check_every = 0",
+    ));
+    let v = case.vortex.unwrap();
+    assert_eq!((v.accuracy, v.accuracy_check_every), (1e-4, Some(0)));
+    assert_eq!(v.evaluator_options().check_every, 0);
+    // The other evaluators have no check: no key in the resolved case, and none allowed.
+    assert!(!round_trip(RING)
+        .to_toml_string()
+        .contains("accuracy_check_every"));
+    assert_eq!(round_trip(RING).vortex.unwrap().accuracy_check_every, None);
+}
+
+#[test]
+fn fmm_keys_are_checked() {
+    // The periodic box has no FMM (yet): the tube and a field-defined flow.
+    rejects_vortex(
+        "evaluator = \"fmm\"\n",
+        &[
+            "`vortex.evaluator`",
+            "free-space only",
+            "periodic box uses \"ewald\"",
+        ],
+    );
+    let tube = RING.replace(
+        "kind = \"vortex-ring\"\nradius = 1.0\ncirculation = 1.0\ncore = 0.1",
+        "kind = \"vortex-tube\"\ncirculation = 1\ncore = 0.3",
+    );
+    rejects(
+        &tube.replace("n = 104", "n = 32\nevaluator = \"fmm\""),
+        Some(18),
+        &[
+            "`vortex.evaluator` = \"fmm\"",
+            "free-space only",
+            "\"ewald\"",
+        ],
+    );
+    // An accuracy finer than the FMM is planned for, and a bad check cadence.
+    use vpm::summation::fmm::params::{CPU_ACCURACY_FLOOR, GPU_ACCURACY_FLOOR};
+    let (cpu, gpu) = (
+        format!("≥ {CPU_ACCURACY_FLOOR:e}"),
+        format!("{GPU_ACCURACY_FLOOR:e}"),
+    );
+    rejects(
+        &ring_with("n = 104", "n = 104\nevaluator = \"fmm\"\naccuracy = 1e-12"),
+        Some(20),
+        &["`vortex.accuracy` = 1e-12", "\"fmm\"", &cpu, &gpu],
+    );
+    // The same accuracy is fine for Ewald (its range is the general one).
+    round_trip(&with_vortex("accuracy = 1e-12\n"));
+    for bad in ["-1", "1.5", "\"often\""] {
+        rejects(
+            &ring_with(
+                "n = 104",
+                &format!("n = 104\nevaluator = \"fmm\"\naccuracy_check_every = {bad}"),
+            ),
+            Some(20),
+            &["`vortex.accuracy_check_every`", "integer ≥ 0"],
+        );
+    }
+    // Only with the FMM: the ring's default (direct), direct given, and the box (Ewald).
+    rejects(
+        &ring_with("n = 104", "n = 104\naccuracy_check_every = 10"),
+        Some(19),
+        &[
+            "`vortex.accuracy_check_every` = 10",
+            "only allowed with `vortex.evaluator` = \"fmm\"",
+        ],
+    );
+    rejects(
+        &ring_with(
+            "n = 104",
+            "n = 104\nevaluator = \"direct\"\naccuracy_check_every = 10",
+        ),
+        Some(20),
+        &["`vortex.accuracy_check_every`", "only allowed with"],
+    );
+    rejects_vortex(
+        "accuracy_check_every = 1\n",
+        &["`vortex.accuracy_check_every`", "\"fmm\""],
+    );
+    // A case built in code passes the same checks.
+    let mut case = round_trip(RING);
+    let v = case.vortex.as_mut().unwrap();
+    v.accuracy_check_every = Some(3);
+    let m = case.validate().unwrap_err().to_string();
+    assert!(m.contains("`vortex.accuracy_check_every`"), "{m}");
+    case.vortex.as_mut().unwrap().evaluator = EvaluatorKind::Fmm;
+    assert!(case.validate().is_ok());
 }
 
 // --- device, time.max_steps and the step limit --------------------------------------------

@@ -5,7 +5,11 @@
 //!   at Saffman's speed U = Γ/(4πR)[ln(8R/σ) − 0.9045] within 2 %, and conserves its impulse;
 //! * `lamb-oseen`: a Gaussian tube in the periodic box under core spreading follows the
 //!   Lamb–Oseen profile with σ² = σ0² + 2νt (and the box's background term) within 1 %;
-//! * `time.cfl` with particles: each step is the smaller of the two stability limits.
+//! * `time.cfl` with particles: each step is the smaller of the two stability limits;
+//! * `coaxial-rings` (a tiny two-ring case): `vortex/rings.csv` has a row per ring and output,
+//!   each ring's radius and position near their initial values, Σα and the impulse kept, the
+//!   particles ring after ring through a checkpoint, and kill-and-resume reproduces the file to
+//!   the byte; `leapfrog-rings-small` resolves and builds its rings.
 //!
 //! Both run through the same driver as `vpm run` (outputs, checkpoints, plots).
 
@@ -233,4 +237,252 @@ fn adaptive_step_follows_the_particle_stability_limits() {
         );
         assert!(rows[k + 1][ct] - rows[k][ct] > 0.0);
     }
+}
+
+/// A tiny two-ring case: R = 1 at z = 0 and z = 1, Γ = 1, core 0.3 on a coarse lattice (n = 32,
+/// about 3 000 particles, direct sum), 4 steps of 0.05 with an output and a checkpoint every
+/// step.
+fn two_ring_case() -> Case {
+    let text = r#"
+[flow]
+nu = 0.0
+
+[initial]
+kind = "coaxial-rings"
+rings = [
+  { radius = 1.0, z = 0.0, circulation = 1.0, core = 0.3 },
+  { radius = 1.0, z = 1.0, circulation = 1.0, core = 0.3 },
+]
+
+[time]
+t_end = 0.2
+dt = 0.05
+
+[output]
+every_steps = 1
+
+[checkpoint]
+every_steps = 1
+
+[vortex]
+n = 32
+overlap = 1.0
+evaluator = "direct"
+"#;
+    let mut case = Case::from_toml_str(text, "<two rings>").expect("two-ring case");
+    case.device = vpm::config::DeviceRequest::Cpu;
+    case
+}
+
+/// The particle ids of the latest checkpoint of a run directory (`particle_id`, as f64).
+fn checkpoint_ids(run_dir: &Path) -> Vec<f64> {
+    let mut ckpts: Vec<_> = std::fs::read_dir(run_dir.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    ckpts.sort();
+    let path = ckpts.last().expect("a checkpoint").join("state.npz");
+    let mut npz = ndarray_npy::NpzReader::new(std::fs::File::open(&path).unwrap()).unwrap();
+    let ids: ndarray::Array1<f64> = npz.by_name("particle_id").unwrap();
+    ids.to_vec()
+}
+
+/// Two coaxial rings, a few steps: two rows per output (ring 1, ring 2), each ring's radius and
+/// position near their initial values (the rings move ≈ 0.3 × 0.2 and exchange radius slowly),
+/// Σα at round-off and the impulse conserved; the ring particle counts add up and stay; the
+/// checkpoint keeps the particles in their initial order (ids 0, 1, …: ring 1, then ring 2);
+/// a run killed after 2 steps and resumed writes the same rings.csv to the byte; rings.png is
+/// drawn.
+#[test]
+fn two_rings_write_per_ring_rows_and_resume_in_order() {
+    use postprocess::layout::RINGS_CSV;
+    let tmp = tempfile::tempdir().unwrap();
+    let (whole, split) = (tmp.path().join("whole"), tmp.path().join("split"));
+    std::fs::create_dir_all(&whole).unwrap();
+    std::fs::create_dir_all(&split).unwrap();
+    let mut run = vpm::run::start(two_ring_case(), &whole, options(), None).expect("start");
+    assert_eq!(run.run_to_end().expect("run"), RunEnd::Finished);
+    drop(run);
+    let (h, rows) = read_csv(&whole.join(RINGS_CSV));
+    assert_eq!(rows.len(), 2 * 5, "two rings at steps 0..=4");
+    let c = |name: &str| col(&h, name);
+    let n_total = vpm::run::particles::initial_particles(&two_ring_case())
+        .unwrap()
+        .len() as f64;
+    let first = &rows[0];
+    let z0 = [0.0, 1.0];
+    for (i, r) in rows.iter().enumerate() {
+        let ring = i % 2;
+        assert_eq!(r[c("ring")], (ring + 1) as f64);
+        assert_eq!(r[c("step")], (i / 2) as f64);
+        assert!((r[c("radius")] - 1.0).abs() < 0.05, "row {i}: {r:?}");
+        assert!(
+            r[c("z")] >= z0[ring] - 1e-9 && r[c("z")] < z0[ring] + 0.1,
+            "row {i}: z = {}",
+            r[c("z")]
+        );
+        assert!(r[c("speed")] > 0.2 && r[c("speed")] < 0.5, "row {i}: {r:?}");
+        // The halves: both rings have the same particles (same radius and core).
+        assert_eq!(2.0 * r[c("particles")], n_total);
+        for k in ["total_strength_x", "total_strength_y", "total_strength_z"] {
+            assert!(
+                (r[c(k)] - first[c(k)]).abs() < 1e-12,
+                "row {i}: {k} = {} vs {}",
+                r[c(k)],
+                first[c(k)]
+            );
+        }
+        let iz = first[c("impulse_z")];
+        assert!(
+            ((r[c("impulse_z")] - iz) / iz).abs() < 1e-4,
+            "row {i}: {r:?}"
+        );
+        assert!(r[c("impulse_x")].abs() < 1e-9 && r[c("impulse_y")].abs() < 1e-9);
+        assert_eq!(r[c("sigma_max")], first[c("sigma_max")]);
+    }
+    // The rings' impulses add up to the total: I_z = Σ πΓR_I² (Γ = 1).
+    for pair in rows.chunks(2) {
+        let sum: f64 = pair
+            .iter()
+            .map(|r| std::f64::consts::PI * r[c("radius")].powi(2))
+            .sum();
+        let iz = pair[0][c("impulse_z")];
+        assert!(
+            ((sum - iz) / iz).abs() < 1e-12,
+            "Σ πR² = {sum} vs I_z = {iz}"
+        );
+    }
+    // The rear ring (1) shrinks and the front ring (2) grows: leapfrogging has begun.
+    let last = &rows[rows.len() - 2..];
+    assert!(last[0][c("radius")] < first[c("radius")]);
+    assert!(last[1][c("radius")] > rows[1][c("radius")]);
+    assert!(whole.join("rings.png").is_file());
+    let ids = checkpoint_ids(&whole);
+    assert_eq!(ids.len() as f64, n_total);
+    assert!(ids.iter().enumerate().all(|(i, &id)| id == i as f64));
+
+    // Killed after 2 steps (checkpoint at step 2), resumed: the same bytes.
+    let mut opts = options();
+    opts.abort_after_steps = Some(2);
+    let mut run = vpm::run::start(two_ring_case(), &split, opts, None).expect("start");
+    assert_eq!(run.run_to_end().expect("run"), RunEnd::Aborted);
+    drop(run);
+    let changes = vpm::run::simulation::ResumeChanges {
+        t_end: None,
+        device: None,
+    };
+    let mut run = vpm::run::resume(&split, options(), &changes).expect("resume");
+    assert_eq!(run.run_to_end().expect("resumed run"), RunEnd::Finished);
+    drop(run);
+    let (a, b) = (
+        std::fs::read(whole.join(RINGS_CSV)).unwrap(),
+        std::fs::read(split.join(RINGS_CSV)).unwrap(),
+    );
+    assert!(a == b, "rings.csv differs after kill and resume");
+    assert_eq!(checkpoint_ids(&split), ids);
+}
+
+/// `leapfrog-rings-small` and `leapfrog-rings` resolve, put their rings where the header says
+/// (rear ring at z = 0, front ring one radius ahead) and have the particle counts they claim.
+#[test]
+fn leapfrog_cases_resolve() {
+    for (name, lo, hi) in [
+        ("leapfrog-rings-small", 20_000, 50_000),
+        ("leapfrog-rings", 900_000, 1_200_000),
+    ] {
+        let (case, _) = resolve_case(name).expect("named case");
+        let vpm::config::InitialCondition::CoaxialRings { rings } = &case.initial else {
+            panic!("{name}: not coaxial rings");
+        };
+        assert_eq!(rings.len(), 2, "{name}");
+        assert!(
+            rings[1].z - rings[0].z == rings[0].radius,
+            "{name}: {rings:?}"
+        );
+        let n = vpm::run::memory::particle_count(&case).unwrap();
+        assert!((lo..=hi).contains(&n), "{name}: {n} particles");
+    }
+}
+
+/// Bad `coaxial-rings` values are errors naming the file, the line and the ring's dotted key.
+#[test]
+fn coaxial_ring_errors_name_the_ring() {
+    let case = |rings: &str| {
+        format!(
+            "[flow]\nnu = 0.0\n\n[initial]\nkind = \"coaxial-rings\"\n{rings}\n\n[time]\n\
+             t_end = 1.0\ndt = 0.1\n\n[vortex]\nn = 64\n"
+        )
+    };
+    let ring = |r: &str, z: &str, core: &str| {
+        format!("{{ radius = {r}, z = {z}, circulation = 1.0, core = {core} }}")
+    };
+    let good = ring("1.0", "0.0", "0.2");
+    for (rings, expected) in [
+        (
+            format!("rings = [\n  {good},\n  {},\n]", ring("1.0", "1.0", "0.6")),
+            vec![
+                "f.toml:8:",
+                "`initial.rings[2].core` = 0.6",
+                "< radius/2 (= 0.5)",
+            ],
+        ),
+        (
+            format!("rings = [\n  {good},\n  {},\n]", ring("1.0", "0.3", "0.2")),
+            vec![
+                "f.toml:8:",
+                "`initial.rings[2]`",
+                "initial.rings[1]",
+                "would overlap",
+            ],
+        ),
+        (
+            format!("rings = [\n  {good},\n  {{ radius = 1.0, z = 2.0, core = 0.2 }},\n]"),
+            vec!["f.toml:8:", "missing key `initial.rings[2].circulation`"],
+        ),
+        (
+            format!("rings = [\n  {good},\n  {{ radius = 1.0, circulation = 1, core = 0.2, zz = 1 }},\n]"),
+            vec!["f.toml:8:", "unknown key `initial.rings[2].zz`", "radius, z, circulation, core"],
+        ),
+        (
+            format!("rings = [\n  {good},\n  1.0,\n]"),
+            vec!["f.toml:8:", "`initial.rings[2]` = 1.0", "expected a table"],
+        ),
+        (
+            format!("rings = [\n  {},\n]", ring("-1.0", "0.0", "0.2")),
+            vec!["f.toml:7:", "`initial.rings[1].radius` = -1.0", "> 0"],
+        ),
+        (
+            "rings = []".to_string(),
+            vec!["f.toml:6:", "`initial.rings` = []", "non-empty array of tables"],
+        ),
+        (
+            "radius = 1.0".to_string(),
+            vec!["unknown key `initial.radius`", "kind, rings"],
+        ),
+        (
+            format!("rings = [{good}]\n\n[spectral]\nn = 16"),
+            vec!["[spectral]", "\"coaxial-rings\""],
+        ),
+    ] {
+        let text = case(&rings);
+        let err = Case::from_toml_str(&text, "f.toml")
+            .expect_err(&format!("accepted:\n{text}"))
+            .to_string();
+        for e in expected {
+            assert!(err.contains(e), "expected {e:?} in: {err}\n--- case\n{text}");
+        }
+    }
+    // The blob radius must resolve the smallest core (here ring 2's).
+    let text = case(&format!(
+        "rings = [\n  {good},\n  {},\n]",
+        ring("1.0", "1.0", "0.1")
+    ));
+    let err = Case::from_toml_str(&text, "f.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("0.9 × initial.rings[2].core"), "{err}");
+    // The resolved case (`[[initial.rings]]` sections) reads back to the same case.
+    let (case, _) = resolve_case("leapfrog-rings-small").unwrap();
+    let again = Case::from_toml_str(&case.to_toml_string(), "resolved").unwrap();
+    assert_eq!(again.initial, case.initial);
 }

@@ -18,6 +18,8 @@ pub const VORTEX_SPECTRA_CSV: &str = "vortex/spectra.csv";
 pub const COMPARISON_CSV: &str = "comparison.csv";
 /// The vortex-ring history, relative to the run directory.
 pub const RING_CSV: &str = "vortex/ring.csv";
+/// The coaxial rings' history (`kind = "coaxial-rings"`), relative to the run directory.
+pub const RINGS_CSV: &str = "vortex/rings.csv";
 /// The Lamb–Oseen velocity profiles, relative to the run directory.
 pub const LAMB_OSEEN_CSV: &str = "vortex/lamb_oseen.csv";
 /// The final spectral velocity field.
@@ -72,6 +74,32 @@ pub const RING_COLUMNS: [&str; 14] = [
     "total_strength",
     "particles",
     "sigma_max_over_sigma0",
+];
+/// Columns of `vortex/rings.csv`: one row per output time and ring (`ring` = 1, 2, … in the
+/// case's order). Per ring: its impulse-weighted axial position `z`, impulse radius `radius`,
+/// speed dz/dt, Saffman's speed for its radius and `core` (the case's core, spread by
+/// viscosity, times √(R/radius): a ring keeps its volume 2π²Rσ² as its radius changes; so
+/// `speed − saffman_speed` is what the other rings induce), and its particle count; then the
+/// totals over all particles, the same in every ring's row at one time: the impulse ½Σx×α, Σα
+/// (`total_strength_*`) and the largest core radius `sigma_max`.
+pub const RINGS_COLUMNS: [&str; 17] = [
+    "t",
+    "step",
+    "dt",
+    "ring",
+    "z",
+    "radius",
+    "speed",
+    "saffman_speed",
+    "core",
+    "particles",
+    "impulse_x",
+    "impulse_y",
+    "impulse_z",
+    "total_strength_x",
+    "total_strength_y",
+    "total_strength_z",
+    "sigma_max",
 ];
 /// Columns of `vortex/lamb_oseen.csv` (one row per output time and radius).
 pub const LAMB_OSEEN_COLUMNS: [&str; 5] = ["t", "r", "u_theta", "u_exact", "rel_err"];

@@ -23,12 +23,16 @@
 //!   along its axis; speed: ring speed measured from the particles;
 //!   saffman_speed: Saffman's U = Γ/(4πR)[ln(8R/σ) − 0.9045] at that time;
 //!   core: σ at that time);
+//! * `rings.csv` (coaxial rings): one row per ring at each output time,
+//!   columns [`layout::RINGS_COLUMNS`] (`ring` numbers the rings; `z`,
+//!   `radius`: that ring's axial position and impulse radius);
 //! * `lamb_oseen.csv`: columns `t, r, u_theta, u_exact, rel_err`, one row
 //!   per radius at each output time.
 //!
 //! [`plot_run`] then writes `ring.png` (ring position and speed against t,
-//! particles against Saffman's formula) and/or `lamb-oseen.png` (u_θ(r)
-//! against the exact profile, and the relative error on a log axis).
+//! particles against Saffman's formula), `rings.png` (each ring's radius
+//! and position against t) and/or `lamb-oseen.png` (u_θ(r) against the
+//! exact profile, and the relative error on a log axis).
 //! A run directory with neither a `spectral/` directory nor one of these
 //! files is an error naming it.
 //!
@@ -50,8 +54,9 @@ mod render;
 mod table;
 
 pub use particles::{
-    draw_lamb_oseen, draw_ring, saffman_position, LambOseenProfiles, RingHistory, VelocityProfile,
-    LAMB_OSEEN_SIZE, MAX_PROFILE_TIMES, REL_ERR_REFERENCE, RING_SIZE,
+    draw_lamb_oseen, draw_ring, draw_rings, saffman_position, LambOseenProfiles, OneRing,
+    RingHistory, RingsHistory, VelocityProfile, LAMB_OSEEN_SIZE, MAX_PROFILE_TIMES,
+    REL_ERR_REFERENCE, RINGS_SIZE, RING_SIZE,
 };
 pub use plots::{
     draw_energy, draw_spectra, EnergyCurve, Solver, SolverSpectra, Spectrum, ENERGY_SIZE,
@@ -69,17 +74,20 @@ pub const SPECTRUM_PNG: &str = "spectrum.png";
 
 /// File name of the vortex-ring plot inside the run directory.
 pub const RING_PNG: &str = "ring.png";
+/// File name of the coaxial-rings plot inside the run directory.
+pub const RINGS_PNG: &str = "rings.png";
 /// File name of the Lamb–Oseen plot inside the run directory.
 pub const LAMB_OSEEN_PNG: &str = "lamb-oseen.png";
-pub use layout::{LAMB_OSEEN_CSV, RING_CSV};
+pub use layout::{LAMB_OSEEN_CSV, RINGS_CSV, RING_CSV};
 
 /// Draw every plot for a run directory; returns the PNG paths written.
 ///
 /// A run directory with a `spectral/` subdirectory is a turbulence run:
 /// see [`plot_solver_run`] (nothing else is drawn for it). Otherwise it is
 /// a particle-only run: `<run_dir>/ring.png` is drawn when [`RING_CSV`]
-/// exists and then `<run_dir>/lamb-oseen.png` when [`LAMB_OSEEN_CSV`]
-/// exists, in that order in the returned vector. `title` starts each
+/// exists, `<run_dir>/rings.png` when [`RINGS_CSV`] exists and then
+/// `<run_dir>/lamb-oseen.png` when [`LAMB_OSEEN_CSV`] exists, in that order
+/// in the returned vector. `title` starts each
 /// plot's title.
 ///
 /// # Errors
@@ -156,14 +164,15 @@ pub fn plot_solver_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
 }
 
 /// Draw the plots of a particle-only run: `ring.png` from [`RING_CSV`]
-/// (see [`draw_ring`]) and `lamb-oseen.png` from [`LAMB_OSEEN_CSV`] (see
+/// (see [`draw_ring`]), `rings.png` from [`RINGS_CSV`] (see
+/// [`draw_rings`]) and `lamb-oseen.png` from [`LAMB_OSEEN_CSV`] (see
 /// [`draw_lamb_oseen`]), each only when its file exists; returns the PNG
 /// paths written, in that order.
 ///
 /// # Errors
 ///
-/// When neither file exists, an error naming the run directory (or saying
-/// that it does not exist). A missing required column or a malformed line
+/// When none of the files exists, an error naming the run directory (or
+/// saying that it does not exist). A missing required column or a malformed line
 /// before the last one gives an error naming the file. Files without data
 /// rows are not an error: the plot then says there is no data.
 pub fn plot_particle_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
@@ -171,12 +180,19 @@ pub fn plot_particle_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
         bail!("{}: no such directory", run_dir.display());
     }
     let ring_csv = run_dir.join(RING_CSV);
+    let rings_csv = run_dir.join(RINGS_CSV);
     let lamb_oseen_csv = run_dir.join(LAMB_OSEEN_CSV);
     let mut written = Vec::new();
     if ring_csv.is_file() {
         let ring = RingHistory::from_table(&read_csv_columns(&ring_csv)?)?;
         let png = run_dir.join(RING_PNG);
         draw_ring(&png, title, &ring)?;
+        written.push(png);
+    }
+    if rings_csv.is_file() {
+        let rings = RingsHistory::from_table(&read_csv_columns(&rings_csv)?)?;
+        let png = run_dir.join(RINGS_PNG);
+        draw_rings(&png, title, &rings)?;
         written.push(png);
     }
     if lamb_oseen_csv.is_file() {
@@ -188,7 +204,7 @@ pub fn plot_particle_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
     if written.is_empty() {
         bail!(
             "{}: nothing to plot: found neither spectral/ (with energy.csv and spectra.csv) \
-             nor {RING_CSV} nor {LAMB_OSEEN_CSV}",
+             nor {RING_CSV} nor {RINGS_CSV} nor {LAMB_OSEEN_CSV}",
             run_dir.display()
         );
     }

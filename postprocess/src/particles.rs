@@ -1,6 +1,6 @@
 //! The figures of particle-only runs (no spectral solver): the free-space
-//! vortex ring against Saffman's formula, and the Lamb–Oseen tube against
-//! its exact velocity profile.
+//! vortex ring against Saffman's formula, coaxial rings (leapfrogging) ring
+//! by ring, and the Lamb–Oseen tube against its exact velocity profile.
 
 use crate::axis::{format_number, LinearAxis, LogAxis};
 use crate::chart::{
@@ -20,6 +20,8 @@ use std::path::Path;
 
 /// Pixel size (width, height) of `ring.png` (two panels side by side).
 pub const RING_SIZE: (u32, u32) = (1600, 700);
+/// Pixel size (width, height) of `rings.png` (two panels side by side).
+pub const RINGS_SIZE: (u32, u32) = (1600, 700);
 /// Pixel size (width, height) of `lamb-oseen.png` (two panels side by
 /// side).
 pub const LAMB_OSEEN_SIZE: (u32, u32) = (1600, 700);
@@ -209,6 +211,128 @@ fn draw_panel<X: ChartAxis, Y: ChartAxis>(
     let size = legend_size(root, &legend, note, LEGEND_FONT, LEGEND_LINE)?;
     let anchor = emptiest_corner(&px, &py, size, LEGEND_INSET, &samples);
     draw_legend(root, anchor, &legend, note, LEGEND_FONT, LEGEND_LINE)
+}
+
+/// One ring's history in a coaxial-rings run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OneRing {
+    /// The ring's number (`ring` column: 1, 2, … in the case's order).
+    pub ring: u32,
+    /// Time.
+    pub t: Vec<f64>,
+    /// Axial position (impulse-weighted), one per time.
+    pub z: Vec<f64>,
+    /// Impulse radius, one per time.
+    pub radius: Vec<f64>,
+}
+
+/// The history of coaxial rings, from `vortex/rings.csv`: one [`OneRing`]
+/// per ring, in increasing ring number.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RingsHistory {
+    /// The rings.
+    pub rings: Vec<OneRing>,
+}
+
+impl RingsHistory {
+    /// Group the rows of a `rings.csv` table by the `ring` column (columns
+    /// `t`, `ring`, `z` and `radius` are used; the others are ignored). Rows
+    /// whose `ring` is not a positive integer are dropped; within a ring the
+    /// rows keep their order.
+    pub fn from_table(table: &Table) -> Result<Self> {
+        let [t, ring, z, radius] = table.columns(["t", "ring", "z", "radius"])?;
+        let mut rings: Vec<OneRing> = Vec::new();
+        for i in 0..t.len() {
+            let k = ring[i];
+            if !(k.is_finite() && k >= 1.0 && k.fract() == 0.0 && k <= u32::MAX as f64) {
+                continue;
+            }
+            let k = k as u32;
+            let idx = match rings.iter().position(|r| r.ring == k) {
+                Some(idx) => idx,
+                None => {
+                    rings.push(OneRing {
+                        ring: k,
+                        t: Vec::new(),
+                        z: Vec::new(),
+                        radius: Vec::new(),
+                    });
+                    rings.len() - 1
+                }
+            };
+            let r = &mut rings[idx];
+            r.t.push(t[i]);
+            r.z.push(z[i]);
+            r.radius.push(radius[i]);
+        }
+        rings.sort_by_key(|r| r.ring);
+        Ok(Self { rings })
+    }
+}
+
+/// Colour of ring `i` of `n`: blue and red for two rings (as in the ring
+/// plot), blue through red for more.
+fn ring_color(i: usize, n: usize) -> RGBColor {
+    match (i, n) {
+        (0, _) => BLUE,
+        (1, 2) => RED,
+        _ => time_color(i, n),
+    }
+}
+
+/// Draw the coaxial-rings figure and write the PNG ([`RINGS_SIZE`])
+/// atomically to `path`: (a) each ring's impulse radius against t; (b) each
+/// ring's axial position against t, one colour per ring. When the rings
+/// leapfrog, (a) shows the radii swapping (the rear ring shrinks while the
+/// front one grows) and (b) the positions crossing as the rear ring passes
+/// through the front one.
+///
+/// Both panels share the t axis; the value axes cover all the curves with
+/// 10 % of their span to spare. NaN and inf are skipped; a panel with
+/// nothing to draw says so.
+pub fn draw_rings(path: &Path, title: &str, history: &RingsHistory) -> Result<()> {
+    let png = render_png(RINGS_SIZE, |root| draw_rings_on(root, title, history))?;
+    write_atomic(path, &png)
+}
+
+fn draw_rings_on(root: &Canvas<'_>, title: &str, history: &RingsHistory) -> Result<()> {
+    let n = history.rings.len();
+    let curves = |value: fn(&OneRing) -> &[f64]| -> Vec<Curve> {
+        history
+            .rings
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Curve {
+                label: format!("ring {}", r.ring),
+                points: finite_points(&r.t, value(r)),
+                style: ring_color(i, n).stroke_width(3),
+                stroke: Stroke::Solid,
+            })
+            .collect()
+    };
+    let radius = curves(|r| &r.radius);
+    let position = curves(|r| &r.z);
+    let xa = LinearAxis::covering(points_of(radius.iter().chain(&position)).map(|p| p.0), 0.0);
+    let area = root
+        .titled(&format!("{title}: coaxial vortex rings"), (FAMILY, 28))
+        .map_err(plot_err)?;
+    let panels = area.split_evenly((1, 2));
+    for (panel, (curves, y_desc)) in panels.iter().zip([
+        (&radius, "impulse radius R"),
+        (&position, "axial position z"),
+    ]) {
+        let ya = LinearAxis::covering(points_of(curves.iter()).map(|p| p.1), VALUE_PAD);
+        draw_panel(
+            root,
+            panel,
+            &xa,
+            &ya,
+            ("t", y_desc),
+            curves,
+            (Vec::new(), None),
+        )?;
+    }
+    Ok(())
 }
 
 /// The azimuthal velocity of the Lamb–Oseen tube at one time.
@@ -501,6 +625,27 @@ mod tests {
         let p = saffman_position(&[0.0, 1.0], &[f64::NAN, f64::NAN], &[1.0, 1.0]);
         assert!(p.iter().all(|v| v.is_nan()));
         assert!(saffman_position(&[], &[], &[]).is_empty());
+    }
+
+    #[test]
+    fn rings_grouped_by_ring() {
+        let table = Table {
+            path: "rings.csv".into(),
+            headers: ["t", "ring", "z", "radius"].map(String::from).to_vec(),
+            columns: vec![
+                vec![0.0, 0.0, 1.0, 1.0, 2.0],
+                vec![2.0, 1.0, 2.0, 1.0, f64::NAN],
+                vec![1.0, 0.0, 1.5, 0.5, 9.0],
+                vec![1.0, 1.0, 1.1, 0.9, 9.0],
+            ],
+        };
+        let h = RingsHistory::from_table(&table).unwrap();
+        assert_eq!(h.rings.len(), 2);
+        assert_eq!(h.rings[0].ring, 1);
+        assert_eq!(h.rings[0].t, vec![0.0, 1.0]);
+        assert_eq!(h.rings[0].z, vec![0.0, 0.5]);
+        assert_eq!(h.rings[1].ring, 2);
+        assert_eq!(h.rings[1].radius, vec![1.0, 1.1]);
     }
 
     #[test]

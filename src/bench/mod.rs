@@ -5,12 +5,14 @@
 
 pub mod direct;
 pub mod ewald;
+pub mod fmm;
 pub mod kernel;
 pub mod spectral;
 pub mod step;
 
 pub use direct::{bench_direct, DirectBenchRow};
 pub use ewald::{bench_ewald, EwaldBenchRow, EwaldGpuBenchRow};
+pub use fmm::{bench_fmm, FmmBenchOptions, FmmBenchReport, FmmBenchRow};
 pub use kernel::{bench_kernel, KernelBenchRow, FLOPS_PER_INTERACTION};
 pub use spectral::{bench_spectral, SpectralBenchRow};
 pub use step::{bench_step, StepBenchOptions, StepBenchRow};

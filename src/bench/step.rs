@@ -2,7 +2,8 @@
 //! resident stepper with a GPU, the host-driven one on the CPU): milliseconds per step
 //! (evaluation + update), per reinitialisation and per output step, the phases, host↔device
 //! bytes per step, device memory, and the relative L2 error of velocity and stretching against
-//! the CPU f64 Ewald evaluator on a sample of particles.
+//! the CPU f64 Ewald evaluator (the direct sum for `--evaluator fmm`, in free space) on a sample
+//! of particles.
 //!
 //! The particles are those of a decaying-turbulence run: the isotropic field of `hit-64`
 //! (kp = 4, u0 = 1, seed 1, |k| ≤ min(12, n/2 − 1)) on the n³ lattice, σ0 = overlap·h, strengths
@@ -19,9 +20,10 @@ use crate::diagnostics::{flow_stats, shell_spectrum};
 use crate::init::initial_modes;
 use crate::kernel::StretchingScheme;
 use crate::spectral::ModeLayout;
+use crate::summation::direct::DirectFreeSpace;
 use crate::summation::ewald::EwaldPeriodic;
 use crate::summation::verify;
-use crate::summation::{planner, Boundary, Evaluation, EvaluatorKind, Extra, Sources};
+use crate::summation::{planner, Boundary, Evaluation, EvaluatorKind, Extra, Sources, Summation};
 use crate::vortex::field::{grid_kmax, particles_from_modes};
 use crate::vortex::stepper::{plan, ParticleStepper};
 use crate::vortex::{RbfSolver, VortexSettings};
@@ -222,7 +224,7 @@ fn bench_one(
     let np = particles.len();
     let boundary = match o.evaluator {
         EvaluatorKind::Ewald => Boundary::Periodic { length: TAU },
-        EvaluatorKind::Direct => Boundary::FreeSpace,
+        EvaluatorKind::Direct | EvaluatorKind::Fmm => Boundary::FreeSpace,
     };
     let periodic = matches!(boundary, Boundary::Periodic { .. });
     let settings = VortexSettings {
@@ -304,8 +306,14 @@ fn bench_one(
     }
     note_free(&mut least_free);
     let bytes2 = s.transfer_bytes();
-    // Accuracy of the derivatives at the current state against CPU f64 Ewald on a sample.
-    let (ev, es, ns) = if o.sample > 0 && periodic {
+    // Accuracy of the derivatives at the current state on a sample, against the CPU f64 Ewald
+    // evaluator in the box and the direct sum for the FMM (none for all pairs).
+    let mut reference: Option<Box<dyn Summation>> = match o.evaluator {
+        EvaluatorKind::Ewald => Some(Box::new(EwaldPeriodic::new(o.accuracy))),
+        EvaluatorKind::Fmm => Some(Box::new(DirectFreeSpace)),
+        EvaluatorKind::Direct => None,
+    };
+    let (ev, es, ns) = if let (true, Some(reference)) = (o.sample > 0, reference.as_mut()) {
         let (u, st) = s.derivatives()?;
         let p = s.particles()?.clone();
         let idx = verify::sample(p.len(), o.sample, 0x5e7 ^ n as u64);
@@ -316,7 +324,7 @@ fn bench_one(
         };
         let e = verify::errors_on_sample(
             &out,
-            &mut EwaldPeriodic::new(o.accuracy),
+            reference.as_mut(),
             &Sources::of(&p),
             &p.x,
             Extra::Stretching {

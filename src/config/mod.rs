@@ -16,6 +16,7 @@ mod write;
 
 // Physics owns its enums; the case file parses into them (re-exported here for convenience).
 pub use crate::device::DeviceRequest;
+pub use crate::init::particles::CoaxialRing;
 pub use crate::spectral::Dealias;
 pub use crate::summation::EvaluatorKind;
 pub use crate::vortex::reinit::{LatticeConditioning, LatticeFilter};
@@ -102,6 +103,16 @@ pub enum InitialCondition {
         /// 0 < core < radius/2; required.
         core: f64,
     },
+    /// `kind = "coaxial-rings"`: vortex rings about the z axis in free space (leapfrogging
+    /// rings), each sampled like `vortex-ring` and centred at (0, 0, z); particles only. The
+    /// particles are ring after ring, in the order of `rings` (the per-ring diagnostics of
+    /// `vortex/rings.csv` rely on it).
+    CoaxialRings {
+        /// `rings`: an array of tables `{ radius, z, circulation, core }` (one or more; each
+        /// like `vortex-ring`'s keys, `z` the axial position of its plane, default 0), no two
+        /// cores closer than the sum of their `core`s.
+        rings: Vec<CoaxialRing>,
+    },
     /// `kind = "vortex-tube"`: a straight vortex tube along z through the periodic box, axis
     /// x = y = 0, Gaussian core `core`, particles only (the Lamb–Oseen check of docs/physics.md §7).
     VortexTube {
@@ -119,8 +130,32 @@ impl InitialCondition {
     pub fn is_particle_defined(&self) -> bool {
         matches!(
             self,
-            InitialCondition::VortexRing { .. } | InitialCondition::VortexTube { .. }
+            InitialCondition::VortexRing { .. }
+                | InitialCondition::CoaxialRings { .. }
+                | InitialCondition::VortexTube { .. }
         )
+    }
+
+    /// True for the flows in free space (rings); the others live in the periodic box.
+    pub fn is_free_space(&self) -> bool {
+        matches!(
+            self,
+            InitialCondition::VortexRing { .. } | InitialCondition::CoaxialRings { .. }
+        )
+    }
+
+    /// The smallest ring core of a free-space flow and its dotted key (`initial.core`,
+    /// `initial.rings[k].core`, k from 1); `None` for the other kinds.
+    pub fn smallest_ring_core(&self) -> Option<(f64, String)> {
+        match self {
+            InitialCondition::VortexRing { core, .. } => Some((*core, "initial.core".into())),
+            InitialCondition::CoaxialRings { rings } => rings
+                .iter()
+                .enumerate()
+                .min_by(|a, b| a.1.core.total_cmp(&b.1.core))
+                .map(|(k, r)| (r.core, format!("initial.rings[{}].core", k + 1))),
+            _ => None,
+        }
     }
 
     /// The TOML spelling of `kind`.
@@ -130,6 +165,7 @@ impl InitialCondition {
             InitialCondition::Isotropic { .. } => "isotropic",
             InitialCondition::ShearWave { .. } => "shear-wave",
             InitialCondition::VortexRing { .. } => "vortex-ring",
+            InitialCondition::CoaxialRings { .. } => "coaxial-rings",
             InitialCondition::VortexTube { .. } => "vortex-tube",
         }
     }
@@ -247,12 +283,20 @@ pub struct VortexConfig {
     /// vorticity before solving (docs/physics.md §3); see [`crate::vortex::reinit`].
     #[serde(flatten, serialize_with = "write::conditioning_keys")]
     pub conditioning: LatticeConditioning,
-    /// `evaluator`: the Biot–Savart summation; default `"ewald"`.
+    /// `evaluator`: the Biot–Savart summation; default `"ewald"` (`"direct"` for a vortex
+    /// ring); `"fmm"` in free space only.
     #[serde(serialize_with = "write::display")]
     pub evaluator: EvaluatorKind,
-    /// `accuracy`: requested relative accuracy of the periodic evaluator; in [1e-12, 1e-2];
-    /// default 1e-6.
+    /// `accuracy`: requested relative accuracy of the Ewald or FMM evaluator; in [1e-12, 1e-2]
+    /// (≥ 1e-10 with `"fmm"`; a GPU's FMM is planned down to 5e-5 and refuses finer); default
+    /// 1e-6.
     pub accuracy: f64,
+    /// `accuracy_check_every`: with `evaluator = "fmm"`, evaluations between the FMM's built-in
+    /// checks against the direct sum (0: only at the first evaluation; the FMM also checks
+    /// whenever the largest core has grown); default 100. `None` for the other evaluators, where
+    /// the key is refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accuracy_check_every: Option<u64>,
     /// `device` (alias `backend`): where the particle solver runs, overriding the run's
     /// `device`; `None` (the default): the run's.
     #[serde(
@@ -271,8 +315,10 @@ impl VortexConfig {
     pub const DEFAULT_OVERLAP: f64 = 1.0;
     /// Default `reinit_every`.
     pub const DEFAULT_REINIT_EVERY: u64 = 10;
-    /// Default `accuracy`.
+    /// Default `accuracy` (every evaluator that takes one, the FMM on the CPU included).
     pub const DEFAULT_ACCURACY: f64 = 1e-6;
+    /// Default `accuracy_check_every` (with `evaluator = "fmm"`).
+    pub const DEFAULT_ACCURACY_CHECK_EVERY: u64 = crate::summation::planner::DEFAULT_CHECK_EVERY;
     /// Default `reinit_projection` and `reinit_filter`.
     pub const DEFAULT_CONDITIONING: LatticeConditioning = LatticeConditioning {
         solenoidal: true,
@@ -291,6 +337,7 @@ impl VortexConfig {
             conditioning: Self::DEFAULT_CONDITIONING,
             evaluator: EvaluatorKind::Ewald,
             accuracy: Self::DEFAULT_ACCURACY,
+            accuracy_check_every: None,
             device: None,
             snapshots: None,
         }
@@ -304,6 +351,16 @@ impl VortexConfig {
     /// Initial (and post-reinitialisation) core radius σ0 = overlap · h.
     pub fn sigma0(&self) -> f64 {
         self.overlap * self.spacing()
+    }
+
+    /// What the summation planner is given: the accuracy and the FMM's check cadence.
+    pub fn evaluator_options(&self) -> crate::summation::planner::EvaluatorOptions {
+        crate::summation::planner::EvaluatorOptions {
+            accuracy: self.accuracy,
+            check_every: self
+                .accuracy_check_every
+                .unwrap_or(Self::DEFAULT_ACCURACY_CHECK_EVERY),
+        }
     }
 }
 

@@ -9,9 +9,9 @@ use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use super::{
-    Cadence, Case, CaseError, CheckpointControl, Dealias, DeviceRequest, EvaluatorKind, Flow,
-    InitialCondition, OutputControl, RbfSolver, SpectralConfig, TimeControl, TimeStep,
-    VortexConfig,
+    Cadence, Case, CaseError, CheckpointControl, CoaxialRing, Dealias, DeviceRequest,
+    EvaluatorKind, Flow, InitialCondition, OutputControl, RbfSolver, SpectralConfig, TimeControl,
+    TimeStep, VortexConfig,
 };
 use crate::kernel::StretchingScheme;
 use crate::vortex::reinit::{LatticeConditioning, LatticeFilter};
@@ -30,10 +30,9 @@ const TOP_KEYS: &[&str] = &[
     "vortex",
     "device",
 ];
-const KINDS: &str =
-    r#"must be one of "taylor-green", "isotropic", "shear-wave", "vortex-ring", "vortex-tube""#;
+const KINDS: &str = r#"must be one of "taylor-green", "isotropic", "shear-wave", "vortex-ring", "coaxial-rings", "vortex-tube""#;
 /// The `kind`s defined by particles (no spectral reference).
-const PARTICLE_KINDS: [&str; 2] = ["vortex-ring", "vortex-tube"];
+const PARTICLE_KINDS: [&str; 3] = ["vortex-ring", "coaxial-rings", "vortex-tube"];
 const N_MIN: i64 = 8;
 const N_MAX: i64 = 2048;
 /// Largest particle lattice (particles per dimension) in `[vortex]`.
@@ -129,7 +128,7 @@ impl<T> Item<T> {
 
 /// A section (`[flow]`, ...), or the top level of the document (empty `name`).
 struct Section<'a, 'i> {
-    name: &'static str,
+    name: &'a str,
     table: Option<&'a DeTable<'i>>,
     /// Line where the section is defined, if it is.
     line: Option<usize>,
@@ -641,7 +640,7 @@ fn parse_initial(
         sec.missing(
             doc,
             "kind",
-            r#"one of "taylor-green", "isotropic", "shear-wave", "vortex-ring", "vortex-tube""#,
+            r#"one of "taylor-green", "isotropic", "shear-wave", "vortex-ring", "coaxial-rings", "vortex-tube""#,
         )
     })?;
     // Field-defined kinds come with a [spectral] section (parse_case checks it first).
@@ -797,6 +796,12 @@ fn parse_initial(
                 core: core.value,
             })
         }
+        "coaxial-rings" => {
+            sec.check_keys(doc, &["kind", "rings"], &context)?;
+            Ok(InitialCondition::CoaxialRings {
+                rings: parse_coaxial_rings(doc, sec)?,
+            })
+        }
         "vortex-tube" => {
             const CORE: &str =
                 "core standard deviation σ0: must be a finite number > 0 and ≤ 1 (box [-π, π)³)";
@@ -824,6 +829,112 @@ fn parse_initial(
         }
         _ => Err(kind.fail(doc, KINDS)),
     }
+}
+
+/// `initial.rings` of `kind = "coaxial-rings"`: one or more tables `{ radius, z, circulation,
+/// core }` (inline or `[[initial.rings]]`), each checked like `vortex-ring`'s keys; no two cores
+/// closer than the sum of their `core`s (in the (r, z) half-plane).
+fn parse_coaxial_rings(doc: &Doc, sec: &Section) -> Result<Vec<CoaxialRing>, CaseError> {
+    const RINGS: &str = "must be a non-empty array of tables { radius, z, circulation, core }, \
+                         e.g. rings = [{ radius = 1.0, z = 0.0, circulation = 1.0, core = 0.1 }]";
+    const RADIUS: &str = "ring radius R: must be a finite number > 0";
+    const Z: &str = "axial position of the ring's plane: must be a finite number";
+    const CIRCULATION: &str = "circulation Γ: must be a finite number ≠ 0";
+    let v = sec.get("rings").ok_or_else(|| {
+        sec.missing(
+            doc,
+            "rings",
+            "an array of rings { radius, z, circulation, core }",
+        )
+    })?;
+    let whole = sec.item(doc, "rings", v, ());
+    let DeValue::Array(array) = v.get_ref() else {
+        return Err(sec.type_error(doc, "rings", v, "an array", RINGS));
+    };
+    whole.require(doc, !array.is_empty(), RINGS)?;
+    let mut rings: Vec<CoaxialRing> = Vec::with_capacity(array.len());
+    for (index, element) in array.iter().enumerate() {
+        let name = format!("{}[{}]", whole.path, index + 1);
+        let line = doc.line(&element.span());
+        let DeValue::Table(table) = element.get_ref() else {
+            let found = element.get_ref().type_str();
+            return Err(doc.error(
+                Some(line),
+                &name,
+                format!(
+                    "key `{name}` = {}: expected a table, found {} {found}; {RINGS}",
+                    doc.src(&element.span()),
+                    article(found)
+                ),
+            ));
+        };
+        let ring = Section {
+            name: &name,
+            table: Some(table),
+            line: Some(line),
+        };
+        ring.check_keys(doc, &["radius", "z", "circulation", "core"], "")?;
+        let radius = ring
+            .number(doc, "radius", RADIUS)?
+            .ok_or_else(|| ring.missing(doc, "radius", "the ring radius R, > 0"))?;
+        radius.require(doc, radius.value.is_finite() && radius.value > 0.0, RADIUS)?;
+        let z = match ring.number(doc, "z", Z)? {
+            Some(z) => {
+                z.require(doc, z.value.is_finite(), Z)?;
+                z.value
+            }
+            None => 0.0,
+        };
+        let circulation = ring
+            .number(doc, "circulation", CIRCULATION)?
+            .ok_or_else(|| ring.missing(doc, "circulation", "the circulation Γ, ≠ 0"))?;
+        circulation.require(
+            doc,
+            circulation.value.is_finite() && circulation.value != 0.0,
+            CIRCULATION,
+        )?;
+        let core_allowed = format!(
+            "core standard deviation σ: must be a finite number > 0 and < radius/2 (= {})",
+            radius.value / 2.0
+        );
+        let core = ring
+            .number(doc, "core", &core_allowed)?
+            .ok_or_else(|| ring.missing(doc, "core", "the core's standard deviation σ"))?;
+        core.require(
+            doc,
+            core.value.is_finite() && core.value > 0.0 && core.value < radius.value / 2.0,
+            &core_allowed,
+        )?;
+        let this = CoaxialRing {
+            radius: radius.value,
+            z,
+            circulation: circulation.value,
+            core: core.value,
+        };
+        for (k, other) in rings.iter().enumerate() {
+            let gap = (this.radius - other.radius).hypot(this.z - other.z);
+            if gap <= this.core + other.core {
+                return Err(doc.error(
+                    Some(line),
+                    &name,
+                    format!(
+                        "key `{name}`: its core (radius {}, z {}) is {gap:.4} from the core of \
+                         {}[{}] (radius {}, z {}), not more than the sum of their cores, {}: \
+                         the rings would overlap; move them apart",
+                        this.radius,
+                        this.z,
+                        whole.path,
+                        k + 1,
+                        other.radius,
+                        other.z,
+                        this.core + other.core
+                    ),
+                ));
+            }
+        }
+        rings.push(this);
+    }
+    Ok(rings)
 }
 
 fn dot(a: [f64; 3], b: [f64; 3]) -> f64 {
@@ -965,6 +1076,7 @@ const VORTEX_KEYS: &[&str] = &[
     "reinit_filter",
     "evaluator",
     "accuracy",
+    "accuracy_check_every",
     "device",
     "backend",
     "snapshot_every_steps",
@@ -987,11 +1099,16 @@ fn parse_vortex(
         "relative residual of the conjugate-gradient solve: must be a number > 0 and ≤ 1e-2";
     const MAX_ITERATIONS: &str =
         "iteration cap of the conjugate-gradient solve: must be an integer ≥ 1";
-    const ACCURACY: &str = "requested relative accuracy of the periodic evaluator: must be a \
-                            number ≥ 1e-12 and ≤ 1e-2";
+    const ACCURACY: &str = "requested relative accuracy of the Ewald or FMM evaluator: must be \
+                            a number ≥ 1e-12 and ≤ 1e-2";
+    const CHECK_EVERY: &str = "evaluations between the FMM's checks against the direct sum: \
+                               must be an integer ≥ 0 (0: only at the first evaluation)";
+    const ONLY_FMM: &str = "only allowed with `vortex.evaluator` = \"fmm\" (the FMM's built-in \
+                            check against the direct sum); the other evaluators need no check, \
+                            leave it out";
     const ONLY_CG: &str = "only allowed with `vortex.rbf` = \"cg\" (conjugate gradients); with \
                            rbf = \"exact\" leave it out";
-    let ring = matches!(initial, InitialCondition::VortexRing { .. });
+    let ring = initial.is_free_space();
     if sec.table.is_none() {
         if initial.is_particle_defined() {
             return Err(doc.error(
@@ -1055,13 +1172,13 @@ fn parse_vortex(
         }
         None => defaults.overlap,
     };
-    if let InitialCondition::VortexRing { core, .. } = *initial {
+    if let Some((core, core_key)) = initial.smallest_ring_core() {
         // The particles sample a core of variance core² − σ_p²: their blobs must be narrower.
         let sigma_p = overlap * std::f64::consts::TAU / n as f64;
         if sigma_p >= 0.9 * core {
             let allowed = format!(
                 "the blob radius σ_p = overlap·h = overlap·2π/n = {sigma_p:.4} must be below \
-                 0.9 × initial.core = {:.4} so that the particles resolve the core (raise n or \
+                 0.9 × {core_key} = {:.4} so that the particles resolve the core (raise n or \
                  lower overlap)",
                 0.9 * core
             );
@@ -1182,16 +1299,20 @@ fn parse_vortex(
         &[
             ("direct", EvaluatorKind::Direct),
             ("ewald", EvaluatorKind::Ewald),
+            ("fmm", EvaluatorKind::Fmm),
         ],
         defaults.evaluator,
     )?;
     if let Some(v) = sec.get("evaluator") {
         let bad = match evaluator {
             EvaluatorKind::Ewald if ring => Some(
-                r#"a vortex ring lives in free space: must be "direct" (Ewald sums are periodic)"#,
+                r#"a vortex ring lives in free space: must be "direct" or "fmm" (Ewald sums are periodic)"#,
             ),
             EvaluatorKind::Direct if !ring => Some(
                 r#"the periodic box needs "ewald" ("direct" sums in free space; a truncated image sum is only conditionally convergent)"#,
+            ),
+            EvaluatorKind::Fmm if !ring => Some(
+                r#"the FMM is free-space only for now (the periodic FMM is not built yet): the periodic box uses "ewald""#,
             ),
             _ => None,
         };
@@ -1199,13 +1320,34 @@ fn parse_vortex(
             return Err(sec.item(doc, "evaluator", v, ()).fail(doc, allowed));
         }
     }
+    let fmm = evaluator == EvaluatorKind::Fmm;
     let accuracy = match sec.number(doc, "accuracy", ACCURACY)? {
         Some(a) => {
             let (lo, hi) = ACCURACY_RANGE;
             a.require(doc, (lo..=hi).contains(&a.value), ACCURACY)?;
+            let floor = crate::summation::fmm::params::CPU_ACCURACY_FLOOR;
+            if fmm && a.value < floor {
+                return Err(a.fail(
+                    doc,
+                    &format!(
+                        "with `vortex.evaluator` = \"fmm\" must be ≥ {floor:e}, the finest the \
+                         FMM is planned for (f64 on the CPU; a GPU sums its near field in f32 \
+                         and is planned down to {:e})",
+                        crate::summation::fmm::params::GPU_ACCURACY_FLOOR
+                    ),
+                ));
+            }
             a.value
         }
         None => defaults.accuracy,
+    };
+    let accuracy_check_every = match sec.integer(doc, "accuracy_check_every", CHECK_EVERY)? {
+        Some(k) if !fmm => return Err(k.fail(doc, ONLY_FMM)),
+        Some(k) => {
+            k.require(doc, k.value >= 0, CHECK_EVERY)?;
+            Some(k.value as u64)
+        }
+        None => fmm.then_some(VortexConfig::DEFAULT_ACCURACY_CHECK_EVERY),
     };
     // `backend` is the older name of `device` (case files and run directories written before
     // the run-level device); both at once is ambiguous.
@@ -1230,6 +1372,7 @@ fn parse_vortex(
         conditioning,
         evaluator,
         accuracy,
+        accuracy_check_every,
         device,
         snapshots,
     }))

@@ -191,7 +191,9 @@ pub fn initial_modes(ic: &InitialCondition, layout: &ModeLayout) -> Result<Vecto
         }
     };
     match *ic {
-        InitialCondition::VortexRing { .. } | InitialCondition::VortexTube { .. } => {
+        InitialCondition::VortexRing { .. }
+        | InitialCondition::CoaxialRings { .. }
+        | InitialCondition::VortexTube { .. } => {
             return Err(InitError::ParticleDefined(ic.kind_str()));
         }
         InitialCondition::TaylorGreen { amplitude } => {

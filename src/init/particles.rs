@@ -1,5 +1,6 @@
-//! Particle initial conditions for flows defined by their vorticity: a vortex ring and a straight
-//! vortex tube, each with a Gaussian core resolved by many particles (not a single filament).
+//! Particle initial conditions for flows defined by their vorticity: a vortex ring, several
+//! coaxial rings (leapfrogging) and a straight vortex tube, each with a Gaussian core resolved by
+//! many particles (not a single filament).
 //!
 //! The core is sampled on a square grid of spacing h in the plane normal to the centreline, out
 //! to `core_extent` standard deviations; each particle carries α = ω(ρ)·(cell volume) along the
@@ -9,6 +10,7 @@
 
 use crate::particles::ParticleSet;
 use std::f64::consts::{PI, TAU};
+use std::ops::Range;
 
 /// Discretisation of a Gaussian vortex core by particles.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,6 +51,16 @@ fn core_cross_section(gamma: f64, sigma_c: f64, s: &CoreSampling) -> Vec<(f64, f
     pts
 }
 
+/// Number of cross-sections around a ring of radius R: about one every h along the centreline.
+fn ring_sections(radius: f64, s: &CoreSampling) -> usize {
+    ((TAU * radius / s.spacing).round() as usize).max(8)
+}
+
+/// The number of particles [`vortex_ring`] makes for these arguments, without making them.
+pub fn vortex_ring_len(radius: f64, sigma_c: f64, s: &CoreSampling) -> usize {
+    ring_sections(radius, s) * core_cross_section(1.0, sigma_c, s).len()
+}
+
 /// A vortex ring of radius R and circulation Γ about the z axis, centred at `centre`, with a
 /// Gaussian core of standard deviation σ_c sampled as described in the module docs. Vorticity
 /// points along +φ, so for Γ > 0 the ring moves towards +z.
@@ -60,7 +72,7 @@ pub fn vortex_ring(
     s: &CoreSampling,
 ) -> ParticleSet {
     let section = core_cross_section(gamma, sigma_c, s);
-    let n_phi = ((TAU * radius / s.spacing).round() as usize).max(8);
+    let n_phi = ring_sections(radius, s);
     let dphi = TAU / n_phi as f64;
     let mut p = ParticleSet::with_capacity(n_phi * section.len());
     for k in 0..n_phi {
@@ -76,6 +88,60 @@ pub fn vortex_ring(
         }
     }
     p
+}
+
+/// One ring of a set of coaxial rings about the z axis (`kind = "coaxial-rings"`): radius R,
+/// axial position z of its plane, circulation Γ and the standard deviation of its Gaussian core
+/// (the core the particles represent, blobs included).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct CoaxialRing {
+    pub radius: f64,
+    pub z: f64,
+    pub circulation: f64,
+    pub core: f64,
+}
+
+/// Coaxial vortex rings about the z axis: ring k is [`vortex_ring`] (radius, circulation,
+/// sampled core `sampled_sigma[k]`) centred at (0, 0, z_k). The particles are ring after ring, so
+/// ring k's particles are those with ids in the k-th range returned (ids are indices here, and
+/// the free-space steppers neither reorder nor remesh them).
+pub fn coaxial_rings(
+    rings: &[CoaxialRing],
+    sampled_sigma: &[f64],
+    s: &CoreSampling,
+) -> (ParticleSet, Vec<Range<u64>>) {
+    assert_eq!(rings.len(), sampled_sigma.len());
+    let total = coaxial_rings_len(rings, sampled_sigma, s).iter().sum();
+    let mut p = ParticleSet::with_capacity(total);
+    let mut ranges = Vec::with_capacity(rings.len());
+    for (ring, &sigma_c) in rings.iter().zip(sampled_sigma) {
+        let start = p.len() as u64;
+        let one = vortex_ring(
+            ring.radius,
+            ring.circulation,
+            sigma_c,
+            [0.0, 0.0, ring.z],
+            s,
+        );
+        for ((x, a), sigma) in one.x.iter().zip(&one.alpha).zip(&one.sigma) {
+            p.push(*x, *a, *sigma);
+        }
+        ranges.push(start..p.len() as u64);
+    }
+    (p, ranges)
+}
+
+/// The particle count of each ring of [`coaxial_rings`], without making them.
+pub fn coaxial_rings_len(
+    rings: &[CoaxialRing],
+    sampled_sigma: &[f64],
+    s: &CoreSampling,
+) -> Vec<usize> {
+    rings
+        .iter()
+        .zip(sampled_sigma)
+        .map(|(ring, &sigma_c)| vortex_ring_len(ring.radius, sigma_c, s))
+        .collect()
 }
 
 /// A straight vortex tube along z of the given length, centred at (x0, y0, 0), circulation Γ,
@@ -137,6 +203,50 @@ mod tests {
             "I_z = {} vs {thin}",
             i[2]
         );
+    }
+
+    #[test]
+    fn coaxial_rings_are_ring_after_ring() {
+        let s = CoreSampling {
+            spacing: 0.1,
+            particle_sigma: 0.1,
+            core_extent: 3.0,
+        };
+        let rings = [
+            CoaxialRing {
+                radius: 1.0,
+                z: 0.0,
+                circulation: 1.0,
+                core: 0.15,
+            },
+            CoaxialRing {
+                radius: 0.8,
+                z: 1.0,
+                circulation: 2.0,
+                core: 0.15,
+            },
+        ];
+        let sigma_c = [0.11, 0.12];
+        let (p, ranges) = coaxial_rings(&rings, &sigma_c, &s);
+        let lens = coaxial_rings_len(&rings, &sigma_c, &s);
+        assert_eq!(
+            ranges,
+            vec![0..lens[0] as u64, lens[0] as u64..p.len() as u64]
+        );
+        assert_eq!(p.id, (0..p.len() as u64).collect::<Vec<_>>());
+        for (k, (ring, range)) in rings.iter().zip(&ranges).enumerate() {
+            let one = vortex_ring(
+                ring.radius,
+                ring.circulation,
+                sigma_c[k],
+                [0.0, 0.0, ring.z],
+                &s,
+            );
+            let r = range.start as usize..range.end as usize;
+            assert_eq!(one.len(), vortex_ring_len(ring.radius, sigma_c[k], &s));
+            assert_eq!(&p.x[r.clone()], &one.x[..]);
+            assert_eq!(&p.alpha[r], &one.alpha[..]);
+        }
     }
 
     #[test]

@@ -85,6 +85,15 @@ pub struct Manifest {
     /// With `time.cfl`: the first and the smallest stable step (absent with a fixed step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cfl_steps: Option<CflSteps>,
+    /// The Biot–Savart evaluator of each particle solver with its parameters (solver →
+    /// description), e.g. "vortex" → "FMM free-space CPU f64, accuracy 1e-6: order p = …".
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub evaluators: BTreeMap<String, String>,
+    /// The evaluators' built-in accuracy checks (the FMM's comparisons with the direct sum),
+    /// oldest first: each the check's own fields plus the run's `step` and `t` of the state it
+    /// evaluated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accuracy_checks: Vec<serde_json::Value>,
 }
 
 /// The CPU model: the first "model name" of `/proc/cpuinfo`, else `"unknown"`.
@@ -129,6 +138,8 @@ impl Manifest {
             devices: BTreeMap::new(),
             peak_device_memory_bytes: None,
             cfl_steps: None,
+            evaluators: BTreeMap::new(),
+            accuracy_checks: Vec::new(),
         }
     }
 

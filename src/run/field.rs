@@ -225,7 +225,7 @@ impl Model for FieldModel {
             let dt_vortex = v
                 .solver
                 .stable_dt(cfl)
-                .map_err(|e| StepFailure::new(format!("vortex solver: {e}")))?;
+                .map_err(|e| StepFailure::new(format!("vortex solver: {e}")).caused_by(&e))?;
             dt = dt.min(dt_vortex);
             self.add_time("vortex_time_stepping", t0);
         }
@@ -238,7 +238,8 @@ impl Model for FieldModel {
     fn step(&mut self, dt: f64) -> Result<(), StepFailure> {
         self.vortex_stats = None;
         self.last_energy = f64::NAN;
-        let vortex_failed = |e: VortexError| StepFailure::new(format!("vortex solver: {e}"));
+        let vortex_failed =
+            |e: VortexError| StepFailure::new(format!("vortex solver: {e}")).caused_by(&e);
         if let Some(v) = &mut self.vortex {
             let t0 = Instant::now();
             let prepared = v.solver.prepare_step(dt);

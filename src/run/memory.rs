@@ -5,12 +5,12 @@
 //! small allocation; they are meant to be within a factor of about 1.5 of the peak resident
 //! size, which is what decides whether a run can start.
 
-use crate::config::{Case, InitialCondition, TimeStep};
+use crate::config::{Case, TimeStep};
 use crate::device::{host_memory_available, Device};
 use crate::run::RunDevices;
 use crate::spectral::{Dealias, SpectralGrid};
 use crate::summation::{planner, Boundary};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 /// Bytes of one complex f64.
 const C64: u64 = 16;
@@ -118,7 +118,7 @@ pub fn estimate(case: &Case, devices: &RunDevices) -> Result<MemoryEstimate> {
             e.host
                 .push(("particle diagnostics grid".into(), nodes * 48));
         }
-        let boundary = if matches!(case.initial, InitialCondition::VortexRing { .. }) {
+        let boundary = if case.initial.is_free_space() {
             Boundary::FreeSpace
         } else {
             Boundary::Periodic {
@@ -133,7 +133,8 @@ pub fn estimate(case: &Case, devices: &RunDevices) -> Result<MemoryEstimate> {
             np,
             vc.sigma0(),
             lattice_n,
-        )?;
+        )
+        .with_context(|| crate::run::evaluator_context(case, vc, device))?;
         let what = format!("{} evaluator on {}", vc.evaluator, device.label());
         if ev.host > 0 {
             e.host.push((what.clone(), ev.host));
@@ -215,6 +216,29 @@ const EWALD_SECONDS_PER_PARTICLE: f64 = 1.4e-5;
 /// Seconds per pair of the CPU direct sum on one thread (3.1e7 pairs/s on 2 threads).
 const DIRECT_SECONDS_PER_PAIR: f64 = 6.5e-8;
 
+/// Seconds per particle per velocity + stretching evaluation of the CPU FMM on one thread: a
+/// near-field part, plus an expansion part that grows like (p+1)⁴ with the order p planned for
+/// the accuracy (the M2L translations dominate). Measured with `vpm bench fmm` (AMD EPYC,
+/// uniform particles, `verify::Particles::free_space`): at N = 10⁵ on one thread (CPU seconds
+/// of the process) 7.4e-5 s at accuracy 1e-3 (p = 6), 1.64e-4 s at 1e-4 (p = 9), 4.35e-4 s at
+/// 1e-6 (p = 13); at 1e-4 on two threads 1.12 s for N = 2·10⁴, 8.9 s for 10⁵ and 98.7 s for
+/// 10⁶ (2.0e-4 s per particle and thread: the M2L lists grow with the tree's depth). The
+/// constants fit the 10⁵ shape scaled up 20 % towards the large runs the FMM is for (8.9e-5,
+/// 1.8e-4, 5.2e-4 s at p = 6, 9, 13). Clustered particles (a thin ring) have more near pairs
+/// per particle.
+const FMM_NEAR_SECONDS_PER_PARTICLE: f64 = 6.0e-5;
+/// The expansion part's coefficient of (p+1)⁴ (see [`FMM_NEAR_SECONDS_PER_PARTICLE`]).
+const FMM_FAR_SECONDS_PER_PARTICLE_PER_P4: f64 = 1.2e-8;
+
+/// Seconds per particle per velocity + stretching evaluation of the CPU FMM on one thread at
+/// `accuracy` (see [`FMM_NEAR_SECONDS_PER_PARTICLE`]).
+pub fn fmm_seconds_per_particle(accuracy: f64) -> Result<f64> {
+    let p =
+        crate::summation::fmm::plan_parameters(accuracy, crate::summation::fmm::FmmBackend::Cpu)?
+            .order as f64;
+    Ok(FMM_NEAR_SECONDS_PER_PARTICLE + FMM_FAR_SECONDS_PER_PARTICLE_PER_P4 * (p + 1.0).powi(4))
+}
+
 /// A rough run-time estimate on the CPU with `threads` threads (the GPU is much faster for the
 /// particles; `vpm bench` measures both): (seconds per step, steps when Δt is fixed or
 /// `time.max_steps` bounds them).
@@ -234,6 +258,7 @@ pub fn rough_cpu_time(case: &Case, threads: usize) -> Result<(f64, Option<u64>)>
             * match vc.evaluator {
                 crate::summation::EvaluatorKind::Direct => DIRECT_SECONDS_PER_PAIR * np * np,
                 crate::summation::EvaluatorKind::Ewald => EWALD_SECONDS_PER_PARTICLE * np,
+                crate::summation::EvaluatorKind::Fmm => fmm_seconds_per_particle(vc.accuracy)? * np,
             }
             / threads;
     }
@@ -262,5 +287,13 @@ mod tests {
         // 2048³ with the 3/2 rule needs terabytes.
         assert!(spectral_bytes(2048, Dealias::ThreeHalves) > 1u64 << 40);
         assert!(spectral_bytes(64, Dealias::TwoThirds) < spectral_bytes(64, Dealias::ThreeHalves));
+    }
+
+    #[test]
+    fn fmm_time_grows_with_the_accuracy_asked_for() {
+        let coarse = fmm_seconds_per_particle(1e-3).unwrap();
+        let fine = fmm_seconds_per_particle(1e-6).unwrap();
+        assert!(coarse > FMM_NEAR_SECONDS_PER_PARTICLE && fine > 2.0 * coarse);
+        assert!(fmm_seconds_per_particle(1e-11).is_err());
     }
 }

@@ -238,8 +238,8 @@ pub fn particle_stepper(
             case.initial.kind_str()
         )
     })?;
-    let plan = planner::plan(boundary, vc.evaluator, device, vc.accuracy)
-        .with_context(|| format!("case `{}`: [vortex]", case.name))?;
+    let plan = planner::plan(boundary, vc.evaluator, device, vc.evaluator_options())
+        .with_context(|| evaluator_context(case, vc, device))?;
     tracing::info!("vortex evaluator: {}", plan.description);
     let settings = VortexSettings {
         nu: case.flow.nu,
@@ -255,6 +255,25 @@ pub fn particle_stepper(
         .with_context(|| format!("case `{}`: [vortex]", case.name))?;
     tracing::info!("vortex stepper: {}", stepper.describe());
     Ok(stepper)
+}
+
+/// What an error of the summation planner is about: the case's `[vortex]` section and, for an
+/// evaluator planned from `accuracy` (the FMM, which refuses an accuracy its device cannot
+/// deliver), that key with its value and the device.
+pub(crate) fn evaluator_context(
+    case: &Case,
+    vc: &crate::config::VortexConfig,
+    device: &Device,
+) -> String {
+    match vc.evaluator {
+        crate::summation::EvaluatorKind::Fmm => format!(
+            "case `{}`: [vortex] accuracy = {:e} with evaluator = \"fmm\" on {}",
+            case.name,
+            vc.accuracy,
+            device.label()
+        ),
+        _ => format!("case `{}`: [vortex]", case.name),
+    }
 }
 
 /// Adds the particle solver's exact state to a checkpoint: its arrays, and its AB2 clock as

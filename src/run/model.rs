@@ -23,7 +23,16 @@ pub struct StepFailure {
     /// committed step failed): the state in hand is then the one after the step. Otherwise it
     /// is the one before it, unchanged.
     pub committed: bool,
+    /// What to do about it, where the run core's usual advice (a smaller step, a finer
+    /// resolution) does not apply: e.g. [`ACCURACY_CHECK_ADVICE`].
+    pub advice: Option<&'static str>,
 }
+
+/// The advice after an evaluator's built-in accuracy check failed (the FMM against the direct
+/// sum): the state is fine, the summation is not accurate enough for it.
+pub const ACCURACY_CHECK_ADVICE: &str = "Ask for a finer `accuracy` in [vortex] (or use \
+     evaluator = \"direct\"), then `vpm run` again; or change it in the run directory's \
+     case.toml and `vpm resume` from the checkpoint.";
 
 impl StepFailure {
     /// A failure before anything was committed.
@@ -31,6 +40,7 @@ impl StepFailure {
         StepFailure {
             message: message.into(),
             committed: false,
+            advice: None,
         }
     }
 
@@ -39,8 +49,41 @@ impl StepFailure {
         StepFailure {
             message: message.into(),
             committed: true,
+            advice: None,
         }
     }
+
+    /// This failure with the advice its cause `error` calls for (an evaluator's failed accuracy
+    /// check: [`ACCURACY_CHECK_ADVICE`]).
+    pub fn caused_by(mut self, error: &(dyn std::error::Error + 'static)) -> StepFailure {
+        if is_accuracy_check_failure(error) {
+            self.advice = Some(ACCURACY_CHECK_ADVICE);
+        }
+        self
+    }
+}
+
+/// Whether `error`, or an error it was caused by, is an evaluator's failed accuracy check
+/// ([`crate::summation::SummationError::AccuracyCheck`], also inside the particle solver's
+/// error).
+pub fn is_accuracy_check_failure(error: &(dyn std::error::Error + 'static)) -> bool {
+    use crate::summation::SummationError;
+    use crate::vortex::VortexError;
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        let found = matches!(
+            e.downcast_ref::<SummationError>(),
+            Some(SummationError::AccuracyCheck(_))
+        ) || matches!(
+            e.downcast_ref::<VortexError>(),
+            Some(VortexError::Summation(SummationError::AccuracyCheck(_)))
+        );
+        if found {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// A model's exact state for a checkpoint: arrays for `state.npz`, scalars for `meta.json`.

@@ -2,7 +2,11 @@
 //! by their vorticity rather than by a velocity field on the spectral grid (docs/physics.md §7).
 //!
 //! * `vortex-ring`: a ring of radius R, circulation Γ and Gaussian core in free space (direct
-//!   summation); each output writes a row of `vortex/ring.csv` ([`crate::diagnostics::ring`]).
+//!   summation or FMM); each output writes a row of `vortex/ring.csv`
+//!   ([`crate::diagnostics::ring`]).
+//! * `coaxial-rings`: several such rings about the z axis (leapfrogging), particles ring after
+//!   ring; each output writes a row per ring to `vortex/rings.csv`: each ring's position, radius
+//!   and speed, and the totals (impulse, Σα, largest core radius).
 //! * `vortex-tube`: a straight tube along z through the periodic box (Ewald summation), with
 //!   core spreading; each output writes the Lamb–Oseen profile to `vortex/lamb_oseen.csv`
 //!   ([`crate::diagnostics::lamb_oseen`]).
@@ -10,8 +14,11 @@
 use crate::config::{Case, InitialCondition};
 use crate::device::Device;
 use crate::diagnostics::lamb_oseen::{core_at, profile, profile_radii, profile_targets};
-use crate::diagnostics::ring::ring_diagnostics;
-use crate::init::particles::{saffman_ring_speed, vortex_ring, vortex_tube, CoreSampling};
+use crate::diagnostics::ring::{coaxial_ring_diagnostics, ring_diagnostics, RingMembers};
+use crate::init::particles::{
+    coaxial_rings, coaxial_rings_len, saffman_ring_speed, vortex_ring, vortex_tube, CoaxialRing,
+    CoreSampling,
+};
 use crate::output::CheckpointArrays;
 use crate::particles::ParticleSet;
 use crate::run::callbacks::{CallContext, Callback, LogSpec, ScheduledCallback};
@@ -21,7 +28,9 @@ use crate::run::RunDevices;
 use crate::summation::{Boundary, Evaluation};
 use crate::vortex::stepper::ParticleStepper;
 use anyhow::{bail, Context, Result};
-use postprocess::layout::{LAMB_OSEEN_COLUMNS, LAMB_OSEEN_CSV, RING_COLUMNS, RING_CSV};
+use postprocess::layout::{
+    LAMB_OSEEN_COLUMNS, LAMB_OSEEN_CSV, RINGS_COLUMNS, RINGS_CSV, RING_COLUMNS, RING_CSV,
+};
 use std::f64::consts::TAU;
 use std::path::Path;
 use std::time::Instant;
@@ -30,18 +39,54 @@ use std::time::Instant;
 const CORE_EXTENT: f64 = 3.5;
 
 /// The flow and what its diagnostics compare against.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 enum Flow {
-    Ring { circulation: f64, core: f64 },
-    Tube { circulation: f64, core: f64 },
+    Ring {
+        circulation: f64,
+        core: f64,
+    },
+    /// Coaxial rings: each ring's parameters and the ids of its particles.
+    Rings {
+        rings: Vec<CoaxialRing>,
+        members: Vec<RingMembers>,
+    },
+    Tube {
+        circulation: f64,
+        core: f64,
+    },
 }
 
 fn flow_of(case: &Case) -> Result<Flow> {
-    match case.initial {
-        InitialCondition::VortexRing {
+    match &case.initial {
+        &InitialCondition::VortexRing {
             circulation, core, ..
         } => Ok(Flow::Ring { circulation, core }),
-        InitialCondition::VortexTube { circulation, core } => Ok(Flow::Tube { circulation, core }),
+        InitialCondition::CoaxialRings { rings } => {
+            // Ring after ring (`coaxial_rings`): the ids of ring k follow those of ring k − 1.
+            let (sampling, sampled) = core_sampling(case)?;
+            let cores = rings
+                .iter()
+                .map(|r| sampled(r.core))
+                .collect::<Result<Vec<_>>>()?;
+            let mut start = 0u64;
+            let members = coaxial_rings_len(rings, &cores, &sampling)
+                .into_iter()
+                .zip(rings)
+                .map(|(len, ring)| {
+                    let ids = start..start + len as u64;
+                    start = ids.end;
+                    RingMembers {
+                        ids,
+                        circulation: ring.circulation,
+                    }
+                })
+                .collect();
+            Ok(Flow::Rings {
+                rings: rings.clone(),
+                members,
+            })
+        }
+        &InitialCondition::VortexTube { circulation, core } => Ok(Flow::Tube { circulation, core }),
         _ => bail!(
             "case `{}`: initial.kind = \"{}\" is a field; it runs with the spectral solver",
             case.name,
@@ -50,9 +95,10 @@ fn flow_of(case: &Case) -> Result<Flow> {
     }
 }
 
-/// The particles of a particle-defined case: the core of standard deviation `core` is sampled
-/// with σ_c = √(core² − σ_p²) so that the blobs (σ_p = overlap·h) add up to it.
-pub fn initial_particles(case: &Case) -> Result<ParticleSet> {
+/// How a case's cores are sampled (`[vortex]` spacing and blob radius), and the sampled σ_c of a
+/// core: the core of standard deviation `core` is sampled with σ_c = √(core² − σ_p²) so that
+/// the blobs (σ_p = overlap·h) add up to it.
+fn core_sampling(case: &Case) -> Result<(CoreSampling, impl Fn(f64) -> Result<f64> + '_)> {
     let vc = case
         .vortex
         .as_ref()
@@ -63,24 +109,36 @@ pub fn initial_particles(case: &Case) -> Result<ParticleSet> {
         particle_sigma: sigma_p,
         core_extent: CORE_EXTENT,
     };
-    let sampled = |core: f64| -> Result<f64> {
+    let sampled = move |core: f64| -> Result<f64> {
         let v = core * core - sigma_p * sigma_p;
         if v <= 0.0 {
             bail!(
-                "case `{}`: initial.core = {core} must exceed the blob radius overlap·h = \
-                 {sigma_p}",
+                "case `{}`: the core {core} must exceed the blob radius overlap·h = {sigma_p}",
                 case.name
             );
         }
         Ok(v.sqrt())
     };
-    Ok(match case.initial {
-        InitialCondition::VortexRing {
+    Ok((sampling, sampled))
+}
+
+/// The particles of a particle-defined case, each core sampled as [`core_sampling`] says.
+pub fn initial_particles(case: &Case) -> Result<ParticleSet> {
+    let (sampling, sampled) = core_sampling(case)?;
+    Ok(match &case.initial {
+        &InitialCondition::VortexRing {
             radius,
             circulation,
             core,
         } => vortex_ring(radius, circulation, sampled(core)?, [0.0; 3], &sampling),
-        InitialCondition::VortexTube { circulation, core } => {
+        InitialCondition::CoaxialRings { rings } => {
+            let cores = rings
+                .iter()
+                .map(|r| sampled(r.core))
+                .collect::<Result<Vec<_>>>()?;
+            coaxial_rings(rings, &cores, &sampling).0
+        }
+        &InitialCondition::VortexTube { circulation, core } => {
             vortex_tube(circulation, sampled(core)?, [0.0, 0.0], TAU, &sampling)
         }
         _ => bail!("case `{}`: not a particle-defined flow", case.name),
@@ -104,10 +162,11 @@ impl ParticleModel {
     fn build(case: &Case, devices: &RunDevices, particles: ParticleSet) -> Result<Self> {
         let flow = flow_of(case)?;
         let boundary = match flow {
-            Flow::Ring { .. } => Boundary::FreeSpace,
+            Flow::Ring { .. } | Flow::Rings { .. } => Boundary::FreeSpace,
             Flow::Tube { .. } => Boundary::Periodic { length: TAU },
         };
-        // A single tube or ring carries its own circulation: no Σα = 0 enforcement.
+        // A single tube or ring carries its own circulation: no Σα = 0 enforcement (free-space
+        // rings are never reinitialised anyway).
         let device = devices.vortex.clone().unwrap_or(Device::Cpu);
         let solver = crate::run::particle_stepper(case, &device, particles, boundary, false)?;
         Ok(ParticleModel {
@@ -140,6 +199,9 @@ impl Model for ParticleModel {
             Ok(Flow::Tube { .. }) => {
                 vec![ScheduledCallback::new("output", schedule, LambOseenWriter)]
             }
+            Ok(Flow::Rings { .. }) => {
+                vec![ScheduledCallback::new("output", schedule, RingsWriter)]
+            }
             _ => vec![ScheduledCallback::new("output", schedule, RingWriter)],
         }
     }
@@ -147,7 +209,7 @@ impl Model for ParticleModel {
     fn stable_dt(&mut self, cfl: f64) -> Result<f64, StepFailure> {
         self.solver
             .stable_dt(cfl)
-            .map_err(|e| StepFailure::new(format!("vortex solver: {e}")))
+            .map_err(|e| StepFailure::new(format!("vortex solver: {e}")).caused_by(&e))
     }
 
     fn step(&mut self, dt: f64) -> Result<(), StepFailure> {
@@ -155,11 +217,12 @@ impl Model for ParticleModel {
         let prepared = self.solver.prepare_step(dt);
         let committed = prepared.is_ok().then(|| self.solver.commit_step());
         self.stepping_seconds += t0.elapsed().as_secs_f64();
-        prepared.map_err(|e| StepFailure::new(format!("vortex solver: {e}")))?;
+        prepared.map_err(|e| StepFailure::new(format!("vortex solver: {e}")).caused_by(&e))?;
         match committed {
             Some(Err(e)) => Err(StepFailure::after_commit(format!(
                 "vortex solver, after the step: {e}"
-            ))),
+            ))
+            .caused_by(&e)),
             _ => Ok(()),
         }
     }
@@ -251,6 +314,59 @@ impl Callback<ParticleModel> for RingWriter {
         ];
         ctx.logs.row(RING_CSV, &row)?;
         m.last_figure = format!("U={:.5} (Saffman {saffman:.5})", d.speed);
+        m.diagnostics_seconds += t0.elapsed().as_secs_f64();
+        Ok(())
+    }
+}
+
+/// The rows of `vortex/rings.csv` at one time: one per ring (columns: [`RINGS_COLUMNS`]).
+struct RingsWriter;
+
+impl Callback<ParticleModel> for RingsWriter {
+    fn logs(&self) -> Vec<LogSpec> {
+        vec![LogSpec::new(RINGS_CSV, &RINGS_COLUMNS)]
+    }
+
+    fn call(&mut self, m: &mut ParticleModel, ctx: &mut CallContext) -> Result<()> {
+        let Flow::Rings { rings, members } = &m.flow else {
+            bail!("the rings writer needs coaxial rings");
+        };
+        let t0 = Instant::now();
+        let (u, dadt) = m.solver.derivatives()?;
+        let p = m.solver.particles()?;
+        let each = coaxial_ring_diagnostics(p, &u, &dadt, members);
+        let impulse = p.impulse();
+        let total = p.total_strength();
+        let sigma_max = p.sigma.iter().copied().fold(0.0, f64::max);
+        let mut figure = Vec::with_capacity(rings.len());
+        for (k, (ring, (d, count))) in rings.iter().zip(&each).enumerate() {
+            // The core of a ring whose radius changed: its volume 2π²Rσ² is kept, so
+            // σ = σ(t)·√(R/R_I), σ(t) the spread core of a ring of the case's radius R.
+            let sigma = core_at(ring.core, m.nu, ctx.t) * (ring.radius / d.radius).sqrt();
+            let saffman = saffman_ring_speed(d.radius, ring.circulation, sigma);
+            let row = [
+                ctx.t,
+                ctx.step as f64,
+                ctx.dt,
+                (k + 1) as f64,
+                d.z,
+                d.radius,
+                d.speed,
+                saffman,
+                sigma,
+                *count as f64,
+                impulse[0],
+                impulse[1],
+                impulse[2],
+                total[0],
+                total[1],
+                total[2],
+                sigma_max,
+            ];
+            ctx.logs.row(RINGS_CSV, &row)?;
+            figure.push(format!("R{}={:.3} z{}={:.3}", k + 1, d.radius, k + 1, d.z));
+        }
+        m.last_figure = figure.join(" ");
         m.diagnostics_seconds += t0.elapsed().as_secs_f64();
         Ok(())
     }

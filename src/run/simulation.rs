@@ -17,7 +17,9 @@ use crate::config::{Case, TimeStep};
 use crate::device::Device;
 use crate::output::{read_latest_checkpoint, write_atomic, write_checkpoint, Manifest};
 use crate::run::callbacks::{CallContext, LogSpec, Logs, ScheduledCallback};
-use crate::run::model::{Model, ModelState, StepFailure};
+use crate::run::model::{
+    is_accuracy_check_failure, Model, ModelState, StepFailure, ACCURACY_CHECK_ADVICE,
+};
 use crate::run::progress::Progress;
 use crate::run::schedule::{Schedule, Scheduled};
 use crate::run::{interrupted, RunEnd, RunOptions};
@@ -179,7 +181,14 @@ impl<M: Model> Simulation<M> {
         sim.logs = Logs::create(run_dir, &log_specs(&sim.callbacks))?;
         sim.record_devices();
         sim.add_time("setup", t0.elapsed().as_secs_f64());
-        sim.events_after_step(0.0)?;
+        if let Err(e) = sim.events_or_stop(0.0) {
+            if sim.manifest.status == "running" {
+                sim.manifest.set_status(format!("failed: {e:#}"));
+                sim.flush_manifest();
+            }
+            return Err(e);
+        }
+        sim.collect_accuracy_checks();
         Ok(sim)
     }
 
@@ -325,6 +334,28 @@ impl<M: Model> Simulation<M> {
                 .devices
                 .insert(solver.to_string(), device.describe());
         }
+        if let Some(p) = self.model.particles() {
+            let evaluator = p.describe();
+            self.manifest.evaluators.insert("vortex".into(), evaluator);
+        }
+    }
+
+    /// Moves the evaluator's accuracy checks since the last call into the manifest, stamped
+    /// with the step and time of the state in hand (for checks inside a step, the state the
+    /// step started from).
+    fn collect_accuracy_checks(&mut self) {
+        let checks = match self.model.particles() {
+            Some(p) => p.take_accuracy_checks(),
+            None => return,
+        };
+        for c in checks {
+            let mut v = serde_json::to_value(c).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("step".into(), self.step.into());
+                o.insert("t".into(), self.t.into());
+            }
+            self.manifest.accuracy_checks.push(v);
+        }
     }
 
     /// The time of the next event the clock must land on exactly.
@@ -361,7 +392,10 @@ impl<M: Model> Simulation<M> {
                     }
                     dt
                 }
-                Err(f) => return Err(self.stop_on_failure(&f)),
+                Err(f) => {
+                    self.collect_accuracy_checks();
+                    return Err(self.stop_on_failure(&f, Failed::Step));
+                }
             },
         };
         if !(dt.is_finite() && dt > 0.0) {
@@ -373,7 +407,7 @@ impl<M: Model> Simulation<M> {
                  {:e}: the flow is under-resolved or blowing up and the run would not finish",
                 DT_FLOOR_OVER_T_END * t_end
             ));
-            return Err(self.stop_on_failure(&f));
+            return Err(self.stop_on_failure(&f, Failed::Step));
         }
         let te = self.next_event_time();
         // Land on the event when this step reaches it, allowing for round-off in t.
@@ -420,6 +454,7 @@ impl<M: Model> Simulation<M> {
             let ts = Instant::now();
             let stepped = self.model.step(dt);
             self.add_time("time_stepping", ts.elapsed().as_secs_f64());
+            self.collect_accuracy_checks();
             if let Err(f) = stepped {
                 progress.finish();
                 if f.committed {
@@ -428,11 +463,16 @@ impl<M: Model> Simulation<M> {
                     self.step += 1;
                     self.t = landing.unwrap_or(self.t + dt);
                 }
-                return Err(self.stop_on_failure(&f));
+                return Err(self.stop_on_failure(&f, Failed::Step));
             }
             self.step += 1;
             self.t = landing.unwrap_or(self.t + dt);
-            self.events_after_step(dt)?;
+            let events = self.events_or_stop(dt);
+            self.collect_accuracy_checks();
+            if events.is_err() {
+                progress.finish();
+            }
+            events?;
             self.sample_device_memory();
             steps_here += 1;
             let model = &mut self.model;
@@ -457,6 +497,26 @@ impl<M: Model> Simulation<M> {
         progress.finish();
         self.finish()?;
         Ok(RunEnd::Finished)
+    }
+
+    /// [`Simulation::events_after_step`]; when an output's evaluation fails its accuracy check
+    /// (the FMM against the direct sum), the run stops with the reason in the manifest, as after
+    /// a failed step, but without a checkpoint of the state in hand: its outputs are incomplete
+    /// (a checkpoint there would resume with an output owed at its own time), so the latest
+    /// checkpoint stays the last good state, and `vpm resume` repeats the steps after it.
+    fn events_or_stop(&mut self, dt: f64) -> Result<()> {
+        match self.events_after_step(dt) {
+            Err(e) if e.chain().any(is_accuracy_check_failure) => {
+                let f = StepFailure {
+                    message: format!("{e:#}"),
+                    committed: true,
+                    advice: Some(ACCURACY_CHECK_ADVICE),
+                };
+                self.collect_accuracy_checks();
+                Err(self.stop_on_failure(&f, Failed::Output))
+            }
+            r => r,
+        }
     }
 
     /// Outputs, snapshots and the checkpoint due at the current clock (after a step of `dt`).
@@ -550,24 +610,48 @@ impl<M: Model> Simulation<M> {
     }
 
     /// A failed step: the model's state is the last good one; checkpoint it, record the
-    /// failure and return the error to report.
-    fn stop_on_failure(&mut self, f: &StepFailure) -> anyhow::Error {
-        let saved = self.checkpoint_now();
-        let msg = format!(
-            "{} in the step after step {} (t = {}); the run stopped. The last good state (step \
-             {}) is {} in {}, and the CSV files hold every row up to it. Reduce the time step \
-             (time.dt or time.cfl) or raise the resolution, then `vpm run` again.",
-            f.message,
-            self.step,
-            self.t,
-            self.step,
-            if saved {
-                "checkpointed"
-            } else {
-                "NOT checkpointed"
-            },
-            self.run_dir.join("checkpoints").display(),
+    /// failure and return the error to report. After an output's failed evaluation (`what`)
+    /// the latest checkpoint is the last good state instead ([`Simulation::events_or_stop`]).
+    fn stop_on_failure(&mut self, f: &StepFailure, what: Failed) -> anyhow::Error {
+        let checkpoints = self.run_dir.join("checkpoints");
+        let advice = f.advice.unwrap_or(
+            "Reduce the time step (time.dt or time.cfl) or raise the resolution, then `vpm run` \
+             again.",
         );
+        let msg = match what {
+            Failed::Step => {
+                let saved = self.checkpoint_now();
+                format!(
+                    "{} in the step after step {} (t = {}); the run stopped. The last good state \
+                     (step {}) is {} in {}, and the CSV files hold every row up to it. {advice}",
+                    f.message,
+                    self.step,
+                    self.t,
+                    self.step,
+                    if saved {
+                        "checkpointed"
+                    } else {
+                        "NOT checkpointed"
+                    },
+                    checkpoints.display(),
+                )
+            }
+            Failed::Output => format!(
+                "{} at the output of step {} (t = {}); the run stopped before writing it. {} \
+                 {advice}",
+                f.message,
+                self.step,
+                self.t,
+                match self.last_checkpoint_step {
+                    Some(k) => format!(
+                        "The last good state is the latest checkpoint (step {k}) in {}; `vpm \
+                         resume` continues from it.",
+                        checkpoints.display()
+                    ),
+                    None => "No checkpoint was written yet.".to_string(),
+                },
+            ),
+        };
         self.manifest.set_status(format!("failed: {msg}"));
         self.flush_manifest();
         anyhow::anyhow!(msg)
@@ -626,6 +710,7 @@ impl<M: Model> Simulation<M> {
     }
 
     fn flush_manifest(&mut self) {
+        self.collect_accuracy_checks();
         for (stage, s) in std::mem::take(&mut self.stage_seconds) {
             self.manifest.add_stage_time(stage, s);
         }
@@ -682,6 +767,15 @@ fn apply_changes(
     Ok((case, Some(text)))
 }
 
+/// What failed, for the stop message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failed {
+    /// A step (or the stable step before it).
+    Step,
+    /// An output's evaluation at the state in hand.
+    Output,
+}
+
 /// The trait object the binary drives: a [`Simulation`] of either model.
 pub trait Run {
     fn run_to_end(&mut self) -> Result<RunEnd>;
@@ -710,5 +804,161 @@ impl<M: Model> Run for Simulation<M> {
     }
     fn is_finished(&self) -> bool {
         Simulation::is_finished(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The stop after an evaluator's failed accuracy check, with a model that fails on cue (a
+    //! real FMM cannot be made to miss its accuracy without tampering with it).
+    use super::*;
+    use crate::run::callbacks::Callback;
+    use crate::run::{ProgressStyle, RunDevices};
+    use crate::summation::SummationError;
+
+    /// Fails its step (`fail-step K`) or its output (`fail-output K`) at step K, as the case's
+    /// description says, with an accuracy check's error.
+    struct Cue {
+        step_fails_at: Option<u64>,
+        output_fails_at: Option<u64>,
+        steps: u64,
+    }
+
+    fn cue(case: &Case, what: &str) -> Option<u64> {
+        case.description.strip_prefix(what)?.trim().parse().ok()
+    }
+
+    fn failed_check() -> SummationError {
+        SummationError::AccuracyCheck("the FMM's check at evaluation 7 missed it".into())
+    }
+
+    struct Output;
+
+    impl Callback<Cue> for Output {
+        fn call(&mut self, m: &mut Cue, _ctx: &mut CallContext) -> Result<()> {
+            if Some(m.steps) == m.output_fails_at {
+                return Err(crate::vortex::VortexError::from(failed_check()).into());
+            }
+            Ok(())
+        }
+    }
+
+    impl Model for Cue {
+        fn initial(case: &Case, _: &RunDevices) -> Result<Self> {
+            Ok(Cue {
+                step_fails_at: cue(case, "fail-step"),
+                output_fails_at: cue(case, "fail-output"),
+                steps: 0,
+            })
+        }
+        fn for_restore(case: &Case, devices: &RunDevices) -> Result<Self> {
+            Self::initial(case, devices)
+        }
+        fn callbacks(_: &Case) -> Vec<ScheduledCallback<Self>> {
+            let every = Scheduled::new(Schedule::IterationInterval(1), true);
+            vec![ScheduledCallback::new("output", every, Output)]
+        }
+        fn stable_dt(&mut self, _: f64) -> Result<f64, StepFailure> {
+            Ok(0.1)
+        }
+        fn step(&mut self, _: f64) -> Result<(), StepFailure> {
+            if Some(self.steps + 1) == self.step_fails_at {
+                let e = crate::vortex::VortexError::from(failed_check());
+                return Err(StepFailure::new(format!("vortex solver: {e}")).caused_by(&e));
+            }
+            self.steps += 1;
+            Ok(())
+        }
+        fn save(&mut self) -> Result<ModelState> {
+            Ok(ModelState {
+                arrays: crate::output::CheckpointArrays::new(),
+                meta: serde_json::json!({ "steps": self.steps }),
+            })
+        }
+        fn restore(&mut self, _: &ModelState) -> Result<()> {
+            Ok(())
+        }
+        fn take_timings(&mut self) -> Vec<(&'static str, f64)> {
+            Vec::new()
+        }
+        fn progress_figure(&mut self) -> String {
+            String::new()
+        }
+        fn particles(&mut self) -> Option<&mut dyn crate::vortex::stepper::ParticleStepper> {
+            None
+        }
+        fn write_final(&mut self, _: &Path) -> Result<()> {
+            Ok(())
+        }
+        fn devices(&self) -> Vec<(&'static str, Device)> {
+            Vec::new()
+        }
+    }
+
+    /// Runs the cue model to t = 1 in steps of 0.1, checkpoints every 5 steps; returns the
+    /// error and the run directory.
+    fn run_until_it_fails(description: &str) -> (String, tempfile::TempDir) {
+        let text = format!(
+            "description = \"{description}\"\n[flow]\nnu = 0.0\n[initial]\nkind = \
+             \"vortex-ring\"\nradius = 1.0\ncirculation = 1.0\ncore = 0.1\n[time]\nt_end = 1.0\n\
+             dt = 0.1\n[output]\nevery_steps = 1\n[checkpoint]\nevery_steps = 5\n[vortex]\n\
+             n = 104\nevaluator = \"fmm\"\n"
+        );
+        let case = Case::from_toml_str(&text, "cue.toml").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let options = RunOptions {
+            threads: 1,
+            progress: ProgressStyle::Quiet,
+            abort_after_steps: None,
+        };
+        let devices = RunDevices {
+            spectral: None,
+            vortex: None,
+        };
+        let lock = crate::output::RunLock::acquire(dir.path(), "test").unwrap();
+        let e = match Simulation::<Cue>::start(case, dir.path(), options, &devices, lock) {
+            Ok(mut sim) => sim.run_to_end().unwrap_err(),
+            Err(e) => e,
+        };
+        (format!("{e:#}"), dir)
+    }
+
+    fn latest_checkpoint(dir: &Path) -> Option<u64> {
+        read_latest_checkpoint(dir)
+            .unwrap()
+            .map(|(step, _, _)| step)
+    }
+
+    #[test]
+    fn a_failed_check_in_a_step_stops_with_the_state_checkpointed() {
+        let (e, dir) = run_until_it_fails("fail-step 7");
+        assert!(e.contains("missed it in the step after step 6"), "{e}");
+        assert!(e.contains(ACCURACY_CHECK_ADVICE), "{e}");
+        assert!(!e.contains("Reduce the time step"), "{e}");
+        assert_eq!(latest_checkpoint(dir.path()), Some(6));
+        let m = Manifest::read(dir.path()).unwrap();
+        assert!(m.status.starts_with("failed: ") && m.status.contains("missed it"));
+    }
+
+    #[test]
+    fn a_failed_check_at_an_output_stops_at_the_latest_checkpoint() {
+        let (e, dir) = run_until_it_fails("fail-output 7");
+        assert!(e.contains("at the output of step 7"), "{e}");
+        assert!(e.contains("latest checkpoint (step 5)"), "{e}");
+        assert!(e.contains(ACCURACY_CHECK_ADVICE), "{e}");
+        assert_eq!(latest_checkpoint(dir.path()), Some(5));
+        let m = Manifest::read(dir.path()).unwrap();
+        assert!(m.status.starts_with("failed: ") && m.status.contains("missed it"));
+        // At the start (the first evaluation is the t = 0 output's): no checkpoint yet.
+        let (e, dir) = run_until_it_fails("fail-output 0");
+        assert!(
+            e.contains("at the output of step 0") && e.contains("No checkpoint"),
+            "{e}"
+        );
+        assert_eq!(latest_checkpoint(dir.path()), None);
+        assert!(Manifest::read(dir.path())
+            .unwrap()
+            .status
+            .starts_with("failed: "));
     }
 }

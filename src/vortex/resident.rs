@@ -940,6 +940,10 @@ impl ParticleStepper for ResidentStepper {
         self.last_solve
     }
 
+    fn take_accuracy_checks(&mut self) -> Vec<crate::summation::fmm::AccuracyCheck> {
+        self.evaluator.take_accuracy_checks()
+    }
+
     fn transfer_bytes(&self) -> Option<TransferBytes> {
         Some(self.transfers)
     }

@@ -14,6 +14,7 @@ use super::{NamedArray, PhaseTimes, VortexClock, VortexError, VortexSettings, Vo
 use crate::device::Device;
 use crate::particles::ParticleSet;
 use crate::spectral::{ModeLayout, VectorModes};
+use crate::summation::fmm::AccuracyCheck;
 use crate::summation::{planner::Plan, Evaluation};
 
 /// Velocity and stretching at every particle, on the host.
@@ -104,6 +105,12 @@ pub trait ParticleStepper: Send {
     fn take_timings(&mut self) -> PhaseTimes;
     /// The last reinitialisation solve.
     fn last_solve(&self) -> Option<SolveReport>;
+    /// The evaluator's built-in accuracy checks since the last call (the FMM's comparisons with
+    /// the direct sum; [`crate::summation::Summation::take_accuracy_checks`]), for the run's log
+    /// and manifest. Empty for evaluators without checks.
+    fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
+        Vec::new()
+    }
 
     /// One step: prepare and commit.
     fn step(&mut self, dt: f64) -> Result<(), VortexError> {
@@ -177,6 +184,9 @@ impl ParticleStepper for VortexSolver {
     }
     fn last_solve(&self) -> Option<SolveReport> {
         VortexSolver::last_solve(self)
+    }
+    fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
+        self.evaluator_mut().take_accuracy_checks()
     }
 }
 

@@ -1,0 +1,394 @@
+//! `vpm bench fmm`: the fast multipole evaluator in free space on the device given (the CPU in
+//! f64 with rayon, or one GPU), per particle count: the median wall time of one velocity +
+//! classical-stretching evaluation (targets = sources, after a warm-up, built-in checks off),
+//! its phases, the parameters planned for the accuracy, the tree and list sizes, the error
+//! against the direct sum on a random sample of targets, the CPU all-pairs sum timed on that
+//! sample and scaled to N² pairs, and the exponent of t ∝ N^k fitted over the sizes from 2^20 to
+//! 2^24 particles.
+//!
+//! Particles: [`Particles::free_space`], uniform in [−π, π]³ with σ = 2π/N^{1/3} (about one
+//! spacing) and strengths uniform in [−1, 1]³, a seed per size. The GPU evaluator synchronises
+//! before it returns, so the wall clock is what a run sees on either device.
+
+use super::{cpu_banner, finish_report, fmt_error, median};
+use crate::device::Device;
+use crate::kernel::StretchingScheme;
+use crate::summation::direct::DirectFreeSpace;
+use crate::summation::fmm::{CudaFmm, FmmFreeSpace, FmmParams, FmmStats};
+use crate::summation::verify::{self, Particles};
+use crate::summation::{Evaluation, Extra, Summation};
+use anyhow::Result;
+use serde::Serialize;
+use std::path::Path;
+use std::time::Instant;
+
+/// Sizes the scaling exponent is fitted over: 2^20 to 2^24 particles, the lower end with 5 %
+/// slack so that a row at 10^6 counts.
+pub const FIT_RANGE: (f64, f64) = (0.95 * (1u64 << 20) as f64, (1u64 << 24) as f64);
+
+/// The sampled targets' direct sums are capped at about this many pairs (fewer targets at the
+/// largest sizes), at least [`MIN_SAMPLE`] targets.
+pub const SAMPLE_PAIR_BUDGET: f64 = 2e9;
+/// The fewest targets an error is measured on.
+pub const MIN_SAMPLE: usize = 16;
+
+/// The issue's targets (issue 13), printed and written with the results: (device, particles,
+/// seconds per velocity + stretching evaluation, what).
+pub const TARGETS: &[(&str, f64, f64, &str)] = &[
+    ("cuda", 1e6, 0.040, "one GPU, 10^6 particles: ≤ 40 ms"),
+    ("cuda", 16.7e6, 0.5, "one GPU, 16.7 M particles: ≤ 0.5 s"),
+    ("cpu", 1e6, 150.0, "CPU, 2 threads, 10^6 particles: ≤ 150 s"),
+];
+
+/// What `vpm bench fmm` measures besides the sizes.
+#[derive(Debug, Clone)]
+pub struct FmmBenchOptions {
+    /// Requested relative accuracy.
+    pub accuracy: f64,
+    /// Timed evaluations per size (the median is reported), after one warm-up.
+    pub repeats: usize,
+    /// Targets checked against the direct sum per size (fewer where the pairs would exceed
+    /// [`SAMPLE_PAIR_BUDGET`]; 0: no check and no all-pairs estimate).
+    pub sample: usize,
+}
+
+/// One row of `vpm bench fmm`.
+#[derive(Debug, Clone, Serialize)]
+pub struct FmmBenchRow {
+    pub n: usize,
+    pub accuracy: f64,
+    /// Median wall seconds of one velocity + classical stretching evaluation.
+    pub seconds: f64,
+    /// Particles per second (targets = sources).
+    pub particles_per_second: f64,
+    /// Phases, cells, leaves, depth, M2L pairs, near-field pairs and targets of the median
+    /// evaluation (seconds; the GPU fills its phases from CUDA events).
+    pub stats: FmmStats,
+    /// Near-field (P2P) source particles per target.
+    pub p2p_per_target: f64,
+    /// The parameters planned for the accuracy, and their sentence.
+    pub parameters: FmmParams,
+    pub parameters_text: String,
+    /// Relative L2 error and largest error over the rms (docs/physics.md §8) against the f64
+    /// direct sum on the sampled targets; null when not checked.
+    pub rel_l2_velocity: Option<f64>,
+    pub max_rel_velocity: Option<f64>,
+    pub rel_l2_stretching: Option<f64>,
+    pub max_rel_stretching: Option<f64>,
+    /// Targets in the sample.
+    pub accuracy_sample: usize,
+    /// Wall seconds of the CPU f64 all-pairs sum (velocity + stretching) on the sample, and
+    /// scaled to all N targets (N² pairs).
+    pub direct_seconds_sample: Option<f64>,
+    pub direct_seconds_all_pairs: Option<f64>,
+    /// All pairs over FMM.
+    pub speedup_over_all_pairs: Option<f64>,
+    /// The issue's target for this size and device, when it sets one (within 5 % of its size).
+    pub target_seconds: Option<f64>,
+    pub repeats: usize,
+}
+
+/// The rows of `vpm bench fmm` and the fitted exponent.
+#[derive(Debug, Clone, Serialize)]
+pub struct FmmBenchReport {
+    pub rows: Vec<FmmBenchRow>,
+    /// k of t ∝ N^k, least squares on (ln N, ln t) over the rows in [`FIT_RANGE`] when there are
+    /// at least two.
+    pub scaling_exponent: Option<f64>,
+}
+
+/// The two FMM evaluators as the benchmark drives them.
+trait BenchedFmm: Summation {
+    fn planned(&self) -> FmmParams;
+    fn stats(&self) -> FmmStats;
+    fn checks_off(&mut self);
+}
+
+impl BenchedFmm for FmmFreeSpace {
+    fn planned(&self) -> FmmParams {
+        *self.params()
+    }
+    fn stats(&self) -> FmmStats {
+        *self.last_stats()
+    }
+    fn checks_off(&mut self) {
+        self.disable_checks()
+    }
+}
+
+impl BenchedFmm for CudaFmm {
+    fn planned(&self) -> FmmParams {
+        *self.params()
+    }
+    fn stats(&self) -> FmmStats {
+        *self.last_stats()
+    }
+    fn checks_off(&mut self) {
+        self.disable_checks()
+    }
+}
+
+/// Times the FMM of `device` on [`Particles::free_space`] sets of each size in `sizes` (module
+/// docs); prints a table and writes `json` when given.
+pub fn bench_fmm(
+    device: &Device,
+    sizes: &[usize],
+    o: &FmmBenchOptions,
+    json: Option<&Path>,
+) -> Result<FmmBenchReport> {
+    let (backend, gpu_info) = match device {
+        Device::Cpu => ("cpu", None),
+        Device::Cuda(gpu) => ("cuda", Some(gpu.info().clone())),
+    };
+    match &gpu_info {
+        None => cpu_banner(
+            &format!("vpm bench fmm (CPU, f64, accuracy {:e})", o.accuracy),
+            o.repeats,
+        ),
+        Some(info) => println!(
+            "vpm bench fmm (GPU, f64 expansions, f32 near field, accuracy {:e}): {info}; wall \
+             clock of the synchronised call, median of {} after warm-up; tree and lists on the \
+             host ({} CPU threads)",
+            o.accuracy,
+            o.repeats,
+            rayon::current_num_threads()
+        ),
+    }
+    println!(
+        "errors against the CPU f64 direct sum on up to {} sampled targets; all pairs = that \
+         sum's time scaled to N² pairs",
+        o.sample
+    );
+    let targets: Vec<&str> = TARGETS
+        .iter()
+        .filter(|t| t.0 == backend)
+        .map(|t| t.3)
+        .collect();
+    println!(
+        "issue targets (velocity + stretching): {}",
+        targets.join("; ")
+    );
+    println!(
+        "{:>9} {:>10} {:>12} {:>3} {:>9} {:>9} {:>5} {:>11} {:>8} {:>9} {:>9} {:>11} {:>8}",
+        "N",
+        "s v+s",
+        "particles/s",
+        "p",
+        "cells",
+        "leaves",
+        "depth",
+        "M2L pairs",
+        "P2P/tgt",
+        "err vel",
+        "err str",
+        "s all pairs",
+        "speedup"
+    );
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let row = match device {
+            Device::Cpu => bench_one(&mut FmmFreeSpace::new(o.accuracy, 0)?, backend, n, o)?,
+            Device::Cuda(gpu) => bench_one(
+                &mut CudaFmm::new(gpu.clone(), o.accuracy, 0)?,
+                backend,
+                n,
+                o,
+            )?,
+        };
+        let s = &row.stats;
+        println!(
+            "{:>9} {:>10.4} {:>12.3e} {:>3} {:>9} {:>9} {:>5} {:>11} {:>8.0} {:>9} {:>9} {:>11} {:>8}",
+            n,
+            row.seconds,
+            row.particles_per_second,
+            row.parameters.order,
+            s.cells,
+            s.leaves,
+            s.depth,
+            s.m2l_pairs,
+            row.p2p_per_target,
+            fmt_error(row.rel_l2_velocity),
+            fmt_error(row.rel_l2_stretching),
+            row.direct_seconds_all_pairs
+                .map_or("-".into(), |t| format!("{t:.3e}")),
+            row.speedup_over_all_pairs
+                .map_or("-".into(), |x| format!("{x:.0}")),
+        );
+        println!(
+            "          phases (s): tree {:.4}, upward {:.4}, M2L {:.4}, downward {:.4}, P2P + L2P \
+             {:.4}; max error vel {}, str {} on {} targets{}",
+            s.tree_seconds,
+            s.upward_seconds,
+            s.m2l_seconds,
+            s.downward_seconds,
+            s.p2p_seconds,
+            fmt_error(row.max_rel_velocity),
+            fmt_error(row.max_rel_stretching),
+            row.accuracy_sample,
+            row.target_seconds
+                .map_or(String::new(), |t| format!("; target ≤ {t} s")),
+        );
+        rows.push(row);
+    }
+    if let Some(first) = rows.first() {
+        println!("parameters: {}", first.parameters_text);
+    }
+    let exponent = scaling_exponent(&rows);
+    match exponent {
+        Some(k) => println!(
+            "scaling: t ∝ N^{k:.3} over {} ≤ N ≤ {} (least squares on ln t, ln N)",
+            FIT_RANGE.0, FIT_RANGE.1
+        ),
+        None => println!(
+            "scaling: fewer than two sizes in {} ≤ N ≤ {}, no exponent fitted",
+            FIT_RANGE.0, FIT_RANGE.1
+        ),
+    }
+    let issue_targets: Vec<serde_json::Value> = TARGETS
+        .iter()
+        .map(|t| serde_json::json!({ "device": t.0, "n": t.1, "seconds": t.2, "what": t.3 }))
+        .collect();
+    let rows = finish_report(
+        json,
+        serde_json::json!({
+            "benchmark": "fmm",
+            "device": device.label(),
+            "gpu": gpu_info,
+            "accuracy": o.accuracy,
+            "particles": "uniform in [-pi, pi]^3, sigma = 2 pi / N^(1/3), strengths uniform in \
+                          [-1, 1]^3 (verify::Particles::free_space)",
+            "timing": "wall clock of one velocity + classical stretching evaluation (targets = \
+                       sources, checks off), median after one warm-up",
+            "reference": "CPU f64 direct sum on the sampled targets",
+            "scaling_exponent": exponent,
+            "fit_range": [FIT_RANGE.0, FIT_RANGE.1],
+            "issue_targets": issue_targets,
+        }),
+        rows,
+    )?;
+    Ok(FmmBenchReport {
+        rows,
+        scaling_exponent: exponent,
+    })
+}
+
+fn bench_one(
+    fmm: &mut impl BenchedFmm,
+    backend: &str,
+    n: usize,
+    o: &FmmBenchOptions,
+) -> Result<FmmBenchRow> {
+    fmm.checks_off();
+    let p = Particles::free_space(n, 0xf33 ^ n as u64);
+    let src = p.sources();
+    let extra = Extra::Stretching {
+        alpha: &p.alpha,
+        scheme: StretchingScheme::Classical,
+    };
+    let mut out = Evaluation::default();
+    fmm.evaluate(&src, &p.x, extra, &mut out)?; // warm-up
+    let mut runs = Vec::with_capacity(o.repeats.max(1));
+    for _ in 0..o.repeats.max(1) {
+        let t = Instant::now();
+        fmm.evaluate(&src, &p.x, extra, &mut out)?;
+        runs.push((t.elapsed().as_secs_f64(), fmm.stats()));
+    }
+    let seconds = median(runs.iter().map(|r| r.0).collect());
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let stats = runs[runs.len() / 2].1;
+    let params = fmm.planned();
+
+    // The error on a sample of targets, and the all-pairs sum timed there.
+    let budget = (SAMPLE_PAIR_BUDGET / n.max(1) as f64) as usize;
+    let m = o.sample.min(budget.max(MIN_SAMPLE)).min(n);
+    let (errors, direct) = if m > 0 {
+        let idx = verify::sample(n, m, 0x5a3b ^ n as u64);
+        let t = Instant::now();
+        let e = verify::errors_on_sample(&out, &mut DirectFreeSpace, &src, &p.x, extra, &idx)?;
+        (Some(e), Some(t.elapsed().as_secs_f64()))
+    } else {
+        (None, None)
+    };
+    let all_pairs = direct.map(|t| t * n as f64 / m as f64);
+    let stretching = errors.as_ref().and_then(|e| e.extra);
+    Ok(FmmBenchRow {
+        n,
+        accuracy: o.accuracy,
+        seconds,
+        particles_per_second: n as f64 / seconds,
+        stats,
+        p2p_per_target: stats.p2p_per_target(),
+        parameters: params,
+        parameters_text: params.to_string(),
+        rel_l2_velocity: errors.as_ref().map(|e| e.velocity.rel_l2),
+        max_rel_velocity: errors.as_ref().map(|e| e.velocity.max_rel),
+        rel_l2_stretching: stretching.map(|s| s.rel_l2),
+        max_rel_stretching: stretching.map(|s| s.max_rel),
+        accuracy_sample: if errors.is_some() { m } else { 0 },
+        direct_seconds_sample: direct,
+        direct_seconds_all_pairs: all_pairs,
+        speedup_over_all_pairs: all_pairs.map(|t| t / seconds),
+        target_seconds: TARGETS
+            .iter()
+            .find(|t| t.0 == backend && (n as f64 / t.1 - 1.0).abs() <= 0.05)
+            .map(|t| t.2),
+        repeats: o.repeats.max(1),
+    })
+}
+
+/// The exponent k of t ∝ N^k by least squares on (ln N, ln t) over the rows in [`FIT_RANGE`];
+/// `None` with fewer than two distinct sizes there.
+pub fn scaling_exponent(rows: &[FmmBenchRow]) -> Option<f64> {
+    let points: Vec<(f64, f64)> = rows
+        .iter()
+        .filter(|r| (FIT_RANGE.0..=FIT_RANGE.1).contains(&(r.n as f64)) && r.seconds > 0.0)
+        .map(|r| ((r.n as f64).ln(), r.seconds.ln()))
+        .collect();
+    fit_slope(&points)
+}
+
+/// The least-squares slope of `points`; `None` with fewer than two distinct abscissae.
+fn fit_slope(points: &[(f64, f64)]) -> Option<f64> {
+    let k = points.len() as f64;
+    if points.len() < 2 {
+        return None;
+    }
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / k;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / k;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    (sxx > 0.0).then(|| sxy / sxx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slope_of_a_power_law() {
+        let pts: Vec<(f64, f64)> = [1e6, 4e6, 16e6]
+            .iter()
+            .map(|&n: &f64| (n.ln(), (3e-7 * n.powf(1.08)).ln()))
+            .collect();
+        assert!((fit_slope(&pts).unwrap() - 1.08).abs() < 1e-12);
+        assert_eq!(fit_slope(&pts[..1]), None);
+        assert_eq!(fit_slope(&[(1.0, 2.0), (1.0, 3.0)]), None);
+    }
+
+    #[test]
+    fn cpu_rows_measure_and_check() {
+        let o = FmmBenchOptions {
+            accuracy: 1e-4,
+            repeats: 1,
+            sample: 50,
+        };
+        let r = bench_fmm(&Device::Cpu, &[3000], &o, None).unwrap();
+        let row = &r.rows[0];
+        assert_eq!((row.n, row.accuracy_sample), (3000, 50));
+        assert!(row.seconds > 0.0 && row.stats.targets == 3000, "{row:?}");
+        assert!(row.rel_l2_velocity.unwrap() < 1e-3, "{row:?}");
+        assert!(row.rel_l2_stretching.unwrap() < 1e-3, "{row:?}");
+        assert!(row.direct_seconds_all_pairs.unwrap() > 0.0);
+        assert_eq!(r.scaling_exponent, None);
+    }
+}
