@@ -592,3 +592,16 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS)
         }
     }
 }
+
+// Copies `width` doubles per item from src[order[i]] to dst[i] (the device form's gather of
+// resident particles into tree order).
+extern "C" __global__ void fmm_gather(const unsigned *__restrict__ order, int n, int width,
+                                      const double *__restrict__ src, double *__restrict__ dst)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const size_t from = (size_t)order[i] * width;
+    for (int k = 0; k < width; k++)
+        dst[(size_t)i * width + k] = src[from + k];
+}

@@ -121,3 +121,30 @@ fn gpu_fmm_refuses_accuracies_below_its_floor() {
     let e = CudaFmm::new(gpu, 1e-5, 0).err().unwrap().to_string();
     assert!(e.contains("f32") && e.contains("5e-5"), "{e}");
 }
+
+/// The device form (resident particles, results in device buffers) gives the host form's bits
+/// for velocity, both stretching schemes and the gradient.
+#[test]
+fn gpu_fmm_device_form_matches_host_form() {
+    let Some(gpu) = verify::gpu_or_skip("gpu_fmm_device_form_matches_host_form") else {
+        return;
+    };
+    let p = Particles::plummer(20000, 0.5, 0.02, 8);
+    let mut fmm = CudaFmm::new(gpu, 1e-4, 0).unwrap();
+    fmm.disable_checks();
+    for extra in [
+        Extra::None,
+        Extra::Stretching {
+            alpha: &p.alpha,
+            scheme: StretchingScheme::Classical,
+        },
+        Extra::Stretching {
+            alpha: &p.alpha,
+            scheme: StretchingScheme::Transposed,
+        },
+        Extra::Gradient,
+    ] {
+        let (ev, ex) = verify::device_against_host(&mut fmm, &p, extra).unwrap();
+        assert!(ev == 0.0 && ex == 0.0, "{extra:?}: {ev:e} {ex:e}");
+    }
+}

@@ -3,9 +3,12 @@
 //! cell for P2M, M2M, M2L and L2L and one per target leaf for L2P with P2P, the seed's "multiple
 //! walks" (SC09 §2.3). Buffers stay allocated between calls and grow only.
 //!
-//! Per evaluation the host sends the sources in tree order (f64 positions, strengths, cores),
-//! the cells and the lists, and receives the results; the kernels never reduce across blocks,
-//! so the answer is deterministic.
+//! The host form sends the sources in tree order (f64 positions, strengths, cores), the cells
+//! and the lists, and receives the results. The device form ([`DeviceSummation`], used by the
+//! GPU-resident stepper) takes resident particles: only the positions and cores come to the
+//! host for the tree (32 bytes per particle), the strengths are gathered into tree order on the
+//! device, and the results are written into the caller's device buffers. The kernels never
+//! reduce across blocks, so the answer is deterministic, and both forms give the same bits.
 
 use super::params::{plan_parameters, FmmBackend, FmmParams};
 use super::{AccuracyCheck, CheckSchedule, FmmStats, Structure};
@@ -13,7 +16,8 @@ use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{launch, CudaError, Gpu, KernelSource};
 use crate::kernel::StretchingScheme;
 use crate::summation::{
-    sigma_range, Boundary, Evaluation, Extra, Request, Sources, SumResult, Summation,
+    sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceSummation,
+    DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult, Summation,
     SummationError, PAIR_KERNEL_HEADER,
 };
 use cudarc::driver::{sys::CUevent_flags, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
@@ -43,6 +47,7 @@ struct Kernels {
     m2l: CudaFunction,
     l2l: CudaFunction,
     eval: CudaFunction,
+    gather: CudaFunction,
 }
 
 /// Device buffers, reused between calls.
@@ -67,6 +72,7 @@ struct Buffers {
     t_x: DeviceBuffer<f64>,
     t_order: DeviceBuffer<u32>,
     t_alpha: DeviceBuffer<f64>,
+    s_order: DeviceBuffer<u32>,
     m2l_offsets: DeviceBuffer<u32>,
     m2l_sources: DeviceBuffer<u32>,
     p2p_offsets: DeviceBuffer<u32>,
@@ -182,6 +188,7 @@ impl CudaFmm {
             m2l: load("fmm_m2l")?,
             l2l: load("fmm_l2l")?,
             eval: load("fmm_eval")?,
+            gather: load("fmm_gather")?,
         });
         Ok(())
     }
@@ -204,17 +211,18 @@ impl CudaFmm {
         self.schedule.disable();
     }
 
-    /// Threads per block of the expansion kernels: every coefficient and every column of the
-    /// order-2p table has a thread.
-    fn expansion_threads(&self) -> u32 {
-        let p = self.params.order;
-        let need = super::expansions::coefficient_count(p).max(2 * p + 1);
-        (need.div_ceil(32) * 32) as u32
-    }
-
-    fn run(&mut self, req: &Request, out: &mut Evaluation) -> Result<(), CudaError> {
-        let (sources, targets, extra) = (req.sources, req.targets, req.extra);
-        let gradient = !matches!(extra, Extra::None);
+    /// One evaluation: the trees and lists from the host copies of the positions and cores
+    /// (`sources`' strengths are not read), the particle data staged by `inputs`, the launches,
+    /// and the results written to `outputs`.
+    fn run(
+        &mut self,
+        sources: &Sources,
+        targets: &[[f64; 3]],
+        extra: ExtraKind,
+        inputs: Inputs,
+        outputs: Outputs,
+    ) -> Result<(), CudaError> {
+        let gradient = !matches!(extra, ExtraKind::Velocity);
         let p = self.params.order;
         let stride = 3 * super::expansions::coefficient_count(p);
         let s = self.stream.clone();
@@ -227,13 +235,12 @@ impl CudaFmm {
         let ttree = st.targets();
         let sc = CellArrays::of(stree);
         let tc = st.target_tree.as_ref().map(CellArrays::of);
-        let sx = gather3(sources.x, &stree.order);
-        let salpha = gather3(sources.alpha, &stree.order);
-        let ssigma: Vec<f64> = stree
-            .order
-            .par_iter()
-            .map(|&i| sources.sigma[i as usize])
-            .collect();
+        let n = sources.len();
+        let nt = targets.len();
+        let k = self
+            .kernels
+            .as_ref()
+            .expect("kernels compiled at construction");
         let b = &mut self.buf;
         b.s_center.upload(&s, &sc.center, "cell centres")?;
         b.s_begin.upload(&s, &sc.begin, "cells")?;
@@ -241,34 +248,19 @@ impl CudaFmm {
         b.s_child_begin.upload(&s, &sc.child_begin, "cells")?;
         b.s_child_count.upload(&s, &sc.child_count, "cells")?;
         b.s_leaves.upload(&s, &stree.leaves, "leaves")?;
-        b.s_x.upload(&s, &sx, "positions")?;
-        b.s_alpha.upload(&s, &salpha, "strengths")?;
-        b.s_sigma.upload(&s, &ssigma, "core radii")?;
-        let n = sources.len();
         b.s_pos.ensure(&s, 4 * n)?;
         b.s_str.ensure(&s, 4 * n)?;
-        let nt = targets.len();
         match &tc {
             Some(tc) => {
                 b.t_center.upload(&s, &tc.center, "target cells")?;
                 b.t_begin.upload(&s, &tc.begin, "target cells")?;
                 b.t_end.upload(&s, &tc.end, "target cells")?;
                 b.t_parent.upload(&s, &tc.parent, "target cells")?;
-                b.t_x
-                    .upload(&s, &gather3(targets, &ttree.order), "targets")?;
             }
-            None => {
-                b.t_parent.upload(&s, &sc.parent, "cells")?;
-            }
+            None => b.t_parent.upload(&s, &sc.parent, "cells")?,
         }
         b.t_leaves.upload(&s, &ttree.leaves, "target leaves")?;
         b.t_order.upload(&s, &ttree.order, "target order")?;
-        if let Extra::Stretching { alpha, .. } = extra {
-            let flat: Vec<f64> = alpha.iter().flatten().copied().collect();
-            b.t_alpha.upload(&s, &flat, "target strengths")?;
-        } else {
-            b.t_alpha.ensure(&s, 1)?;
-        }
         b.m2l_offsets
             .upload(&s, &st.lists.m2l_offsets, "M2L lists")?;
         b.m2l_sources
@@ -279,13 +271,73 @@ impl CudaFmm {
             .upload(&s, &st.lists.p2p_sources, "P2P lists")?;
         b.mult.ensure(&s, 2 * stride * stree.cells.len())?;
         b.local.ensure(&s, 2 * stride * ttree.cells.len())?;
-        b.out_u.poison(&s, 3 * nt)?;
-        let xlen = match extra {
-            Extra::None => 1,
-            Extra::Gradient => 9 * nt,
-            Extra::Stretching { .. } => 3 * nt,
-        };
-        b.out_x.poison(&s, xlen)?;
+        // The particles in tree order: gathered on the host, or on the device from resident
+        // buffers.
+        match inputs {
+            Inputs::Host {
+                alpha,
+                target_alpha,
+            } => {
+                b.s_x
+                    .upload(&s, &gather3(sources.x, &stree.order), "positions")?;
+                b.s_alpha
+                    .upload(&s, &gather3(alpha, &stree.order), "strengths")?;
+                let sig: Vec<f64> = stree
+                    .order
+                    .par_iter()
+                    .map(|&i| sources.sigma[i as usize])
+                    .collect();
+                b.s_sigma.upload(&s, &sig, "core radii")?;
+                if tc.is_some() {
+                    b.t_x
+                        .upload(&s, &gather3(targets, &ttree.order), "targets")?;
+                }
+                match target_alpha {
+                    Some(a) => {
+                        let flat: Vec<f64> = a.iter().flatten().copied().collect();
+                        b.t_alpha.upload(&s, &flat, "target strengths")?;
+                    }
+                    None => b.t_alpha.ensure(&s, 1)?,
+                }
+            }
+            Inputs::Device {
+                x,
+                alpha,
+                sigma,
+                targets: tx,
+            } => {
+                b.s_order.upload(&s, &stree.order, "tree order")?;
+                b.s_x.ensure(&s, 3 * n)?;
+                b.s_alpha.ensure(&s, 3 * n)?;
+                b.s_sigma.ensure(&s, n)?;
+                let g = |len: usize| LaunchConfig {
+                    grid_dim: (len.div_ceil(256).max(1) as u32, 1, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let (ni, three, one) = (n as i32, 3i32, 1i32);
+                // SAFETY: fmm_gather(order, n, width, src, dst): order holds n indices below the
+                // resident arrays' length n; src holds width·n doubles (the caller's buffers,
+                // at least 3n / n long), dst was ensured to width·n.
+                launch!(s, &k.gather, "fmm_gather", g(n);
+                    b.s_order.get(), &ni, &three, x, b.s_x.get_mut())?;
+                // SAFETY: as above (strengths, 3 per particle).
+                launch!(s, &k.gather, "fmm_gather", g(n);
+                    b.s_order.get(), &ni, &three, alpha, b.s_alpha.get_mut())?;
+                // SAFETY: as above (cores, 1 per particle).
+                launch!(s, &k.gather, "fmm_gather", g(n);
+                    b.s_order.get(), &ni, &one, sigma, b.s_sigma.get_mut())?;
+                if let (Some(_), Some(tx)) = (&tc, tx) {
+                    b.t_x.ensure(&s, 3 * nt)?;
+                    let nti = nt as i32;
+                    // SAFETY: as above for the nt targets (t_order holds nt indices below nt;
+                    // tx holds 3nt doubles).
+                    launch!(s, &k.gather, "fmm_gather", g(nt);
+                        b.t_order.get(), &nti, &three, tx, b.t_x.get_mut())?;
+                }
+                b.t_alpha.ensure(&s, 1)?;
+            }
+        }
         stats.tree_seconds = t0.elapsed().as_secs_f64();
 
         let ctx = self.gpu.context();
@@ -299,12 +351,11 @@ impl CudaFmm {
                 .record(&s)
                 .map_err(|e| CudaError::driver("recording an event", e))
         };
-        let k = self
-            .kernels
-            .as_ref()
-            .expect("kernels compiled at construction");
-        let threads = self.expansion_threads();
-        let b = &mut self.buf;
+        // Every coefficient and every column of the order-2p table has a thread.
+        let threads = {
+            let need = super::expansions::coefficient_count(p).max(2 * p + 1);
+            (need.div_ceil(32) * 32) as u32
+        };
         let cfg = |blocks: usize, threads: u32| LaunchConfig {
             grid_dim: (blocks.max(1) as u32, 1, 1),
             block_dim: (threads, 1, 1),
@@ -320,7 +371,7 @@ impl CudaFmm {
             b.s_x.get(), b.s_alpha.get(), b.s_sigma.get(), b.s_pos.get_mut(), b.s_str.get_mut())?;
         // SAFETY: fmm_p2m(leaves, n_leaves, center, begin, end, x, alpha, mult): as fmm_pack;
         // mult holds 3·NC complex values (2 doubles) per source cell (ensured above); the block
-        // has at least NC threads (expansion_threads).
+        // has at least NC threads.
         launch!(s, &k.p2m, "fmm_p2m", cfg(stree.leaves.len(), threads);
             b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
             b.s_x.get(), b.s_alpha.get(), b.mult.get_mut())?;
@@ -361,35 +412,69 @@ impl CudaFmm {
         let rho_cut = self.params.rho_cut(gradient);
         let rho_cut2 = (rho_cut * rho_cut) as f32;
         let mode: i32 = match extra {
-            Extra::None => 0,
-            Extra::Gradient => 1,
-            Extra::Stretching {
-                scheme: StretchingScheme::Classical,
-                ..
-            } => 2,
-            Extra::Stretching {
-                scheme: StretchingScheme::Transposed,
-                ..
-            } => 3,
+            ExtraKind::Velocity => 0,
+            ExtraKind::Gradient => 1,
+            ExtraKind::Stretching(StretchingScheme::Classical) => 2,
+            ExtraKind::Stretching(StretchingScheme::Transposed) => 3,
         };
         let (tbegin, tend, tx) = if tc.is_some() {
             (b.t_begin.get(), b.t_end.get(), b.t_x.get())
         } else {
             (b.s_begin.get(), b.s_end.get(), b.s_x.get())
         };
+        let (out_u, out_x, talpha) = match outputs {
+            Outputs::Staged => {
+                b.out_u.poison(&s, 3 * nt)?;
+                let xlen = match extra {
+                    ExtraKind::Velocity => 1,
+                    ExtraKind::Gradient => 9 * nt,
+                    ExtraKind::Stretching(_) => 3 * nt,
+                };
+                b.out_x.poison(&s, xlen)?;
+                (&mut b.out_u, &mut b.out_x, None)
+            }
+            Outputs::Device { u, x, alpha } => (u, x, alpha),
+        };
+        let talpha = talpha.unwrap_or(b.t_alpha.get());
         // SAFETY: fmm_eval(tleaves, n, tcenter, tbegin, tend, tx, torder, p2p_offsets,
         // p2p_sources, scenter, sbegin, send, spos, sstr, local, rho_cut2, mode, talpha, out_u,
         // out_x): target leaves and their sorted positions (3 per target), the order mapping
         // sorted → original targets (nt entries), the P2P lists (n + 1 offsets, source leaf
         // ids), the packed sources (4 floats each), the locals; out_u holds 3·nt doubles and
         // out_x 9·nt (gradient) or 3·nt (stretching) doubles, talpha 3·nt doubles when
-        // stretching; blockDim is EVAL_THREADS.
+        // stretching (ensured by the caller for device outputs); blockDim is EVAL_THREADS.
         launch!(s, &k.eval, "fmm_eval", cfg(ttree.leaves.len(), EVAL_THREADS);
             b.t_leaves.get(), &n_tleaves, tcenter, tbegin, tend, tx, b.t_order.get(),
             b.p2p_offsets.get(), b.p2p_sources.get(), b.s_center.get(), b.s_begin.get(),
             b.s_end.get(), b.s_pos.get(), b.s_str.get(), b.local.get(), &rho_cut2, &mode,
-            b.t_alpha.get(), b.out_u.get_mut(), b.out_x.get_mut())?;
+            talpha, out_u.get_mut(), out_x.get_mut())?;
         record(4)?;
+        s.synchronize()
+            .map_err(|e| CudaError::driver("waiting for the FMM", e))?;
+        let ms = |a: usize, z: usize| -> Result<f64, CudaError> {
+            events[a]
+                .elapsed_ms(&events[z])
+                .map(|t| t as f64 * 1e-3)
+                .map_err(|e| CudaError::driver("timing the FMM", e))
+        };
+        stats.upward_seconds = ms(0, 1)?;
+        stats.m2l_seconds = ms(1, 2)?;
+        stats.downward_seconds = ms(2, 3)?;
+        stats.p2p_seconds = ms(3, 4)?;
+        st.count(&mut stats, p);
+        self.stats = stats;
+        Ok(())
+    }
+
+    /// The host form's results: the staged outputs copied back into `out`.
+    fn download(
+        &mut self,
+        nt: usize,
+        extra: &Extra,
+        out: &mut Evaluation,
+    ) -> Result<(), CudaError> {
+        let s = self.stream.clone();
+        let b = &self.buf;
         let mut flat = vec![0.0f64; 3 * nt];
         b.out_u.download(&s, &mut flat, "velocities")?;
         for (o, v) in out.velocity[..nt].iter_mut().zip(flat.chunks(3)) {
@@ -405,7 +490,6 @@ impl CudaFmm {
                 }
             }
             Extra::Stretching { .. } => {
-                flat.fill(0.0);
                 b.out_x.download(&s, &mut flat, "stretching")?;
                 for (o, v) in out.stretching[..nt].iter_mut().zip(flat.chunks(3)) {
                     *o = [v[0], v[1], v[2]];
@@ -413,26 +497,254 @@ impl CudaFmm {
             }
         }
         s.synchronize()
-            .map_err(|e| CudaError::driver("waiting for the FMM", e))?;
-        let ms = |a: usize, z: usize| -> Result<f64, CudaError> {
-            events[a]
-                .elapsed_ms(&events[z])
-                .map(|t| t as f64 * 1e-3)
-                .map_err(|e| CudaError::driver("timing the FMM", e))
-        };
-        stats.upward_seconds = ms(0, 1)?;
-        stats.m2l_seconds = ms(1, 2)?;
-        stats.downward_seconds = ms(2, 3)?;
-        stats.p2p_seconds = ms(3, 4)?;
-        st.count(&mut stats, p);
-        self.stats = stats;
-        let written = out.velocity[..nt].iter().flatten().all(|v| v.is_finite());
-        if !written {
+            .map_err(|e| CudaError::driver("copying the FMM's results", e))?;
+        if !out.velocity[..nt].iter().flatten().all(|v| v.is_finite()) {
             return Err(CudaError::Invalid(
                 "the FMM left a velocity unwritten or not finite".into(),
             ));
         }
         Ok(())
+    }
+
+    /// Copies `len` doubles of a caller's device buffer to the host (the device form's positions
+    /// and cores for the tree).
+    fn to_host(
+        &self,
+        buf: &DeviceBuffer<f64>,
+        len: usize,
+        what: &str,
+    ) -> Result<Vec<f64>, CudaError> {
+        let mut v = vec![0.0; len];
+        buf.download(&self.stream, &mut v, what)?;
+        self.stream
+            .synchronize()
+            .map_err(|e| CudaError::driver("copying positions for the tree", e))?;
+        Ok(v)
+    }
+}
+
+/// What an evaluation computes besides the velocity (the device-agnostic part of [`Extra`]).
+#[derive(Clone, Copy)]
+enum ExtraKind {
+    Velocity,
+    Gradient,
+    Stretching(StretchingScheme),
+}
+
+impl ExtraKind {
+    fn of(extra: &Extra) -> Self {
+        match extra {
+            Extra::None => ExtraKind::Velocity,
+            Extra::Gradient => ExtraKind::Gradient,
+            Extra::Stretching { scheme, .. } => ExtraKind::Stretching(*scheme),
+        }
+    }
+}
+
+/// Where the particle data comes from.
+enum Inputs<'a> {
+    /// Host arrays (the host form): strengths, and the target strengths of a stretching.
+    Host {
+        alpha: &'a [[f64; 3]],
+        target_alpha: Option<&'a [[f64; 3]]>,
+    },
+    /// Resident device arrays in the caller's order (the device form); `targets` for targets
+    /// other than the sources.
+    Device {
+        x: &'a cudarc::driver::CudaSlice<f64>,
+        alpha: &'a cudarc::driver::CudaSlice<f64>,
+        sigma: &'a cudarc::driver::CudaSlice<f64>,
+        targets: Option<&'a cudarc::driver::CudaSlice<f64>>,
+    },
+}
+
+/// Where the results go.
+enum Outputs<'a> {
+    /// The engine's own buffers, downloaded afterwards (the host form).
+    Staged,
+    /// The caller's device buffers (3 per target, 9 or 3 for the extra) and the target
+    /// strengths of a stretching (3 per target, the caller's order).
+    Device {
+        u: &'a mut DeviceBuffer<f64>,
+        x: &'a mut DeviceBuffer<f64>,
+        alpha: Option<&'a cudarc::driver::CudaSlice<f64>>,
+    },
+}
+
+impl DeviceSummation for CudaFmm {
+    fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// The host form's kernels on resident particles: the positions and cores come to the host
+    /// for the tree and lists (32 bytes per particle), the strengths are gathered into tree
+    /// order on the device, and the results are written straight into `out`.
+    fn evaluate_on_device(&mut self, work: DeviceWork, out: &mut DeviceEvaluation) -> SumResult {
+        let src = work.sources;
+        let n = src.n;
+        let e = device_error;
+        let xs = self.to_host(src.x, 3 * n, "positions").map_err(e)?;
+        let sig = self.to_host(src.sigma, n, "core radii").map_err(e)?;
+        let x3: Vec<[f64; 3]> = xs.chunks(3).map(|c| [c[0], c[1], c[2]]).collect();
+        let (targets_host, tbuf) = match work.targets {
+            DeviceTargets::Sources => (None, None),
+            DeviceTargets::Points { x, n: nt } => {
+                let t = self.to_host(x, 3 * nt, "targets").map_err(e)?;
+                (
+                    Some(t.chunks(3).map(|c| [c[0], c[1], c[2]]).collect::<Vec<_>>()),
+                    Some(x.get()),
+                )
+            }
+        };
+        let targets: &[[f64; 3]] = targets_host.as_deref().unwrap_or(&x3);
+        let nt = targets.len();
+        let sources = Sources {
+            x: &x3,
+            alpha: &[],
+            sigma: &sig,
+        };
+        let (extra, talpha) = match work.extra {
+            DeviceExtra::None => (ExtraKind::Velocity, None),
+            DeviceExtra::Gradient => (ExtraKind::Gradient, None),
+            DeviceExtra::Stretching { alpha, scheme } => (
+                ExtraKind::Stretching(*scheme),
+                Some(alpha.map_or(src.alpha.get(), |a| a.get())),
+            ),
+        };
+        let s = self.stream.clone();
+        out.velocity.ensure(&s, 3 * nt).map_err(e)?;
+        let xlen = match extra {
+            ExtraKind::Velocity => 1,
+            ExtraKind::Gradient => 9 * nt,
+            ExtraKind::Stretching(_) => 3 * nt,
+        };
+        let xbuf = match extra {
+            ExtraKind::Gradient => &mut out.gradient,
+            _ => &mut out.stretching,
+        };
+        xbuf.ensure(&s, xlen).map_err(e)?;
+        self.run(
+            &sources,
+            targets,
+            extra,
+            Inputs::Device {
+                x: src.x.get(),
+                alpha: src.alpha.get(),
+                sigma: src.sigma.get(),
+                targets: tbuf,
+            },
+            Outputs::Device {
+                u: &mut out.velocity,
+                x: xbuf,
+                alpha: talpha,
+            },
+        )
+        .map_err(e)?;
+        // The built-in check, as in the host form: on a due evaluation the results, the
+        // strengths and the target strengths come to the host for the sampled comparison.
+        let sigma_max = sig.iter().copied().fold(0.0, f64::max);
+        let stats = self.stats;
+        if !self.schedule.next_is_due(sigma_max) {
+            return self.schedule.after_evaluation(
+                &sources,
+                targets,
+                &Extra::None,
+                &Evaluation::default(),
+                sigma_max,
+                &self.params,
+                &stats,
+            );
+        }
+        let to3 =
+            |v: Vec<f64>| -> Vec<[f64; 3]> { v.chunks(3).map(|c| [c[0], c[1], c[2]]).collect() };
+        let alpha = to3(self.to_host(src.alpha, 3 * n, "strengths").map_err(e)?);
+        let mut host = Evaluation {
+            velocity: to3(self
+                .to_host(&out.velocity, 3 * nt, "velocities")
+                .map_err(e)?),
+            ..Default::default()
+        };
+        let target_alpha;
+        let host_extra = match (extra, work.extra) {
+            (ExtraKind::Velocity, _) => Extra::None,
+            (ExtraKind::Gradient, _) => {
+                host.gradient = self
+                    .to_host(&out.gradient, 9 * nt, "gradients")
+                    .map_err(e)?
+                    .chunks(9)
+                    .map(|v| [[v[0], v[1], v[2]], [v[3], v[4], v[5]], [v[6], v[7], v[8]]])
+                    .collect();
+                Extra::Gradient
+            }
+            (ExtraKind::Stretching(scheme), DeviceExtra::Stretching { alpha: ta, .. }) => {
+                host.stretching = to3(self
+                    .to_host(&out.stretching, 3 * nt, "stretching")
+                    .map_err(e)?);
+                target_alpha = match ta {
+                    Some(a) => to3(self.to_host(a, 3 * nt, "target strengths").map_err(e)?),
+                    None => alpha.clone(),
+                };
+                Extra::Stretching {
+                    alpha: &target_alpha,
+                    scheme,
+                }
+            }
+            (ExtraKind::Stretching(_), _) => unreachable!("the extra kind comes from work.extra"),
+        };
+        let full = Sources {
+            x: &x3,
+            alpha: &alpha,
+            sigma: &sig,
+        };
+        self.schedule.after_evaluation(
+            &full,
+            targets,
+            &host_extra,
+            &host,
+            sigma_max,
+            &self.params,
+            &stats,
+        )
+    }
+
+    /// The blob vorticity through the host (free-space runs do not reinitialise; this serves
+    /// diagnostics): positions, strengths and cores come to the host, the CPU FMM's near sum
+    /// runs there, and the result goes back.
+    fn vorticity_on_device(
+        &mut self,
+        sources: &DeviceSources,
+        targets: &DeviceTargets,
+        out: &mut DeviceBuffer<f64>,
+    ) -> SumResult {
+        let e = device_error;
+        let n = sources.n;
+        let to3 =
+            |v: Vec<f64>| -> Vec<[f64; 3]> { v.chunks(3).map(|c| [c[0], c[1], c[2]]).collect() };
+        let x = to3(self.to_host(sources.x, 3 * n, "positions").map_err(e)?);
+        let a = to3(self.to_host(sources.alpha, 3 * n, "strengths").map_err(e)?);
+        let sig = self.to_host(sources.sigma, n, "core radii").map_err(e)?;
+        let at = match targets {
+            DeviceTargets::Sources => x.clone(),
+            DeviceTargets::Points { x: t, n: nt } => {
+                to3(self.to_host(t, 3 * nt, "targets").map_err(e)?)
+            }
+        };
+        let mut w = Vec::new();
+        self.vorticity(
+            &Sources {
+                x: &x,
+                alpha: &a,
+                sigma: &sig,
+            },
+            &at,
+            &mut w,
+        )?;
+        let flat: Vec<f64> = w.iter().flatten().copied().collect();
+        out.upload(&self.stream, &flat, "blob vorticity")
+            .map_err(e)?;
+        self.stream
+            .synchronize()
+            .map_err(|err| e(CudaError::driver("copying the vorticity", err)))
     }
 }
 
@@ -450,7 +762,23 @@ impl Summation for CudaFmm {
 
     fn evaluate_request(&mut self, req: Request, out: &mut Evaluation) -> SumResult {
         let (_, sigma_max) = sigma_range(req.sources)?;
-        self.run(&req, out).map_err(device_error)?;
+        let target_alpha = match req.extra {
+            Extra::Stretching { alpha, .. } => Some(alpha),
+            _ => None,
+        };
+        self.run(
+            req.sources,
+            req.targets,
+            ExtraKind::of(&req.extra),
+            Inputs::Host {
+                alpha: req.sources.alpha,
+                target_alpha,
+            },
+            Outputs::Staged,
+        )
+        .map_err(device_error)?;
+        self.download(req.targets.len(), &req.extra, out)
+            .map_err(device_error)?;
         let stats = self.stats;
         self.schedule.after_evaluation(
             req.sources,
@@ -461,6 +789,10 @@ impl Summation for CudaFmm {
             &self.params,
             &stats,
         )
+    }
+
+    fn device_form(&mut self) -> Option<&mut dyn DeviceSummation> {
+        Some(self)
     }
 
     fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {

@@ -153,6 +153,15 @@ impl CheckSchedule {
         std::mem::take(&mut self.pending)
     }
 
+    /// Whether the next evaluation, with this largest core radius, will be checked.
+    pub fn next_is_due(&self, sigma_max: f64) -> bool {
+        let k = self.evaluations + 1;
+        !self.disabled
+            && (k == 1
+                || (self.every > 0 && (k - 1).is_multiple_of(self.every))
+                || (self.checked_sigma > 0.0 && sigma_max > 1.01 * self.checked_sigma))
+    }
+
     /// Counts an evaluation and, when due, checks its result `out` against the direct sum; an
     /// error when the check misses the request by more than [`check::FAILURE_FACTOR`].
     #[allow(clippy::too_many_arguments)]
