@@ -10,47 +10,18 @@
 //!
 //! Both go through the same driver as `vpm run` (outputs, checkpoints, plots).
 
+mod common;
+use common::{col, quiet_run_options, read_csv};
 use postprocess::layout::{RINGS_CSV, RING_CSV};
 use std::path::Path;
 use std::time::Instant;
 use vpm::config::{resolve_case, Cadence, Case, DeviceRequest, EvaluatorKind};
-use vpm::run::{ProgressStyle, RunEnd, RunOptions};
+use vpm::run::RunEnd;
 
 /// The FMM's requested accuracy in these runs.
 const FMM_ACCURACY: f64 = 1e-6;
 /// Largest relative difference allowed between the FMM and the direct run.
 const AGREEMENT: f64 = 1e-5;
-
-fn options() -> RunOptions {
-    RunOptions {
-        threads: rayon::current_num_threads(),
-        progress: ProgressStyle::Quiet,
-        abort_after_steps: None,
-    }
-}
-
-/// Reads a CSV written by the run: header names and rows of numbers.
-fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<f64>>) {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    let mut lines = text.lines();
-    let header = lines
-        .next()
-        .expect("header")
-        .split(',')
-        .map(str::to_string)
-        .collect();
-    let rows = lines
-        .map(|l| l.split(',').map(|v| v.parse().expect("number")).collect())
-        .collect();
-    (header, rows)
-}
-
-fn col(header: &[String], name: &str) -> usize {
-    header
-        .iter()
-        .position(|h| h == name)
-        .unwrap_or_else(|| panic!("no column {name}"))
-}
 
 /// `case` on the CPU with `evaluator` (the FMM at [`FMM_ACCURACY`], checked against the direct
 /// sum at its first evaluation only), to `t_end` with outputs every 0.1; returns the wall time.
@@ -68,7 +39,7 @@ fn run_with(mut case: Case, evaluator: EvaluatorKind, t_end: f64, dir: &Path) ->
     }
     std::fs::create_dir_all(dir).unwrap();
     let start = Instant::now();
-    let mut run = vpm::run::start(case, dir, options(), None).expect("start");
+    let mut run = vpm::run::start(case, dir, quiet_run_options(), None).expect("start");
     assert_eq!(run.run_to_end().expect("run"), RunEnd::Finished);
     start.elapsed().as_secs_f64()
 }

@@ -13,48 +13,19 @@
 //!
 //! Both run through the same driver as `vpm run` (outputs, checkpoints, plots).
 
+mod common;
+use common::{col, quiet_run_options, read_csv};
 use postprocess::layout::{LAMB_OSEEN_CSV, RING_CSV};
 use std::path::Path;
 use vpm::config::{resolve_case, Cadence, Case};
 use vpm::diagnostics::lamb_oseen::lamb_oseen_periodic;
-use vpm::run::{ProgressStyle, RunEnd, RunOptions};
-
-fn options() -> RunOptions {
-    RunOptions {
-        threads: rayon::current_num_threads(),
-        progress: ProgressStyle::Quiet,
-        abort_after_steps: None,
-    }
-}
-
-/// Reads a CSV written by the run: header names and rows of numbers.
-fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<f64>>) {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    let mut lines = text.lines();
-    let header = lines
-        .next()
-        .expect("header")
-        .split(',')
-        .map(str::to_string)
-        .collect();
-    let rows = lines
-        .map(|l| l.split(',').map(|v| v.parse().expect("number")).collect())
-        .collect();
-    (header, rows)
-}
-
-fn col(header: &[String], name: &str) -> usize {
-    header
-        .iter()
-        .position(|h| h == name)
-        .unwrap_or_else(|| panic!("no column {name}"))
-}
+use vpm::run::RunEnd;
 
 fn run_case(mut case: Case, t_end: f64, dir: &Path) {
     case.time.t_end = t_end;
     case.output.cadence = Cadence::Time(0.1);
     case.checkpoint.cadence = Cadence::Time(t_end);
-    let mut run = vpm::run::start(case, dir, options(), None).expect("start");
+    let mut run = vpm::run::start(case, dir, quiet_run_options(), None).expect("start");
     assert_eq!(run.run_to_end().expect("run"), RunEnd::Finished);
 }
 
@@ -191,7 +162,7 @@ fn adaptive_step_follows_the_particle_stability_limits() {
     case.output.cadence = Cadence::Steps(1);
     case.checkpoint.cadence = Cadence::Time(1.0);
     let tmp = tempfile::tempdir().unwrap();
-    let mut opts = options();
+    let mut opts = quiet_run_options();
     opts.abort_after_steps = Some(4);
     let mut run = vpm::run::start(case, tmp.path(), opts, None).expect("start");
     run.run_to_end().expect("run");
@@ -300,7 +271,8 @@ fn two_rings_write_per_ring_rows_and_resume_in_order() {
     let (whole, split) = (tmp.path().join("whole"), tmp.path().join("split"));
     std::fs::create_dir_all(&whole).unwrap();
     std::fs::create_dir_all(&split).unwrap();
-    let mut run = vpm::run::start(two_ring_case(), &whole, options(), None).expect("start");
+    let mut run =
+        vpm::run::start(two_ring_case(), &whole, quiet_run_options(), None).expect("start");
     assert_eq!(run.run_to_end().expect("run"), RunEnd::Finished);
     drop(run);
     let (h, rows) = read_csv(&whole.join(RINGS_CSV));
@@ -362,7 +334,7 @@ fn two_rings_write_per_ring_rows_and_resume_in_order() {
     assert!(ids.iter().enumerate().all(|(i, &id)| id == i as f64));
 
     // Killed after 2 steps (checkpoint at step 2), resumed: the same bytes.
-    let mut opts = options();
+    let mut opts = quiet_run_options();
     opts.abort_after_steps = Some(2);
     let mut run = vpm::run::start(two_ring_case(), &split, opts, None).expect("start");
     assert_eq!(run.run_to_end().expect("run"), RunEnd::Aborted);
@@ -371,7 +343,7 @@ fn two_rings_write_per_ring_rows_and_resume_in_order() {
         t_end: None,
         device: None,
     };
-    let mut run = vpm::run::resume(&split, options(), &changes).expect("resume");
+    let mut run = vpm::run::resume(&split, quiet_run_options(), &changes).expect("resume");
     assert_eq!(run.run_to_end().expect("resumed run"), RunEnd::Finished);
     drop(run);
     let (a, b) = (

@@ -770,30 +770,11 @@ fn parse_initial(
                 .number(doc, "radius", RADIUS)?
                 .ok_or_else(|| sec.missing(doc, "radius", "the ring radius R, > 0"))?;
             radius.require(doc, radius.value.is_finite() && radius.value > 0.0, RADIUS)?;
-            let circulation = sec
-                .number(doc, "circulation", CIRCULATION)?
-                .ok_or_else(|| sec.missing(doc, "circulation", "the circulation Γ, ≠ 0"))?;
-            circulation.require(
-                doc,
-                circulation.value.is_finite() && circulation.value != 0.0,
-                CIRCULATION,
-            )?;
-            let core_allowed = format!(
-                "core standard deviation σ: must be a finite number > 0 and < radius/2 (= {})",
-                radius.value / 2.0
-            );
-            let core = sec
-                .number(doc, "core", &core_allowed)?
-                .ok_or_else(|| sec.missing(doc, "core", "the core's standard deviation σ"))?;
-            core.require(
-                doc,
-                core.value.is_finite() && core.value > 0.0 && core.value < radius.value / 2.0,
-                &core_allowed,
-            )?;
+            let (circulation, core) = ring_circulation_and_core(doc, sec, radius.value)?;
             Ok(InitialCondition::VortexRing {
                 radius: radius.value,
-                circulation: circulation.value,
-                core: core.value,
+                circulation,
+                core,
             })
         }
         "coaxial-rings" => {
@@ -831,6 +812,37 @@ fn parse_initial(
     }
 }
 
+/// A ring's `circulation` (finite, ≠ 0) and `core` (finite, > 0, < radius/2) in `sec`: the
+/// keys `vortex-ring` and each table of `coaxial-rings` share.
+fn ring_circulation_and_core(
+    doc: &Doc,
+    sec: &Section,
+    radius: f64,
+) -> Result<(f64, f64), CaseError> {
+    const CIRCULATION: &str = "circulation Γ: must be a finite number ≠ 0";
+    let circulation = sec
+        .number(doc, "circulation", CIRCULATION)?
+        .ok_or_else(|| sec.missing(doc, "circulation", "the circulation Γ, ≠ 0"))?;
+    circulation.require(
+        doc,
+        circulation.value.is_finite() && circulation.value != 0.0,
+        CIRCULATION,
+    )?;
+    let core_allowed = format!(
+        "core standard deviation σ: must be a finite number > 0 and < radius/2 (= {})",
+        radius / 2.0
+    );
+    let core = sec
+        .number(doc, "core", &core_allowed)?
+        .ok_or_else(|| sec.missing(doc, "core", "the core's standard deviation σ"))?;
+    core.require(
+        doc,
+        core.value.is_finite() && core.value > 0.0 && core.value < radius / 2.0,
+        &core_allowed,
+    )?;
+    Ok((circulation.value, core.value))
+}
+
 /// `initial.rings` of `kind = "coaxial-rings"`: one or more tables `{ radius, z, circulation,
 /// core }` (inline or `[[initial.rings]]`), each checked like `vortex-ring`'s keys; no two cores
 /// closer than the sum of their `core`s (in the (r, z) half-plane).
@@ -839,7 +851,6 @@ fn parse_coaxial_rings(doc: &Doc, sec: &Section) -> Result<Vec<CoaxialRing>, Cas
                          e.g. rings = [{ radius = 1.0, z = 0.0, circulation = 1.0, core = 0.1 }]";
     const RADIUS: &str = "ring radius R: must be a finite number > 0";
     const Z: &str = "axial position of the ring's plane: must be a finite number";
-    const CIRCULATION: &str = "circulation Γ: must be a finite number ≠ 0";
     let v = sec.get("rings").ok_or_else(|| {
         sec.missing(
             doc,
@@ -885,31 +896,12 @@ fn parse_coaxial_rings(doc: &Doc, sec: &Section) -> Result<Vec<CoaxialRing>, Cas
             }
             None => 0.0,
         };
-        let circulation = ring
-            .number(doc, "circulation", CIRCULATION)?
-            .ok_or_else(|| ring.missing(doc, "circulation", "the circulation Γ, ≠ 0"))?;
-        circulation.require(
-            doc,
-            circulation.value.is_finite() && circulation.value != 0.0,
-            CIRCULATION,
-        )?;
-        let core_allowed = format!(
-            "core standard deviation σ: must be a finite number > 0 and < radius/2 (= {})",
-            radius.value / 2.0
-        );
-        let core = ring
-            .number(doc, "core", &core_allowed)?
-            .ok_or_else(|| ring.missing(doc, "core", "the core's standard deviation σ"))?;
-        core.require(
-            doc,
-            core.value.is_finite() && core.value > 0.0 && core.value < radius.value / 2.0,
-            &core_allowed,
-        )?;
+        let (circulation, core) = ring_circulation_and_core(doc, &ring, radius.value)?;
         let this = CoaxialRing {
             radius: radius.value,
             z,
-            circulation: circulation.value,
-            core: core.value,
+            circulation,
+            core,
         };
         for (k, other) in rings.iter().enumerate() {
             let gap = (this.radius - other.radius).hypot(this.z - other.z);

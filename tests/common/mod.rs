@@ -1,4 +1,4 @@
-//! Helpers shared by the end-to-end tests of the `vpm` binary.
+//! Helpers shared by the end-to-end tests of the `vpm` binary and the library-level run tests.
 #![allow(dead_code)]
 
 use std::fs;
@@ -95,4 +95,37 @@ pub fn run_aborted(case: &str, out: &Path, steps: &str) -> Output {
     ]);
     assert_eq!(o.status.code(), Some(137), "abort: {}", stderr(&o));
     o
+}
+
+/// Run options for library-level runs in tests: all threads, no progress output.
+pub fn quiet_run_options() -> vpm::run::RunOptions {
+    vpm::run::RunOptions {
+        threads: rayon::current_num_threads(),
+        progress: vpm::run::ProgressStyle::Quiet,
+        abort_after_steps: None,
+    }
+}
+
+/// Reads a CSV written by a run: header names and rows of numbers.
+pub fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<f64>>) {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let mut lines = text.lines();
+    let header = lines
+        .next()
+        .expect("header")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let rows = lines
+        .map(|l| l.split(',').map(|v| v.parse().expect("number")).collect())
+        .collect();
+    (header, rows)
+}
+
+/// The index of column `name` in a CSV header.
+pub fn col(header: &[String], name: &str) -> usize {
+    header
+        .iter()
+        .position(|h| h == name)
+        .unwrap_or_else(|| panic!("no column {name}"))
 }

@@ -225,27 +225,34 @@ pub fn m2l(ws: &mut Workspace, b: [f64; 3], multipole: &[C64], local: &mut [C64]
 pub fn l2l(ws: &mut Workspace, d: [f64; 3], parent: &[C64], child: &mut [C64]) {
     let p = ws.p;
     regular_harmonics(d, p, &mut ws.table);
-    let r = &ws.table;
     for n in 0..=p {
-        for m in 0..=n as isize {
-            let mut acc = [C64::new(0.0, 0.0); 3];
-            for j in n..=p {
-                let jn = (j - n) as isize;
-                let k_lo = (-(j as isize)).max(m - jn);
-                let k_hi = (j as isize).min(m + jn);
-                for k in k_lo..=k_hi {
-                    let t = signed(r, j - n, k - m);
-                    for c in 0..3 {
-                        acc[c] += signed3(parent, j, k, c) * t;
-                    }
-                }
-            }
-            let i = index(n, m as usize);
-            for c in 0..3 {
-                child[3 * i + c] += acc[c];
+        for m in 0..=n {
+            let acc = shifted_local(&ws.table, p, parent, n, m);
+            let i = index(n, m);
+            for (c, a) in acc.iter().enumerate() {
+                child[3 * i + c] += a;
             }
         }
     }
+}
+
+/// One coefficient of a shifted local expansion: Σ_{j ≥ n, k} L_j^k R_{j−n}^{k−m}(d), the
+/// regular harmonics of d in `r` (the sum of [`l2l`] and [`l2p`]).
+fn shifted_local(r: &[C64], p: usize, local: &[C64], n: usize, m: usize) -> [C64; 3] {
+    let m = m as isize;
+    let mut acc = [C64::new(0.0, 0.0); 3];
+    for j in n..=p {
+        let jn = (j - n) as isize;
+        let k_lo = (-(j as isize)).max(m - jn);
+        let k_hi = (j as isize).min(m + jn);
+        for k in k_lo..=k_hi {
+            let t = signed(r, j - n, k - m);
+            for c in 0..3 {
+                acc[c] += signed3(local, j, k, c) * t;
+            }
+        }
+    }
+    acc
 }
 
 /// Gradient and Hessian of the three potentials at one point, from a local expansion.
@@ -268,25 +275,12 @@ pub struct PotentialDerivatives {
 pub fn l2p(ws: &mut Workspace, d: [f64; 3], local: &[C64], hessian: bool) -> PotentialDerivatives {
     let p = ws.p;
     regular_harmonics(d, p, &mut ws.table);
-    let r = &ws.table;
     let top = if hessian { 2 } else { 1 };
     // Shifted coefficients L'_n^m for 1 ≤ n ≤ top, m ≥ 0.
     let mut shifted = [[C64::new(0.0, 0.0); 3]; 6];
     for n in 1..=top {
-        for m in 0..=n as isize {
-            let mut acc = [C64::new(0.0, 0.0); 3];
-            for j in n..=p {
-                let jn = (j - n) as isize;
-                let k_lo = (-(j as isize)).max(m - jn);
-                let k_hi = (j as isize).min(m + jn);
-                for k in k_lo..=k_hi {
-                    let t = signed(r, j - n, k - m);
-                    for c in 0..3 {
-                        acc[c] += signed3(local, j, k, c) * t;
-                    }
-                }
-            }
-            shifted[index(n, m as usize)] = acc;
+        for m in 0..=n {
+            shifted[index(n, m)] = shifted_local(&ws.table, p, local, n, m);
         }
     }
     let mut out = PotentialDerivatives::default();
