@@ -263,12 +263,25 @@ fn linear_ticks(lo: f64, hi: f64) -> Vec<f64> {
 }
 
 /// The fewest significant digits (at least 1, at most 8) for which the
-/// labels of `ticks` are all different.
+/// labels of `ticks` are all different and each reads back as its tick
+/// (to a millionth of the smallest gap between ticks): 0, 0.5, 1, 1.5 need
+/// two digits, or 1.5 would be labelled "2".
 fn distinct_digits(ticks: &[f64]) -> usize {
+    let gap = ticks
+        .windows(2)
+        .map(|w| (w[1] - w[0]).abs())
+        .filter(|g| *g > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let tolerance = if gap.is_finite() { 1e-6 * gap } else { 0.0 };
     (1..=8)
         .find(|&d| {
             let labels: Vec<String> = ticks.iter().map(|&v| format_number(v, d)).collect();
-            labels.windows(2).all(|w| w[0] != w[1])
+            let exact = ticks.iter().zip(&labels).all(|(&v, label)| {
+                label
+                    .parse::<f64>()
+                    .is_ok_and(|back| (back - v).abs() <= tolerance.max(1e-12 * v.abs()))
+            });
+            exact && labels.windows(2).all(|w| w[0] != w[1])
         })
         .unwrap_or(8)
 }
@@ -366,6 +379,10 @@ mod tests {
         for w in labels.windows(2) {
             assert_ne!(w[0], w[1]);
         }
+        // Half steps get their digit: 1.5 is not rounded to "2".
+        let a = LinearAxis::covering([0.0, 1.9764], 0.0);
+        let labels: Vec<String> = a.major.iter().map(|&v| a.label(v)).collect();
+        assert_eq!(labels, ["0", "0.5", "1", "1.5"]);
         // Ticks straddling zero include an exact zero.
         let a = LinearAxis::covering([-0.3, 0.7], 0.0);
         assert!(a.major.contains(&0.0), "{:?}", a.major);

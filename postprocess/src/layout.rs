@@ -112,3 +112,37 @@ pub fn vortex_energy_columns() -> Vec<&'static str> {
         .copied()
         .collect()
 }
+
+/// The folder of the 3-D field snapshots: `fields/<solver>-<step:08>.npz` (and `.vti`/`.pvd`
+/// files for ParaView, which this crate ignores).
+pub const FIELDS_DIR: &str = "fields";
+/// Array of a field snapshot: velocity, shape (n, n, n, 3), f32 or f64.
+pub const FIELD_VELOCITY: &str = "velocity";
+/// Array of a field snapshot: vorticity, shape (n, n, n, 3), f32 or f64.
+pub const FIELD_VORTICITY: &str = "vorticity";
+/// Array of a field snapshot: Q = ½(‖Ω‖² − ‖S‖²), shape (n, n, n), f32 or f64.
+pub const FIELD_Q: &str = "Q";
+/// Array of a field snapshot: the simulation time, 0-d f64.
+pub const FIELD_T: &str = "t";
+/// Array of a field snapshot: the step, 0-d u64.
+pub const FIELD_STEP: &str = "step";
+/// Array of a field snapshot: the subsampling of the solver grid, 0-d u64.
+pub const FIELD_STRIDE: &str = "stride";
+
+/// The name, without extension, of a solver's field snapshot at `step` inside [`FIELDS_DIR`]:
+/// `fields_stem("spectral", 125)` is `"spectral-00000125"`. `solver` is a solver's folder name
+/// ([`SPECTRAL_DIR`] or [`VORTEX_DIR`]).
+pub fn fields_stem(solver: &str, step: u64) -> String {
+    format!("{solver}-{step:08}")
+}
+
+/// The picture of the Q isosurfaces at `step`, in the run directory: `"structures-00000125.png"`.
+pub fn structures_png(step: u64) -> String {
+    format!("structures-{step:08}.png")
+}
+
+/// The picture of |ω| on the mid-plane z = 0 at `step`, in the run directory:
+/// `"vorticity-00000125.png"`.
+pub fn vorticity_slice_png(step: u64) -> String {
+    format!("vorticity-{step:08}.png")
+}

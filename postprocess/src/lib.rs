@@ -14,6 +14,14 @@
 //! log–log) and `spectrum.png` (E(k), log–log) into the run directory,
 //! overlaying the solvers that are present.
 //!
+//! A turbulence run may also hold 3-D field snapshots,
+//! `fields/<solver>-<step:08>.npz` (see [`read_fields`] and [`layout`]).
+//! For every step with one, [`plot_run`] also draws
+//! `structures-<step:08>.png`, the vortex cores as shaded isosurfaces of Q
+//! seen in 3-D (see [`draw_structures`]), and `vorticity-<step:08>.png`,
+//! |ω| on the mid-plane z = 0 (see [`draw_vorticity_slice`]), the solvers
+//! side by side; [`plot_fields_at`] draws the two pictures of one step.
+//!
 //! **Particle-only runs** (free-space vortex ring, Lamb–Oseen tube) have no
 //! `spectral/` directory; their `vortex/` directory holds one or both of
 //!
@@ -47,11 +55,20 @@
 
 mod axis;
 mod chart;
+mod fields;
+pub mod isosurface;
 pub mod layout;
 mod particles;
 mod plots;
+mod raster;
 mod render;
+mod structures;
 mod table;
+
+pub use fields::{field_steps, fields_npz, q_rms, read_fields, FieldPanel, FieldSnapshot};
+pub use structures::{
+    draw_structures, draw_vorticity_slice, structures_size, vorticity_size, QLevel,
+};
 
 pub use particles::{
     draw_lamb_oseen, draw_ring, draw_rings, saffman_position, LambOseenProfiles, OneRing,
@@ -64,7 +81,7 @@ pub use plots::{
 };
 pub use table::{read_csv_columns, Table};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
 /// File name of the energy-decay plot inside the run directory.
@@ -80,27 +97,136 @@ pub const RINGS_PNG: &str = "rings.png";
 pub const LAMB_OSEEN_PNG: &str = "lamb-oseen.png";
 pub use layout::{LAMB_OSEEN_CSV, RINGS_CSV, RING_CSV};
 
+/// The default factor c of the isosurface level Q = c·Q_rms.
+pub const DEFAULT_Q_LEVEL: f64 = 1.0;
+
+/// Settings of the plots.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlotOptions {
+    /// The factor c of the isosurface level in the structures pictures:
+    /// both solvers' surfaces are drawn at Q = c·Q_rms, Q_rms = √(mean Q²)
+    /// of the spectral solver's field at that time. Default
+    /// [`DEFAULT_Q_LEVEL`].
+    pub q_level: f64,
+}
+
+impl Default for PlotOptions {
+    fn default() -> Self {
+        Self {
+            q_level: DEFAULT_Q_LEVEL,
+        }
+    }
+}
+
+/// Draw every plot for a run directory with the default [`PlotOptions`];
+/// returns the PNG paths written. See [`plot_run_with`].
+///
+/// # Errors
+///
+/// Those of [`plot_run_with`].
+pub fn plot_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
+    plot_run_with(run_dir, title, &PlotOptions::default())
+}
+
 /// Draw every plot for a run directory; returns the PNG paths written.
 ///
 /// A run directory with a `spectral/` subdirectory is a turbulence run:
-/// see [`plot_solver_run`] (nothing else is drawn for it). Otherwise it is
-/// a particle-only run: `<run_dir>/ring.png` is drawn when [`RING_CSV`]
-/// exists, `<run_dir>/rings.png` when [`RINGS_CSV`] exists and then
-/// `<run_dir>/lamb-oseen.png` when [`LAMB_OSEEN_CSV`] exists, in that order
-/// in the returned vector. `title` starts each
-/// plot's title.
+/// see [`plot_solver_run`], then, for every step with a field snapshot in
+/// `fields/` (in increasing step order), [`plot_fields_at`]; the paths
+/// come in that order (energy, spectrum, then per step the structures and
+/// the vorticity picture); `options` sets the isosurface level. Otherwise
+/// it is a particle-only run: `<run_dir>/ring.png` is drawn when
+/// [`RING_CSV`] exists, `<run_dir>/rings.png` when [`RINGS_CSV`] exists and
+/// then `<run_dir>/lamb-oseen.png` when [`LAMB_OSEEN_CSV`] exists, in that
+/// order in the returned vector. `title` starts each plot's title.
 ///
 /// # Errors
 ///
 /// A run directory with none of these files (or none at all) gives an
 /// error naming it and the files looked for; the other errors are those
-/// of [`plot_solver_run`] and [`plot_particle_run`].
-pub fn plot_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
+/// of [`plot_solver_run`], [`plot_fields_at`] and [`plot_particle_run`].
+pub fn plot_run_with(run_dir: &Path, title: &str, options: &PlotOptions) -> Result<Vec<PathBuf>> {
     if run_dir.join(Solver::Spectral.dir_name()).is_dir() {
-        plot_solver_run(run_dir, title)
+        let mut written = plot_solver_run(run_dir, title)?;
+        for step in field_steps(run_dir)? {
+            written.extend(plot_fields_at(run_dir, step, title, options)?);
+        }
+        Ok(written)
     } else {
         plot_particle_run(run_dir, title)
     }
+}
+
+/// Draw the two pictures of the field snapshots of one step; returns the
+/// PNG paths written: `<run_dir>/structures-<step:08>.png` (see
+/// [`draw_structures`]) and `<run_dir>/vorticity-<step:08>.png` (see
+/// [`draw_vorticity_slice`]), in that order.
+///
+/// Reads `<run_dir>/fields/spectral-<step:08>.npz` and
+/// `<run_dir>/fields/vortex-<step:08>.npz` (see [`read_fields`]), those
+/// that exist, spectral first. The isosurface level is
+/// `options.q_level` times Q_rms of the spectral field (of the vortex
+/// field when there is no spectral one).
+///
+/// # Errors
+///
+/// Neither file exists; a file cannot be read (see [`read_fields`]); the
+/// level is not finite (a non-finite `q_level` or Q); drawing or writing
+/// fails. Each error names the file concerned.
+pub fn plot_fields_at(
+    run_dir: &Path,
+    step: u64,
+    title: &str,
+    options: &PlotOptions,
+) -> Result<Vec<PathBuf>> {
+    let mut snapshots = Vec::new();
+    for solver in Solver::ALL {
+        let path = fields_npz(run_dir, solver, step);
+        if path.is_file() {
+            snapshots.push((solver, read_fields(&path)?, path));
+        }
+    }
+    let Some((reference, first, first_path)) = snapshots.first() else {
+        bail!(
+            "no field snapshot of step {step}: neither {} nor {} exists",
+            fields_npz(run_dir, Solver::Spectral, step).display(),
+            fields_npz(run_dir, Solver::Vortex, step).display()
+        );
+    };
+    let level = QLevel {
+        factor: options.q_level,
+        q_rms: q_rms(&first.q),
+        reference: *reference,
+    };
+    if !level.value().is_finite() {
+        bail!(
+            "{}: the isosurface level is not finite: {} (c = {})",
+            first_path.display(),
+            level.caption(),
+            options.q_level
+        );
+    }
+    let panels: Vec<FieldPanel<'_>> = snapshots
+        .iter()
+        .map(|(solver, fields, _)| FieldPanel {
+            solver: *solver,
+            fields,
+        })
+        .collect();
+    let structures = run_dir.join(layout::structures_png(step));
+    let vorticity = run_dir.join(layout::vorticity_slice_png(step));
+    let named = || {
+        snapshots
+            .iter()
+            .map(|(_, _, p)| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" and ")
+    };
+    draw_structures(&structures, title, &panels, level)
+        .with_context(|| format!("fields from {}", named()))?;
+    draw_vorticity_slice(&vorticity, title, &panels)
+        .with_context(|| format!("fields from {}", named()))?;
+    Ok(vec![structures, vorticity])
 }
 
 /// Draw the energy and spectrum plots of a turbulence run; returns the
