@@ -137,7 +137,18 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Plot { run_dir } => {
             let title = case_name(&run_dir);
-            for p in postprocess::plot_run(&run_dir, &title)? {
+            // The pictures' settings come from the run's case; a run directory without one
+            // (or with one this version cannot read) is drawn with the defaults.
+            let options = match Case::from_file(&run_dir.join("case.toml")) {
+                Ok(case) => vpm::run::plot_options(&case),
+                Err(e) => {
+                    if run_dir.join("case.toml").is_file() {
+                        tracing::warn!("{e}; drawing with the default settings");
+                    }
+                    postprocess::PlotOptions::default()
+                }
+            };
+            for p in postprocess::plot_run_with(&run_dir, &title, &options)? {
                 println!("{}", p.display());
             }
             Ok(())
@@ -389,6 +400,14 @@ fn check(arg: &str, threads: Option<usize>) -> Result<()> {
         ),
         None => println!("#   host total {}", memory::human_bytes(host_total)),
     }
+    println!("\n# Disk (estimate of the large outputs):");
+    for (part, bytes) in &estimate.disk {
+        println!("#   disk   {:>12}  {part}", memory::human_bytes(*bytes));
+    }
+    println!(
+        "#   disk total {}",
+        memory::human_bytes(estimate.disk_total())
+    );
     let threads =
         threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let (per_step, steps) = memory::rough_cpu_time(&case, threads)?;

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use vpm::config::{
     named_case, named_cases, resolve_case, Cadence, Case, CaseError, Dealias, DeviceRequest,
-    EvaluatorKind, InitialCondition, LatticeConditioning, LatticeFilter, RbfSolver, TimeControl,
-    TimeStep, VortexConfig,
+    EvaluatorKind, FieldPrecision, InitialCondition, LatticeConditioning, LatticeFilter, RbfSolver,
+    TimeControl, TimeStep, VortexConfig,
 };
 use vpm::kernel::StretchingScheme;
 
@@ -245,6 +245,53 @@ fn spectra_time_outside_run() {
         Some(17),
         &["`output.spectra_times`", "2.0"],
     );
+}
+
+#[test]
+fn fields_keys_are_checked() {
+    let case = Case::from_toml_str(
+        &edit(
+            16,
+            "fields_times = [1.0, 0, 0.5, 0.5]\nfields_stride = 4\nfields_precision = \"f64\"\n\
+             structures_level = 2.5",
+        ),
+        ORIGIN,
+    )
+    .unwrap();
+    assert_eq!(case.output.fields_times, vec![0.0, 0.5, 1.0]);
+    assert_eq!(case.output.fields_stride, 4);
+    assert_eq!(case.output.fields_precision, FieldPrecision::F64);
+    assert_eq!(case.output.structures_level, 2.5);
+    // Defaults: no fields, every node, f32, c = 1.
+    let case = Case::from_toml_str(BASE, ORIGIN).unwrap();
+    assert!(case.output.fields_times.is_empty());
+    assert_eq!(case.output.fields_stride, 1);
+    assert_eq!(case.output.fields_precision, FieldPrecision::F32);
+    assert_eq!(case.output.structures_level, 1.0);
+    rejects_edit(
+        16,
+        "fields_times = [0.0, 1.5]",
+        &["`output.fields_times`", "1.5", "[0, t_end]"],
+    );
+    for stride in ["3", "0", "16"] {
+        rejects_edit(
+            16,
+            &format!("fields_stride = {stride}"),
+            &["`output.fields_stride`", "divides spectral.n = 16"],
+        );
+    }
+    rejects_edit(
+        16,
+        "fields_precision = \"f16\"",
+        &["`output.fields_precision`", "\"f16\"", r#""f32", "f64""#],
+    );
+    for level in ["0", "-1.0", "nan"] {
+        rejects_edit(
+            16,
+            &format!("structures_level = {level}"),
+            &["`output.structures_level`", "> 0"],
+        );
+    }
 }
 
 #[test]
@@ -1314,6 +1361,14 @@ fn particle_defined_kinds_refuse_spectral_settings() {
         ),
         Some(16),
         &["`output.spectra_times`", "no energy spectra"],
+    );
+    rejects(
+        &ring_with(
+            "every_time = 0.05",
+            "every_time = 0.05\nfields_times = [0.0]",
+        ),
+        Some(16),
+        &["`output.fields_times`", "no grid fields", "remove the key"],
     );
 }
 

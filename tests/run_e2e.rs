@@ -1026,3 +1026,99 @@ fn both_solvers_run_compare_and_resume_exactly() {
         }
     }
 }
+
+/// Q of a fields npz (f32), flat in C order.
+fn fields_q(path: &Path) -> Vec<f64> {
+    let f = fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut npz = ndarray_npy::NpzReader::new(f).unwrap();
+    let q: ndarray::Array3<f32> = npz.by_name("Q").unwrap();
+    q.iter().map(|&x| f64::from(x)).collect()
+}
+
+/// `output.fields_times` with both solvers: velocity, vorticity and Q of each at the listed
+/// times (npz, vti, a pvd per solver), the structures and vorticity pictures next to energy.png;
+/// the particle field's Q at t = 0 follows the spectral one; `vpm plot` redraws the pictures to
+/// the same bytes; a killed and resumed run writes the same field files.
+#[test]
+fn fields_and_pictures_at_the_listed_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = dir.path().join("tg-fields.toml");
+    fs::write(
+        &case,
+        "# Taylor–Green by both solvers, 16^3, with fields.\n\
+         [flow]\nnu = 0.05\n[initial]\nkind = \"taylor-green\"\n\
+         [time]\nt_end = 0.2\ndt = 0.02\n\
+         [output]\nevery_steps = 2\nfields_times = [0.0, 0.2]\nstructures_level = 1.5\n\
+         [checkpoint]\nevery_steps = 4\n[spectral]\nn = 16\n[vortex]\nreinit_every = 5\n",
+    )
+    .unwrap();
+    let c = case.to_str().unwrap();
+    let a = dir.path().join("a");
+    assert_ok(&run(&["run", c, "--out", s(&a), "--threads", "2"]), "run");
+    for solver in ["spectral", "vortex"] {
+        for step in [0, 10] {
+            for ext in ["npz", "vti"] {
+                let f = a.join(format!("fields/{solver}-{step:08}.{ext}"));
+                assert!(f.is_file(), "{} missing", f.display());
+            }
+        }
+        let pvd = fs::read_to_string(a.join(format!("fields/{solver}.pvd"))).unwrap();
+        assert_eq!(pvd.matches("<DataSet").count(), 2, "{pvd}");
+    }
+    let pictures = [
+        "structures-00000000.png",
+        "vorticity-00000000.png",
+        "structures-00000010.png",
+        "vorticity-00000010.png",
+    ];
+    for p in pictures {
+        check_png(&a.join(p));
+    }
+    // At t = 0 the particles carry the spectral field (RBF strengths), so their Q is close.
+    let qs = fields_q(&a.join("fields/spectral-00000000.npz"));
+    let qv = fields_q(&a.join("fields/vortex-00000000.npz"));
+    let diff: f64 = qs
+        .iter()
+        .zip(&qv)
+        .map(|(a, b)| (a - b).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let norm: f64 = qs.iter().map(|a| a * a).sum::<f64>().sqrt();
+    assert!(
+        diff < 0.05 * norm,
+        "vortex Q differs from spectral Q by {:e}",
+        diff / norm
+    );
+    // `vpm plot` redraws the same pictures, byte for byte.
+    let before: Vec<Vec<u8>> = pictures
+        .iter()
+        .map(|p| fs::read(a.join(p)).unwrap())
+        .collect();
+    for p in pictures {
+        fs::remove_file(a.join(p)).unwrap();
+    }
+    let o = run(&["plot", s(&a)]);
+    assert_ok(&o, "vpm plot");
+    for (p, b) in pictures.iter().zip(&before) {
+        assert!(stdout(&o).contains(p), "stdout should list {p}");
+        assert!(
+            fs::read(a.join(p)).unwrap() == *b,
+            "{p} differs when redrawn"
+        );
+    }
+    // Killed after step 7 (checkpoint at 4, fields of step 0 written) and resumed.
+    let b = dir.path().join("b");
+    run_aborted(c, &b, "7");
+    assert_ok(&run(&["resume", s(&b), "--threads", "1"]), "resume");
+    for f in [
+        "fields/spectral-00000010.npz",
+        "fields/vortex-00000010.vti",
+        "fields/vortex.pvd",
+        "structures-00000010.png",
+    ] {
+        assert!(
+            fs::read(a.join(f)).unwrap() == fs::read(b.join(f)).unwrap(),
+            "{f} differs after a kill and resume"
+        );
+    }
+}

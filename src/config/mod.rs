@@ -17,6 +17,7 @@ mod write;
 // Physics owns its enums; the case file parses into them (re-exported here for convenience).
 pub use crate::device::DeviceRequest;
 pub use crate::init::particles::CoaxialRing;
+pub use crate::output::FieldPrecision;
 pub use crate::spectral::Dealias;
 pub use crate::summation::EvaluatorKind;
 pub use crate::vortex::reinit::{LatticeConditioning, LatticeFilter};
@@ -229,6 +230,17 @@ pub struct OutputControl {
     /// Times at which spectra are written: within [0, t_end], sorted, no duplicates;
     /// default [0, t_end].
     pub spectra_times: Vec<f64>,
+    /// Times at which velocity, vorticity and Q are written on the grid (`fields/`) and drawn
+    /// (`structures-*.png`, `vorticity-*.png`): within [0, t_end], sorted, no duplicates;
+    /// default none.
+    pub fields_times: Vec<f64>,
+    /// The fields keep every s-th node of the spectral grid; s divides `spectral.n`; default 1.
+    pub fields_stride: usize,
+    /// Floating-point type of the written fields; default f32.
+    pub fields_precision: FieldPrecision,
+    /// The isosurface level c of the structures pictures, Q = c·Q_rms of the spectral field;
+    /// default [`postprocess::DEFAULT_Q_LEVEL`].
+    pub structures_level: f64,
 }
 
 /// Section `[checkpoint]`.

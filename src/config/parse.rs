@@ -10,8 +10,8 @@ use toml::Spanned;
 
 use super::{
     Cadence, Case, CaseError, CheckpointControl, CoaxialRing, Dealias, DeviceRequest,
-    EvaluatorKind, Flow, InitialCondition, OutputControl, RbfSolver, SpectralConfig, TimeControl,
-    TimeStep, VortexConfig,
+    EvaluatorKind, FieldPrecision, Flow, InitialCondition, OutputControl, RbfSolver,
+    SpectralConfig, TimeControl, TimeStep, VortexConfig,
 };
 use crate::kernel::StretchingScheme;
 use crate::vortex::reinit::{LatticeConditioning, LatticeFilter};
@@ -475,17 +475,25 @@ pub(super) fn parse_case(text: &str, origin: &str, default_name: &str) -> Result
     };
     let initial = parse_initial(&doc, &initial_sec, spectral.as_ref())?;
     let output_sec = section(&doc, root, "output")?;
-    if let (Some(kind), Some(v)) = (particle_kind, output_sec.get("spectra_times")) {
-        return Err(doc.error(
-            Some(doc.line(&v.span())),
-            "output.spectra_times",
-            format!(
-                "key `output.spectra_times`: initial.kind = \"{kind}\" has no energy spectra \
-                 (particle-defined flows write their own diagnostics); remove the key"
-            ),
-        ));
+    for (key, what) in [
+        ("spectra_times", "energy spectra"),
+        ("fields_times", "grid fields"),
+        ("fields_stride", "grid fields"),
+        ("fields_precision", "grid fields"),
+        ("structures_level", "grid fields"),
+    ] {
+        if let (Some(kind), Some(v)) = (particle_kind, output_sec.get(key)) {
+            return Err(doc.error(
+                Some(doc.line(&v.span())),
+                &format!("output.{key}"),
+                format!(
+                    "key `output.{key}`: initial.kind = \"{kind}\" has no {what} \
+                     (particle-defined flows write their own diagnostics); remove the key"
+                ),
+            ));
+        }
     }
-    let output = parse_output(&doc, &output_sec, time.t_end)?;
+    let output = parse_output(&doc, &output_sec, time.t_end, spectral.as_ref())?;
     let checkpoint = parse_checkpoint(&doc, &section(&doc, root, "checkpoint")?, time.t_end)?;
     let vortex = parse_vortex(
         &doc,
@@ -1007,36 +1015,96 @@ fn parse_cadence_keys(
     }
 }
 
-fn parse_output(doc: &Doc, sec: &Section, t_end: f64) -> Result<OutputControl, CaseError> {
-    sec.check_keys(doc, &["every_steps", "every_time", "spectra_times"], "")?;
-    let cadence = parse_cadence(doc, sec, Cadence::Steps(1))?;
+/// A list of times within [0, t_end] (`output.spectra_times`, `output.fields_times`): sorted,
+/// duplicates dropped; `None` when the key is absent.
+fn parse_times(
+    doc: &Doc,
+    sec: &Section,
+    key: &str,
+    t_end: f64,
+) -> Result<Option<Vec<f64>>, CaseError> {
     let allowed = format!("each time must be a number in [0, t_end] = [0, {t_end}]");
-    let mut spectra_times = match sec.numbers(doc, "spectra_times", None, &allowed)? {
-        None => vec![0.0, t_end],
-        Some(times) => {
-            let mut out = Vec::with_capacity(times.value.len());
-            for t in &times.value {
-                if !(t.value.is_finite() && (0.0..=t_end).contains(&t.value)) {
-                    return Err(doc.error(
-                        Some(t.line),
-                        &times.path,
-                        format!(
-                            "key `{}` = {}: time {} is outside [0, t_end]; {allowed}",
-                            times.path, times.src, t.src
-                        ),
-                    ));
-                }
-                // + 0.0 turns −0 into +0.
-                out.push(t.value + 0.0);
-            }
-            out
+    let Some(times) = sec.numbers(doc, key, None, &allowed)? else {
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity(times.value.len());
+    for t in &times.value {
+        if !(t.value.is_finite() && (0.0..=t_end).contains(&t.value)) {
+            return Err(doc.error(
+                Some(t.line),
+                &times.path,
+                format!(
+                    "key `{}` = {}: time {} is outside [0, t_end]; {allowed}",
+                    times.path, times.src, t.src
+                ),
+            ));
+        }
+        // + 0.0 turns −0 into +0.
+        out.push(t.value + 0.0);
+    }
+    out.sort_by(f64::total_cmp);
+    out.dedup_by(|a, b| a == b);
+    Ok(Some(out))
+}
+
+fn parse_output(
+    doc: &Doc,
+    sec: &Section,
+    t_end: f64,
+    spectral: Option<&SpectralConfig>,
+) -> Result<OutputControl, CaseError> {
+    const LEVEL: &str = "the isosurface level c in Q = c·Q_rms: must be a finite number > 0";
+    sec.check_keys(
+        doc,
+        &[
+            "every_steps",
+            "every_time",
+            "spectra_times",
+            "fields_times",
+            "fields_stride",
+            "fields_precision",
+            "structures_level",
+        ],
+        "",
+    )?;
+    let cadence = parse_cadence(doc, sec, Cadence::Steps(1))?;
+    let spectra_times = parse_times(doc, sec, "spectra_times", t_end)?.unwrap_or(vec![0.0, t_end]);
+    let fields_times = parse_times(doc, sec, "fields_times", t_end)?.unwrap_or_default();
+    let n = spectral.map_or(0, |s| s.n);
+    let stride_allowed = format!(
+        "the fields keep every s-th grid node: must be an integer ≥ 1 that divides spectral.n = {n}"
+    );
+    let fields_stride = match sec.integer(doc, "fields_stride", &stride_allowed)? {
+        None => 1,
+        Some(s) => {
+            s.require(
+                doc,
+                s.value >= 1 && n > 0 && (n as i64) % s.value == 0 && s.value < n as i64,
+                &stride_allowed,
+            )?;
+            s.value as usize
         }
     };
-    spectra_times.sort_by(f64::total_cmp);
-    spectra_times.dedup_by(|a, b| a == b);
+    let fields_precision = sec.choice(
+        doc,
+        "fields_precision",
+        &[("f32", FieldPrecision::F32), ("f64", FieldPrecision::F64)],
+        FieldPrecision::F32,
+    )?;
+    let structures_level = match sec.number(doc, "structures_level", LEVEL)? {
+        None => postprocess::DEFAULT_Q_LEVEL,
+        Some(c) => {
+            c.require(doc, c.value.is_finite() && c.value > 0.0, LEVEL)?;
+            c.value
+        }
+    };
     Ok(OutputControl {
         cadence,
         spectra_times,
+        fields_times,
+        fields_stride,
+        fields_precision,
+        structures_level,
     })
 }
 

@@ -46,7 +46,8 @@ impl Serialize for Case {
     }
 }
 
-/// `[output]` as written: the cadence key, and `spectra_times` when the flow has spectra.
+/// `[output]` as written: the cadence key, and `spectra_times` and the fields' keys when the
+/// flow has a grid (field-defined flows).
 struct OutputKeys<'a> {
     output: &'a OutputControl,
     spectra: bool,
@@ -57,7 +58,12 @@ impl Serialize for OutputKeys<'_> {
         let mut map = serializer.serialize_map(None)?;
         cadence_entry(&mut map, "", &self.output.cadence)?;
         if self.spectra {
-            map.serialize_entry("spectra_times", &self.output.spectra_times)?;
+            let o = self.output;
+            map.serialize_entry("spectra_times", &o.spectra_times)?;
+            map.serialize_entry("fields_times", &o.fields_times)?;
+            map.serialize_entry("fields_stride", &o.fields_stride)?;
+            map.serialize_entry("fields_precision", &o.fields_precision.to_string())?;
+            map.serialize_entry("structures_level", &o.structures_level)?;
         }
         map.end()
     }

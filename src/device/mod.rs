@@ -9,6 +9,7 @@ pub mod buffer;
 pub mod cuda;
 
 use cuda::{CudaError, Gpu};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Which device a run (or one solver of it) asks for: `"auto" | "cpu" | "cuda" | "cuda:N"`.
@@ -206,6 +207,25 @@ pub fn host_memory_available() -> Option<u64> {
         meminfo_bytes("MemAvailable:"),
         cgroup_limit_and_room().map(|(_, room)| room),
     )
+}
+
+/// Bytes an unprivileged process may still write on the file system holding `path` (statvfs
+/// `f_bavail × f_frsize`). `None` where it cannot be read.
+pub fn disk_space_available(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c_path` is a NUL-terminated string that outlives the call and `st` points to
+    // writable memory of the struct's size; statvfs only writes into it.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct.
+    let st = unsafe { st.assume_init() };
+    // The field types are u64 here but narrower on some targets.
+    #[allow(clippy::unnecessary_cast)]
+    (st.f_bavail as u64).checked_mul(st.f_frsize as u64)
 }
 
 /// A `/proc/meminfo` field (`key` with its colon, e.g. "MemTotal:"), in bytes.

@@ -10,17 +10,20 @@
 //!
 //! Layout of a run directory (names used by the rest of vpm):
 //! `case.toml`, `manifest.json`, `energy.png`, `spectrum.png`, `spectral/`,
-//! `vortex/`, `checkpoints/`, `snapshots/`, `comparison.csv`, and the lock file
+//! `vortex/`, `checkpoints/`, `snapshots/`, `fields/`, `comparison.csv`, the structures and
+//! vorticity pictures, and the lock file
 //! `.vpm.lock` of the process writing into it ([`RunLock`]).
 
 mod checkpoint;
 mod csv;
+mod fields;
 mod lock;
 mod manifest;
 mod npz;
 mod run_dir;
 pub mod snapshot;
 mod time;
+mod vtk;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -31,6 +34,9 @@ pub use checkpoint::{
     CHECKPOINTS_DIR,
 };
 pub use csv::CsvLog;
+pub use fields::{
+    fields_disk_bytes, read_fields_time, write_fields, FieldPrecision, FieldsFrame, FIELD_X,
+};
 pub use lock::{LockHolder, RunLock, LOCK_FILE};
 pub use manifest::{cpu_model, CflSteps, Manifest, ResumeRecord, MANIFEST_FILE};
 pub use npz::{read_velocity_npz, write_velocity_npz, VelocityField};

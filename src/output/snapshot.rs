@@ -21,22 +21,19 @@
 //!   collection file, else from the snapshot's `.npz`), so rewriting a step,
 //!   as a resumed run does, never duplicates an entry.
 //!
-//! Every file is written atomically ([`write_atomic`]'s
+//! Every file is written atomically ([`super::write_atomic`]'s
 //! temporary sibling, fsync, rename), in the order npz, vtp, pvd.
 
-use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, BufReader, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::write::EncoderWriter;
-use base64::Engine as _;
 use ndarray::{arr0, Array0, Array1, Array2, ArrayView1, ArrayView2, Ix0, Ix1, Ix2};
 use ndarray_npy::{NpzReader, NpzWriter, ReadableElement, WriteNpyExt};
 
 use super::npz::{into_c_order_vec, npz_err, options_for, ZIP64_FROM_BYTES};
-use super::{format_f64, write_atomic, write_atomic_with, OutputError};
+use super::vtk::{write_binary_array, write_time_field_data, Series};
+use super::{write_atomic_with, OutputError};
 
 /// Name of the snapshots folder inside the run directory.
 pub const SNAPSHOTS_DIR: &str = "snapshots";
@@ -46,9 +43,6 @@ pub const PARTICLES_PVD: &str = "particles.pvd";
 
 /// File-name stem shared by a snapshot's `.npz` and `.vtp`.
 const STEM_PREFIX: &str = "particles-";
-
-/// Values (per array) handed to the base64 encoder at a time.
-const RAW_CHUNK_VALUES: usize = 1536;
 
 /// One snapshot of the particle state, borrowed from the simulation.
 ///
@@ -120,17 +114,15 @@ impl OwnedParticleSnapshot {
     }
 }
 
-fn stem(step: u64) -> String {
-    format!("{STEM_PREFIX}{step:08}")
-}
+/// The particle snapshots: `particles-<step:08>.vtp` listed in `particles.pvd`.
+const SERIES: Series<'static> = Series {
+    prefix: STEM_PREFIX,
+    ext: ".vtp",
+    pvd: PARTICLES_PVD,
+};
 
-/// The step of a snapshot file name `particles-<digits>.<ext>`.
-fn step_of_file_name(name: &str, ext: &str) -> Option<u64> {
-    let digits = name.strip_prefix(STEM_PREFIX)?.strip_suffix(ext)?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
+fn stem(step: u64) -> String {
+    SERIES.stem(step)
 }
 
 /// Check that every array has `n` entries and that `t` is finite.
@@ -316,48 +308,6 @@ pub fn read_particle_snapshot(path: &Path) -> Result<OwnedParticleSnapshot, Outp
 // vtp
 // ---------------------------------------------------------------------------
 
-/// The standard base64 encoding (with `=` padding) of `bytes`, as VTK reads it.
-fn base64_encode(bytes: &[u8]) -> String {
-    BASE64.encode(bytes)
-}
-
-/// Write one inline binary `DataArray` element: the UInt64 byte count and the
-/// little-endian values, base64-encoded together as one stream, in chunks.
-fn write_binary_array<W, I>(
-    w: &mut W,
-    vtk_type: &str,
-    name: &str,
-    components: usize,
-    values: I,
-) -> io::Result<()>
-where
-    W: Write,
-    I: ExactSizeIterator<Item = [u8; 8]>,
-{
-    let n_bytes = (values.len() as u64) * 8;
-    let tuples = if components > 1 {
-        format!(" NumberOfComponents=\"{components}\"")
-    } else {
-        String::new()
-    };
-    write!(
-        w,
-        "        <DataArray type=\"{vtk_type}\" Name=\"{name}\"{tuples} format=\"binary\">\n          "
-    )?;
-    let mut enc = EncoderWriter::new(&mut *w, &BASE64);
-    let mut raw: Vec<u8> = Vec::with_capacity(8 * RAW_CHUNK_VALUES);
-    raw.extend_from_slice(&n_bytes.to_le_bytes());
-    for v in values {
-        raw.extend_from_slice(&v);
-        if raw.len() == 8 * RAW_CHUNK_VALUES {
-            enc.write_all(&raw)?;
-            raw.clear();
-        }
-    }
-    enc.write_all(&raw)?;
-    enc.finish()?.write_all(b"\n        </DataArray>\n")
-}
-
 fn f64s<'a>(v: &'a [[f64; 3]]) -> impl ExactSizeIterator<Item = [u8; 8]> + 'a {
     v.as_flattened().iter().map(|x| x.to_le_bytes())
 }
@@ -369,28 +319,12 @@ fn write_vtp_body<W: Write>(w: &mut W, snap: &ParticleSnapshot) -> io::Result<()
         w,
         "<?xml version=\"1.0\"?>\n\
          <VTKFile type=\"PolyData\" version=\"1.0\" byte_order=\"LittleEndian\" header_type=\"UInt64\">\n\
-         \x20 <PolyData>\n\
-         \x20   <FieldData>\n"
+         \x20 <PolyData>\n"
     )?;
-    // FieldData arrays carry NumberOfTuples; write them through the same encoder.
-    for (vtk_type, name, bytes) in [
-        ("Float64", "TimeValue", snap.t.to_le_bytes()),
-        ("UInt64", "step", snap.step.to_le_bytes()),
-    ] {
-        let mut raw = 8u64.to_le_bytes().to_vec();
-        raw.extend_from_slice(&bytes);
-        let enc = base64_encode(&raw);
-        write!(
-            w,
-            "      <DataArray type=\"{vtk_type}\" Name=\"{name}\" NumberOfTuples=\"1\" format=\"binary\">\n        "
-        )?;
-        w.write_all(enc.as_bytes())?;
-        w.write_all(b"\n      </DataArray>\n")?;
-    }
+    write_time_field_data(w, snap.t, snap.step)?;
     write!(
         w,
-        "    </FieldData>\n\
-         \x20   <Piece NumberOfPoints=\"{n}\" NumberOfVerts=\"{n}\" NumberOfLines=\"0\" NumberOfStrips=\"0\" NumberOfPolys=\"0\">\n\
+        "    <Piece NumberOfPoints=\"{n}\" NumberOfVerts=\"{n}\" NumberOfLines=\"0\" NumberOfStrips=\"0\" NumberOfPolys=\"0\">\n\
          \x20     <PointData Scalars=\"|alpha|\" Vectors=\"velocity\">\n"
     )?;
     write_binary_array(w, "Float64", "alpha", 3, f64s(snap.alpha))?;
@@ -442,118 +376,6 @@ fn write_vtp_body<W: Write>(w: &mut W, snap: &ParticleSnapshot) -> io::Result<()
     w.write_all(b"      </Verts>\n    </Piece>\n  </PolyData>\n</VTKFile>\n")
 }
 
-// ---------------------------------------------------------------------------
-// pvd
-// ---------------------------------------------------------------------------
-
-/// The value of attribute `name` in the tag text `tag` (`name="value"`).
-fn attribute<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
-    let mut rest = tag;
-    while let Some(pos) = rest.find(name) {
-        let before_ok = rest[..pos]
-            .chars()
-            .next_back()
-            .is_some_and(char::is_whitespace);
-        let after = rest[pos + name.len()..].trim_start();
-        if before_ok {
-            if let Some(after) = after.strip_prefix('=') {
-                let after = after.trim_start();
-                let quote = after.chars().next()?;
-                if quote == '"' || quote == '\'' {
-                    let value = &after[1..];
-                    return value.find(quote).map(|end| &value[..end]);
-                }
-            }
-        }
-        rest = &rest[pos + name.len()..];
-    }
-    None
-}
-
-/// `file → time` for every `DataSet` entry of an existing collection file.
-/// A missing or unreadable file gives an empty map (times are then read
-/// from the snapshots' `.npz`).
-fn read_pvd_times(path: &Path) -> BTreeMap<String, f64> {
-    let mut times = BTreeMap::new();
-    let text = match fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) => {
-            if e.kind() != io::ErrorKind::NotFound {
-                tracing::warn!("cannot read {}: {e}; rebuilding it", path.display());
-            }
-            return times;
-        }
-    };
-    for piece in text.split("<DataSet").skip(1) {
-        let Some(end) = piece.find('>') else { continue };
-        let tag = &piece[..end];
-        let file = attribute(tag, "file");
-        let t = attribute(tag, "timestep").and_then(|s| s.trim().parse::<f64>().ok());
-        if let (Some(file), Some(t)) = (file, t) {
-            times.insert(file.to_string(), t);
-        }
-    }
-    times
-}
-
-/// Rebuild `particles.pvd` from the `.vtp` files present in `dir`; the
-/// snapshot just written (`step`, `t`) takes its time from the caller.
-/// Temporary files left in `dir` by interrupted writes are removed.
-fn rewrite_pvd(dir: &Path, step: u64, t: f64) -> Result<(), OutputError> {
-    let pvd = dir.join(PARTICLES_PVD);
-    let known = read_pvd_times(&pvd);
-    let mut entries: BTreeMap<u64, (String, f64)> = BTreeMap::new();
-    let rd = fs::read_dir(dir).map_err(|e| OutputError::io("list directory", dir, e))?;
-    for de in rd {
-        let de = de.map_err(|e| OutputError::io("list directory", dir, e))?;
-        let name = de.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if name.starts_with(".particles") && name.contains(".tmp-") {
-            // temporary file of an interrupted write (ours are all renamed by now)
-            tracing::info!("removing unfinished snapshot file {name}");
-            let _ = fs::remove_file(de.path());
-            continue;
-        }
-        let Some(s) = step_of_file_name(name, ".vtp") else {
-            continue;
-        };
-        let time = if s == step {
-            Some(t)
-        } else if let Some(&t) = known.get(name) {
-            Some(t)
-        } else {
-            let npz = dir.join(format!("{}.npz", name.trim_end_matches(".vtp")));
-            match read_snapshot_time(&npz) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    tracing::warn!("leaving {name} out of {PARTICLES_PVD}: no time known ({e})");
-                    None
-                }
-            }
-        };
-        if let Some(time) = time.filter(|t| t.is_finite()) {
-            // two names for one step (e.g. `particles-7.vtp` beside
-            // `particles-00000007.vtp`): keep the canonical one
-            if name == format!("{}.vtp", stem(s)) || !entries.contains_key(&s) {
-                entries.insert(s, (name.to_string(), time));
-            }
-        }
-    }
-    let mut text = String::from(
-        "<?xml version=\"1.0\"?>\n\
-         <VTKFile type=\"Collection\" version=\"0.1\" byte_order=\"LittleEndian\">\n\
-         \x20 <Collection>\n",
-    );
-    for (file, time) in entries.values() {
-        text.push_str(&format!(
-            "    <DataSet timestep=\"{}\" group=\"\" part=\"0\" file=\"{file}\"/>\n",
-            format_f64(*time)
-        ));
-    }
-    text.push_str("  </Collection>\n</VTKFile>\n");
-    write_atomic(&pvd, text.as_bytes())
-}
-
 /// Write snapshot `snap` of the particles: `<run_dir>/snapshots/particles-<step:08>.npz`
 /// and `.vtp` (see the module docs for their contents), then rewrite
 /// `<run_dir>/snapshots/particles.pvd` so that it lists every snapshot in
@@ -577,7 +399,7 @@ pub fn write_particle_snapshot(
     write_atomic_with(&vtp_path, |w, tmp| {
         write_vtp_body(w, snap).map_err(|e| OutputError::io("write", tmp, e))
     })?;
-    rewrite_pvd(&dir, snap.step, snap.t)?;
+    SERIES.rewrite_pvd(&dir, snap.step, snap.t, &read_snapshot_time)?;
     Ok(npz_path)
 }
 
@@ -585,7 +407,11 @@ pub fn write_particle_snapshot(
 mod tests {
     use super::super::tests::list as names;
     use super::super::tests::Mix;
+    use super::super::vtk::{attribute, base64_encode};
     use super::*;
+    use base64::engine::general_purpose::STANDARD as BASE64;
+    use base64::Engine as _;
+    use std::collections::BTreeMap;
 
     fn random_f64(rng: &mut Mix) -> f64 {
         // any finite bit pattern, subnormals and negative zero included
@@ -802,7 +628,7 @@ mod tests {
     #[test]
     fn large_arrays_span_several_encoder_chunks() {
         let tmp = tempfile::tempdir().unwrap();
-        let n = RAW_CHUNK_VALUES + 5;
+        let n = crate::output::vtk::RAW_CHUNK_BYTES / 8 + 5;
         let snap = random_snapshot(n, 3, 1, 1.0);
         write_particle_snapshot(tmp.path(), &snap.as_snapshot()).unwrap();
         let xml = read_vtp(tmp.path(), 1);
@@ -967,20 +793,17 @@ mod tests {
         assert_eq!(attribute(tag, "part"), Some("0"));
         assert_eq!(attribute(tag, "group"), Some(""));
         assert_eq!(attribute(tag, "step"), None);
+        assert_eq!(SERIES.step_of_file_name("particles-00000012.vtp"), Some(12));
         assert_eq!(
-            step_of_file_name("particles-00000012.vtp", ".vtp"),
-            Some(12)
-        );
-        assert_eq!(
-            step_of_file_name("particles-123456789.vtp", ".vtp"),
+            SERIES.step_of_file_name("particles-123456789.vtp"),
             Some(123_456_789)
         );
         assert_eq!(
-            step_of_file_name(".particles-00000012.vtp.tmp-1", ".vtp"),
+            SERIES.step_of_file_name(".particles-00000012.vtp.tmp-1"),
             None
         );
-        assert_eq!(step_of_file_name("particles-.vtp", ".vtp"), None);
-        assert_eq!(step_of_file_name("particles.pvd", ".vtp"), None);
+        assert_eq!(SERIES.step_of_file_name("particles-.vtp"), None);
+        assert_eq!(SERIES.step_of_file_name("particles.pvd"), None);
     }
 
     /// Parse the `.vtp` and `.pvd` with Python's `xml.etree` and decode the

@@ -5,15 +5,19 @@
 //! diagnostics, so K, ε and E(k) mean the same thing in `spectral/` and `vortex/`.
 //!
 //! Writers: `output` (a row of `spectral/energy.csv`, and of `vortex/energy.csv` with the K row
-//! of `comparison.csv`) and `spectra` (the shell spectra of both and the E rows of
-//! `comparison.csv`) at the listed times.
+//! of `comparison.csv`), `spectra` (the shell spectra of both and the E rows of
+//! `comparison.csv`) at the listed times, and `fields` (velocity, vorticity and Q of both on the
+//! spectral grid, `fields/`, and their pictures) at `output.fields_times`.
 
 use crate::config::Case;
 use crate::device::Device;
 use crate::diagnostics::compare::relative_difference;
+use crate::diagnostics::structures::{grid_fields, GridFields};
 use crate::diagnostics::{flow_stats, max_divergence, shell_spectrum, FlowStats};
 use crate::init::initial_modes;
-use crate::output::{format_f64, write_velocity_npz, CheckpointArrays};
+use crate::output::{
+    format_f64, write_fields, write_velocity_npz, CheckpointArrays, FieldPrecision, FieldsFrame,
+};
 use crate::particles::ParticleSet;
 use crate::run::callbacks::{CallContext, Callback, LogSpec, ScheduledCallback};
 use crate::run::model::{Model, ModelState, StepFailure};
@@ -210,6 +214,22 @@ impl Model for FieldModel {
                     false,
                 ),
                 SpectraWriter { with_vortex },
+            ),
+            ScheduledCallback::new(
+                "fields",
+                Scheduled::new(
+                    Schedule::SpecifiedTimes {
+                        times: case.output.fields_times.clone(),
+                        scale: case.time.t_end,
+                    },
+                    false,
+                ),
+                FieldsWriter {
+                    stride: case.output.fields_stride,
+                    precision: case.output.fields_precision,
+                    plot: crate::run::plot_options(case),
+                    title: case.name.clone(),
+                },
             ),
         ]
     }
@@ -511,6 +531,64 @@ impl Callback<FieldModel> for SpectraWriter {
                 ],
             )?;
         }
+        Ok(())
+    }
+}
+
+/// `fields`: velocity, vorticity and Q of the spectral solver and, with particles, of the
+/// particle velocity sampled at the same N³ nodes ([`grid_fields`], docs/physics.md §6.2),
+/// written under `fields/` ([`write_fields`]); then the structures and vorticity pictures of
+/// that time ([`postprocess::plot_fields_at`]). The fields are pulled from a GPU only here.
+struct FieldsWriter {
+    stride: usize,
+    precision: FieldPrecision,
+    plot: postprocess::PlotOptions,
+    title: String,
+}
+
+impl FieldsWriter {
+    fn write(&self, solver: &str, fields: &GridFields, ctx: &CallContext) -> Result<()> {
+        let frame = FieldsFrame {
+            solver,
+            t: ctx.t,
+            step: ctx.step,
+            stride: self.stride,
+            precision: self.precision,
+            fields,
+        };
+        write_fields(ctx.run_dir, &frame)?;
+        Ok(())
+    }
+}
+
+impl Callback<FieldModel> for FieldsWriter {
+    fn call(&mut self, m: &mut FieldModel, ctx: &mut CallContext) -> Result<()> {
+        let t0 = Instant::now();
+        let n = m.spectral.grid().n;
+        let layout = m.spectral.layout();
+        let spectral = {
+            let modes = m.spectral.velocity_modes()?;
+            grid_fields(&mut Fft3d::new(n, layout), modes)
+        };
+        self.write(postprocess::layout::SPECTRAL_DIR, &spectral, ctx)?;
+        drop(spectral);
+        if let Some(v) = &mut m.vortex {
+            let (layout, modes) = v.solver.velocity_modes_on_grid(n)?;
+            let vortex = grid_fields(&mut Fft3d::new(n, layout), &modes);
+            self.write(postprocess::layout::VORTEX_DIR, &vortex, ctx)?;
+        }
+        m.add_time("fields", t0);
+        // The pictures can be redrawn from the files (`vpm plot`): a failure is not the run's.
+        let t0 = Instant::now();
+        match postprocess::plot_fields_at(ctx.run_dir, ctx.step, &self.title, &self.plot) {
+            Ok(paths) => {
+                for p in paths {
+                    tracing::debug!("wrote {}", p.display());
+                }
+            }
+            Err(e) => tracing::warn!("the pictures of step {}: {e:#}", ctx.step),
+        }
+        m.add_time("pictures", t0);
         Ok(())
     }
 }

@@ -1,5 +1,6 @@
 //! What a case needs before anything is allocated: memory on the host and on the device,
-//! checked against what each has ([`check_fits`]), and a rough time per step (`vpm check`).
+//! checked against what each has ([`check_fits`]), the disk its outputs take, checked against
+//! the run directory's file system ([`check_disk`]), and a rough time per step (`vpm check`).
 //!
 //! The figures count the large arrays each solver holds (documented per term below), not every
 //! small allocation; they are meant to be within a factor of about 1.5 of the peak resident
@@ -11,6 +12,7 @@ use crate::run::RunDevices;
 use crate::spectral::{Dealias, SpectralGrid};
 use crate::summation::{planner, Boundary};
 use anyhow::{bail, Context, Result};
+use std::path::Path;
 
 /// Bytes of one complex f64.
 const C64: u64 = 16;
@@ -27,6 +29,9 @@ pub struct MemoryEstimate {
     pub host: Vec<(String, u64)>,
     /// Device bytes per part, when a solver runs on a GPU.
     pub device: Vec<(String, u64)>,
+    /// Disk bytes of the run's large outputs per part: fields, final field, checkpoints (CSV
+    /// logs, pictures and particle snapshots are small or not counted).
+    pub disk: Vec<(String, u64)>,
 }
 
 impl MemoryEstimate {
@@ -35,6 +40,9 @@ impl MemoryEstimate {
     }
     pub fn device_total(&self) -> u64 {
         self.device.iter().map(|(_, b)| b).sum()
+    }
+    pub fn disk_total(&self) -> u64 {
+        self.disk.iter().map(|(_, b)| b).sum()
     }
 }
 
@@ -98,6 +106,53 @@ pub fn estimate(case: &Case, devices: &RunDevices) -> Result<MemoryEstimate> {
                 .push(("spectral solver".into(), spectral_bytes(s.n, s.dealias))),
         }
     }
+    if let Some(s) = &case.spectral {
+        let o = &case.output;
+        let solvers = 1 + u64::from(case.vortex.is_some());
+        if !o.fields_times.is_empty() {
+            // grid_fields' arrays, the transform's mixed buffer, the particle velocity at the
+            // nodes, the largest npz array being written and the pictures' copy of Q and
+            // vorticity of both solvers (f32).
+            let n3 = (s.n as u64).pow(3);
+            let kept = n3 / (o.fields_stride as u64).pow(3);
+            let mixed = (s.n as u64).pow(2) * (s.n as u64 / 2) * C64;
+            let node_velocity = (solvers - 1) * 3 * n3 * 8;
+            e.host.push((
+                "fields on the grid (velocity, vorticity, Q) and pictures".into(),
+                crate::diagnostics::structures::grid_fields_bytes(s.n)
+                    + mixed
+                    + node_velocity
+                    + 3 * kept * o.fields_precision.bytes()
+                    + solvers * 4 * kept * 4,
+            ));
+            e.disk.push((
+                format!(
+                    "fields at {} times, {} solver(s), {}",
+                    o.fields_times.len(),
+                    solvers,
+                    o.fields_precision
+                ),
+                o.fields_times.len() as u64
+                    * solvers
+                    * crate::output::fields_disk_bytes(s.n, o.fields_stride, o.fields_precision),
+            ));
+        }
+        e.disk
+            .push(("final field".into(), 3 * (s.n as u64).pow(3) * 8));
+    }
+    let keep = case.checkpoint.keep as u64 + 1;
+    let mut checkpoint = 0;
+    if let Some(s) = &case.spectral {
+        checkpoint += SpectralGrid::new(s.n, s.dealias).layout().len() as u64 * 3 * C64;
+    }
+    if case.vortex.is_some() {
+        // x, α, σ, id and the AB2 history of velocity and stretching.
+        checkpoint += particle_count(case)? as u64 * 14 * 8;
+    }
+    e.disk.push((
+        format!("checkpoints (up to {keep} at once)"),
+        keep * checkpoint,
+    ));
     if let (Some(vc), Some(device)) = (&case.vortex, &devices.vortex) {
         let np = particle_count(case)?;
         e.host.push((
@@ -195,6 +250,28 @@ pub fn check_fits(case: &Case, devices: &RunDevices) -> Result<()> {
                     human_bytes(free)
                 );
             }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a new run whose outputs ([`MemoryEstimate::disk`]) would not fit in the space left
+/// on the file system of `run_dir`, naming both figures. Where the free space cannot be read,
+/// nothing is refused.
+pub fn check_disk(case: &Case, devices: &RunDevices, run_dir: &Path) -> Result<()> {
+    let e = estimate(case, devices)?;
+    let need = e.disk_total();
+    if let Some(free) = crate::device::disk_space_available(run_dir) {
+        if need > free {
+            bail!(
+                "case `{}` writes about {} ({}), but {} has {} free; choose another --out, \
+                 fewer output.fields_times or a larger output.fields_stride",
+                case.name,
+                human_bytes(need),
+                parts(&e.disk),
+                run_dir.display(),
+                human_bytes(free)
+            );
         }
     }
     Ok(())

@@ -64,6 +64,13 @@ pub enum RunEnd {
     Aborted,
 }
 
+/// The settings of a case's pictures (the structures' isosurface level).
+pub fn plot_options(case: &Case) -> postprocess::PlotOptions {
+    postprocess::PlotOptions {
+        q_level: case.output.structures_level,
+    }
+}
+
 /// Starts the run the case calls for (field- or particle-defined) in an existing, empty run
 /// directory, after checking that its memory fits. `lock` is the run directory's lock when the
 /// caller took it while creating the directory ([`crate::output::create_locked_run_dir`]);
@@ -97,9 +104,11 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// Opens the case's devices and checks that its memory fits, then locks `run_dir`.
+    /// Opens the case's devices and checks that its memory and its outputs' disk space fit, then
+    /// locks `run_dir`.
     pub fn new(case: &Case, run_dir: &Path) -> Result<Prepared> {
         let devices = RunDevices::checked(case)?;
+        memory::check_disk(case, &devices, run_dir)?;
         let lock = RunLock::acquire(run_dir, "vpm run")?;
         Ok(Prepared { devices, lock })
     }

@@ -732,7 +732,11 @@ impl<M: Model> Simulation<M> {
         self.model.write_final(&self.run_dir)?;
         self.add_time("final_field", tf.elapsed().as_secs_f64());
         let tp = Instant::now();
-        let plots = postprocess::plot_run(&self.run_dir, &self.case.name);
+        let plots = postprocess::plot_run_with(
+            &self.run_dir,
+            &self.case.name,
+            &crate::run::plot_options(&self.case),
+        );
         self.add_time("plots", tp.elapsed().as_secs_f64());
         self.manifest.set_status("finished");
         self.flush_manifest();
