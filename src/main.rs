@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use vpm::cli::{BenchCommand, Cli, Command, DealiasArg, TransformArg};
 use vpm::config::{named_cases, resolve_case, Case, Dealias};
@@ -77,6 +77,9 @@ fn run(cli: Cli) -> Result<()> {
             // A device that cannot be had, or a case too big for the memory, fails before a
             // run directory is made.
             let devices = vpm::run::RunDevices::checked(&case)?;
+            // Nor does a case whose outputs would not fit on the disk (`runs/` by default).
+            let parent = args.out.clone().unwrap_or_else(|| PathBuf::from("runs"));
+            memory::check_disk(&case, &devices, &parent)?;
             let threads = set_threads(args.threads)?;
             let (run_dir, lock) =
                 create_locked_run_dir(&case.name, args.out.as_deref(), args.force, "vpm run")?;

@@ -1048,7 +1048,7 @@ fn fields_and_pictures_at_the_listed_times() {
         "# Taylor–Green by both solvers, 16^3, with fields.\n\
          [flow]\nnu = 0.05\n[initial]\nkind = \"taylor-green\"\n\
          [time]\nt_end = 0.2\ndt = 0.02\n\
-         [output]\nevery_steps = 2\nfields_times = [0.0, 0.2]\nstructures_level = 1.5\n\
+         [output]\nevery_steps = 2\nfields_times = [0.0, 0.1, 0.2]\nstructures_level = 1.5\n\
          [checkpoint]\nevery_steps = 4\n[spectral]\nn = 16\n[vortex]\nreinit_every = 5\n",
     )
     .unwrap();
@@ -1056,14 +1056,14 @@ fn fields_and_pictures_at_the_listed_times() {
     let a = dir.path().join("a");
     assert_ok(&run(&["run", c, "--out", s(&a), "--threads", "2"]), "run");
     for solver in ["spectral", "vortex"] {
-        for step in [0, 10] {
+        for step in [0, 5, 10] {
             for ext in ["npz", "vti"] {
                 let f = a.join(format!("fields/{solver}-{step:08}.{ext}"));
                 assert!(f.is_file(), "{} missing", f.display());
             }
         }
         let pvd = fs::read_to_string(a.join(format!("fields/{solver}.pvd"))).unwrap();
-        assert_eq!(pvd.matches("<DataSet").count(), 2, "{pvd}");
+        assert_eq!(pvd.matches("<DataSet").count(), 3, "{pvd}");
     }
     let pictures = [
         "structures-00000000.png",
@@ -1106,11 +1106,17 @@ fn fields_and_pictures_at_the_listed_times() {
             "{p} differs when redrawn"
         );
     }
-    // Killed after step 7 (checkpoint at 4, fields of step 0 written) and resumed.
+    // Killed after step 7 (checkpoint at 4, fields of step 5 written after it) and resumed: the
+    // resumed run writes step 5 again, and the files are those of the uninterrupted run.
     let b = dir.path().join("b");
     run_aborted(c, &b, "7");
+    assert!(b.join("fields/vortex-00000005.npz").is_file());
     assert_ok(&run(&["resume", s(&b), "--threads", "1"]), "resume");
     for f in [
+        "fields/spectral-00000005.npz",
+        "fields/vortex-00000005.npz",
+        "fields/spectral.pvd",
+        "structures-00000005.png",
         "fields/spectral-00000010.npz",
         "fields/vortex-00000010.vti",
         "fields/vortex.pvd",
@@ -1121,4 +1127,34 @@ fn fields_and_pictures_at_the_listed_times() {
             "{f} differs after a kill and resume"
         );
     }
+}
+
+/// `vpm run` refuses, before making the run directory, a case whose outputs cannot fit on the
+/// disk (here 10 000 fields times of a 256³ grid: about 11 TB), naming the estimate and the
+/// free space.
+#[test]
+fn run_whose_outputs_do_not_fit_on_the_disk_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let times: Vec<String> = (0..10_000)
+        .map(|i| format!("{}", i as f64 * 1e-4))
+        .collect();
+    let case = dir.path().join("huge.toml");
+    fs::write(
+        &case,
+        format!(
+            "[flow]\nnu = 0.01\n[initial]\nkind = \"taylor-green\"\n[time]\nt_end = 1.0\n\
+             dt = 0.1\n[output]\nfields_times = [{}]\n[spectral]\nn = 256\ndealias = \"2/3\"\n",
+            times.join(", ")
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("runs/huge");
+    let o = run(&["run", s(&case), "--out", s(&out), "--device", "cpu"]);
+    assert_failed(&o, "a case too big for the disk");
+    let err = stderr(&o);
+    assert!(
+        err.contains("free") && err.contains("fields at 10000 times") && err.contains("--out"),
+        "{err}"
+    );
+    assert!(!out.exists(), "the run directory was made");
 }

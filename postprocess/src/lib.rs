@@ -108,12 +108,16 @@ pub struct PlotOptions {
     /// of the spectral solver's field at that time. Default
     /// [`DEFAULT_Q_LEVEL`].
     pub q_level: f64,
+    /// Whether [`plot_run_with`] draws the pictures of the field snapshots too (default); a
+    /// run that drew them as it wrote the fields leaves them out at its end.
+    pub field_pictures: bool,
 }
 
 impl Default for PlotOptions {
     fn default() -> Self {
         Self {
             q_level: DEFAULT_Q_LEVEL,
+            field_pictures: true,
         }
     }
 }
@@ -131,8 +135,9 @@ pub fn plot_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
 /// Draw every plot for a run directory; returns the PNG paths written.
 ///
 /// A run directory with a `spectral/` subdirectory is a turbulence run:
-/// see [`plot_solver_run`], then, for every step with a field snapshot in
-/// `fields/` (in increasing step order), [`plot_fields_at`]; the paths
+/// see [`plot_solver_run`], then, unless `options.field_pictures` is off,
+/// for every step with a field snapshot in `fields/` (in increasing step
+/// order), [`plot_fields_at`]; the paths
 /// come in that order (energy, spectrum, then per step the structures and
 /// the vorticity picture); `options` sets the isosurface level. Otherwise
 /// it is a particle-only run: `<run_dir>/ring.png` is drawn when
@@ -144,12 +149,29 @@ pub fn plot_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
 ///
 /// A run directory with none of these files (or none at all) gives an
 /// error naming it and the files looked for; the other errors are those
-/// of [`plot_solver_run`], [`plot_fields_at`] and [`plot_particle_run`].
+/// of [`plot_solver_run`] and [`plot_particle_run`]; a step whose pictures
+/// fail ([`plot_fields_at`]) does not stop the other steps, and the error
+/// then lists every step that failed.
 pub fn plot_run_with(run_dir: &Path, title: &str, options: &PlotOptions) -> Result<Vec<PathBuf>> {
     if run_dir.join(Solver::Spectral.dir_name()).is_dir() {
         let mut written = plot_solver_run(run_dir, title)?;
+        if !options.field_pictures {
+            return Ok(written);
+        }
+        // A bad snapshot does not stop the pictures of the other steps.
+        let mut failed = Vec::new();
         for step in field_steps(run_dir)? {
-            written.extend(plot_fields_at(run_dir, step, title, options)?);
+            match plot_fields_at(run_dir, step, title, options) {
+                Ok(paths) => written.extend(paths),
+                Err(e) => failed.push(format!("step {step}: {e:#}")),
+            }
+        }
+        if !failed.is_empty() {
+            bail!(
+                "the pictures of {} field snapshot(s) could not be drawn (the other plots were): {}",
+                failed.len(),
+                failed.join("; ")
+            );
         }
         Ok(written)
     } else {

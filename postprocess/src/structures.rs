@@ -64,7 +64,7 @@ impl QLevel {
     }
 
     /// The caption printed under the picture, e.g.
-    /// `isosurface Q = c·Q_rms(spectral) = 1.5 × 0.3062 = 0.4593`.
+    /// `isosurface Q = c·Q_rms(spectral) = 1.5 × 0.3062 = 0.4592`.
     pub fn caption(&self) -> String {
         format!(
             "isosurface Q = c·Q_rms({}) = {} × {} = {}",
@@ -74,6 +74,15 @@ impl QLevel {
             format_number(self.value(), 4)
         )
     }
+}
+
+/// The mean of the squares of `values` (NaN for none).
+fn mean_square(values: &[f32]) -> f64 {
+    values
+        .iter()
+        .map(|&v| f64::from(v) * f64::from(v))
+        .sum::<f64>()
+        / values.len() as f64
 }
 
 /// Surface colour of a solver: a blue for the spectral solver, an orange
@@ -187,7 +196,15 @@ fn draw_structures_on(
         28,
         w as i32 - 20,
     )?;
-    let level_f32 = level.value() as f32;
+    // A flow without vortex structures (a shear flow, say) has Q = 0 up to round-off, and a
+    // surface at c·Q_rms would trace that noise: no surface is drawn when Q_rms is below
+    // 1e-6 of ⟨|ω|²⟩ (the scale of ‖Ω‖², hence of Q) of the reference field.
+    let negligible = level.q_rms <= 1e-6 * mean_square(&first.vorticity) * 3.0;
+    let level_f32 = if negligible {
+        f32::INFINITY
+    } else {
+        level.value() as f32
+    };
     let view_top = (TITLE_H + SUBTITLE_H) as i32;
     for (index, panel) in panels.iter().enumerate() {
         let f = panel.fields;
@@ -230,7 +247,9 @@ fn draw_structures_on(
         }
         if picture.triangles == 0 {
             let above = f.q.iter().any(|&q| q > level_f32);
-            let note = if above {
+            let note = if negligible {
+                "no structures: Q ≈ 0 everywhere (Q_rms ≪ ⟨|ω|²⟩)"
+            } else if above {
                 "no surface: Q > level everywhere"
             } else {
                 "no surface: Q ≤ level everywhere"

@@ -327,7 +327,10 @@ fn taylor_green_pictures() {
     let run = tempfile::tempdir().unwrap();
     let n = 32;
     taylor_green_run(run.path(), n, &[0, 10]);
-    let options = PlotOptions { q_level: 0.8 };
+    let options = PlotOptions {
+        q_level: 0.8,
+        ..Default::default()
+    };
     let written = plot_run_with(run.path(), "TG", &options).unwrap();
     let expected: Vec<PathBuf> = [
         "energy.png".to_string(),
@@ -401,7 +404,16 @@ fn taylor_green_pictures() {
 
     // A level above the maximum: the panels say there is no surface, the
     // picture is still drawn.
-    let written = plot_fields_at(single.path(), 7, "TG", &PlotOptions { q_level: 100.0 }).unwrap();
+    let written = plot_fields_at(
+        single.path(),
+        7,
+        "TG",
+        &PlotOptions {
+            q_level: 100.0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let pixels = decode_png(&written[0], size);
     let panel = region(&pixels, size.0, (0, size.0), (100, size.1 - 60));
     let blue = panel
@@ -410,6 +422,92 @@ fn taylor_green_pictures() {
         .count();
     assert_eq!(blue, 0);
     demo_copy(&written[..1], "empty-");
+}
+
+/// A shear flow u = (sin y, 0, 0) has Q = 0 (strain and rotation balance): with Q at
+/// round-off level no surface is drawn through the noise, and the panel says why.
+#[test]
+fn no_surface_through_round_off_when_q_vanishes() {
+    let n = 16;
+    let run = tempfile::tempdir().unwrap();
+    minimal_spectral(run.path());
+    let (mut f, _) = taylor_green(n, 1.0, 0.0, 4);
+    let mut velocity = Vec::with_capacity(3 * n * n * n);
+    for i in 0..n {
+        for j in 0..n {
+            for k in 0..n {
+                let (x, y, z) = (node(i, n), node(j, n), node(k, n));
+                let p = (i * n + j) * n + k;
+                velocity.extend([y.sin() as f32, 0.0, 0.0]);
+                f.vorticity[3 * p..3 * p + 3].copy_from_slice(&[0.0, 0.0, -y.cos() as f32]);
+                // Round-off of a spectral computation: about 1e-16 of |ω|², any sign.
+                f.q[p] = (1e-16 * (7.0 * x + 3.0 * y - 5.0 * z).sin()) as f32;
+            }
+        }
+    }
+    write_snapshot(
+        &snapshot_path(run.path(), Solver::Spectral, 4),
+        &f,
+        &velocity,
+        Precision::F32,
+    );
+    let written = plot_fields_at(run.path(), 4, "shear", &PlotOptions::default()).unwrap();
+    let size = structures_size(1);
+    let pixels = decode_png(&written[0], size);
+    let panel = region(&pixels, size.0, (0, size.0), (100, size.1 - 60));
+    let blue = panel
+        .iter()
+        .filter(|p| i32::from(p[2]) > i32::from(p[0]) + 40)
+        .count();
+    assert_eq!(blue, 0, "a surface was drawn through round-off");
+}
+
+/// Orientation of the slice: a vorticity blob at (x, y) = (−π/2, +π/2) is drawn left of and
+/// above the panel's centre (x to the right, y upwards), not transposed or mirrored.
+#[test]
+fn vorticity_slice_is_not_transposed_or_mirrored() {
+    let n = 32;
+    let run = tempfile::tempdir().unwrap();
+    minimal_spectral(run.path());
+    let (mut f, velocity) = taylor_green(n, 1.0, 0.0, 2);
+    for i in 0..n {
+        for j in 0..n {
+            for k in 0..n {
+                let (x, y) = (node(i, n), node(j, n));
+                let r2 = (x + PI / 2.0).powi(2) + (y - PI / 2.0).powi(2);
+                let p = (i * n + j) * n + k;
+                f.vorticity[3 * p..3 * p + 3].copy_from_slice(&[
+                    0.0,
+                    0.0,
+                    (-r2 / 0.2).exp() as f32,
+                ]);
+            }
+        }
+    }
+    write_snapshot(
+        &snapshot_path(run.path(), Solver::Spectral, 2),
+        &f,
+        &velocity,
+        Precision::F32,
+    );
+    let written = plot_fields_at(run.path(), 2, "blob", &PlotOptions::default()).unwrap();
+    let size = vorticity_size(1);
+    let pixels = decode_png(&written[1], size);
+    // Bright (yellow end of viridis) pixels left of the colour bar.
+    let (mut sx, mut sy, mut count) = (0u64, 0u64, 0u64);
+    for (idx, p) in pixels.iter().enumerate() {
+        let (x, y) = ((idx as u32 % size.0) as u64, (idx as u32 / size.0) as u64);
+        if x < 640 && p[0] > 180 && p[1] > 180 && p[2] < 120 {
+            sx += x;
+            sy += y;
+            count += 1;
+        }
+    }
+    assert!(count > 200, "{count} bright pixels");
+    let (cx, cy) = (sx / count, sy / count);
+    // The plot area spans about x ∈ [95, 625], y ∈ [80, 610]: the blob's centre is near
+    // (227, 212); the area's centre near (360, 345).
+    assert!(cx < 300 && cy < 300, "blob drawn at ({cx}, {cy})");
 }
 
 #[test]
@@ -529,7 +627,10 @@ fn bad_snapshots_are_named() {
     write_snapshot(&path, &f, &u, Precision::F32);
     fields_error(
         run.path(),
-        &PlotOptions { q_level: f64::NAN },
+        &PlotOptions {
+            q_level: f64::NAN,
+            ..Default::default()
+        },
         &[&name, "not finite"],
     );
     assert_eq!(
@@ -614,7 +715,15 @@ fn taylor_green_demo_n64() {
     }
     let run = tempfile::tempdir().unwrap();
     taylor_green_run(run.path(), 64, &[0]);
-    let written = plot_run_with(run.path(), "Taylor–Green", &PlotOptions { q_level: 1.0 }).unwrap();
+    let written = plot_run_with(
+        run.path(),
+        "Taylor–Green",
+        &PlotOptions {
+            q_level: 1.0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     demo_copy(&written[2..], "tg64-");
 }
 

@@ -122,14 +122,23 @@ fn series(solver: &str) -> (String, String) {
 /// Write `frame`'s files (module docs) under `<run_dir>/fields/`, creating the folder; an
 /// existing file of the same step is replaced. Returns the paths written (npz, vti, pvd).
 ///
-/// Errors: a stride that does not divide the grid, a non-finite `t` (nothing written), or any
-/// I/O failure, naming the file.
+/// Errors: a grid of fewer than 2 nodes or arrays of the wrong length, a stride that does not
+/// divide the grid, a non-finite `t` (nothing written), or any I/O failure, naming the file.
 pub fn write_fields(run_dir: &Path, frame: &FieldsFrame) -> Result<Vec<PathBuf>, OutputError> {
     let dir = run_dir.join(FIELDS_DIR);
     let stem = fields_stem(frame.solver, frame.step);
     let npz_path = dir.join(format!("{stem}.npz"));
     let vti_path = dir.join(format!("{stem}.vti"));
     let n = frame.fields.n;
+    let f = frame.fields;
+    let len = n.checked_pow(3).unwrap_or(usize::MAX);
+    let arrays = f.velocity.iter().chain(&f.vorticity).chain([&f.q]);
+    if n < 2 || arrays.into_iter().any(|a| a.len() != len) {
+        return Err(OutputError::invalid(
+            &npz_path,
+            format!("fields of a {n}³ grid need n ≥ 2 and n³ values in every array"),
+        ));
+    }
     if frame.stride == 0 || !n.is_multiple_of(frame.stride) {
         return Err(OutputError::invalid(
             &npz_path,

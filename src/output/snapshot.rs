@@ -676,6 +676,11 @@ mod tests {
             "partial",
         )
         .unwrap();
+        fs::write(
+            run.join(SNAPSHOTS_DIR).join(".particles.pvd.tmp-99999"),
+            "partial",
+        )
+        .unwrap();
         let again = write(10, 0.1, 3);
         let entries = pvd_entries(run);
         assert_eq!(

@@ -174,12 +174,14 @@ impl Series<'_> {
         let known = read_pvd_times(&pvd);
         let mut entries: BTreeMap<u64, (String, f64)> = BTreeMap::new();
         let rd = fs::read_dir(dir).map_err(|e| OutputError::io("list directory", dir, e))?;
-        let tmp_prefix = format!(".{}", self.prefix);
+        // Temporary files are `.<name>.tmp-<pid>` ([`super::write_atomic`]): of data files and
+        // of the collection file.
+        let tmp_prefixes = [format!(".{}", self.prefix), format!(".{}.tmp-", self.pvd)];
         for de in rd {
             let de = de.map_err(|e| OutputError::io("list directory", dir, e))?;
             let name = de.file_name();
             let Some(name) = name.to_str() else { continue };
-            if name.starts_with(&tmp_prefix) && name.contains(".tmp-") {
+            if tmp_prefixes.iter().any(|p| name.starts_with(p.as_str())) && name.contains(".tmp-") {
                 // temporary file of an interrupted write (ours are all renamed by now)
                 tracing::info!("removing unfinished file {name}");
                 let _ = fs::remove_file(de.path());

@@ -256,12 +256,17 @@ pub fn check_fits(case: &Case, devices: &RunDevices) -> Result<()> {
 }
 
 /// Refuses a new run whose outputs ([`MemoryEstimate::disk`]) would not fit in the space left
-/// on the file system of `run_dir`, naming both figures. Where the free space cannot be read,
-/// nothing is refused.
+/// on the file system of `run_dir` (or of its nearest existing ancestor, for a run directory
+/// not made yet), naming both figures. Where the free space cannot be read, nothing is refused.
 pub fn check_disk(case: &Case, devices: &RunDevices, run_dir: &Path) -> Result<()> {
     let e = estimate(case, devices)?;
     let need = e.disk_total();
-    if let Some(free) = crate::device::disk_space_available(run_dir) {
+    let existing = run_dir
+        .ancestors()
+        .find(|p| p.exists())
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if let Some(free) = crate::device::disk_space_available(existing) {
         if need > free {
             bail!(
                 "case `{}` writes about {} ({}), but {} has {} free; choose another --out, \

@@ -68,6 +68,7 @@ pub enum RunEnd {
 pub fn plot_options(case: &Case) -> postprocess::PlotOptions {
     postprocess::PlotOptions {
         q_level: case.output.structures_level,
+        ..Default::default()
     }
 }
 

@@ -732,10 +732,14 @@ impl<M: Model> Simulation<M> {
         self.model.write_final(&self.run_dir)?;
         self.add_time("final_field", tf.elapsed().as_secs_f64());
         let tp = Instant::now();
+        // The fields' pictures were drawn as the fields were written (`vpm plot` redraws them).
         let plots = postprocess::plot_run_with(
             &self.run_dir,
             &self.case.name,
-            &crate::run::plot_options(&self.case),
+            &postprocess::PlotOptions {
+                field_pictures: false,
+                ..crate::run::plot_options(&self.case)
+            },
         );
         self.add_time("plots", tp.elapsed().as_secs_f64());
         self.manifest.set_status("finished");
