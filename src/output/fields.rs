@@ -100,7 +100,8 @@ impl FieldsFrame<'_> {
         self.fields.n / self.stride
     }
 
-    /// The value of component `c` of `array` at written node (i, j, k).
+    /// The value of `array` (one scalar on the N³ grid) at written node (i, j, k), which is grid
+    /// node (i·s, j·s, k·s) for stride s.
     fn at(&self, array: &[f64], i: usize, j: usize, k: usize) -> f64 {
         let (n, s) = (self.fields.n, self.stride);
         array[((i * s) * n + j * s) * n + k * s]
@@ -214,7 +215,8 @@ where
     Ok(())
 }
 
-/// Point data in VTK's order (x fastest, then y, then z), `comps` components per point.
+/// Point data in VTK's order (x fastest, then y, then z), one component per array of `parts`
+/// (interleaved per point).
 fn vtk_values<'a, const B: usize>(
     frame: &'a FieldsFrame,
     parts: &'a [&'a [f64]],
