@@ -75,8 +75,16 @@ pub fn q_rms(q: &[f32]) -> f64 {
     if q.is_empty() {
         return 0.0;
     }
-    let sum: f64 = q.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
-    (sum / q.len() as f64).sqrt()
+    mean_square(q).sqrt()
+}
+
+/// The mean of the squares of `values`, summed in f64 (NaN for none).
+pub(crate) fn mean_square(values: &[f32]) -> f64 {
+    values
+        .iter()
+        .map(|&v| f64::from(v) * f64::from(v))
+        .sum::<f64>()
+        / values.len() as f64
 }
 
 /// `<run_dir>/fields/<solver>-<step:08>.npz`.

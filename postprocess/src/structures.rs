@@ -3,7 +3,7 @@
 
 use crate::axis::{format_number, LinearAxis};
 use crate::chart::Scale;
-use crate::fields::{FieldPanel, FieldSnapshot};
+use crate::fields::{mean_square, FieldPanel, FieldSnapshot};
 use crate::isosurface::PeriodicGrid;
 use crate::plots::Solver;
 use crate::raster::render_isosurface;
@@ -74,15 +74,6 @@ impl QLevel {
             format_number(self.value(), 4)
         )
     }
-}
-
-/// The mean of the squares of `values` (NaN for none).
-fn mean_square(values: &[f32]) -> f64 {
-    values
-        .iter()
-        .map(|&v| f64::from(v) * f64::from(v))
-        .sum::<f64>()
-        / values.len() as f64
 }
 
 /// Surface colour of a solver: a blue for the spectral solver, an orange

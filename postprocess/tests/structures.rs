@@ -322,6 +322,15 @@ fn check_surface_panel(pixels: &[[u8; 3]], width: u32, x: (u32, u32), y: (u32, u
     assert!(shades.len() > 100, "only {} shades", shades.len());
 }
 
+/// Pixels of a one-panel structures picture's 3-D view that belong to a spectral (blue)
+/// surface.
+fn blue_surface_pixels(pixels: &[[u8; 3]], size: (u32, u32)) -> usize {
+    region(pixels, size.0, (0, size.0), (100, size.1 - 60))
+        .iter()
+        .filter(|p| i32::from(p[2]) > i32::from(p[0]) + 40)
+        .count()
+}
+
 #[test]
 fn taylor_green_pictures() {
     let run = tempfile::tempdir().unwrap();
@@ -415,12 +424,7 @@ fn taylor_green_pictures() {
     )
     .unwrap();
     let pixels = decode_png(&written[0], size);
-    let panel = region(&pixels, size.0, (0, size.0), (100, size.1 - 60));
-    let blue = panel
-        .iter()
-        .filter(|p| i32::from(p[2]) > i32::from(p[0]) + 40)
-        .count();
-    assert_eq!(blue, 0);
+    assert_eq!(blue_surface_pixels(&pixels, size), 0);
     demo_copy(&written[..1], "empty-");
 }
 
@@ -454,12 +458,11 @@ fn no_surface_through_round_off_when_q_vanishes() {
     let written = plot_fields_at(run.path(), 4, "shear", &PlotOptions::default()).unwrap();
     let size = structures_size(1);
     let pixels = decode_png(&written[0], size);
-    let panel = region(&pixels, size.0, (0, size.0), (100, size.1 - 60));
-    let blue = panel
-        .iter()
-        .filter(|p| i32::from(p[2]) > i32::from(p[0]) + 40)
-        .count();
-    assert_eq!(blue, 0, "a surface was drawn through round-off");
+    assert_eq!(
+        blue_surface_pixels(&pixels, size),
+        0,
+        "a surface was drawn through round-off"
+    );
 }
 
 /// Orientation of the slice: a vorticity blob at (x, y) = (−π/2, +π/2) is drawn left of and

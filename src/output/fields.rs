@@ -20,12 +20,12 @@
 //! pictures. Every file is written atomically, in the order npz, vti, pvd.
 
 use std::fmt;
-use std::fs::{self, File};
-use std::io::{self, BufReader, Seek, Write};
+use std::fs;
+use std::io::{self, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use ndarray::{arr0, Array, Array0, Array1, Ix0};
-use ndarray_npy::{NpzReader, NpzWriter, WritableElement};
+use ndarray::{arr0, Array, Array1};
+use ndarray_npy::{NpzWriter, WritableElement};
 use postprocess::layout::{
     fields_stem, FIELDS_DIR, FIELD_Q, FIELD_STEP, FIELD_STRIDE, FIELD_T, FIELD_VELOCITY,
     FIELD_VORTICITY,
@@ -169,7 +169,7 @@ pub fn write_fields(run_dir: &Path, frame: &FieldsFrame) -> Result<Vec<PathBuf>,
         ext: ".vti",
         pvd: &pvd,
     };
-    s.rewrite_pvd(&dir, frame.step, frame.t, &read_fields_time)?;
+    s.rewrite_pvd(&dir, frame.step, frame.t)?;
     Ok(vec![npz_path, vti_path, dir.join(pvd)])
 }
 
@@ -282,14 +282,4 @@ fn write_vti<W: Write>(w: &mut W, frame: &FieldsFrame) -> io::Result<()> {
         }
     }
     w.write_all(b"      </PointData>\n      <CellData>\n      </CellData>\n    </Piece>\n  </ImageData>\n</VTKFile>\n")
-}
-
-/// The time `t` stored in a fields npz.
-pub fn read_fields_time(path: &Path) -> Result<f64, OutputError> {
-    let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
-    let mut npz = NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))?;
-    let t: Array0<f64> = npz
-        .by_name::<ndarray::OwnedRepr<f64>, Ix0>(FIELD_T)
-        .map_err(|e| npz_err("read", path, e))?;
-    Ok(t.into_scalar())
 }

@@ -34,9 +34,7 @@ pub use checkpoint::{
     CHECKPOINTS_DIR,
 };
 pub use csv::CsvLog;
-pub use fields::{
-    fields_disk_bytes, read_fields_time, write_fields, FieldPrecision, FieldsFrame, FIELD_X,
-};
+pub use fields::{fields_disk_bytes, write_fields, FieldPrecision, FieldsFrame, FIELD_X};
 pub use lock::{LockHolder, RunLock, LOCK_FILE};
 pub use manifest::{cpu_model, CflSteps, Manifest, ResumeRecord, MANIFEST_FILE};
 pub use npz::{read_velocity_npz, write_velocity_npz, VelocityField};

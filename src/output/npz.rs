@@ -71,6 +71,17 @@ pub(crate) fn read_npz_arrays(path: &Path) -> Result<Vec<(String, ArrayD<f64>)>,
     Ok(out)
 }
 
+/// The time `t` (a 0-d f64 array) of an npz: the particle snapshots and the grid fields store
+/// it, and their `.pvd` collections read it back ([`super::vtk::Series::rewrite_pvd`]).
+pub(crate) fn read_npz_time(path: &Path) -> Result<f64, OutputError> {
+    let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
+    let mut npz = NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))?;
+    let t: ndarray::Array0<f64> = npz
+        .by_name::<ndarray::OwnedRepr<f64>, ndarray::Ix0>("t")
+        .map_err(|e| npz_err("read", path, e))?;
+    Ok(t.into_scalar())
+}
+
 /// Flatten an array into a `Vec` in C (row-major) order.
 pub(crate) fn into_c_order_vec<D: ndarray::Dimension>(a: ndarray::Array<f64, D>) -> Vec<f64> {
     if !a.is_standard_layout() {

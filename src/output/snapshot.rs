@@ -274,13 +274,6 @@ fn open_npz(path: &Path) -> Result<SnapshotReader, OutputError> {
     NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))
 }
 
-/// Only the time `t` of a snapshot `.npz`.
-fn read_snapshot_time(path: &Path) -> Result<f64, OutputError> {
-    let mut npz = open_npz(path)?;
-    let t: Array0<f64> = read_by_name::<f64, Ix0>(&mut npz, path, "t")?;
-    Ok(t.into_scalar())
-}
-
 /// Read a snapshot `.npz` written by [`write_particle_snapshot`] back, checking
 /// that every array has the expected shape (`(n, 3)` or `(n,)`, scalars for
 /// `t` and `step`). Values come back bit for bit.
@@ -399,7 +392,7 @@ pub fn write_particle_snapshot(
     write_atomic_with(&vtp_path, |w, tmp| {
         write_vtp_body(w, snap).map_err(|e| OutputError::io("write", tmp, e))
     })?;
-    SERIES.rewrite_pvd(&dir, snap.step, snap.t, &read_snapshot_time)?;
+    SERIES.rewrite_pvd(&dir, snap.step, snap.t)?;
     Ok(npz_path)
 }
 

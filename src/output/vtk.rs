@@ -14,6 +14,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::write::EncoderWriter;
 use base64::Engine as _;
 
+use super::npz::read_npz_time;
 use super::{format_f64, write_atomic, OutputError};
 
 /// Bytes handed to the base64 encoder at a time.
@@ -163,13 +164,7 @@ impl Series<'_> {
     /// the file just written (`step`, `t`) takes its time from the caller, the others from the
     /// previous collection file, else from `time_of(stem)` (their `.npz` companion). Temporary
     /// files left in `dir` by interrupted writes of this series are removed.
-    pub fn rewrite_pvd(
-        &self,
-        dir: &Path,
-        step: u64,
-        t: f64,
-        time_of: &dyn Fn(&Path) -> Result<f64, OutputError>,
-    ) -> Result<(), OutputError> {
+    pub fn rewrite_pvd(&self, dir: &Path, step: u64, t: f64) -> Result<(), OutputError> {
         let pvd = dir.join(self.pvd);
         let known = read_pvd_times(&pvd);
         let mut entries: BTreeMap<u64, (String, f64)> = BTreeMap::new();
@@ -196,7 +191,7 @@ impl Series<'_> {
                 Some(t)
             } else {
                 let npz = dir.join(format!("{}.npz", name.trim_end_matches(self.ext)));
-                match time_of(&npz) {
+                match read_npz_time(&npz) {
                     Ok(t) => Some(t),
                     Err(e) => {
                         tracing::warn!("leaving {name} out of {}: no time known ({e})", self.pvd);
