@@ -76,10 +76,10 @@ fn run(cli: Cli) -> Result<()> {
             }
             // A device that cannot be had, or a case too big for the memory, fails before a
             // run directory is made.
-            let devices = vpm::run::RunDevices::checked(&case)?;
+            let plan = vpm::run::RunPlan::checked(&case)?;
             // Nor does a case whose outputs would not fit on the disk (`runs/` by default).
             let parent = args.out.clone().unwrap_or_else(|| PathBuf::from("runs"));
-            memory::check_disk(&case, &devices, &parent)?;
+            memory::check_disk(&case, &plan, &parent)?;
             let threads = set_threads(args.threads)?;
             let (run_dir, lock) =
                 create_locked_run_dir(&case.name, args.out.as_deref(), args.force, "vpm run")?;
@@ -97,7 +97,7 @@ fn run(cli: Cli) -> Result<()> {
                 abort_after_steps: args.abort_after_steps,
             };
             vpm::run::install_signal_handlers()?;
-            let prepared = vpm::run::Prepared { devices, lock };
+            let prepared = vpm::run::Prepared { plan, lock };
             let mut sim = vpm::run::start(case, &run_dir, options, Some(prepared))?;
             finish(sim.as_mut(), cli.quiet)
         }
@@ -380,8 +380,14 @@ fn finish(sim: &mut dyn Run, quiet: bool) -> Result<()> {
 fn check(arg: &str, threads: Option<usize>) -> Result<()> {
     let (case, _text) = resolve_case(arg)?;
     print!("{}", case.to_toml_string());
-    let devices = vpm::run::RunDevices::open(&case)?;
-    let estimate = memory::estimate(&case, &devices)?;
+    let plan = vpm::run::RunPlan::new(&case)?;
+    if let Some(recipe) = &plan.evaluator {
+        println!(
+            "\n# Particle evaluator ({} particles): {}",
+            plan.particle_count, recipe.description
+        );
+    }
+    let estimate = memory::estimate(&case, &plan)?;
     println!("\n# Memory (estimate of the large arrays):");
     for (part, bytes) in &estimate.host {
         println!("#   host   {:>12}  {part}", memory::human_bytes(*bytes));
@@ -413,8 +419,11 @@ fn check(arg: &str, threads: Option<usize>) -> Result<()> {
     );
     let threads =
         threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let (per_step, steps) = memory::rough_cpu_time(&case, threads)?;
-    println!("\n# Time (rough, CPU with {threads} threads; `vpm bench` measures):");
+    let (per_step, steps) = memory::rough_time(&case, &plan, threads)?;
+    println!(
+        "\n# Time (rough: CPU parts with {threads} threads, GPU parts at H100 rates; `vpm bench` \
+         measures):"
+    );
     println!("#   about {} per step", human_seconds(per_step));
     match steps {
         Some(n) => println!(
@@ -425,7 +434,7 @@ fn check(arg: &str, threads: Option<usize>) -> Result<()> {
             println!("#   adaptive dt (cfl): the number of steps is known only as the run goes")
         }
     }
-    memory::check_fits(&case, &devices)
+    memory::check_fits(&case, &plan)
 }
 
 fn human_seconds(s: f64) -> String {

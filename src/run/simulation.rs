@@ -160,7 +160,7 @@ impl<M: Model> Simulation<M> {
         case: Case,
         run_dir: &Path,
         options: RunOptions,
-        devices: &crate::run::RunDevices,
+        mut plan: crate::run::plan::RunPlan,
         lock: crate::output::RunLock,
     ) -> Result<Self> {
         let t0 = Instant::now();
@@ -168,7 +168,7 @@ impl<M: Model> Simulation<M> {
         let mut manifest = Manifest::new(options.threads);
         manifest.set_status("running");
         manifest.write(run_dir)?;
-        let model = match M::initial(&case, devices) {
+        let model = match M::initial(&case, &mut plan) {
             Ok(m) => m,
             Err(e) => {
                 manifest.set_status(format!("failed: setting up the model: {e:#}"));
@@ -216,8 +216,11 @@ impl<M: Model> Simulation<M> {
         }
         // The changed case is written to case.toml only once the resume has been set up.
         let (case, changed_text) = apply_changes(case, run_dir, changes, meta.t)?;
-        let devices = crate::run::RunDevices::open(&case)?;
-        let mut model = M::for_restore(&case, &devices)?;
+        let particles = arrays
+            .get("particle_sigma")
+            .map_or(0, |(shape, _)| shape[0]);
+        let mut plan = crate::run::plan::RunPlan::for_resume(&case, particles)?;
+        let mut model = M::for_restore(&case, &mut plan)?;
         model
             .restore(&ModelState {
                 arrays,
@@ -821,7 +824,8 @@ mod tests {
     //! real FMM cannot be made to miss its accuracy without tampering with it).
     use super::*;
     use crate::run::callbacks::Callback;
-    use crate::run::{ProgressStyle, RunDevices};
+    use crate::run::plan::{RunDevices, RunPlan};
+    use crate::run::ProgressStyle;
     use crate::summation::SummationError;
 
     /// Fails its step (`fail-step K`) or its output (`fail-output K`) at step K, as the case's
@@ -852,15 +856,15 @@ mod tests {
     }
 
     impl Model for Cue {
-        fn initial(case: &Case, _: &RunDevices) -> Result<Self> {
+        fn initial(case: &Case, _: &mut RunPlan) -> Result<Self> {
             Ok(Cue {
                 step_fails_at: cue(case, "fail-step"),
                 output_fails_at: cue(case, "fail-output"),
                 steps: 0,
             })
         }
-        fn for_restore(case: &Case, devices: &RunDevices) -> Result<Self> {
-            Self::initial(case, devices)
+        fn for_restore(case: &Case, plan: &mut RunPlan) -> Result<Self> {
+            Self::initial(case, plan)
         }
         fn callbacks(_: &Case) -> Vec<ScheduledCallback<Self>> {
             let every = Scheduled::new(Schedule::IterationInterval(1), true);
@@ -919,12 +923,12 @@ mod tests {
             progress: ProgressStyle::Quiet,
             abort_after_steps: None,
         };
-        let devices = RunDevices {
+        let plan = RunPlan::without_solvers(RunDevices {
             spectral: None,
             vortex: None,
-        };
+        });
         let lock = crate::output::RunLock::acquire(dir.path(), "test").unwrap();
-        let e = match Simulation::<Cue>::start(case, dir.path(), options, &devices, lock) {
+        let e = match Simulation::<Cue>::start(case, dir.path(), options, plan, lock) {
             Ok(mut sim) => sim.run_to_end().unwrap_err(),
             Err(e) => e,
         };
