@@ -39,13 +39,15 @@ dealias = "2/3"
 /// This vpm's run-directory format.
 const FORMAT: u64 = vpm::output::RUN_DIR_FORMAT as u64;
 
-/// A run of [`CASE`] killed after 7 steps: its latest checkpoint is step 5 (t = 0.1).
-fn killed_run(tmp: &Path) -> PathBuf {
-    let case = tmp.join("c.toml");
+/// A run of [`CASE`] killed after 7 steps (its latest checkpoint is step 5, t = 0.1), in a
+/// temporary directory: the directory, and the run directory in it.
+fn killed_run() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let case = tmp.path().join("c.toml");
     fs::write(&case, CASE).unwrap();
-    let run_dir = tmp.join("R");
+    let run_dir = tmp.path().join("R");
     run_aborted(s(&case), &run_dir, "7");
-    run_dir
+    (tmp, run_dir)
 }
 
 fn resume(run_dir: &Path, more: &[&str]) -> std::process::Output {
@@ -113,8 +115,7 @@ fn ckpt5_meta(run_dir: &Path) -> PathBuf {
 
 #[test]
 fn an_edited_physical_key_is_refused_naming_both_values() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run_dir = killed_run(tmp.path());
+    let (_tmp, run_dir) = killed_run();
     let case_toml = run_dir.join("case.toml");
     edit(&case_toml, "nu = 0.05", "nu = 0.5");
     let line = format!(
@@ -131,8 +132,7 @@ fn an_edited_physical_key_is_refused_naming_both_values() {
 
 #[test]
 fn changed_end_outputs_and_device_are_accepted_and_recorded() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run_dir = killed_run(tmp.path());
+    let (_tmp, run_dir) = killed_run();
     let case_toml = run_dir.join("case.toml");
     edit(&case_toml, "every_steps = 1\n", "every_steps = 2\n");
     edit(&case_toml, "keep = 2", "keep = 3");
@@ -172,8 +172,7 @@ fn changed_end_outputs_and_device_are_accepted_and_recorded() {
 
 #[test]
 fn a_checkpoint_without_its_case_resumes_with_a_warning() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run_dir = killed_run(tmp.path());
+    let (_tmp, run_dir) = killed_run();
     // As written before the case was stored: format 2, no resolved_case, no format in the
     // manifest.
     edit_json(&ckpt5_meta(&run_dir), |v| {
@@ -201,8 +200,7 @@ fn a_checkpoint_without_its_case_resumes_with_a_warning() {
 
 #[test]
 fn another_format_is_refused_naming_both() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run_dir = killed_run(tmp.path());
+    let (_tmp, run_dir) = killed_run();
     let newer = format!(
         "this run directory has format {}; this vpm reads format {FORMAT}",
         FORMAT + 1
