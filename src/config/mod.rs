@@ -10,7 +10,9 @@
 //! message that names the file, the line, the dotted key and what is allowed. The case files
 //! under `cases/` are embedded in the binary at build time ([`named_cases`]), so `vpm run quick`
 //! works from any directory; [`resolve_case`] turns a command-line CASE argument into a [`Case`].
+//! [`compare`] says which keys a resumed run may change.
 
+pub mod compare;
 mod parse;
 mod write;
 

@@ -30,13 +30,16 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 pub use checkpoint::{
-    read_latest_checkpoint, read_latest_checkpoint_as, write_checkpoint, CheckpointArrays,
-    CHECKPOINTS_DIR,
+    checkpoint_meta_path, read_latest_checkpoint, read_latest_checkpoint_as, write_checkpoint,
+    CheckpointArrays, CHECKPOINTS_DIR,
 };
 pub use csv::CsvLog;
 pub use fields::{fields_disk_bytes, write_fields, FieldPrecision, FieldsFrame, FIELD_X};
 pub use lock::{LockHolder, RunLock, LOCK_FILE};
-pub use manifest::{cpu_model, CflSteps, Manifest, ResumeRecord, MANIFEST_FILE};
+pub use manifest::{
+    check_run_dir_format, cpu_model, CflSteps, Manifest, ResumeRecord, MANIFEST_FILE,
+    OLDEST_RUN_DIR_FORMAT, RUN_DIR_FORMAT,
+};
 pub use npz::{read_velocity_npz, write_velocity_npz, VelocityField};
 pub use run_dir::{create_locked_run_dir, create_run_dir, VPM_OUTPUTS};
 pub use snapshot::{
@@ -87,6 +90,18 @@ pub enum OutputError {
         path: PathBuf,
         /// Who holds it, e.g. `vpm resume (pid 1234 on host-a, since 2025-03-01T12:34:56Z)`.
         holder: String,
+    },
+    /// A run directory written in a format this vpm does not resume
+    /// ([`RUN_DIR_FORMAT`]).
+    #[error(
+        "{}: this run directory has format {found}; this vpm reads format {}: {}",
+        .path.display(), RUN_DIR_FORMAT, manifest::format_advice(*.found)
+    )]
+    RunDirFormat {
+        /// The file that carries the format (`manifest.json`, a checkpoint's `meta.json`).
+        path: PathBuf,
+        /// The format found there.
+        found: u32,
     },
     /// A path that should be a directory is something else.
     #[error("{} exists and is not a directory", .path.display())]
