@@ -535,7 +535,8 @@ fn read_case_file(path: &Path) -> Result<(Case, String), CaseError> {
 pub struct NamedCase {
     /// The file stem, e.g. `quick`.
     pub name: &'static str,
-    /// The file's first comment line, without the leading `# `.
+    /// The file's first comment paragraph (up to an empty comment line), without the `#`s,
+    /// in one line.
     pub summary: &'static str,
     /// The file's text.
     pub text: &'static str,

@@ -126,7 +126,7 @@ pub enum OutputError {
         error: serde_json::Error,
     },
     /// Writing or reading an `.npz` archive failed.
-    #[error("cannot {op} npz {}: {error}", .path.display())]
+    #[error("cannot {op} npz {}: {}", .path.display(), with_causes(.error.as_ref()))]
     Npz {
         /// "write" or "read".
         op: &'static str,
@@ -153,6 +153,22 @@ pub enum OutputError {
         /// What is wrong.
         msg: String,
     },
+}
+
+/// `error` and the causes under it that its text does not already give, joined by ": ". zip's
+/// error says only "i/o error" and keeps the reason ("No space left on device (os error 28)")
+/// as its cause.
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    text
 }
 
 impl OutputError {

@@ -853,7 +853,7 @@ fn check_case(
 fn say(options: &RunOptions, msg: &str) {
     tracing::debug!("{msg}");
     if options.progress != crate::run::ProgressStyle::Quiet {
-        eprintln!("vpm: {msg}");
+        crate::say!("vpm: {msg}");
     }
 }
 
