@@ -261,7 +261,7 @@ pub fn particle_stepper(
         conditioning: vc.conditioning,
         zero_total_strength,
     };
-    let stepper = crate::vortex::stepper::plan(particles, plan, settings, device)
+    let stepper = crate::vortex::planner::plan(particles, plan, settings, device)
         .with_context(|| format!("case `{}`: [vortex]", case.name))?;
     tracing::info!("vortex stepper: {}", stepper.describe());
     Ok(stepper)

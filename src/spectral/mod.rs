@@ -4,6 +4,7 @@
 pub mod fft3d;
 pub mod gpu;
 pub mod layout;
+pub mod planner;
 pub mod solver;
 pub mod stepper;
 

@@ -38,7 +38,7 @@ pub mod planner;
 pub mod verify;
 
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::Gpu;
+use crate::device::cuda::{CudaError, Gpu};
 pub use crate::kernel::stretching_from_gradient;
 use crate::kernel::StretchingScheme;
 use std::sync::Arc;
@@ -279,6 +279,12 @@ pub enum SummationError {
     /// (the FMM's check, [`fmm::check`]).
     #[error("{0}")]
     AccuracyCheck(String),
+}
+
+impl From<CudaError> for SummationError {
+    fn from(e: CudaError) -> Self {
+        SummationError::Device(e.to_string())
+    }
 }
 
 /// The result of a summation (the answers are written into the caller's buffers).
