@@ -1,5 +1,6 @@
-//! Device buffers shared by the GPU engines (and by [`crate::summation::DeviceSources`]): allocations that grow only when a larger size is
-//! needed and stay resident between evaluations, with upload, download, zero and NaN poisoning.
+//! Device buffers shared by the GPU engines (and by [`crate::summation::DeviceSources`]):
+//! allocations that grow only when a larger size is needed and stay resident between
+//! evaluations, with upload, download, zero and NaN poisoning.
 
 use super::cuda::{CudaError, Doing};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits};

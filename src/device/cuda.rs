@@ -11,9 +11,14 @@
 //! One `.cu` file per family of kernels; [`Gpu::module`] compiles a family for the device's
 //! architecture (`sm_XY`, straight to a cubin, so the driver's PTX JIT is not involved) and
 //! caches the loaded module; [`Gpu::module_from`] does the same for a [`KernelSource`] whose
-//! `#include "…"` headers are given to NVRTC by name. Families so far (their host sides live
-//! with their methods): `biot_savart.cu` ([`crate::summation::direct::all_pairs`]) and
-//! `ewald.cu` ([`crate::summation::ewald::engine`]), both including `common.cuh`.
+//! `#include "…"` headers are given to NVRTC by name. The families (their host sides live with
+//! their methods): `biot_savart.cu` ([`crate::summation::direct::all_pairs`]), `ewald.cu`
+//! ([`crate::summation::ewald::engine`]) and `fmm.cu` ([`crate::summation::fmm::cuda`]), which
+//! include `common.cuh`; `particles.cu` ([`crate::vortex::resident`]), `lattice.cu`
+//! ([`crate::vortex::rbf_device`]) and `spectral.cu` ([`crate::spectral::gpu`]).
+//!
+//! A failed driver or cuFFT call becomes a [`CudaError`] saying what was being done
+//! ([`Doing::doing`]); the solvers' errors convert from it, so `?` carries it up.
 //!
 //! Kernel development: with `VPM_KERNELS_DIR=DIR`, the sources and headers are read from
 //! `DIR/<file>` at run time instead of the copies embedded in the binary (no rebuild to try a

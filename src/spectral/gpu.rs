@@ -988,7 +988,7 @@ impl GpuSpectralSolver {
         }
     }
 
-    /// The velocity on the N³ grid, components in [i][j][k] order.
+    /// The velocity on the N³ grid, components in `[i][j][k]` order.
     pub fn velocity_on_grid(&mut self) -> Result<[Vec<f64>; 3], CudaError> {
         let n3 = self.grid.n.pow(3);
         let rs = real_stride(self.grid.n);
@@ -1124,7 +1124,7 @@ pub struct GridDiagnostics {
 /// The shared diagnostics (§6) of a velocity field that lives on the GPU as values at the nodes
 /// of an N³ grid (the particle velocity at the spectral grid's nodes): three forward transforms
 /// of the pruned kind, the retained modes |k_i| ≤ K picked and scaled by 1/N³ (`sp_store`, stage
-/// 0), then the solver's own reductions ([`Reductions`]). What `modes_from_node_velocities`
+/// 0), then the solver's own reductions (`Reductions`). What `modes_from_node_velocities`
 /// and the host's `flow_stats`, `shell_spectrum` and `max_divergence` give, to round-off, with
 /// only the scalars and the spectrum's row partials crossing to the host.
 pub struct DeviceGridDiagnostics {
@@ -1188,7 +1188,7 @@ impl DeviceGridDiagnostics {
     }
 
     /// The diagnostics of the velocity `u` (n³ node-major 3-vectors, f64, in the grid's
-    /// [i][j][k] node order, on this stream's context) with viscosity ν.
+    /// `[i][j][k]` node order, on this stream's context) with viscosity ν.
     pub fn of_node_velocity(
         &mut self,
         u: &DeviceBuffer<f64>,

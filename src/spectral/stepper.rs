@@ -1,9 +1,9 @@
 //! The seam between the run core and a spectral solver: [`SpectralStepper`], implemented here
 //! by the CPU solver ([`SpectralSolver`]) and beside the GPU one
 //! ([`GpuSpectralSolver`](super::GpuSpectralSolver), which keeps its Fourier modes on the device
-//! between steps); [`super::planner::plan`] picks one for a device. The run core reads the state through the
-//! diagnostics here, reduced where the state lives; it pulls the modes themselves
-//! ([`SpectralStepper::velocity_modes`]) only at checkpoints and for fields.
+//! between steps); [`super::planner::plan`] picks one for a device. The run core reads the
+//! state through the diagnostics here, reduced where the state lives; it pulls the modes
+//! themselves ([`SpectralStepper::velocity_modes`]) only at checkpoints and for fields.
 
 use super::solver::{NonFiniteState, SpectralGrid, SpectralSolver, VectorModes};
 use super::ModeLayout;

@@ -4,8 +4,9 @@
 //!
 //! Errors follow docs/physics.md §8: the relative L2 error √(Σ|u − u_ref|² / Σ|u_ref|²) over the
 //! targets (all components), and the maximum of |u − u_ref| (largest component difference)
-//! over the rms of u_ref, where cell-boundary artefacts show. Used by the tests
-//! (`tests/ewald.rs`, `tests/gpu.rs`, `tests/gpu_ewald.rs`) and by `vpm bench`.
+//! over the rms of u_ref, where cell-boundary artefacts show. Used by the tests (`tests/ewald.rs`,
+//! `tests/fmm.rs`, `tests/gpu*.rs`), by the FMM's built-in check ([`super::fmm::check`]) and by
+//! `vpm bench`.
 
 use super::{Evaluation, Extra, Sources, Summation, SummationError};
 use crate::kernel::StretchingScheme;

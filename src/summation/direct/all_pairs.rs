@@ -84,8 +84,8 @@ pub struct KernelConfig {
 }
 
 impl Default for KernelConfig {
-    /// The starting configuration (256 threads, 2 targets per thread, unroll 4); the GPU figures
-    /// are not yet in docs/performance.md: `vpm bench kernel --configs …` compares others.
+    /// The starting configuration (256 threads, 2 targets per thread, unroll 4), the one measured
+    /// in docs/performance.md; `vpm bench kernel --configs …` compares others.
     fn default() -> Self {
         KernelConfig {
             block: 256,
