@@ -1,7 +1,7 @@
-//! Benchmarks (`vpm bench …`): wall-clock medians after warm-up, on fresh random inputs, with the
-//! hardware stated. Each prints a table and can write JSON. One module per subcommand; the
-//! inputs are the seeded fixtures of [`crate::summation::verify`] and accuracy checks use its
-//! error measures.
+//! Benchmarks (`vpm bench …`): medians after warm-up (wall clock, or CUDA events around the GPU
+//! launches where a benchmark says so), with the hardware stated. Each prints a table and can
+//! write JSON. One module per subcommand; the evaluators' inputs are the seeded fixtures of
+//! [`crate::summation::verify`] and accuracy checks use its error measures.
 
 pub mod direct;
 pub mod ewald;

@@ -90,7 +90,7 @@ impl FieldModel {
     ) -> Result<Self> {
         let grid = spectral_grid(case)?;
         let spectral_device = plan.devices.spectral.clone().unwrap_or(Device::Cpu);
-        let spectral = crate::spectral::stepper::plan(grid, case.flow.nu, &spectral_device)
+        let spectral = crate::spectral::planner::plan(grid, case.flow.nu, &spectral_device)
             .with_context(|| format!("case `{}`: [spectral]", case.name))?;
         let vortex = match (&case.vortex, particles, &plan.evaluator) {
             (Some(vc), Some((p, initial_solve)), Some(recipe)) => {

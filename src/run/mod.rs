@@ -214,7 +214,7 @@ pub fn particle_stepper(
         conditioning: vc.conditioning,
         zero_total_strength,
     };
-    let stepper = crate::vortex::stepper::plan(particles, evaluator, settings, device)
+    let stepper = crate::vortex::planner::plan(particles, evaluator, settings, device)
         .with_context(|| format!("case `{}`: [vortex]", case.name))?;
     tracing::info!("vortex stepper: {}", stepper.describe());
     Ok(stepper)
