@@ -5,7 +5,7 @@ use clap::Parser;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use vpm::cli::{BenchCommand, Cli, Command, DealiasArg, TransformArg};
+use vpm::cli::{BenchCommand, Cli, Command, DealiasArg, TestingArgs, TransformArg};
 use vpm::config::{named_cases, resolve_case, Case, Dealias};
 use vpm::console::{self, Short, StderrLog, Stream};
 use vpm::output::create_locked_run_dir;
@@ -94,6 +94,22 @@ fn set_threads(threads: Option<usize>) -> Result<usize> {
     Ok(rayon::current_num_threads())
 }
 
+/// The options of `vpm run` and `vpm resume`, with the testing aids set up (the injected write
+/// failure) and the signal handlers installed.
+fn run_options(threads: usize, quiet: bool, testing: &TestingArgs) -> Result<RunOptions> {
+    if let Some(name) = &testing.fail_write {
+        vpm::output::fail_writes_of(name);
+    }
+    let options = RunOptions {
+        threads,
+        progress: progress_style(quiet),
+        abort_after_steps: testing.abort_after_steps,
+        signal_in_step: testing.signal_in_step,
+    };
+    vpm::run::install_signal_handlers(options.progress)?;
+    Ok(options)
+}
+
 fn progress_style(quiet: bool) -> ProgressStyle {
     if quiet {
         ProgressStyle::Quiet
@@ -129,38 +145,39 @@ fn run(cli: Cli) -> Result<()> {
                     threads
                 );
             }
-            let options = RunOptions {
-                threads,
-                progress: progress_style(cli.quiet),
-                abort_after_steps: args.abort_after_steps,
-            };
-            vpm::run::install_signal_handlers()?;
+            let options = run_options(threads, cli.quiet, &args.testing)?;
             let prepared = vpm::run::Prepared { plan, lock };
             let mut sim = vpm::run::start(case, &run_dir, options, Some(prepared))?;
             finish(sim.as_mut(), cli.quiet)
         }
         Command::Resume(args) => {
             let threads = set_threads(args.threads)?;
-            let options = RunOptions {
-                threads,
-                progress: progress_style(cli.quiet),
-                abort_after_steps: args.abort_after_steps,
-            };
+            let options = run_options(threads, cli.quiet, &args.testing)?;
             let changes = ResumeChanges {
                 t_end: args.t_end,
                 device: args.device,
             };
-            vpm::run::install_signal_handlers()?;
             let mut sim = vpm::run::resume(&args.run_dir, options, &changes)?;
-            if !cli.quiet {
-                say!(
-                    "vpm: resuming `{}` in {} at step {} (t = {}, t_end = {})",
-                    sim.case().name,
-                    args.run_dir.display(),
-                    sim.step_count(),
-                    Short(sim.time()),
-                    Short(sim.case().time.t_end)
-                );
+            if !cli.quiet && !sim.is_finished() {
+                if sim.time() >= sim.case().time.t_end {
+                    say!(
+                        "vpm: `{}` in {} reached t_end = {} (step {}) but its final outputs \
+                         were not all written; writing them (final field, plots, manifest)",
+                        sim.case().name,
+                        args.run_dir.display(),
+                        Short(sim.case().time.t_end),
+                        sim.step_count()
+                    );
+                } else {
+                    say!(
+                        "vpm: resuming `{}` in {} at step {} (t = {}, t_end = {})",
+                        sim.case().name,
+                        args.run_dir.display(),
+                        sim.step_count(),
+                        Short(sim.time()),
+                        Short(sim.case().time.t_end)
+                    );
+                }
             }
             finish(sim.as_mut(), cli.quiet)
         }
@@ -391,7 +408,8 @@ fn parse_kernel_config(s: &str) -> Result<vpm::summation::direct::KernelConfig> 
     }
 }
 
-/// Runs to the end and reports where the outputs are.
+/// Runs to the end (or writes the final outputs of a run that reached it) and reports where the
+/// outputs are; a run whose manifest says `finished` is left as it is.
 fn finish(sim: &mut dyn Run, quiet: bool) -> Result<()> {
     if sim.is_finished() {
         if !quiet {

@@ -142,6 +142,8 @@ fn changed_end_outputs_and_device_are_accepted_and_recorded() {
         "checkpoint.keep: 2 → 3",
         "device: \"auto\" → \"cpu\"",
         "output.every_steps: 1 → 2",
+        // The new end is a spectrum time.
+        "output.spectra_times: [0.0, 0.2] → [0.0, 0.2, 0.3]",
         "time.t_end: 0.2 → 0.3",
     ];
     let err = stderr(&o);

@@ -246,6 +246,24 @@ where
         .map_err(|e| OutputError::io("fsync", path, e))
 }
 
+/// The file name whose atomic writes fail ([`fail_writes_of`]); unset in normal runs.
+static FAILING_WRITE: std::sync::OnceLock<std::ffi::OsString> = std::sync::OnceLock::new();
+
+/// Testing aid (`vpm run|resume --fail-write NAME`): from now on, every atomic write
+/// ([`write_atomic`], [`write_atomic_with`]) of a file called `name` fails as on a full disk
+/// (ENOSPC), after creating its temporary file and before renaming it. Set once per process;
+/// a second call is ignored.
+pub fn fail_writes_of(name: &str) {
+    let _ = FAILING_WRITE.set(name.into());
+}
+
+/// The injected failure of writing `path` ([`fail_writes_of`]), if its name is the one set.
+fn injected_write_failure(path: &Path) -> Option<io::Error> {
+    let failing = FAILING_WRITE.get()?;
+    (path.file_name() == Some(failing.as_os_str()))
+        .then(|| io::Error::from_raw_os_error(libc::ENOSPC))
+}
+
 /// Write a file atomically by streaming into a temporary sibling.
 ///
 /// `fill` receives a buffered writer on the temporary file; after it returns
@@ -264,6 +282,9 @@ where
             .truncate(true)
             .open(&tmp)
             .map_err(|e| OutputError::io("create temporary file", &tmp, e))?;
+        if let Some(e) = injected_write_failure(path) {
+            return Err(OutputError::io("write", &tmp, e));
+        }
         fill_and_sync(file, &tmp, fill)?;
         fs::rename(&tmp, path).map_err(|e| OutputError::Rename {
             from: tmp.clone(),
@@ -366,6 +387,24 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.contains("nope"), "{msg}");
         assert!(list(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn an_injected_write_failure_is_enospc_and_leaves_the_old_file() {
+        // A name no other test writes: the failure is set for the whole test process.
+        const NAME: &str = "injected-failure.test";
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(NAME);
+        write_atomic(&p, b"before").unwrap();
+        fail_writes_of(NAME);
+        let err = write_atomic(&p, b"after").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("No space left on device"), "{msg}");
+        assert!(msg.contains(NAME), "{msg}");
+        assert_eq!(fs::read(&p).unwrap(), b"before");
+        assert_eq!(list(dir.path()), vec![NAME.to_string()]);
+        // Other names are written as ever.
+        write_atomic(&dir.path().join("other"), b"x").unwrap();
     }
 
     #[test]

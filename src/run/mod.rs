@@ -21,16 +21,18 @@ pub mod schedule;
 pub mod simulation;
 
 use crate::config::Case;
-use crate::output::{write_particle_snapshot, ParticleSnapshot, RunLock};
+use crate::output::{
+    write_particle_snapshot, Manifest, ParticleSnapshot, RunLock, CHECKPOINTS_DIR, MANIFEST_FILE,
+};
 use crate::particles::ParticleSet;
 use crate::summation::planner::Recipe;
 use crate::vortex::stepper::ParticleStepper;
 use crate::vortex::VortexSettings;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 pub use plan::{RunDevices, RunPlan};
 use simulation::{ResumeChanges, Run, Simulation};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// How progress is shown.
@@ -52,6 +54,9 @@ pub struct RunOptions {
     /// For tests of kill-and-resume: stop abruptly (no final outputs) after this many steps of
     /// this process, as a killed process would.
     pub abort_after_steps: Option<u64>,
+    /// For tests of a signal at a chosen point: raise SIGINT as the N-th step of this process
+    /// begins (the handlers of [`install_signal_handlers`] must be in place).
+    pub signal_in_step: Option<u64>,
 }
 
 /// How [`simulation::Simulation::run_to_end`] ended without an error.
@@ -110,31 +115,128 @@ impl Prepared {
     /// Plans the run and checks that its memory and its outputs' disk space fit, then locks
     /// `run_dir`.
     pub fn new(case: &Case, run_dir: &Path) -> Result<Prepared> {
-        let plan = RunPlan::checked(case)?;
-        memory::check_disk(case, &plan, run_dir)?;
+        let plan = checked_plan(case, run_dir)?;
         let lock = RunLock::acquire(run_dir, "vpm run")?;
         Ok(Prepared { plan, lock })
     }
 }
 
+/// The case's plan ([`RunPlan::checked`]), with its outputs' disk space checked against
+/// `run_dir`.
+fn checked_plan(case: &Case, run_dir: &Path) -> Result<RunPlan> {
+    let plan = RunPlan::checked(case)?;
+    memory::check_disk(case, &plan, run_dir)?;
+    Ok(plan)
+}
+
 /// Continues a run from its latest checkpoint, with optional changes (a later t_end, another
-/// device). The run directory is locked first.
+/// device); a run stopped before its first checkpoint starts again at t = 0 (and says so). The
+/// run directory is locked first.
 pub fn resume(
     run_dir: &Path,
     options: RunOptions,
     changes: &ResumeChanges,
 ) -> Result<Box<dyn Run>> {
+    let case_file = run_dir.join("case.toml");
+    if !run_dir.exists() {
+        bail!("{}: no such run directory", run_dir.display());
+    }
+    if !run_dir.is_dir() {
+        bail!(
+            "{}: not a directory; `vpm resume` takes a run directory",
+            run_dir.display()
+        );
+    }
+    if !case_file.is_file() {
+        bail!(
+            "{}: not a run directory (it has no case.toml); `vpm run CASE --out {}` starts a run \
+             there",
+            run_dir.display(),
+            run_dir.display()
+        );
+    }
     let lock = RunLock::acquire(run_dir, "vpm resume")?;
-    let case = Case::from_file(&run_dir.join("case.toml"))?;
-    Ok(if case.initial.is_particle_defined() {
-        Box::new(Simulation::<particles::ParticleModel>::resume(
-            case, run_dir, options, changes, lock,
-        )?)
+    let case = Case::from_file(&case_file)?;
+    let restart = !has_checkpoints(run_dir)?;
+    if restart {
+        // A directory vpm started a run in has a manifest from the start on.
+        if !run_dir.join(MANIFEST_FILE).is_file() {
+            bail!(
+                "{}: neither a checkpoint nor {MANIFEST_FILE}: not a run vpm started; `vpm run {} \
+                 --out {} --force` starts one there",
+                run_dir.display(),
+                case_file.display(),
+                run_dir.display()
+            );
+        }
+        let manifest = Manifest::read(run_dir).ok();
+        if let Some(m) = &manifest {
+            m.check_format(run_dir)?;
+        }
+        if manifest.is_some_and(|m| m.status == "finished") {
+            bail!(
+                "{}: the run is finished and has no checkpoint left to continue from \
+                 (checkpoints/ was emptied); `vpm run {} --out NEW_DIR` runs it again",
+                run_dir.display(),
+                case_file.display()
+            );
+        }
+        if options.progress != ProgressStyle::Quiet {
+            crate::say!(
+                "vpm: {} has no checkpoint (the run stopped before its first one); removing its \
+                 partial outputs and starting it again at t = 0",
+                run_dir.display()
+            );
+        }
+    }
+    if case.initial.is_particle_defined() {
+        resume_as::<particles::ParticleModel>(restart, case, run_dir, options, changes, lock)
     } else {
-        Box::new(Simulation::<field::FieldModel>::resume(
+        resume_as::<field::FieldModel>(restart, case, run_dir, options, changes, lock)
+    }
+}
+
+/// [`resume`] of a model: from the latest checkpoint, or (`restart`: there is none) again from
+/// t = 0, the manifest recording a resume from step 0.
+fn resume_as<M: model::Model + 'static>(
+    restart: bool,
+    case: Case,
+    run_dir: &Path,
+    options: RunOptions,
+    changes: &ResumeChanges,
+    lock: RunLock,
+) -> Result<Box<dyn Run>> {
+    if !restart {
+        return Ok(Box::new(Simulation::<M>::resume(
             case, run_dir, options, changes, lock,
-        )?)
-    })
+        )?));
+    }
+    // No checkpoint: the partial outputs go (vpm's entries of the run directory; case.toml
+    // is written again) and the run starts as `vpm run` starts it.
+    let (case, _) = simulation::apply_changes(case, run_dir, changes, 0.0)?;
+    let plan = checked_plan(&case, run_dir)?;
+    crate::output::create_run_dir(&case.name, Some(run_dir), true)
+        .context("removing the partial outputs of the stopped start")?;
+    let mut sim = Simulation::<M>::start(case, run_dir, options, plan, lock)?;
+    sim.record_restart();
+    Ok(Box::new(sim))
+}
+
+/// Whether `run_dir` holds a checkpoint, valid or not: a `ckpt-*` directory in `checkpoints/`,
+/// or one moved aside while being replaced (`.ckpt-<step>.old-<pid>`); the temporary directory
+/// of an unfinished write is none.
+fn has_checkpoints(run_dir: &Path) -> Result<bool> {
+    let dir = run_dir.join(CHECKPOINTS_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
+    };
+    Ok(entries.flatten().any(|e| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        name.starts_with("ckpt-") || (name.starts_with(".ckpt-") && name.contains(".old-"))
+    }))
 }
 
 fn stop_flag() -> &'static Arc<AtomicBool> {
@@ -148,12 +250,73 @@ fn stop_flag() -> &'static Arc<AtomicBool> {
 /// when the copy arrived as a separate signal.
 const SECOND_SIGNAL_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Makes SIGINT and SIGTERM ask the run to stop after the step in progress, with a checkpoint;
-/// a second signal of either kind, [`SECOND_SIGNAL_AFTER`] or more after the first, ends the
-/// process at once (exit status 130).
-pub fn install_signal_handlers() -> Result<()> {
+/// The step the run is computing or writing the outputs of (0 before the first step of this
+/// process), for the acknowledgement of a signal.
+static STEP_IN_PROGRESS: AtomicU64 = AtomicU64::new(0);
+
+/// Records the step the run is now computing ([`STEP_IN_PROGRESS`]).
+pub(crate) fn set_step_in_progress(step: u64) {
+    STEP_IN_PROGRESS.store(step, Ordering::Relaxed);
+}
+
+/// Sends this process SIGINT, as a Ctrl-C would ([`RunOptions::signal_in_step`]).
+pub(crate) fn raise_interrupt() -> Result<()> {
+    signal_hook::low_level::raise(signal_hook::consts::SIGINT).context("raising SIGINT")
+}
+
+/// Writes `parts` to stderr as one write(2), ignoring errors: what a signal handler may do (no
+/// allocation, no lock). At most 256 bytes.
+fn write_stderr_from_handler(parts: &[&[u8]]) {
+    let mut buf = [0u8; 256];
+    let mut len = 0;
+    for part in parts {
+        let n = part.len().min(buf.len() - len);
+        buf[len..len + n].copy_from_slice(&part[..n]);
+        len += n;
+    }
+    // SAFETY: write(2) of `len` initialised bytes of `buf` to fd 2; it is async-signal-safe.
+    let _ = unsafe { libc::write(2, buf.as_ptr().cast(), len) };
+}
+
+/// The decimal digits of `n`, in the tail of `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+/// The acknowledgement of the first signal on stderr: "vpm: finishing step N, then
+/// checkpointing; a second signal 1 s later quits without it" (on a line of its own below a
+/// progress bar: `newline`).
+fn acknowledge_signal(newline: bool) {
+    let step = STEP_IN_PROGRESS.load(Ordering::Relaxed);
+    let mut digits = [0u8; 20];
+    let lead: &[u8] = if newline { b"\n" } else { b"" };
+    let what: [&[u8]; 2] = match step {
+        0 => [b"stopping before the next step", b""],
+        n => [b"finishing step ", decimal(n, &mut digits)],
+    };
+    write_stderr_from_handler(&[
+        lead,
+        b"vpm: ",
+        what[0],
+        what[1],
+        b", then checkpointing; a second signal 1 s later quits without it\n",
+    ]);
+}
+
+/// Makes SIGINT and SIGTERM ask the run to stop after the step in progress, with a checkpoint,
+/// and acknowledge it at once on stderr; a second signal of either kind,
+/// [`SECOND_SIGNAL_AFTER`] or more after the first, ends the process at once (exit status 130).
+/// `progress` is how the run shows its progress (a bar gets the message on a line below it).
+pub fn install_signal_handlers(progress: ProgressStyle) -> Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
-    use std::sync::atomic::AtomicU64;
     use std::time::Instant;
     static BASE: OnceLock<Instant> = OnceLock::new();
     // Nanoseconds after BASE of the first signal, plus one; 0 before any.
@@ -165,17 +328,23 @@ pub fn install_signal_handlers() -> Result<()> {
             // Instant::now (clock_gettime) and atomics are async-signal-safe.
             let now = base.elapsed().as_nanos() as u64 + 1;
             match FIRST.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => flag.store(true, Ordering::SeqCst),
+                Ok(_) => {
+                    flag.store(true, Ordering::SeqCst);
+                    acknowledge_signal(progress == ProgressStyle::Bar);
+                }
                 Err(first) => {
                     if now.saturating_sub(first) >= SECOND_SIGNAL_AFTER.as_nanos() as u64 {
+                        write_stderr_from_handler(&[
+                            b"vpm: a second signal: quitting without a checkpoint\n",
+                        ]);
                         signal_hook::low_level::exit(130);
                     }
                 }
             }
         };
-        // SAFETY: the handler only reads the monotonic clock, updates atomics and calls
-        // `_exit` (signal_hook::low_level::exit), all async-signal-safe; it never allocates or
-        // locks.
+        // SAFETY: the handler only reads the monotonic clock, updates atomics, writes a message
+        // from a stack buffer with write(2) and calls `_exit` (signal_hook::low_level::exit),
+        // all async-signal-safe; it never allocates or locks.
         unsafe { signal_hook::low_level::register(sig, handler) }
             .context("installing the signal handlers")?;
     }

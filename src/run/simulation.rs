@@ -14,6 +14,9 @@
 //!   after checkpointing the last good state.
 //! - SIGINT or SIGTERM: the step in progress finishes, a checkpoint is written and the run stops
 //!   cleanly (`vpm resume` continues it).
+//! - A run is finished when its manifest says so, which it does only once the final outputs
+//!   (final field, plots) are written: a run stopped or failed after its last step (checkpointed
+//!   at t_end) writes them when resumed.
 
 use crate::config::{compare, Case, TimeStep};
 use crate::device::Device;
@@ -264,7 +267,9 @@ impl<M: Model> Simulation<M> {
         }
         let mut manifest =
             Manifest::read(run_dir).unwrap_or_else(|_| Manifest::new(options.threads));
-        let finished = meta.t >= case.time.t_end;
+        // Finished: the manifest says so (written after the final outputs) and the end is not
+        // moved. A run stopped after its last step resumes at t_end and writes what is missing.
+        let complete = manifest.status == "finished" && meta.t >= case.time.t_end;
         let mut sim = Simulation::assemble(case, run_dir, model, options, manifest.clone(), lock);
         sim.t = meta.t;
         sim.step = step;
@@ -282,7 +287,7 @@ impl<M: Model> Simulation<M> {
             write_atomic(&run_dir.join("case.toml"), text.as_bytes())?;
         }
         // A finished run that is not extended stays as it is (manifest included).
-        if !finished {
+        if !complete {
             manifest.record_resume(step, changed_keys);
             manifest.set_status("running");
             manifest.write(run_dir)?;
@@ -291,6 +296,13 @@ impl<M: Model> Simulation<M> {
         sim.record_devices();
         sim.add_time("setup", t0.elapsed().as_secs_f64());
         Ok(sim)
+    }
+
+    /// Records in the manifest that a resume started the run again at t = 0 (it had no
+    /// checkpoint): a resume from step 0.
+    pub(crate) fn record_restart(&mut self) {
+        self.manifest.record_resume(0, Vec::new());
+        self.flush_manifest();
     }
 
     /// A simulation at t = 0 with the case's schedules and no logs yet.
@@ -338,8 +350,10 @@ impl<M: Model> Simulation<M> {
         self.step
     }
 
+    /// Whether the run is finished: its manifest says so, which it does once the final outputs
+    /// are written ([`Simulation::run_to_end`]), not as soon as the clock reaches t_end.
     pub fn is_finished(&self) -> bool {
-        self.t >= self.case.time.t_end
+        self.manifest.status == "finished"
     }
 
     /// The model (for inspection in tests).
@@ -474,6 +488,10 @@ impl<M: Model> Simulation<M> {
                 }
             }
             let (dt, landing) = self.next_dt()?;
+            crate::run::set_step_in_progress(self.step + 1);
+            if Some(steps_here + 1) == self.options.signal_in_step {
+                crate::run::raise_interrupt()?;
+            }
             let ts = Instant::now();
             let stepped = self.model.step(dt);
             self.add_time("time_stepping", ts.elapsed().as_secs_f64());
@@ -733,7 +751,16 @@ impl<M: Model> Simulation<M> {
         }
     }
 
+    /// Writes the manifest with the timings and checks gathered since the last write; a failure
+    /// is logged (the run goes on; the next write may succeed).
     fn flush_manifest(&mut self) {
+        if let Err(e) = self.write_manifest() {
+            tracing::warn!("could not write the manifest: {e}");
+        }
+    }
+
+    /// [`Simulation::flush_manifest`], returning the failure.
+    fn write_manifest(&mut self) -> Result<(), crate::output::OutputError> {
         self.collect_accuracy_checks();
         for (stage, s) in std::mem::take(&mut self.stage_seconds) {
             self.manifest.add_stage_time(stage, s);
@@ -745,16 +772,17 @@ impl<M: Model> Simulation<M> {
             let m = &mut self.manifest.peak_device_memory_bytes;
             *m = Some(m.unwrap_or(0).max(p));
         }
-        if let Err(e) = self.manifest.write(&self.run_dir) {
-            tracing::warn!("could not write the manifest: {e}");
-        }
+        self.manifest.write(&self.run_dir)
     }
 
-    /// Final outputs, manifest and plots.
+    /// Final outputs and plots, then the manifest's status `finished`, in that order: a failure
+    /// (or a kill) on the way leaves the run unfinished, its status `failed: …` (or `running`),
+    /// and `vpm resume` writes them again from the checkpoint at t_end.
     fn finish(&mut self) -> Result<()> {
         let tf = Instant::now();
-        self.model.write_final(&self.run_dir)?;
+        let written = self.model.write_final(&self.run_dir);
         self.add_time("final_field", tf.elapsed().as_secs_f64());
+        self.unfinished_if_failed(written, "writing the final field")?;
         let tp = Instant::now();
         // The fields' pictures were drawn as the fields were written (`vpm plot` redraws them).
         let plots = postprocess::plot_run_with(
@@ -766,16 +794,32 @@ impl<M: Model> Simulation<M> {
             },
         );
         self.add_time("plots", tp.elapsed().as_secs_f64());
+        self.unfinished_if_failed(plots.map(drop), "drawing the plots")?;
         self.manifest.set_status("finished");
+        let written = self.write_manifest().map_err(anyhow::Error::from);
+        self.unfinished_if_failed(written, "writing the manifest")
+    }
+
+    /// A failure of the final outputs (`what`): the manifest says `failed: …` with the way out
+    /// (`vpm resume`, which writes them again), and the error says the same.
+    fn unfinished_if_failed(&mut self, r: Result<()>, what: &str) -> Result<()> {
+        let Err(e) = r else { return Ok(()) };
+        let msg = format!(
+            "{what} at the end of the run (t = {}, step {}): {e:#}. Every step is done and \
+             checkpointed; `vpm resume {}` writes the final outputs once this is fixed.",
+            self.t,
+            self.step,
+            self.run_dir.display()
+        );
+        self.manifest.set_status(format!("failed: {msg}"));
         self.flush_manifest();
-        plots.context("drawing the plots")?;
-        Ok(())
+        Err(anyhow::anyhow!(msg))
     }
 }
 
 /// The case of a resumed run with `changes` applied and validated, and its new TOML text when
 /// it changed (the caller writes it to case.toml once the resume is set up).
-fn apply_changes(
+pub(crate) fn apply_changes(
     mut case: Case,
     run_dir: &Path,
     changes: &ResumeChanges,
@@ -789,6 +833,11 @@ fn apply_changes(
             bail!("--t-end {t_end}: must be later than the time of the latest checkpoint, t = {t}");
         }
         case.time.t_end = t_end;
+        // The new end is a spectrum time (as t_end is by default), and times after it go.
+        let o = &mut case.output;
+        o.spectra_times.retain(|&ts| ts < t_end);
+        o.spectra_times.push(t_end);
+        o.fields_times.retain(|&tf| tf <= t_end);
     }
     if let Some(d) = changes.device {
         case.set_device(d);
@@ -986,28 +1035,36 @@ mod tests {
         }
     }
 
-    /// Runs the cue model to t = 1 in steps of 0.1, checkpoints every 5 steps; returns the
-    /// error and the run directory.
-    fn run_until_it_fails(description: &str) -> (String, tempfile::TempDir) {
+    /// The cue model's case: to t = 1 in steps of 0.1, a checkpoint every 5 steps.
+    fn cue_case(description: &str) -> Case {
         let text = format!(
             "description = \"{description}\"\n[flow]\nnu = 0.0\n[initial]\nkind = \
              \"vortex-ring\"\nradius = 1.0\ncirculation = 1.0\ncore = 0.1\n[time]\nt_end = 1.0\n\
              dt = 0.1\n[output]\nevery_steps = 1\n[checkpoint]\nevery_steps = 5\n[vortex]\n\
              n = 104\nevaluator = \"fmm\"\n"
         );
-        let case = Case::from_toml_str(&text, "cue.toml").unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let options = RunOptions {
+        Case::from_toml_str(&text, "cue.toml").unwrap()
+    }
+
+    fn quiet() -> RunOptions {
+        RunOptions {
             threads: 1,
             progress: ProgressStyle::Quiet,
             abort_after_steps: None,
-        };
+            signal_in_step: None,
+        }
+    }
+
+    /// Runs the cue model ([`cue_case`]); returns the error and the run directory.
+    fn run_until_it_fails(description: &str) -> (String, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
         let plan = RunPlan::without_solvers(RunDevices {
             spectral: None,
             vortex: None,
         });
         let lock = crate::output::RunLock::acquire(dir.path(), "test").unwrap();
-        let e = match Simulation::<Cue>::start(case, dir.path(), options, plan, lock) {
+        let case = cue_case(description);
+        let e = match Simulation::<Cue>::start(case, dir.path(), quiet(), plan, lock) {
             Ok(mut sim) => sim.run_to_end().unwrap_err(),
             Err(e) => e,
         };
@@ -1051,5 +1108,37 @@ mod tests {
             .unwrap()
             .status
             .starts_with("failed: "));
+    }
+
+    #[test]
+    fn a_run_is_finished_only_when_its_manifest_says_so() {
+        // The cue model writes no CSV, so its plots fail at the end: every step is done and
+        // checkpointed at t_end, yet the run is not finished.
+        let (e, dir) = run_until_it_fails("");
+        assert!(
+            e.contains("drawing the plots at the end of the run (t = 1, step 10)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("writes the final outputs once this is fixed"),
+            "{e}"
+        );
+        let m = Manifest::read(dir.path()).unwrap();
+        assert!(
+            m.status.starts_with("failed: drawing the plots"),
+            "{}",
+            m.status
+        );
+        assert_eq!(latest_checkpoint(dir.path()), Some(10));
+        // Resumed at t_end: not finished; the manifest is running again, the resume recorded.
+        let lock = crate::output::RunLock::acquire(dir.path(), "test").unwrap();
+        let changes = ResumeChanges::default();
+        let sim =
+            Simulation::<Cue>::resume(cue_case(""), dir.path(), quiet(), &changes, lock).unwrap();
+        assert_eq!((sim.time(), sim.step_count()), (1.0, 10));
+        assert!(!sim.is_finished());
+        let m = Manifest::read(dir.path()).unwrap();
+        assert_eq!(m.status, "running");
+        assert_eq!(m.resumes.len(), 1);
     }
 }
