@@ -94,7 +94,7 @@ impl FieldModel {
             .with_context(|| format!("case `{}`: [spectral]", case.name))?;
         let vortex = match (&case.vortex, particles, &plan.evaluator) {
             (Some(vc), Some((p, initial_solve)), Some(recipe)) => {
-                let solver = crate::run::particle_stepper(case, recipe, p, true)?;
+                let solver = crate::run::particle_solver::particle_stepper(case, recipe, p, true)?;
                 Some(VortexSide {
                     solver,
                     sigma0: vc.sigma0(),
@@ -224,7 +224,7 @@ impl Model for FieldModel {
                 FieldsWriter {
                     stride: case.output.fields_stride,
                     precision: case.output.fields_precision,
-                    plot: crate::run::plot_options(case),
+                    plot: crate::run::options::plot_options(case),
                     title: case.name.clone(),
                 },
             ),
@@ -298,7 +298,7 @@ impl Model for FieldModel {
             meta: serde_json::json!({}),
         };
         if let Some(v) = &mut self.vortex {
-            crate::run::save_vortex(v.solver.as_mut(), &mut state)?;
+            crate::run::particle_solver::save_vortex(v.solver.as_mut(), &mut state)?;
             // The RBF solve the energy rows report (the last one, or the initial one before the
             // first reinitialisation), so that a resumed run writes the same rows.
             state.meta["rbf_report"] =
@@ -332,7 +332,7 @@ impl Model for FieldModel {
         }
         self.spectral.restore_velocity_modes(modes)?;
         if let Some(v) = &mut self.vortex {
-            crate::run::restore_vortex(v.solver.as_mut(), state)?;
+            crate::run::particle_solver::restore_vortex(v.solver.as_mut(), state)?;
             // Checkpoints written before the report was saved have none (the rows then read
             // nan until the next reinitialisation).
             v.initial_solve = match state.meta.get("rbf_report") {

@@ -14,69 +14,24 @@ pub mod callbacks;
 pub mod field;
 pub mod memory;
 pub mod model;
+pub mod options;
+pub mod particle_solver;
 pub mod particles;
 pub mod plan;
 pub mod progress;
 pub mod schedule;
+pub mod signals;
 pub mod simulation;
 
 use crate::config::Case;
-use crate::output::{
-    write_particle_snapshot, Manifest, ParticleSnapshot, RunLock, CHECKPOINTS_DIR, MANIFEST_FILE,
-};
-use crate::particles::ParticleSet;
-use crate::summation::planner::Recipe;
-use crate::vortex::stepper::ParticleStepper;
-use crate::vortex::VortexSettings;
+use crate::output::{Manifest, RunLock, CHECKPOINTS_DIR, MANIFEST_FILE};
 use anyhow::{bail, Context, Result};
+pub use options::{plot_options, ProgressStyle, RunEnd, RunOptions};
+pub use particle_solver::particle_stepper;
 pub use plan::{RunDevices, RunPlan};
+pub use signals::install_signal_handlers;
 use simulation::{ResumeChanges, Run, Simulation};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-
-/// How progress is shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProgressStyle {
-    /// An indicatif bar (for a terminal).
-    Bar,
-    /// Plain progress lines (for logs and pipes).
-    Lines,
-    /// Nothing.
-    Quiet,
-}
-
-/// Options of a run that are not part of the case.
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    pub threads: usize,
-    pub progress: ProgressStyle,
-    /// For tests of kill-and-resume: stop abruptly (no final outputs) after this many steps of
-    /// this process, as a killed process would.
-    pub abort_after_steps: Option<u64>,
-    /// For tests of a signal at a chosen point: raise SIGINT as the N-th step of this process
-    /// begins (the handlers of [`install_signal_handlers`] must be in place).
-    pub signal_in_step: Option<u64>,
-}
-
-/// How [`simulation::Simulation::run_to_end`] ended without an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunEnd {
-    /// t_end reached; final outputs and plots written.
-    Finished,
-    /// SIGINT or SIGTERM: stopped after a checkpoint (`vpm resume` continues).
-    Interrupted,
-    /// Stopped by `abort_after_steps` (tests only).
-    Aborted,
-}
-
-/// The settings of a case's pictures (the structures' isosurface level).
-pub fn plot_options(case: &Case) -> postprocess::PlotOptions {
-    postprocess::PlotOptions {
-        q_level: case.output.structures_level,
-        ..Default::default()
-    }
-}
 
 /// Starts the run the case calls for (field- or particle-defined) in an existing, empty run
 /// directory, after checking that its memory fits. `lock` is the run directory's lock when the
@@ -237,216 +192,4 @@ fn has_checkpoints(run_dir: &Path) -> Result<bool> {
         let name = name.to_string_lossy();
         name.starts_with("ckpt-") || (name.starts_with(".ckpt-") && name.contains(".old-"))
     }))
-}
-
-fn stop_flag() -> &'static Arc<AtomicBool> {
-    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
-    FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
-}
-
-/// How long after the first signal a second one ends the process at once. Shorter gaps are one
-/// request delivered twice: coreutils `timeout` (without `--foreground`) sends its signal to the
-/// child and then to its whole process group, and a run stopped that way lost its checkpoint
-/// when the copy arrived as a separate signal.
-const SECOND_SIGNAL_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// The step the run is computing or writing the outputs of (0 before the first step of this
-/// process), for the acknowledgement of a signal.
-static STEP_IN_PROGRESS: AtomicU64 = AtomicU64::new(0);
-
-/// Records the step the run is now computing ([`STEP_IN_PROGRESS`]).
-pub(crate) fn set_step_in_progress(step: u64) {
-    STEP_IN_PROGRESS.store(step, Ordering::Relaxed);
-}
-
-/// Sends this process SIGINT, as a Ctrl-C would ([`RunOptions::signal_in_step`]).
-pub(crate) fn raise_interrupt() -> Result<()> {
-    signal_hook::low_level::raise(signal_hook::consts::SIGINT).context("raising SIGINT")
-}
-
-/// Writes `parts` to stderr as one write(2), ignoring errors: what a signal handler may do (no
-/// allocation, no lock). At most 256 bytes.
-fn write_stderr_from_handler(parts: &[&[u8]]) {
-    let mut buf = [0u8; 256];
-    let mut len = 0;
-    for part in parts {
-        let n = part.len().min(buf.len() - len);
-        buf[len..len + n].copy_from_slice(&part[..n]);
-        len += n;
-    }
-    // SAFETY: write(2) of `len` initialised bytes of `buf` to fd 2; it is async-signal-safe.
-    let _ = unsafe { libc::write(2, buf.as_ptr().cast(), len) };
-}
-
-/// The decimal digits of `n`, in the tail of `buf`.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
-    }
-}
-
-/// The acknowledgement of the first signal on stderr: "vpm: finishing step N, then
-/// checkpointing; a second signal 1 s later quits without it" (on a line of its own below a
-/// progress bar: `newline`).
-fn acknowledge_signal(newline: bool) {
-    let step = STEP_IN_PROGRESS.load(Ordering::Relaxed);
-    let mut digits = [0u8; 20];
-    let lead: &[u8] = if newline { b"\n" } else { b"" };
-    let what: [&[u8]; 2] = match step {
-        0 => [b"stopping before the next step", b""],
-        n => [b"finishing step ", decimal(n, &mut digits)],
-    };
-    write_stderr_from_handler(&[
-        lead,
-        b"vpm: ",
-        what[0],
-        what[1],
-        b", then checkpointing; a second signal 1 s later quits without it\n",
-    ]);
-}
-
-/// Makes SIGINT and SIGTERM ask the run to stop after the step in progress, with a checkpoint,
-/// and acknowledge it at once on stderr; a second signal of either kind,
-/// [`SECOND_SIGNAL_AFTER`] or more after the first, ends the process at once (exit status 130).
-/// `progress` is how the run shows its progress (a bar gets the message on a line below it).
-pub fn install_signal_handlers(progress: ProgressStyle) -> Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    use std::time::Instant;
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    // Nanoseconds after BASE of the first signal, plus one; 0 before any.
-    static FIRST: AtomicU64 = AtomicU64::new(0);
-    let base = *BASE.get_or_init(Instant::now);
-    for sig in [SIGINT, SIGTERM] {
-        let flag = Arc::clone(stop_flag());
-        let handler = move || {
-            // Instant::now (clock_gettime) and atomics are async-signal-safe.
-            let now = base.elapsed().as_nanos() as u64 + 1;
-            match FIRST.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => {
-                    flag.store(true, Ordering::SeqCst);
-                    acknowledge_signal(progress == ProgressStyle::Bar);
-                }
-                Err(first) => {
-                    if now.saturating_sub(first) >= SECOND_SIGNAL_AFTER.as_nanos() as u64 {
-                        write_stderr_from_handler(&[
-                            b"vpm: a second signal: quitting without a checkpoint\n",
-                        ]);
-                        signal_hook::low_level::exit(130);
-                    }
-                }
-            }
-        };
-        // SAFETY: the handler only reads the monotonic clock, updates atomics, writes a message
-        // from a stack buffer with write(2) and calls `_exit` (signal_hook::low_level::exit),
-        // all async-signal-safe; it never allocates or locks.
-        unsafe { signal_hook::low_level::register(sig, handler) }
-            .context("installing the signal handlers")?;
-    }
-    Ok(())
-}
-
-/// Whether a stop was asked for by a signal.
-pub fn interrupted() -> bool {
-    stop_flag().load(Ordering::Relaxed)
-}
-
-/// The particle stepper of a case around `particles`, with the evaluator of the run's `recipe`
-/// (built here, on its device). `zero_total_strength`: keep Σα = 0 at reinitialisation (a
-/// periodic field; not a single tube or ring, which carries its own circulation).
-pub fn particle_stepper(
-    case: &Case,
-    recipe: &Recipe,
-    particles: ParticleSet,
-    zero_total_strength: bool,
-) -> Result<Box<dyn ParticleStepper>> {
-    let vc = case
-        .vortex
-        .as_ref()
-        .with_context(|| format!("case `{}`: needs a [vortex] section", case.name))?;
-    let device = recipe.device();
-    let evaluator = recipe
-        .build()
-        .with_context(|| plan::evaluator_context(case, device))?;
-    let settings = VortexSettings {
-        nu: case.flow.nu,
-        scheme: vc.stretching,
-        reinit_every: vc.reinit_every,
-        lattice_n: vc.n,
-        sigma0: vc.sigma0(),
-        rbf: vc.rbf,
-        conditioning: vc.conditioning,
-        zero_total_strength,
-    };
-    let stepper = crate::vortex::planner::plan(particles, evaluator, settings, device)
-        .with_context(|| format!("case `{}`: [vortex]", case.name))?;
-    tracing::info!("vortex stepper: {}", stepper.describe());
-    Ok(stepper)
-}
-
-/// Adds the particle solver's exact state to a checkpoint: its arrays, and its AB2 clock as
-/// `vortex_clock` in the model's meta.
-pub(crate) fn save_vortex(
-    solver: &mut dyn ParticleStepper,
-    state: &mut model::ModelState,
-) -> Result<()> {
-    let (arrays, clock) = solver.state_arrays()?;
-    for (name, shape, data) in arrays {
-        state.arrays.push(name, shape, data);
-    }
-    state.meta["vortex_clock"] = serde_json::to_value(clock)?;
-    Ok(())
-}
-
-/// Restores the particle solver from a checkpoint written by [`save_vortex`].
-pub(crate) fn restore_vortex(
-    solver: &mut dyn ParticleStepper,
-    state: &model::ModelState,
-) -> Result<()> {
-    let clock: crate::vortex::VortexClock = serde_json::from_value(
-        state
-            .meta
-            .get("vortex_clock")
-            .cloned()
-            .context("checkpoint meta.json lacks `vortex_clock`")?,
-    )
-    .context("checkpoint meta.json: `vortex_clock`")?;
-    solver
-        .restore_state(
-            &|name: &str| state.arrays.get(name).map(|(_, d)| d.to_vec()),
-            clock,
-        )
-        .map_err(anyhow::Error::msg)
-}
-
-/// Writes `snapshots/particles-<step>.npz/.vtp` (and the .pvd index) for `solver` at (t, step):
-/// the particles with the instantaneous f64 velocity and stretching at that state (not the AB2
-/// combination; the step that follows reuses them).
-pub(crate) fn write_vortex_snapshot(
-    run_dir: &Path,
-    solver: &mut dyn ParticleStepper,
-    t: f64,
-    step: u64,
-) -> Result<()> {
-    let (u, dadt) = solver.derivatives()?;
-    let p = solver.particles()?;
-    write_particle_snapshot(
-        run_dir,
-        &ParticleSnapshot {
-            t,
-            step,
-            x: &p.x,
-            alpha: &p.alpha,
-            sigma: &p.sigma,
-            id: &p.id,
-            velocity: &u,
-            dalpha_dt: &dadt,
-        },
-    )?;
-    Ok(())
 }

@@ -163,7 +163,12 @@ impl ParticleModel {
         let flow = flow_of(case)?;
         // A single tube or ring carries its own circulation: no Σα = 0 enforcement (free-space
         // rings are never reinitialised anyway).
-        let solver = crate::run::particle_stepper(case, plan.evaluator(case)?, particles, false)?;
+        let solver = crate::run::particle_solver::particle_stepper(
+            case,
+            plan.evaluator(case)?,
+            particles,
+            false,
+        )?;
         Ok(ParticleModel {
             flow,
             solver,
@@ -230,12 +235,12 @@ impl Model for ParticleModel {
             arrays: CheckpointArrays::new(),
             meta: serde_json::json!({}),
         };
-        crate::run::save_vortex(self.solver.as_mut(), &mut state)?;
+        crate::run::particle_solver::save_vortex(self.solver.as_mut(), &mut state)?;
         Ok(state)
     }
 
     fn restore(&mut self, state: &ModelState) -> Result<()> {
-        crate::run::restore_vortex(self.solver.as_mut(), state)
+        crate::run::particle_solver::restore_vortex(self.solver.as_mut(), state)
     }
 
     fn take_timings(&mut self) -> Vec<(&'static str, f64)> {

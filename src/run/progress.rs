@@ -5,7 +5,7 @@
 //! hidden once stderr is known to be broken.
 
 use crate::console::{Short, Stream};
-use crate::run::ProgressStyle;
+use crate::run::options::ProgressStyle;
 use std::time::Instant;
 
 /// Progress display: a bar on a terminal, plain lines otherwise.

@@ -28,9 +28,10 @@ use crate::run::callbacks::{CallContext, LogSpec, Logs, ScheduledCallback};
 use crate::run::model::{
     is_accuracy_check_failure, Model, ModelState, StepFailure, ACCURACY_CHECK_ADVICE,
 };
+use crate::run::options::{RunEnd, RunOptions};
 use crate::run::progress::Progress;
 use crate::run::schedule::{Schedule, Scheduled};
-use crate::run::{interrupted, RunEnd, RunOptions};
+use crate::run::signals::interrupted;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -488,9 +489,9 @@ impl<M: Model> Simulation<M> {
                 }
             }
             let (dt, landing) = self.next_dt()?;
-            crate::run::set_step_in_progress(self.step + 1);
+            crate::run::signals::set_step_in_progress(self.step + 1);
             if Some(steps_here + 1) == self.options.signal_in_step {
-                crate::run::raise_interrupt()?;
+                crate::run::signals::raise_interrupt()?;
             }
             let ts = Instant::now();
             let stepped = self.model.step(dt);
@@ -584,7 +585,12 @@ impl<M: Model> Simulation<M> {
                 s.advance_past(t);
                 let ts = Instant::now();
                 if let Some(solver) = self.model.particles() {
-                    crate::run::write_vortex_snapshot(&self.run_dir, solver, t, step)?;
+                    crate::run::particle_solver::write_vortex_snapshot(
+                        &self.run_dir,
+                        solver,
+                        t,
+                        step,
+                    )?;
                 }
                 self.add_time(SNAPSHOTS, ts.elapsed().as_secs_f64());
             }
@@ -790,7 +796,7 @@ impl<M: Model> Simulation<M> {
             &self.case.name,
             &postprocess::PlotOptions {
                 field_pictures: false,
-                ..crate::run::plot_options(&self.case)
+                ..crate::run::options::plot_options(&self.case)
             },
         );
         self.add_time("plots", tp.elapsed().as_secs_f64());
@@ -901,7 +907,7 @@ fn check_case(
 /// Tells the user `msg` on stderr (`vpm: …`) unless the run is quiet, and logs it.
 fn say(options: &RunOptions, msg: &str) {
     tracing::debug!("{msg}");
-    if options.progress != crate::run::ProgressStyle::Quiet {
+    if options.progress != crate::run::options::ProgressStyle::Quiet {
         crate::say!("vpm: {msg}");
     }
 }
@@ -952,8 +958,8 @@ mod tests {
     //! real FMM cannot be made to miss its accuracy without tampering with it).
     use super::*;
     use crate::run::callbacks::Callback;
+    use crate::run::options::ProgressStyle;
     use crate::run::plan::{RunDevices, RunPlan};
-    use crate::run::ProgressStyle;
     use crate::summation::SummationError;
 
     /// Fails its step (`fail-step K`) or its output (`fail-output K`) at step K, as the case's
