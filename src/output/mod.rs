@@ -37,7 +37,7 @@ pub use csv::CsvLog;
 pub use fields::{fields_disk_bytes, write_fields, FieldPrecision, FieldsFrame, FIELD_X};
 pub use lock::{LockHolder, RunLock, LOCK_FILE};
 pub use manifest::{cpu_model, CflSteps, Manifest, ResumeRecord, MANIFEST_FILE};
-pub use npz::{read_velocity_npz, write_velocity_npz, VelocityField};
+pub use npz::{read_field_time, read_velocity_npz, write_velocity_npz, FieldTime, VelocityField};
 pub use run_dir::{create_locked_run_dir, create_run_dir, VPM_OUTPUTS};
 pub use snapshot::{
     read_particle_snapshot, write_particle_snapshot, OwnedParticleSnapshot, ParticleSnapshot,

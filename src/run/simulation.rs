@@ -729,7 +729,11 @@ impl<M: Model> Simulation<M> {
     /// Final outputs, manifest and plots.
     fn finish(&mut self) -> Result<()> {
         let tf = Instant::now();
-        self.model.write_final(&self.run_dir)?;
+        let time = crate::output::FieldTime {
+            t: self.t,
+            step: self.step,
+        };
+        self.model.write_final(&self.run_dir, time)?;
         self.add_time("final_field", tf.elapsed().as_secs_f64());
         let tp = Instant::now();
         // The fields' pictures were drawn as the fields were written (`vpm plot` redraws them).
@@ -895,7 +899,7 @@ mod tests {
         fn particles(&mut self) -> Option<&mut dyn crate::vortex::stepper::ParticleStepper> {
             None
         }
-        fn write_final(&mut self, _: &Path) -> Result<()> {
+        fn write_final(&mut self, _: &Path, _: crate::output::FieldTime) -> Result<()> {
             Ok(())
         }
         fn devices(&self) -> Vec<(&'static str, Device)> {
