@@ -4,8 +4,16 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 /// Vortex particle method for turbulence, checked against a pseudo-spectral solver.
+///
+/// `vpm --version` prints the package version and the commit built (`VPM_VERSION`, set by
+/// build.rs), e.g. `vpm 0.1.0 (commit c1eb1a3f0e2d)`.
 #[derive(Debug, Parser)]
-#[command(name = "vpm", version, about, propagate_version = true)]
+#[command(
+    name = "vpm",
+    version = env!("VPM_VERSION"),
+    about,
+    propagate_version = true
+)]
 pub struct Cli {
     /// Print only errors (no progress, no summary).
     #[arg(short, long, global = true, conflicts_with = "verbose")]

@@ -299,7 +299,7 @@ pub fn velocity<T: Real>(r: [T; 3], alpha_q: [T; 3], sigma_q: T) -> [T; 3] {
 
 /// Velocity gradient at x due to particle q (docs/physics.md §2), indexed `[i][j]` = ∂u_i/∂x_j:
 /// ∂u_i/∂x_j = (1/4π)[K ε_ikj α_qk + (K'/r) r_j (α_q × r)_i], K = G3/σ_q³, K'/r = −G5/σ_q⁵.
-/// Finite at r = 0: (1/4π) G3(0)/σ_q³ [α_q]_× (the cross-product matrix of α_q).
+/// Finite at r = 0: (1/4π) G3(0)/σ_q³ `[α_q]_×` (the cross-product matrix of α_q).
 #[inline]
 pub fn velocity_gradient<T: Real>(r: [T; 3], alpha_q: [T; 3], sigma_q: T) -> [[T; 3]; 3] {
     let (k, l, c) = pair_terms(r, alpha_q, sigma_q);

@@ -148,3 +148,25 @@ fn gpu_fmm_device_form_matches_host_form() {
         assert!(ev == 0.0 && ex == 0.0, "{extra:?}: {ev:e} {ex:e}");
     }
 }
+
+/// Without a GPU, this binary's skipping tests, run by a plain harness (output captured), still
+/// show the reason on the standard error, once.
+#[test]
+fn skip_reason_shows_once_under_a_capturing_harness() {
+    if vpm::cuda::availability().is_ok() {
+        return; // the GPU tests run here
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["gpu_fmm_", "--test-threads", "2"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("GPU tests skipped, no usable GPU"))
+        .collect();
+    assert_eq!(lines.len(), 1, "stderr:\n{stderr}");
+    assert!(lines[0].starts_with("gpu_fmm: "), "{}", lines[0]);
+}

@@ -371,7 +371,7 @@ fn leapfrog_cases_resolve() {
             rings[1].z - rings[0].z == rings[0].radius,
             "{name}: {rings:?}"
         );
-        let n = vpm::run::memory::particle_count(&case).unwrap();
+        let n = vpm::run::RunPlan::new(&case).unwrap().particle_count;
         assert!((lo..=hi).contains(&n), "{name}: {n} particles");
     }
 }

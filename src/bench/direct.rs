@@ -30,9 +30,13 @@ pub fn bench_direct(
     json: Option<&Path>,
 ) -> Result<Vec<DirectBenchRow>> {
     cpu_banner("vpm bench direct (CPU, f64)", repeats);
-    println!(
+    crate::out!(
         "{:>9} {:>12} {:>16} {:>12} {:>18}",
-        "N", "s velocity", "pairs/s velocity", "s vel+str", "pairs/s vel+str"
+        "N",
+        "s velocity",
+        "pairs/s velocity",
+        "s vel+str",
+        "pairs/s vel+str"
     );
     let mut rows = Vec::new();
     for &n in sizes {
@@ -47,7 +51,7 @@ pub fn bench_direct(
             interactions_per_second_velocity_stretching: pairs / ts,
             repeats,
         };
-        println!(
+        crate::out!(
             "{:>9} {:>12.4} {:>16.3e} {:>12.4} {:>18.3e}",
             n,
             tv,

@@ -76,9 +76,13 @@ fn bench_ewald_cpu(
         &format!("vpm bench ewald (CPU, f64, accuracy {accuracy:e})"),
         repeats,
     );
-    println!(
+    crate::out!(
         "{:>10} {:>12} {:>16} {:>12} {:>18}",
-        "particles", "s velocity", "particles/s vel", "s vel+str", "particles/s vel+str"
+        "particles",
+        "s velocity",
+        "particles/s vel",
+        "s vel+str",
+        "particles/s vel+str"
     );
     let mut rows = Vec::new();
     for &n in lattice {
@@ -96,7 +100,7 @@ fn bench_ewald_cpu(
             parameters: ew.parameters().map_or(String::new(), |p| p.to_string()),
             repeats,
         };
-        println!(
+        crate::out!(
             "{:>10} {:>12.4} {:>16.3e} {:>12.4} {:>18.3e}",
             row.particles,
             tv,
@@ -152,12 +156,12 @@ fn bench_ewald_gpu(
 ) -> Result<Vec<EwaldGpuBenchRow>> {
     let mut ew = CudaEwald::new(gpu.clone(), accuracy)?;
     let info = ew.device().gpu().info().clone();
-    println!(
+    crate::out!(
         "vpm bench ewald (GPU, f32, accuracy {accuracy:e}): {info}; CUDA events, median of \
          {repeats} after warm-up; accuracy vs CPU f64 on {sample} particles ({} CPU threads)",
         rayon::current_num_threads()
     );
-    println!(
+    crate::out!(
         "{:>10} {:>5} {:>3} {:>9} {:>14} {:>9} {:>16} {:>10} {:>10}",
         "particles",
         "M",
@@ -230,7 +234,7 @@ fn bench_ewald_gpu(
             parameters: params,
             repeats,
         };
-        println!(
+        crate::out!(
             "{:>10} {:>5} {:>3} {:>9.2} {:>14.3e} {:>9.2} {:>16.3e} {:>10} {:>10}",
             row.particles,
             grid,
@@ -242,7 +246,7 @@ fn bench_ewald_gpu(
             fmt_error(ev),
             fmt_error(es)
         );
-        println!(
+        crate::out!(
             "           v+s phases (ms): upload {:.2}, sort+spread {:.2}, FFTs {:.2}, gather {:.2}, \
              real space {:.2}, download {:.2}; wall {:.1} ms (vel {:.1} ms); {}",
             phases.upload_ms,

@@ -67,7 +67,7 @@ pub fn bench_kernel(
     for &c in &configs {
         engines.push(AllPairs::<f32>::new(gpu.clone(), c)?);
     }
-    println!(
+    crate::out!(
         "vpm bench kernel (GPU all-pairs, f32): {info}; CUDA events, median of {repeats} after \
          warm-up; accuracy vs CPU f64 on {sample} targets ({} CPU threads)",
         rayon::current_num_threads()
@@ -76,7 +76,7 @@ pub fn bench_kernel(
     for e in &engines {
         let r = e.resources()?;
         for k in &r {
-            println!(
+            crate::out!(
                 "  {} {}: {} registers, {} B local (spills/stack), {} B shared, {} blocks/SM",
                 e.config(),
                 k.kernel,
@@ -97,9 +97,9 @@ pub fn bench_kernel(
                 format!("{name}\n{:?}\n{}", m.options, m.log),
             )?;
         }
-        println!("wrote cubins and NVRTC logs to {}", dir.display());
+        crate::out!("wrote cubins and NVRTC logs to {}", dir.display());
     }
-    println!(
+    crate::out!(
         "{:>9} {:>28} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10}",
         "N",
         "config",
@@ -166,7 +166,7 @@ pub fn bench_kernel(
                 accuracy_sample: ns,
                 repeats,
             };
-            println!(
+            crate::out!(
                 "{:>9} {:>28} {:>10.3} {:>10.1} {:>10.3} {:>10.1} {:>9.1} {:>10} {:>10}",
                 n,
                 row.config,

@@ -1,7 +1,7 @@
-//! Benchmarks (`vpm bench …`): wall-clock medians after warm-up, on fresh random inputs, with the
-//! hardware stated. Each prints a table and can write JSON. One module per subcommand; the
-//! inputs are the seeded fixtures of [`crate::summation::verify`] and accuracy checks use its
-//! error measures.
+//! Benchmarks (`vpm bench …`): medians after warm-up (wall clock, or CUDA events around the GPU
+//! launches where a benchmark says so), with the hardware stated. Each prints a table and can
+//! write JSON. One module per subcommand; the evaluators' inputs are the seeded fixtures of
+//! [`crate::summation::verify`] and accuracy checks use its error measures.
 
 pub mod direct;
 pub mod ewald;
@@ -46,7 +46,7 @@ pub(crate) fn median_seconds<E>(
 pub(crate) fn cpu_banner(title: &str, repeats: usize) {
     let cpu = cpu_model();
     let threads = rayon::current_num_threads();
-    println!("{title}: {cpu}, {threads} threads, median of {repeats} after warm-up");
+    crate::out!("{title}: {cpu}, {threads} threads, median of {repeats} after warm-up");
 }
 
 /// Median seconds (of `repeats`, after a warm-up) of one velocity evaluation of `ev` on the
@@ -88,7 +88,7 @@ pub(crate) fn finish_report<R: Serialize>(
         all.extend(extra);
     }
     write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
-    println!("wrote {}", path.display());
+    crate::out!("wrote {}", path.display());
     Ok(rows)
 }
 

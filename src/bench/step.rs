@@ -25,7 +25,8 @@ use crate::summation::ewald::EwaldPeriodic;
 use crate::summation::verify;
 use crate::summation::{planner, Boundary, Evaluation, EvaluatorKind, Extra, Sources, Summation};
 use crate::vortex::field::{grid_kmax, particles_from_modes};
-use crate::vortex::stepper::{plan, ParticleStepper};
+use crate::vortex::planner::plan;
+use crate::vortex::stepper::ParticleStepper;
 use crate::vortex::{RbfSolver, VortexSettings};
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -133,7 +134,7 @@ pub fn bench_step(
     o: &StepBenchOptions,
     json: Option<&Path>,
 ) -> Result<Vec<StepBenchRow>> {
-    println!(
+    crate::out!(
         "vpm bench step: {} on {}; {} evaluator, accuracy {:e}; {} timed steps after {} warm-up, \
          reinitialisation every {}; wall clock, steps synchronised; accuracy vs CPU f64 Ewald on \
          {} particles ({} CPU threads)",
@@ -151,7 +152,7 @@ pub fn bench_step(
         o.sample,
         rayon::current_num_threads()
     );
-    println!(
+    crate::out!(
         "{:>5} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>8} {:>8} {:>10} {:>8} {:>9} {:>9}",
         "n",
         "particles",
@@ -172,7 +173,7 @@ pub fn bench_step(
         for &overlap in &o.overlaps {
             let row = bench_one(device, n, overlap, o)
                 .with_context(|| format!("n = {n}, overlap {overlap}"))?;
-            println!(
+            crate::out!(
                 "{:>5} {:>9} {:>7} {:>9.2} {:>9.2} {:>10.2} {:>9.2} {:>8.2} {:>8.2} {:>10} {:>8} {:>9} {:>9}",
                 n,
                 row.particles,
@@ -189,7 +190,7 @@ pub fn bench_step(
                 fmt_error(row.rel_l2_velocity),
                 fmt_error(row.rel_l2_stretching)
             );
-            println!(
+            crate::out!(
                 "      reinit: vorticity {:.2} ms, solve {:.2} ms; output {:.0} B; {}",
                 row.ms_reinit_vorticity,
                 row.ms_reinit_solve,

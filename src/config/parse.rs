@@ -13,6 +13,7 @@ use super::{
     EvaluatorKind, FieldPrecision, Flow, InitialCondition, OutputControl, RbfSolver,
     SpectralConfig, TimeControl, TimeStep, VortexConfig,
 };
+use crate::console::Short;
 use crate::kernel::StretchingScheme;
 use crate::vortex::reinit::{LatticeConditioning, LatticeFilter};
 
@@ -546,7 +547,10 @@ fn parse_time(doc: &Doc, sec: &Section) -> Result<TimeControl, CaseError> {
     t_end.require(doc, t_end.value.is_finite() && t_end.value > 0.0, T_END)?;
     let t_end = t_end.value;
 
-    let dt_allowed = format!("fixed time step: must be a number > 0 and ≤ t_end (= {t_end})");
+    let dt_allowed = format!(
+        "fixed time step: must be a number > 0 and ≤ t_end (= {})",
+        Short(t_end)
+    );
     let dt = sec.number(doc, "dt", &dt_allowed)?;
     let cfl = sec.number(doc, "cfl", CFL)?;
     let dt_max = sec.number(doc, "dt_max", DT_MAX)?;
@@ -571,9 +575,10 @@ fn parse_time(doc: &Doc, sec: &Section) -> Result<TimeControl, CaseError> {
                 return Err(dt.fail(
                     doc,
                     &format!(
-                        "t_end / dt = {t_end} / {} = {steps:.3e} steps, more than the {:.0e} a \
+                        "t_end / dt = {} / {} = {steps:.3e} steps, more than the {:.0e} a \
                          run may take: raise dt or shorten t_end",
-                        dt.value,
+                        Short(t_end),
+                        Short(dt.value),
                         TimeControl::MAX_FIXED_STEPS
                     ),
                 ));
@@ -1023,7 +1028,10 @@ fn parse_times(
     key: &str,
     t_end: f64,
 ) -> Result<Option<Vec<f64>>, CaseError> {
-    let allowed = format!("each time must be a number in [0, t_end] = [0, {t_end}]");
+    let allowed = format!(
+        "each time must be a number in [0, t_end] = [0, {}]",
+        Short(t_end)
+    );
     let Some(times) = sec.numbers(doc, key, None, &allowed)? else {
         return Ok(None);
     };

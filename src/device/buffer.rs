@@ -1,7 +1,8 @@
-//! Device buffers shared by the GPU engines (and by [`crate::summation::DeviceSources`]): allocations that grow only when a larger size is
-//! needed and stay resident between evaluations, with upload, download, zero and NaN poisoning.
+//! Device buffers shared by the GPU engines (and by [`crate::summation::DeviceSources`]):
+//! allocations that grow only when a larger size is needed and stay resident between
+//! evaluations, with upload, download, zero and NaN poisoning.
 
-use super::cuda::CudaError;
+use super::cuda::{CudaError, Doing};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits};
 use std::sync::Arc;
 
@@ -27,7 +28,7 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
             self.buf = None; // free first: the old contents are not needed
             let b = stream
                 .alloc_zeros::<T>(len.max(1))
-                .map_err(|e| CudaError::driver(format!("allocating {len} device values"), e))?;
+                .doing(format!("allocating {len} device values"))?;
             self.buf = Some(b);
         }
         Ok(())
@@ -58,7 +59,7 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
         let mut view = self.get_mut().slice_mut(0..host.len());
         stream
             .memcpy_htod(host, &mut view)
-            .map_err(|e| CudaError::driver(format!("copying {what} to the device"), e))
+            .doing(format!("copying {what} to the device"))
     }
 
     /// Fills the first `len` values with zero bytes.
@@ -67,7 +68,7 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
         let mut view = self.get_mut().slice_mut(0..len.max(1));
         stream
             .memset_zeros(&mut view)
-            .map_err(|e| CudaError::driver("zeroing a device buffer", e))
+            .doing("zeroing a device buffer")
     }
 
     /// Fills the first `len` values with 0xFF bytes (a NaN in f32 and f64).
@@ -82,7 +83,7 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
         // SAFETY: ptr is a live allocation of at least `len` values of T on this stream's
         // context (ensure() sized it); all-ones bytes are a valid (NaN) f32/f64 bit pattern.
         unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xFF, bytes, cu_stream) }
-            .map_err(|e| CudaError::driver("poisoning the output", e))
+            .doing("poisoning the output")
     }
 
     /// The raw device address (for kernel arguments that may be null).
@@ -103,6 +104,6 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
         let view = self.get().slice(0..host.len());
         stream
             .memcpy_dtoh(&view, host)
-            .map_err(|e| CudaError::driver(format!("copying {what} to the host"), e))
+            .doing(format!("copying {what} to the host"))
     }
 }

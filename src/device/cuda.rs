@@ -11,9 +11,14 @@
 //! One `.cu` file per family of kernels; [`Gpu::module`] compiles a family for the device's
 //! architecture (`sm_XY`, straight to a cubin, so the driver's PTX JIT is not involved) and
 //! caches the loaded module; [`Gpu::module_from`] does the same for a [`KernelSource`] whose
-//! `#include "…"` headers are given to NVRTC by name. Families so far (their host sides live
-//! with their methods): `biot_savart.cu` ([`crate::summation::direct::all_pairs`]) and
-//! `ewald.cu` ([`crate::summation::ewald::engine`]), both including `common.cuh`.
+//! `#include "…"` headers are given to NVRTC by name. The families (their host sides live with
+//! their methods): `biot_savart.cu` ([`crate::summation::direct::all_pairs`]), `ewald.cu`
+//! ([`crate::summation::ewald::engine`]) and `fmm.cu` ([`crate::summation::fmm::cuda`]), which
+//! include `common.cuh`; `particles.cu` ([`crate::vortex::resident`]), `lattice.cu`
+//! ([`crate::vortex::rbf_device`]) and `spectral.cu` ([`crate::spectral::gpu`]).
+//!
+//! A failed driver or cuFFT call becomes a [`CudaError`] saying what was being done
+//! ([`Doing::doing`]); the solvers' errors convert from it, so `?` carries it up.
 //!
 //! Kernel development: with `VPM_KERNELS_DIR=DIR`, the sources and headers are read from
 //! `DIR/<file>` at run time instead of the copies embedded in the binary (no rebuild to try a
@@ -52,6 +57,27 @@ impl CudaError {
             what: what.into(),
             message: describe_driver_error(e),
         }
+    }
+}
+
+/// A failed driver or cuFFT call as a [`CudaError`] saying what was being done:
+/// `stream.synchronize().doing("waiting for the step")?`.
+pub trait Doing<T> {
+    fn doing(self, what: impl Into<String>) -> Result<T, CudaError>;
+}
+
+impl<T> Doing<T> for Result<T, DriverError> {
+    fn doing(self, what: impl Into<String>) -> Result<T, CudaError> {
+        self.map_err(|e| CudaError::driver(what, e))
+    }
+}
+
+impl<T> Doing<T> for Result<T, cudarc::cufft::result::CufftError> {
+    fn doing(self, what: impl Into<String>) -> Result<T, CudaError> {
+        self.map_err(|e| CudaError::Driver {
+            what: what.into(),
+            message: format!("{e:?}"),
+        })
     }
 }
 
@@ -254,12 +280,10 @@ impl Gpu {
 
     /// Free device memory now, in bytes, from the driver.
     pub fn free_memory(&self) -> Result<usize, CudaError> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| CudaError::driver("binding the context", e))?;
+        self.ctx.bind_to_thread().doing("binding the context")?;
         cudarc::driver::result::mem_get_info()
             .map(|(free, _total)| free)
-            .map_err(|e| CudaError::driver("reading free memory", e))
+            .doing("reading free memory")
     }
 
     /// The module compiled from `source` (named `source_name` in logs) with `options` (besides
@@ -335,7 +359,7 @@ impl Gpu {
         let module = self
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.clone()))
-            .map_err(|e| CudaError::driver(format!("loading the {source_name} module"), e))?;
+            .doing(format!("loading the {source_name} module"))?;
         let m = Arc::new(CompiledModule {
             module,
             options: used,
@@ -526,9 +550,8 @@ macro_rules! launch {
         let mut b = $stream.launch_builder($f);
         $( b.arg($arg); )*
         // SAFETY: stated at the macro's call site (signature and sizes).
-        unsafe { b.launch($cfg) }.map_err(|e| {
-            $crate::device::cuda::CudaError::driver(format!("launching {}", $name), e)
-        })
+        let launched = unsafe { b.launch($cfg) };
+        $crate::device::cuda::Doing::doing(launched, format!("launching {}", $name))
     }};
 }
 pub(crate) use launch;
@@ -544,15 +567,6 @@ pub fn cufft_available() -> Result<(), CudaError> {
              package) and put its directory on LD_LIBRARY_PATH"
                 .into(),
         ))
-    }
-}
-
-/// A cuFFT failure as a [`CudaError`] naming the transform (shared by the engines that use
-/// cuFFT).
-pub fn cufft_error<E: std::fmt::Debug>(what: &'static str) -> impl Fn(E) -> CudaError {
-    move |e| CudaError::Driver {
-        what: what.into(),
-        message: format!("{e:?}"),
     }
 }
 

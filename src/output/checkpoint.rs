@@ -79,6 +79,15 @@ fn final_name(step: u64) -> String {
     format!("ckpt-{step:010}")
 }
 
+/// The `meta.json` of checkpoint `step` of the run in `run_dir` (as published; one being
+/// replaced is under another name for a moment).
+pub fn checkpoint_meta_path(run_dir: &Path, step: u64) -> PathBuf {
+    run_dir
+        .join(CHECKPOINTS_DIR)
+        .join(final_name(step))
+        .join(META_FILE)
+}
+
 fn parse_step(digits: &str) -> Option<u64> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -364,6 +373,7 @@ mod tests {
         let a = arrays(0.7);
         let dir = write_checkpoint(tmp.path(), 10, &meta, &a, 3).unwrap();
         assert_eq!(dir, tmp.path().join("checkpoints").join("ckpt-0000000010"));
+        assert_eq!(checkpoint_meta_path(tmp.path(), 10), dir.join("meta.json"));
         assert_eq!(names(&dir), vec!["meta.json", "state.npz"]);
         let (step, meta2, a2) = read_latest_checkpoint(tmp.path()).unwrap().unwrap();
         assert_eq!(step, 10);

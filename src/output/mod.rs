@@ -30,13 +30,16 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 pub use checkpoint::{
-    read_latest_checkpoint, read_latest_checkpoint_as, write_checkpoint, CheckpointArrays,
-    CHECKPOINTS_DIR,
+    checkpoint_meta_path, read_latest_checkpoint, read_latest_checkpoint_as, write_checkpoint,
+    CheckpointArrays, CHECKPOINTS_DIR,
 };
 pub use csv::CsvLog;
 pub use fields::{fields_disk_bytes, write_fields, FieldPrecision, FieldsFrame, FIELD_X};
 pub use lock::{LockHolder, RunLock, LOCK_FILE};
-pub use manifest::{cpu_model, CflSteps, Manifest, ResumeRecord, MANIFEST_FILE};
+pub use manifest::{
+    check_run_dir_format, cpu_model, CflSteps, Manifest, ResumeRecord, MANIFEST_FILE,
+    OLDEST_RUN_DIR_FORMAT, RUN_DIR_FORMAT,
+};
 pub use npz::{read_field_time, read_velocity_npz, write_velocity_npz, FieldTime, VelocityField};
 pub use run_dir::{create_locked_run_dir, create_run_dir, VPM_OUTPUTS};
 pub use snapshot::{
@@ -88,6 +91,18 @@ pub enum OutputError {
         /// Who holds it, e.g. `vpm resume (pid 1234 on host-a, since 2025-03-01T12:34:56Z)`.
         holder: String,
     },
+    /// A run directory written in a format this vpm does not resume
+    /// ([`RUN_DIR_FORMAT`]).
+    #[error(
+        "{}: this run directory has format {found}; this vpm reads format {}: {}",
+        .path.display(), RUN_DIR_FORMAT, manifest::format_advice(*.found)
+    )]
+    RunDirFormat {
+        /// The file that carries the format (`manifest.json`, a checkpoint's `meta.json`).
+        path: PathBuf,
+        /// The format found there.
+        found: u32,
+    },
     /// A path that should be a directory is something else.
     #[error("{} exists and is not a directory", .path.display())]
     NotADirectory {
@@ -111,7 +126,7 @@ pub enum OutputError {
         error: serde_json::Error,
     },
     /// Writing or reading an `.npz` archive failed.
-    #[error("cannot {op} npz {}: {error}", .path.display())]
+    #[error("cannot {op} npz {}: {}", .path.display(), with_causes(.error.as_ref()))]
     Npz {
         /// "write" or "read".
         op: &'static str,
@@ -138,6 +153,22 @@ pub enum OutputError {
         /// What is wrong.
         msg: String,
     },
+}
+
+/// `error` and the causes under it that its text does not already give, joined by ": ". zip's
+/// error says only "i/o error" and keeps the reason ("No space left on device (os error 28)")
+/// as its cause.
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    text
 }
 
 impl OutputError {

@@ -2,7 +2,7 @@
 //! checkpoint state.
 
 use std::fs::File;
-use std::io::{BufReader, Seek, Write};
+use std::io::{self, BufReader, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use ndarray::{arr0, Array0, ArrayD, ArrayView3, ArrayViewD, Ix0, Ix3, IxDyn};
@@ -24,6 +24,92 @@ where
         op,
         path: path.to_path_buf(),
         error: Box::new(e),
+    }
+}
+
+/// An npz archive writer on `w` that stays silent when a write fails ([`QuietAfterError`]).
+pub(crate) fn npz_writer<W: Write + Seek>(w: W) -> NpzWriter<QuietAfterError<W>> {
+    NpzWriter::new(QuietAfterError::new(w))
+}
+
+/// The writer under an npz archive ([`npz_writer`]). zip's `ZipWriter`, dropped unfinished
+/// after a failed write, finishes the archive itself and prints that second failure's debug
+/// text on stderr (`ZipWriter drop failed: Io(Os { code: 28, kind: StorageFull, … })`, no
+/// newline, before vpm's own message). This writer passes its first error on (a full disk, …),
+/// then accepts and discards everything, keeping the position and length the archive computes
+/// with, so that the drop succeeds silently; the caller reports the first error and removes
+/// the partial file.
+pub(crate) struct QuietAfterError<W> {
+    inner: W,
+    failed: bool,
+    /// Position and length of the stream as written so far (virtual once `failed`).
+    pos: u64,
+    len: u64,
+}
+
+impl<W: Write + Seek> QuietAfterError<W> {
+    fn new(mut inner: W) -> Self {
+        let pos = inner.stream_position().unwrap_or(0);
+        QuietAfterError {
+            inner,
+            failed: false,
+            pos,
+            len: pos,
+        }
+    }
+
+    /// Moves the position to `pos` (after a write or a seek).
+    fn moved_to(&mut self, pos: u64) -> u64 {
+        self.pos = pos;
+        self.len = self.len.max(pos);
+        pos
+    }
+
+    /// Passes on the result of an operation on the inner writer; an error (other than an
+    /// interruption, which is retried) ends the real writing.
+    fn note<T>(&mut self, result: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &result {
+            self.failed |= e.kind() != io::ErrorKind::Interrupted;
+        }
+        result
+    }
+}
+
+impl<W: Write + Seek> Write for QuietAfterError<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = if self.failed {
+            buf.len()
+        } else {
+            let result = self.inner.write(buf);
+            self.note(result)?
+        };
+        self.moved_to(self.pos + n as u64);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.failed {
+            return Ok(());
+        }
+        let result = self.inner.flush();
+        self.note(result)
+    }
+}
+
+impl<W: Write + Seek> Seek for QuietAfterError<W> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        if !self.failed {
+            let result = self.inner.seek(to);
+            let pos = self.note(result)?;
+            return Ok(self.moved_to(pos));
+        }
+        let pos = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+            SeekFrom::End(d) => self.len.checked_add_signed(d),
+        };
+        let pos = pos.ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        Ok(self.moved_to(pos))
     }
 }
 
@@ -63,7 +149,7 @@ fn write_npz_arrays_zip64_from<W: Write + Seek>(
     time: Option<FieldTime>,
     zip64_from_bytes: u64,
 ) -> Result<(), OutputError> {
-    let mut npz = NpzWriter::new(w);
+    let mut npz = npz_writer(w);
     for (name, a) in arrays {
         npz.add_array_with_options(*name, a, options_for(a.len(), zip64_from_bytes))
             .map_err(|e| npz_err("write", path, e))?;
@@ -304,6 +390,73 @@ mod tests {
         assert_eq!(back[1].0, "b");
         assert_eq!(back[1].1.shape(), &[2, 3, 4]);
         assert_eq!(into_c_order_vec(back[1].1.clone()), data);
+    }
+
+    /// A stream with room for `room` bytes: the write that does not fit fails, and so does
+    /// every operation after it; those are counted.
+    struct FullAfter {
+        data: std::io::Cursor<Vec<u8>>,
+        room: u64,
+        failed: bool,
+        tried_after_failure: usize,
+    }
+
+    impl FullAfter {
+        fn refuse_unless(&mut self, fits: bool) -> std::io::Result<()> {
+            self.tried_after_failure += usize::from(self.failed);
+            if self.failed || !fits {
+                self.failed = true;
+                return Err(std::io::Error::from(std::io::ErrorKind::StorageFull));
+            }
+            Ok(())
+        }
+    }
+
+    impl Write for FullAfter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.refuse_unless(self.data.position() + buf.len() as u64 <= self.room)?;
+            self.data.write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.refuse_unless(true)
+        }
+    }
+
+    impl Seek for FullAfter {
+        fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+            self.refuse_unless(true)?;
+            self.data.seek(to)
+        }
+    }
+
+    #[test]
+    fn failed_npz_write_returns_its_error_and_touches_the_stream_no_more() {
+        // Before QuietAfterError, zip finished the archive again when it was dropped, failed
+        // again and printed `ZipWriter drop failed: Io(…)` on stderr.
+        let data: Vec<f64> = (0..4096).map(f64::from).collect();
+        let view = ArrayViewD::from_shape(IxDyn(&[4096]), &data).unwrap();
+        let mut whole = std::io::Cursor::new(Vec::new());
+        write_npz_arrays(&mut whole, Path::new("x.npz"), &[("a", view.clone())]).unwrap();
+        let size = whole.into_inner().len() as u64;
+        // In a header, in the data, in the central directory at the end.
+        for room in [0, 100, 5000, size - 60, size - 1] {
+            let mut w = FullAfter {
+                data: std::io::Cursor::new(Vec::new()),
+                room,
+                failed: false,
+                tried_after_failure: 0,
+            };
+            let err = write_npz_arrays(&mut w, Path::new("x.npz"), &[("a", view.clone())])
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with("cannot write npz x.npz: "), "{err}");
+            assert!(!err.contains("Os {") && !err.contains("Io("), "{err}");
+            // The reason, whether zip or the npy writer met it.
+            let reason = std::io::Error::from(std::io::ErrorKind::StorageFull).to_string();
+            assert!(err.ends_with(&reason), "{err}");
+            assert!(w.failed, "{room} bytes of room");
+            assert_eq!(w.tried_after_failure, 0, "{room} bytes of room");
+        }
     }
 
     #[test]

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use ndarray::{arr0, Array0, Array1, Array2, ArrayView1, ArrayView2, Ix0, Ix1, Ix2};
 use ndarray_npy::{NpzReader, NpzWriter, ReadableElement, WriteNpyExt};
 
-use super::npz::{into_c_order_vec, npz_err, options_for, ZIP64_FROM_BYTES};
+use super::npz::{into_c_order_vec, npz_err, npz_writer, options_for, ZIP64_FROM_BYTES};
 use super::vtk::{write_binary_array, write_time_field_data, Series};
 use super::{write_atomic_with, OutputError};
 
@@ -193,7 +193,7 @@ fn write_snapshot_npz<W: Write + Seek>(
     snap: &ParticleSnapshot,
 ) -> Result<(), OutputError> {
     let n = snap.x.len();
-    let mut npz = NpzWriter::new(w);
+    let mut npz = npz_writer(w);
     add_npz(&mut npz, path, "t", &arr0(snap.t), 1)?;
     add_npz(&mut npz, path, "step", &arr0(snap.step), 1)?;
     add_vec3_npz(&mut npz, path, "x", snap.x)?;

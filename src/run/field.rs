@@ -22,11 +22,11 @@ use crate::output::{
 use crate::particles::ParticleSet;
 use crate::run::callbacks::{CallContext, Callback, LogSpec, ScheduledCallback};
 use crate::run::model::{Model, ModelState, StepFailure};
+use crate::run::plan::RunPlan;
 use crate::run::schedule::{Schedule, Scheduled};
-use crate::run::RunDevices;
 use crate::spectral::solver::zero_modes;
 use crate::spectral::{Fft3d, ModeLayout, SpectralGrid, SpectralStepper, VectorModes};
-use crate::summation::Boundary;
+
 use crate::vortex::field::{grid_kmax, particles_from_modes};
 use crate::vortex::rbf::SolveReport;
 use crate::vortex::stepper::ParticleStepper;
@@ -86,19 +86,16 @@ fn spectral_grid(case: &Case) -> Result<SpectralGrid> {
 impl FieldModel {
     fn build(
         case: &Case,
-        devices: &RunDevices,
+        plan: &RunPlan,
         particles: Option<(ParticleSet, Option<SolveReport>)>,
     ) -> Result<Self> {
         let grid = spectral_grid(case)?;
-        let spectral_device = devices.spectral.clone().unwrap_or(Device::Cpu);
-        let spectral = crate::spectral::stepper::plan(grid, case.flow.nu, &spectral_device)
+        let spectral_device = plan.devices.spectral.clone().unwrap_or(Device::Cpu);
+        let spectral = crate::spectral::planner::plan(grid, case.flow.nu, &spectral_device)
             .with_context(|| format!("case `{}`: [spectral]", case.name))?;
-        let vortex = match (&case.vortex, particles, &devices.vortex) {
-            (Some(vc), Some((p, initial_solve)), Some(device)) => {
-                let boundary = Boundary::Periodic {
-                    length: std::f64::consts::TAU,
-                };
-                let solver = crate::run::particle_stepper(case, device, p, boundary, true)?;
+        let vortex = match (&case.vortex, particles, &plan.evaluator) {
+            (Some(vc), Some((p, initial_solve)), Some(recipe)) => {
+                let solver = crate::run::particle_stepper(case, recipe, p, true)?;
                 Some(VortexSide {
                     solver,
                     sigma0: vc.sigma0(),
@@ -179,10 +176,10 @@ pub fn initial_particles(case: &Case) -> Result<Option<(ParticleSet, Option<Solv
 }
 
 impl Model for FieldModel {
-    fn initial(case: &Case, devices: &RunDevices) -> Result<Self> {
+    fn initial(case: &Case, plan: &mut RunPlan) -> Result<Self> {
         let grid = spectral_grid(case)?;
         let particles = initial_particles(case)?;
-        let mut model = FieldModel::build(case, devices, particles)?;
+        let mut model = FieldModel::build(case, plan, particles)?;
         let modes = initial_modes(&case.initial, &grid.layout())
             .with_context(|| format!("case `{}`: initial condition", case.name))?;
         model
@@ -192,9 +189,9 @@ impl Model for FieldModel {
         Ok(model)
     }
 
-    fn for_restore(case: &Case, devices: &RunDevices) -> Result<Self> {
+    fn for_restore(case: &Case, plan: &mut RunPlan) -> Result<Self> {
         let particles = case.vortex.as_ref().map(|_| (ParticleSet::default(), None));
-        FieldModel::build(case, devices, particles)
+        FieldModel::build(case, plan, particles)
     }
 
     fn callbacks(case: &Case) -> Vec<ScheduledCallback<Self>> {

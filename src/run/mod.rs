@@ -15,18 +15,19 @@ pub mod field;
 pub mod memory;
 pub mod model;
 pub mod particles;
+pub mod plan;
 pub mod progress;
 pub mod schedule;
 pub mod simulation;
 
 use crate::config::Case;
-use crate::device::{Device, DeviceRequest};
 use crate::output::{write_particle_snapshot, ParticleSnapshot, RunLock};
 use crate::particles::ParticleSet;
-use crate::summation::{planner, Boundary};
+use crate::summation::planner::Recipe;
 use crate::vortex::stepper::ParticleStepper;
 use crate::vortex::VortexSettings;
 use anyhow::{Context, Result};
+pub use plan::{RunDevices, RunPlan};
 use simulation::{ResumeChanges, Run, Simulation};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -82,36 +83,37 @@ pub fn start(
     options: RunOptions,
     prepared: Option<Prepared>,
 ) -> Result<Box<dyn Run>> {
-    let Prepared { devices, lock } = match prepared {
+    let Prepared { plan, lock } = match prepared {
         Some(p) => p,
         None => Prepared::new(&case, run_dir)?,
     };
     Ok(if case.initial.is_particle_defined() {
         Box::new(Simulation::<particles::ParticleModel>::start(
-            case, run_dir, options, &devices, lock,
+            case, run_dir, options, plan, lock,
         )?)
     } else {
         Box::new(Simulation::<field::FieldModel>::start(
-            case, run_dir, options, &devices, lock,
+            case, run_dir, options, plan, lock,
         )?)
     })
 }
 
-/// What a run needs before its directory is used: the devices (opened once, the memory checked
-/// against them) and the run directory's lock.
+/// What a run needs before its directory is used: its plan (devices opened once, particles
+/// sampled once, the evaluator planned once, the memory checked against them) and the run
+/// directory's lock.
 pub struct Prepared {
-    pub devices: RunDevices,
+    pub plan: RunPlan,
     pub lock: RunLock,
 }
 
 impl Prepared {
-    /// Opens the case's devices and checks that its memory and its outputs' disk space fit, then
-    /// locks `run_dir`.
+    /// Plans the run and checks that its memory and its outputs' disk space fit, then locks
+    /// `run_dir`.
     pub fn new(case: &Case, run_dir: &Path) -> Result<Prepared> {
-        let devices = RunDevices::checked(case)?;
-        memory::check_disk(case, &devices, run_dir)?;
+        let plan = RunPlan::checked(case)?;
+        memory::check_disk(case, &plan, run_dir)?;
         let lock = RunLock::acquire(run_dir, "vpm run")?;
-        Ok(Prepared { devices, lock })
+        Ok(Prepared { plan, lock })
     }
 }
 
@@ -185,72 +187,23 @@ pub fn interrupted() -> bool {
     stop_flag().load(Ordering::Relaxed)
 }
 
-/// The devices of a run, opened once from the case and passed to every planner: the
-/// spectral solver's and the particle solver's (each section's own `device`, else the run's).
-#[derive(Debug, Clone)]
-pub struct RunDevices {
-    pub spectral: Option<Device>,
-    pub vortex: Option<Device>,
-}
-
-impl RunDevices {
-    /// Opens the devices the case's solvers ask for; an unusable GPU that was asked for is an
-    /// error naming the section.
-    pub fn open(case: &Case) -> Result<RunDevices> {
-        let spectral = match &case.spectral {
-            Some(s) => Some(spectral_device(case, s.device)?),
-            None => None,
-        };
-        let vortex = match &case.vortex {
-            Some(v) => {
-                let (device, note) = Device::open(v.device.unwrap_or(case.device))
-                    .with_context(|| format!("case `{}`: [vortex]", case.name))?;
-                tracing::info!("vortex device: {note}");
-                Some(device)
-            }
-            None => None,
-        };
-        Ok(RunDevices { spectral, vortex })
-    }
-
-    /// [`RunDevices::open`], then the memory of the case checked against them
-    /// ([`memory::check_fits`]).
-    pub fn checked(case: &Case) -> Result<RunDevices> {
-        let devices = RunDevices::open(case)?;
-        memory::check_fits(case, &devices)?;
-        Ok(devices)
-    }
-}
-
-/// The spectral solver's device: its section's own `device`, else the run's; `auto` takes the
-/// GPU when one is usable and the log says which and why.
-fn spectral_device(case: &Case, own: Option<DeviceRequest>) -> Result<Device> {
-    let (device, note) = Device::open(own.unwrap_or(case.device))
-        .with_context(|| format!("case `{}`: [spectral]", case.name))?;
-    tracing::info!("spectral device: {note}");
-    Ok(device)
-}
-
-/// The particle stepper of a case around `particles`, on `device`, with the evaluator the
-/// planner picks for `boundary`. `zero_total_strength`: keep Σα = 0 at reinitialisation (a
+/// The particle stepper of a case around `particles`, with the evaluator of the run's `recipe`
+/// (built here, on its device). `zero_total_strength`: keep Σα = 0 at reinitialisation (a
 /// periodic field; not a single tube or ring, which carries its own circulation).
 pub fn particle_stepper(
     case: &Case,
-    device: &Device,
+    recipe: &Recipe,
     particles: ParticleSet,
-    boundary: Boundary,
     zero_total_strength: bool,
 ) -> Result<Box<dyn ParticleStepper>> {
-    let vc = case.vortex.as_ref().with_context(|| {
-        format!(
-            "case `{}`: initial.kind = \"{}\" needs a [vortex] section",
-            case.name,
-            case.initial.kind_str()
-        )
-    })?;
-    let plan = planner::plan(boundary, vc.evaluator, device, vc.evaluator_options())
-        .with_context(|| evaluator_context(case, vc, device))?;
-    tracing::info!("vortex evaluator: {}", plan.description);
+    let vc = case
+        .vortex
+        .as_ref()
+        .with_context(|| format!("case `{}`: needs a [vortex] section", case.name))?;
+    let device = recipe.device();
+    let evaluator = recipe
+        .build()
+        .with_context(|| plan::evaluator_context(case, device))?;
     let settings = VortexSettings {
         nu: case.flow.nu,
         scheme: vc.stretching,
@@ -261,29 +214,10 @@ pub fn particle_stepper(
         conditioning: vc.conditioning,
         zero_total_strength,
     };
-    let stepper = crate::vortex::stepper::plan(particles, plan, settings, device)
+    let stepper = crate::vortex::planner::plan(particles, evaluator, settings, device)
         .with_context(|| format!("case `{}`: [vortex]", case.name))?;
     tracing::info!("vortex stepper: {}", stepper.describe());
     Ok(stepper)
-}
-
-/// What an error of the summation planner is about: the case's `[vortex]` section and, for an
-/// evaluator planned from `accuracy` (the FMM, which refuses an accuracy its device cannot
-/// deliver), that key with its value and the device.
-pub(crate) fn evaluator_context(
-    case: &Case,
-    vc: &crate::config::VortexConfig,
-    device: &Device,
-) -> String {
-    match vc.evaluator {
-        crate::summation::EvaluatorKind::Fmm => format!(
-            "case `{}`: [vortex] accuracy = {:e} with evaluator = \"fmm\" on {}",
-            case.name,
-            vc.accuracy,
-            device.label()
-        ),
-        _ => format!("case `{}`: [vortex]", case.name),
-    }
 }
 
 /// Adds the particle solver's exact state to a checkpoint: its arrays, and its AB2 clock as

@@ -23,9 +23,9 @@ use crate::output::{CheckpointArrays, FieldTime};
 use crate::particles::ParticleSet;
 use crate::run::callbacks::{CallContext, Callback, LogSpec, ScheduledCallback};
 use crate::run::model::{Model, ModelState, StepFailure};
+use crate::run::plan::RunPlan;
 use crate::run::schedule::{Schedule, Scheduled};
-use crate::run::RunDevices;
-use crate::summation::{Boundary, Evaluation};
+use crate::summation::Evaluation;
 use crate::vortex::stepper::ParticleStepper;
 use anyhow::{bail, Context, Result};
 use postprocess::layout::{
@@ -159,16 +159,11 @@ pub struct ParticleModel {
 }
 
 impl ParticleModel {
-    fn build(case: &Case, devices: &RunDevices, particles: ParticleSet) -> Result<Self> {
+    fn build(case: &Case, plan: &RunPlan, particles: ParticleSet) -> Result<Self> {
         let flow = flow_of(case)?;
-        let boundary = match flow {
-            Flow::Ring { .. } | Flow::Rings { .. } => Boundary::FreeSpace,
-            Flow::Tube { .. } => Boundary::Periodic { length: TAU },
-        };
         // A single tube or ring carries its own circulation: no Σα = 0 enforcement (free-space
         // rings are never reinitialised anyway).
-        let device = devices.vortex.clone().unwrap_or(Device::Cpu);
-        let solver = crate::run::particle_stepper(case, &device, particles, boundary, false)?;
+        let solver = crate::run::particle_stepper(case, plan.evaluator(case)?, particles, false)?;
         Ok(ParticleModel {
             flow,
             solver,
@@ -183,14 +178,17 @@ impl ParticleModel {
 }
 
 impl Model for ParticleModel {
-    fn initial(case: &Case, devices: &RunDevices) -> Result<Self> {
-        let particles = initial_particles(case)?;
+    fn initial(case: &Case, plan: &mut RunPlan) -> Result<Self> {
+        let particles = match plan.take_initial_particles() {
+            Some(p) => p,
+            None => initial_particles(case)?,
+        };
         tracing::info!("{} particles", particles.len());
-        ParticleModel::build(case, devices, particles)
+        ParticleModel::build(case, plan, particles)
     }
 
-    fn for_restore(case: &Case, devices: &RunDevices) -> Result<Self> {
-        ParticleModel::build(case, devices, ParticleSet::default())
+    fn for_restore(case: &Case, plan: &mut RunPlan) -> Result<Self> {
+        ParticleModel::build(case, plan, ParticleSet::default())
     }
 
     fn callbacks(case: &Case) -> Vec<ScheduledCallback<Self>> {

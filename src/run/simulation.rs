@@ -5,17 +5,22 @@
 //!
 //! - Time-based events are landed on exactly by shortening the step that would cross them, and
 //!   t_end always is.
-//! - A checkpoint holds the model's exact state, the clock, every schedule's counter and the
-//!   length of every CSV ([`CheckpointMeta`]); a resume truncates the CSVs to those lengths and
-//!   continues, so a killed and resumed run writes the same bytes as an uninterrupted one.
+//! - A checkpoint holds the model's exact state, the clock, every schedule's counter, the
+//!   length of every CSV and the resolved case ([`CheckpointMeta`]); a resume truncates the CSVs
+//!   to those lengths and continues, so a killed and resumed run writes the same bytes as an
+//!   uninterrupted one. The run directory's case.toml is compared with the checkpoint's case key
+//!   by key first ([`crate::config::compare`]): a physical key that changed is refused.
 //! - A step that fails (a non-finite state) is not committed: the run stops with a clear error
 //!   after checkpointing the last good state.
 //! - SIGINT or SIGTERM: the step in progress finishes, a checkpoint is written and the run stops
 //!   cleanly (`vpm resume` continues it).
 
-use crate::config::{Case, TimeStep};
+use crate::config::{compare, Case, TimeStep};
 use crate::device::Device;
-use crate::output::{read_latest_checkpoint, write_atomic, write_checkpoint, Manifest};
+use crate::output::{
+    check_run_dir_format, checkpoint_meta_path, read_latest_checkpoint, write_atomic,
+    write_checkpoint, Manifest, RUN_DIR_FORMAT,
+};
 use crate::run::callbacks::{CallContext, LogSpec, Logs, ScheduledCallback};
 use crate::run::model::{
     is_accuracy_check_failure, Model, ModelState, StepFailure, ACCURACY_CHECK_ADVICE,
@@ -29,8 +34,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Version of [`CheckpointMeta`]'s layout.
-const CHECKPOINT_FORMAT: u32 = 2;
 /// A CFL step below this fraction of t_end stops the run (it would never finish).
 const DT_FLOOR_OVER_T_END: f64 = 1e-12;
 /// Name of the checkpointer's schedule.
@@ -41,7 +44,8 @@ const SNAPSHOTS: &str = "snapshots";
 /// `meta.json` of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointMeta {
-    /// Layout version ([`CHECKPOINT_FORMAT`]).
+    /// The run-directory format of the vpm that wrote it ([`RUN_DIR_FORMAT`]): 1 for a
+    /// `meta.json` of before the run core, 2 for one without `resolved_case`.
     pub format: u32,
     /// The case's name.
     pub case: String,
@@ -55,14 +59,26 @@ pub struct CheckpointMeta {
     pub devices: BTreeMap<String, String>,
     /// The model's own scalars.
     pub model: serde_json::Value,
+    /// The resolved case the state was computed with ([`Case::to_toml_string`]); `None` in
+    /// checkpoints of format 2 and older.
+    #[serde(default)]
+    pub resolved_case: Option<String>,
 }
 
 impl CheckpointMeta {
-    /// Reads `meta.json` in this layout or in the layout of vpm before the run core (flat
-    /// `next_output`, `next_checkpoint`, `next_spectrum`, `next_snapshot`, `vortex_clock`).
-    fn from_json(v: serde_json::Value) -> Result<CheckpointMeta> {
-        if v.get("format").is_some() {
-            return serde_json::from_value(v).context("checkpoint meta.json");
+    /// Reads `meta.json` (at `path`, named in errors) in this layout or in the layout of vpm
+    /// before the run core (flat `next_output`, `next_checkpoint`, `next_spectrum`,
+    /// `next_snapshot`, `vortex_clock`); a format this vpm does not resume is refused.
+    fn from_json(v: serde_json::Value, path: &Path) -> Result<CheckpointMeta> {
+        if let Some(format) = v.get("format") {
+            let found = format
+                .as_u64()
+                .and_then(|f| u32::try_from(f).ok())
+                .with_context(|| {
+                    format!("{}: `format` {format} is not a version", path.display())
+                })?;
+            check_run_dir_format(path, found)?;
+            return serde_json::from_value(v).with_context(|| path.display().to_string());
         }
         #[derive(Deserialize)]
         struct Legacy {
@@ -101,6 +117,7 @@ impl CheckpointMeta {
             csv: l.csv,
             devices: BTreeMap::new(),
             model,
+            resolved_case: None,
         })
     }
 }
@@ -160,7 +177,7 @@ impl<M: Model> Simulation<M> {
         case: Case,
         run_dir: &Path,
         options: RunOptions,
-        devices: &crate::run::RunDevices,
+        mut plan: crate::run::plan::RunPlan,
         lock: crate::output::RunLock,
     ) -> Result<Self> {
         let t0 = Instant::now();
@@ -168,7 +185,7 @@ impl<M: Model> Simulation<M> {
         let mut manifest = Manifest::new(options.threads);
         manifest.set_status("running");
         manifest.write(run_dir)?;
-        let model = match M::initial(&case, devices) {
+        let model = match M::initial(&case, &mut plan) {
             Ok(m) => m,
             Err(e) => {
                 manifest.set_status(format!("failed: setting up the model: {e:#}"));
@@ -201,13 +218,16 @@ impl<M: Model> Simulation<M> {
         lock: crate::output::RunLock,
     ) -> Result<Self> {
         let t0 = Instant::now();
+        if let Ok(m) = Manifest::read(run_dir) {
+            m.check_format(run_dir)?;
+        }
         let (step, meta, arrays) = read_latest_checkpoint(run_dir)?.with_context(|| {
             format!(
                 "{}: no valid checkpoint to resume from (checkpoints/ is empty or damaged)",
                 run_dir.display()
             )
         })?;
-        let meta = CheckpointMeta::from_json(meta)?;
+        let meta = CheckpointMeta::from_json(meta, &checkpoint_meta_path(run_dir, step))?;
         if meta.step != step {
             bail!(
                 "checkpoint step {step} disagrees with its meta.json ({})",
@@ -216,8 +236,12 @@ impl<M: Model> Simulation<M> {
         }
         // The changed case is written to case.toml only once the resume has been set up.
         let (case, changed_text) = apply_changes(case, run_dir, changes, meta.t)?;
-        let devices = crate::run::RunDevices::open(&case)?;
-        let mut model = M::for_restore(&case, &devices)?;
+        let changed_keys = check_case(&case, &meta, run_dir, &options)?;
+        let particles = arrays
+            .get("particle_sigma")
+            .map_or(0, |(shape, _)| shape[0]);
+        let mut plan = crate::run::plan::RunPlan::for_resume(&case, particles)?;
+        let mut model = M::for_restore(&case, &mut plan)?;
         model
             .restore(&ModelState {
                 arrays,
@@ -227,15 +251,14 @@ impl<M: Model> Simulation<M> {
         for (solver, device) in model.devices() {
             if let Some(was) = meta.devices.get(solver) {
                 if *was != device.label() {
-                    let msg = format!(
-                        "the checkpoint was written with the {solver} solver on {was}; it resumes \
-                         on {} (results continue, but not bit for bit as on {was})",
-                        device.label()
+                    say(
+                        &options,
+                        &format!(
+                            "the checkpoint was written with the {solver} solver on {was}; it \
+                             resumes on {} (results continue, but not bit for bit as on {was})",
+                            device.label()
+                        ),
                     );
-                    tracing::warn!("{msg}");
-                    if options.progress != crate::run::ProgressStyle::Quiet {
-                        eprintln!("vpm: {msg}");
-                    }
                 }
             }
         }
@@ -260,7 +283,7 @@ impl<M: Model> Simulation<M> {
         }
         // A finished run that is not extended stays as it is (manifest included).
         if !finished {
-            manifest.record_resume(step);
+            manifest.record_resume(step, changed_keys);
             manifest.set_status("running");
             manifest.write(run_dir)?;
             sim.manifest = manifest;
@@ -568,7 +591,7 @@ impl<M: Model> Simulation<M> {
         }
         schedules.insert(CHECKPOINT.into(), self.checkpoints.next);
         let meta = CheckpointMeta {
-            format: CHECKPOINT_FORMAT,
+            format: RUN_DIR_FORMAT,
             case: self.case.name.clone(),
             step: self.step,
             t: self.t,
@@ -581,6 +604,7 @@ impl<M: Model> Simulation<M> {
                 .map(|(s, d)| (s.to_string(), d.label()))
                 .collect(),
             model: state.meta,
+            resolved_case: Some(self.case.to_toml_string()),
         };
         write_checkpoint(
             &self.run_dir,
@@ -779,6 +803,64 @@ fn apply_changes(
     Ok((case, Some(text)))
 }
 
+/// Compares `case`, the case a run resumes with, with the case its checkpoint (`meta`) was
+/// computed with, key by key ([`compare::check_resumed_case`]): an error naming every physical
+/// key that changed; else the changed keys (`"key: old → new"`), said on stderr. A checkpoint
+/// without its case (written before vpm stored it) resumes with a warning that the case could
+/// not be checked.
+fn check_case(
+    case: &Case,
+    meta: &CheckpointMeta,
+    run_dir: &Path,
+    options: &RunOptions,
+) -> Result<Vec<String>> {
+    let file = run_dir.join("case.toml").display().to_string();
+    let origin = format!("<case of checkpoint step {}>", meta.step);
+    let stored = match meta.resolved_case.as_deref() {
+        Some(text) => Case::from_toml_str(text, &origin).map_err(|e| format!("{e}")),
+        None => Err(format!(
+            "the checkpoint was written by an older vpm (run-directory format {}), which did \
+             not store the case",
+            meta.format
+        )),
+    };
+    let stored = match stored {
+        Ok(stored) => stored,
+        Err(why) => {
+            say(
+                options,
+                &format!(
+                    "{file} could not be checked against the case the run was computed with up \
+                     to step {} ({why}); make sure its physical keys are those of the run \
+                     (cases/README.md, \"Resuming a run\")",
+                    meta.step
+                ),
+            );
+            return Ok(Vec::new());
+        }
+    };
+    let changes: Vec<String> =
+        compare::check_resumed_case(&stored, case, &file, meta.step, meta.t)?
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+    if !changes.is_empty() {
+        say(
+            options,
+            &format!("resuming with the case changed: {}", changes.join("; ")),
+        );
+    }
+    Ok(changes)
+}
+
+/// Tells the user `msg` on stderr (`vpm: …`) unless the run is quiet, and logs it.
+fn say(options: &RunOptions, msg: &str) {
+    tracing::debug!("{msg}");
+    if options.progress != crate::run::ProgressStyle::Quiet {
+        crate::say!("vpm: {msg}");
+    }
+}
+
 /// What failed, for the stop message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Failed {
@@ -825,7 +907,8 @@ mod tests {
     //! real FMM cannot be made to miss its accuracy without tampering with it).
     use super::*;
     use crate::run::callbacks::Callback;
-    use crate::run::{ProgressStyle, RunDevices};
+    use crate::run::plan::{RunDevices, RunPlan};
+    use crate::run::ProgressStyle;
     use crate::summation::SummationError;
 
     /// Fails its step (`fail-step K`) or its output (`fail-output K`) at step K, as the case's
@@ -856,15 +939,15 @@ mod tests {
     }
 
     impl Model for Cue {
-        fn initial(case: &Case, _: &RunDevices) -> Result<Self> {
+        fn initial(case: &Case, _: &mut RunPlan) -> Result<Self> {
             Ok(Cue {
                 step_fails_at: cue(case, "fail-step"),
                 output_fails_at: cue(case, "fail-output"),
                 steps: 0,
             })
         }
-        fn for_restore(case: &Case, devices: &RunDevices) -> Result<Self> {
-            Self::initial(case, devices)
+        fn for_restore(case: &Case, plan: &mut RunPlan) -> Result<Self> {
+            Self::initial(case, plan)
         }
         fn callbacks(_: &Case) -> Vec<ScheduledCallback<Self>> {
             let every = Scheduled::new(Schedule::IterationInterval(1), true);
@@ -923,12 +1006,12 @@ mod tests {
             progress: ProgressStyle::Quiet,
             abort_after_steps: None,
         };
-        let devices = RunDevices {
+        let plan = RunPlan::without_solvers(RunDevices {
             spectral: None,
             vortex: None,
-        };
+        });
         let lock = crate::output::RunLock::acquire(dir.path(), "test").unwrap();
-        let e = match Simulation::<Cue>::start(case, dir.path(), options, &devices, lock) {
+        let e = match Simulation::<Cue>::start(case, dir.path(), options, plan, lock) {
             Ok(mut sim) => sim.run_to_end().unwrap_err(),
             Err(e) => e,
         };

@@ -42,11 +42,12 @@
 
 use super::layout::ModeLayout;
 use super::solver::{NonFiniteState, SpectralGrid, VectorModes};
-use super::stepper::SpectralError;
+use super::stepper::{SpectralError, SpectralStepper};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, cufft_error, half_spectrum_len, launch, CudaError, Gpu, KernelSource,
+    cufft_available, half_spectrum_len, launch, CudaError, Doing, Gpu, KernelSource,
 };
+use crate::device::Device;
 use crate::diagnostics::flow::{shell_count, FlowStats};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft, FftDirection};
 use cudarc::driver::sys::CUevent_flags;
@@ -145,10 +146,7 @@ impl Transforms {
                 batch,
                 stream.clone(),
             )
-            .map_err(|e| CudaError::Driver {
-                what: format!("creating a cuFFT plan for the {m}^3 grid"),
-                message: format!("{e:?}"),
-            })
+            .doing(format!("creating a cuFFT plan for the {m}^3 grid"))
         };
         use cufft_sys::cufftType::{CUFFT_D2Z, CUFFT_Z2D, CUFFT_Z2Z};
         let (a, b, c) = match kind {
@@ -206,7 +204,7 @@ impl Transforms {
             // call writes one size_t.
             unsafe { cufft_result::get_size(p.handle()) }
                 .map(|b| b as u64)
-                .map_err(cufft_error("reading a cuFFT work-area size"))
+                .doing("reading a cuFFT work-area size")
         };
         let mut work_bytes = size(&a)? + size(&b)?;
         if let Some(c) = &c {
@@ -245,14 +243,11 @@ impl Transforms {
                 for off in self.row_blocks() {
                     let p = s.add(off as usize);
                     cufft_result::exec_z2z(self.a.handle(), p, p, FftDirection::Inverse as i32)
-                        .map_err(cufft_error("cuFFT Z2Z (x) inverse"))?;
+                        .doing("cuFFT Z2Z (x) inverse")?;
                 }
-                cufft_result::exec_z2d(self.b.handle(), s, r)
-                    .map_err(cufft_error("cuFFT Z2D (y, z)"))
+                cufft_result::exec_z2d(self.b.handle(), s, r).doing("cuFFT Z2D (y, z)")
             }
-            TransformKind::Full => {
-                cufft_result::exec_z2d(self.a.handle(), s, r).map_err(cufft_error("cuFFT Z2D"))
-            }
+            TransformKind::Full => cufft_result::exec_z2d(self.a.handle(), s, r).doing("cuFFT Z2D"),
         }
     }
 
@@ -271,18 +266,15 @@ impl Transforms {
                     .c
                     .as_ref()
                     .expect("pruned transforms have a (y, z) D2Z plan");
-                cufft_result::exec_d2z(yz.handle(), r, s)
-                    .map_err(cufft_error("cuFFT D2Z (y, z)"))?;
+                cufft_result::exec_d2z(yz.handle(), r, s).doing("cuFFT D2Z (y, z)")?;
                 for off in self.row_blocks() {
                     let p = s.add(off as usize);
                     cufft_result::exec_z2z(self.a.handle(), p, p, FftDirection::Forward as i32)
-                        .map_err(cufft_error("cuFFT Z2Z (x) forward"))?;
+                        .doing("cuFFT Z2Z (x) forward")?;
                 }
                 Ok(())
             }
-            TransformKind::Full => {
-                cufft_result::exec_d2z(self.b.handle(), r, s).map_err(cufft_error("cuFFT D2Z"))
-            }
+            TransformKind::Full => cufft_result::exec_d2z(self.b.handle(), r, s).doing("cuFFT D2Z"),
         }
     }
 }
@@ -362,15 +354,14 @@ impl Reductions {
         // SAFETY: w is the address of one of the 3 u64 of `words` (allocated in `new` on this
         // stream's context).
         unsafe { cudarc::driver::result::memset_d8_async(w, 0, 8, s.cu_stream()) }
-            .map_err(|e| CudaError::driver("zeroing a maximum", e))
+            .doing("zeroing a maximum")
     }
 
     /// Reads word `i` as a double (waits for the stream).
     fn read_word(&self, s: &Arc<CudaStream>, i: usize, what: &str) -> Result<f64, CudaError> {
         let mut bits = [0u64; 3];
         self.words.download(s, &mut bits, what)?;
-        s.synchronize()
-            .map_err(|e| CudaError::driver(format!("waiting for {what}"), e))?;
+        s.synchronize().doing(format!("waiting for {what}"))?;
         Ok(f64::from_bits(bits[i]))
     }
 
@@ -407,8 +398,7 @@ impl Reductions {
         let mut shells = vec![0.0; side * nshell];
         self.scalars.download(s, &mut scalars, "the mode sums")?;
         self.shells.download(s, &mut shells, "the shell spectrum")?;
-        s.synchronize()
-            .map_err(|e| CudaError::driver("waiting for the diagnostics", e))?;
+        s.synchronize().doing("waiting for the diagnostics")?;
         // Rows added in row order.
         let mut sums = [0.0; 4];
         for row in scalars.chunks_exact(4) {
@@ -553,7 +543,7 @@ fn cfg_for(n: usize) -> LaunchConfig {
 fn load(module: &Arc<cudarc::driver::CudaModule>, name: &str) -> Result<CudaFunction, CudaError> {
     module
         .load_function(name)
-        .map_err(|e| CudaError::driver(format!("loading kernel {name}"), e))
+        .doing(format!("loading kernel {name}"))
 }
 
 impl GpuSpectralSolver {
@@ -583,10 +573,7 @@ impl GpuSpectralSolver {
                 grid.n, grid.dealias
             )));
         }
-        let stream = gpu
-            .context()
-            .new_stream()
-            .map_err(|e| CudaError::driver("creating a stream", e))?;
+        let stream = gpu.context().new_stream().doing("creating a stream")?;
         let k = Kernels::load(&gpu)?;
         let layout = grid.layout();
         let red = Reductions::new(&stream, &layout)?;
@@ -727,7 +714,7 @@ impl GpuSpectralSolver {
             .upload(&self.stream, &flat, "the spectral state")?;
         self.stream
             .synchronize()
-            .map_err(|e| CudaError::driver("waiting for the upload of the state", e))?;
+            .doing("waiting for the upload of the state")?;
         self.state_changed();
         Ok(())
     }
@@ -755,9 +742,7 @@ impl GpuSpectralSolver {
             let mut flat = vec![cufft_sys::double2 { x: 0.0, y: 0.0 }; 3 * len];
             self.uhat
                 .download(&self.stream, &mut flat, "the spectral state")?;
-            self.stream
-                .synchronize()
-                .map_err(|e| CudaError::driver("waiting for the state", e))?;
+            self.stream.synchronize().doing("waiting for the state")?;
             let modes: VectorModes = std::array::from_fn(|c| {
                 flat[c * len..(c + 1) * len]
                     .iter()
@@ -909,8 +894,7 @@ impl GpuSpectralSolver {
         launch!(s, &self.k.nonfinite, "sp_nonfinite", cfg_for(n as usize); &acc, &n, &flag)?;
         let mut bad = [0u32];
         self.flag.download(&s, &mut bad, "the finite flag")?;
-        s.synchronize()
-            .map_err(|e| CudaError::driver("waiting for the RK4 step", e))?;
+        s.synchronize().doing("waiting for the RK4 step")?;
         if bad[0] != 0 {
             // The state and its first stage are untouched.
             return Err(NonFiniteState.into());
@@ -1004,7 +988,7 @@ impl GpuSpectralSolver {
         }
     }
 
-    /// The velocity on the N³ grid, components in [i][j][k] order.
+    /// The velocity on the N³ grid, components in `[i][j][k]` order.
     pub fn velocity_on_grid(&mut self) -> Result<[Vec<f64>; 3], CudaError> {
         let n3 = self.grid.n.pow(3);
         let rs = real_stride(self.grid.n);
@@ -1016,7 +1000,7 @@ impl GpuSpectralSolver {
             .download(&self.stream, &mut flat, "the velocity on the grid")?;
         self.stream
             .synchronize()
-            .map_err(|e| CudaError::driver("waiting for the velocity on the grid", e))?;
+            .doing("waiting for the velocity on the grid")?;
         Ok(std::array::from_fn(|c| flat[c * rs..c * rs + n3].to_vec()))
     }
 
@@ -1046,21 +1030,16 @@ impl GpuSpectralSolver {
         let ctx = self.gpu.context();
         let ev = || {
             ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| CudaError::driver("creating an event", e))
+                .doing("creating an event")
         };
         let (start, stop) = (ev()?, ev()?);
         run(&self.product)?;
         let mut ms = Vec::new();
         for _ in 0..repeats.max(1) {
-            start
-                .record(&s)
-                .map_err(|e| CudaError::driver("recording an event", e))?;
+            start.record(&s).doing("recording an event")?;
             run(&self.product)?;
-            stop.record(&s)
-                .map_err(|e| CudaError::driver("recording an event", e))?;
-            let t = start
-                .elapsed_ms(&stop)
-                .map_err(|e| CudaError::driver("timing the transforms", e))?;
+            stop.record(&s).doing("recording an event")?;
+            let t = start.elapsed_ms(&stop).doing("timing the transforms")?;
             ms.push(t as f64);
         }
         // The scratch buffers were overwritten: the next right-hand side rewrites them all.
@@ -1074,24 +1053,61 @@ impl GpuSpectralSolver {
         let ctx = self.gpu.context().clone();
         let ev = || {
             ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| CudaError::driver("creating an event", e))
+                .doing("creating an event")
         };
         let (start, stop) = (ev()?, ev()?);
         self.step(dt)?;
         let mut ms = Vec::new();
         for _ in 0..repeats.max(1) {
-            start
-                .record(&self.stream)
-                .map_err(|e| CudaError::driver("recording an event", e))?;
+            start.record(&self.stream).doing("recording an event")?;
             self.step(dt)?;
-            stop.record(&self.stream)
-                .map_err(|e| CudaError::driver("recording an event", e))?;
-            let t = start
-                .elapsed_ms(&stop)
-                .map_err(|e| CudaError::driver("timing a step", e))?;
+            stop.record(&self.stream).doing("recording an event")?;
+            let t = start.elapsed_ms(&stop).doing("timing a step")?;
             ms.push(t as f64);
         }
         Ok(ms)
+    }
+}
+
+impl SpectralStepper for GpuSpectralSolver {
+    fn grid(&self) -> SpectralGrid {
+        GpuSpectralSolver::grid(self)
+    }
+    fn nu(&self) -> f64 {
+        GpuSpectralSolver::nu(self)
+    }
+    fn set_velocity_modes(&mut self, uhat: VectorModes) -> Result<(), SpectralError> {
+        Ok(GpuSpectralSolver::set_velocity_modes(self, uhat)?)
+    }
+    fn restore_velocity_modes(&mut self, uhat: VectorModes) -> Result<(), SpectralError> {
+        Ok(GpuSpectralSolver::restore_velocity_modes(self, uhat)?)
+    }
+    fn velocity_modes(&mut self) -> Result<&VectorModes, SpectralError> {
+        Ok(GpuSpectralSolver::velocity_modes(self)?)
+    }
+    fn cfl_dt(&mut self, cfl: f64) -> Result<f64, SpectralError> {
+        Ok(GpuSpectralSolver::cfl_dt(self, cfl)?)
+    }
+    fn step(&mut self, dt: f64) -> Result<(), SpectralError> {
+        GpuSpectralSolver::step(self, dt)
+    }
+    fn dkdt_from_rhs(&mut self) -> Result<f64, SpectralError> {
+        Ok(GpuSpectralSolver::dkdt_from_rhs(self)?)
+    }
+    fn flow_stats(&mut self) -> Result<FlowStats, SpectralError> {
+        Ok(GpuSpectralSolver::flow_stats(self)?)
+    }
+    fn shell_spectrum(&mut self) -> Result<Vec<f64>, SpectralError> {
+        Ok(GpuSpectralSolver::shell_spectrum(self)?)
+    }
+    fn max_divergence(&mut self) -> Result<f64, SpectralError> {
+        Ok(GpuSpectralSolver::max_divergence(self)?)
+    }
+    fn velocity_on_grid(&mut self) -> Result<[Vec<f64>; 3], SpectralError> {
+        Ok(GpuSpectralSolver::velocity_on_grid(self)?)
+    }
+    fn device(&self) -> Device {
+        Device::Cuda(self.gpu().clone())
     }
 }
 
@@ -1108,7 +1124,7 @@ pub struct GridDiagnostics {
 /// The shared diagnostics (§6) of a velocity field that lives on the GPU as values at the nodes
 /// of an N³ grid (the particle velocity at the spectral grid's nodes): three forward transforms
 /// of the pruned kind, the retained modes |k_i| ≤ K picked and scaled by 1/N³ (`sp_store`, stage
-/// 0), then the solver's own reductions ([`Reductions`]). What `modes_from_node_velocities`
+/// 0), then the solver's own reductions (`Reductions`). What `modes_from_node_velocities`
 /// and the host's `flow_stats`, `shell_spectrum` and `max_divergence` give, to round-off, with
 /// only the scalars and the spectrum's row partials crossing to the host.
 pub struct DeviceGridDiagnostics {
@@ -1172,7 +1188,7 @@ impl DeviceGridDiagnostics {
     }
 
     /// The diagnostics of the velocity `u` (n³ node-major 3-vectors, f64, in the grid's
-    /// [i][j][k] node order, on this stream's context) with viscosity ν.
+    /// `[i][j][k]` node order, on this stream's context) with viscosity ν.
     pub fn of_node_velocity(
         &mut self,
         u: &DeviceBuffer<f64>,

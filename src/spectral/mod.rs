@@ -1,9 +1,12 @@
-//! The pseudo-spectral reference solver: mode storage, 3-D real transforms and the RK4 solver,
-//! on the CPU and on a GPU.
+//! The pseudo-spectral reference solver: mode storage ([`layout`]), 3-D real transforms
+//! ([`fft3d`]) and the RK4 solver on the CPU ([`solver`]) and on a GPU ([`gpu`]); the run core
+//! talks to either through the [`SpectralStepper`] seam ([`stepper`]), and [`planner`] picks one
+//! for the run's device.
 
 pub mod fft3d;
 pub mod gpu;
 pub mod layout;
+pub mod planner;
 pub mod solver;
 pub mod stepper;
 

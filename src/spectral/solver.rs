@@ -384,7 +384,7 @@ impl SpectralSolver {
         crate::diagnostics::max_divergence(fft, &self.uhat)
     }
 
-    /// Velocity on the N^3 solution grid (nodes x_i = −π + i·h), components in [i][j][k] order.
+    /// Velocity on the N^3 solution grid (nodes x_i = −π + i·h), components in `[i][j][k]` order.
     pub fn velocity_on_grid(&self) -> [Vec<f64>; 3] {
         let n = self.grid.n;
         let mut fft = Fft3d::new(n, self.layout);

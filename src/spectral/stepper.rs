@@ -1,10 +1,10 @@
-//! The seam between the run core and a spectral solver: [`SpectralStepper`], implemented by
-//! the CPU solver ([`SpectralSolver`]) and the GPU one ([`GpuSpectralSolver`], which keeps its
-//! Fourier modes on the device between steps). The run core reads the state through the
-//! diagnostics here, reduced where the state lives; it pulls the modes themselves
-//! ([`SpectralStepper::velocity_modes`]) only at checkpoints and for fields.
+//! The seam between the run core and a spectral solver: [`SpectralStepper`], implemented here
+//! by the CPU solver ([`SpectralSolver`]) and beside the GPU one
+//! ([`GpuSpectralSolver`](super::GpuSpectralSolver), which keeps its Fourier modes on the device
+//! between steps); [`super::planner::plan`] picks one for a device. The run core reads the
+//! state through the diagnostics here, reduced where the state lives; it pulls the modes
+//! themselves ([`SpectralStepper::velocity_modes`]) only at checkpoints and for fields.
 
-use super::gpu::GpuSpectralSolver;
 use super::solver::{NonFiniteState, SpectralGrid, SpectralSolver, VectorModes};
 use super::ModeLayout;
 use crate::device::cuda::CudaError;
@@ -103,60 +103,5 @@ impl SpectralStepper for SpectralSolver {
     }
     fn device(&self) -> Device {
         Device::Cpu
-    }
-}
-
-impl SpectralStepper for GpuSpectralSolver {
-    fn grid(&self) -> SpectralGrid {
-        GpuSpectralSolver::grid(self)
-    }
-    fn nu(&self) -> f64 {
-        GpuSpectralSolver::nu(self)
-    }
-    fn set_velocity_modes(&mut self, uhat: VectorModes) -> Result<(), SpectralError> {
-        Ok(GpuSpectralSolver::set_velocity_modes(self, uhat)?)
-    }
-    fn restore_velocity_modes(&mut self, uhat: VectorModes) -> Result<(), SpectralError> {
-        Ok(GpuSpectralSolver::restore_velocity_modes(self, uhat)?)
-    }
-    fn velocity_modes(&mut self) -> Result<&VectorModes, SpectralError> {
-        Ok(GpuSpectralSolver::velocity_modes(self)?)
-    }
-    fn cfl_dt(&mut self, cfl: f64) -> Result<f64, SpectralError> {
-        Ok(GpuSpectralSolver::cfl_dt(self, cfl)?)
-    }
-    fn step(&mut self, dt: f64) -> Result<(), SpectralError> {
-        GpuSpectralSolver::step(self, dt)
-    }
-    fn dkdt_from_rhs(&mut self) -> Result<f64, SpectralError> {
-        Ok(GpuSpectralSolver::dkdt_from_rhs(self)?)
-    }
-    fn flow_stats(&mut self) -> Result<FlowStats, SpectralError> {
-        Ok(GpuSpectralSolver::flow_stats(self)?)
-    }
-    fn shell_spectrum(&mut self) -> Result<Vec<f64>, SpectralError> {
-        Ok(GpuSpectralSolver::shell_spectrum(self)?)
-    }
-    fn max_divergence(&mut self) -> Result<f64, SpectralError> {
-        Ok(GpuSpectralSolver::max_divergence(self)?)
-    }
-    fn velocity_on_grid(&mut self) -> Result<[Vec<f64>; 3], SpectralError> {
-        Ok(GpuSpectralSolver::velocity_on_grid(self)?)
-    }
-    fn device(&self) -> Device {
-        Device::Cuda(self.gpu().clone())
-    }
-}
-
-/// The spectral stepper for `device`: the CPU solver, or the GPU solver on a GPU (its
-/// buffers and cuFFT plans made here).
-pub fn plan(
-    grid: SpectralGrid,
-    nu: f64,
-    device: &Device,
-) -> Result<Box<dyn SpectralStepper>, CudaError> {
-    match device {
-        Device::Cpu => Ok(Box::new(SpectralSolver::new(grid, nu))),
-        Device::Cuda(gpu) => Ok(Box::new(GpuSpectralSolver::new(gpu.clone(), grid, nu)?)),
     }
 }

@@ -9,8 +9,8 @@
 //!
 //! # The device form
 //!
-//! A GPU-resident stepper (particles kept on the GPU between steps), the GPU Ewald engine and a
-//! future GPU FMM share a second, device-side form of the same seam: [`DeviceSources`] (f64
+//! The GPU-resident stepper (particles kept on the GPU between steps) and the GPU evaluators (all
+//! pairs, Ewald, FMM) share a second, device-side form of the same seam: [`DeviceSources`] (f64
 //! arrays on the GPU), [`DeviceTargets`], [`DeviceExtra`] and [`DeviceEvaluation`] (f64 device
 //! buffers for the results), and the trait [`DeviceSummation`]. An evaluator that has it returns
 //! it from [`Summation::device_form`] (default `None`: host form only). The device form computes
@@ -23,7 +23,9 @@
 //! Implementations, one folder per method, one file per device:
 //! [`direct::DirectFreeSpace`] (free space, all pairs, f64, rayon), [`direct::CudaDirect`] (all
 //! pairs on a GPU, f32), [`ewald::EwaldPeriodic`] (periodic box, Ewald split, CPU f64),
-//! [`ewald::CudaEwald`] (the same on a GPU, f32). [`planner`] picks one from a registry;
+//! [`ewald::CudaEwald`] (the same on a GPU, f32), [`fmm::FmmFreeSpace`] (free space, fast
+//! multipoles, CPU f64) and [`fmm::CudaFmm`] (the same on a GPU: f64 expansions, f32 near field,
+//! tree and lists built on the host). [`planner`] picks one from a registry;
 //! [`verify`] measures any of them against a reference; [`cells`] (cell lists in the box),
 //! [`lattice`] (blob vorticity on the lattice) and [`oracle`] (the Fourier-series oracle of
 //! docs/physics.md §4) are shared by them and the tests.
@@ -38,7 +40,7 @@ pub mod planner;
 pub mod verify;
 
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::Gpu;
+use crate::device::cuda::{CudaError, Gpu};
 pub use crate::kernel::stretching_from_gradient;
 use crate::kernel::StretchingScheme;
 use std::sync::Arc;
@@ -279,6 +281,12 @@ pub enum SummationError {
     /// (the FMM's check, [`fmm::check`]).
     #[error("{0}")]
     AccuracyCheck(String),
+}
+
+impl From<CudaError> for SummationError {
+    fn from(e: CudaError) -> Self {
+        SummationError::Device(e.to_string())
+    }
 }
 
 /// The result of a summation (the answers are written into the caller's buffers).

@@ -24,7 +24,7 @@ pub fn grid_kmax(n: usize) -> usize {
     n / 2 - 1
 }
 
-/// ω at the nodes of the n^3 lattice ([i][j][k] order) from velocity modes on `layout`.
+/// ω at the nodes of the n^3 lattice (`[i][j][k]` order) from velocity modes on `layout`.
 /// Requires 2K < n (every retained mode has its own lattice frequency).
 pub fn vorticity_on_lattice(layout: &ModeLayout, modes: &VectorModes, n: usize) -> Vec<[f64; 3]> {
     let mut fft = Fft3d::new(n, *layout);

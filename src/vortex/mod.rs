@@ -14,12 +14,14 @@
 //! (direct, Ewald, FMM, CPU or GPU) answered.
 
 pub mod field;
+pub mod planner;
 pub mod rbf;
 pub mod rbf_device;
 pub mod reinit;
 pub mod resident;
 pub mod stepper;
 
+use crate::device::cuda::CudaError;
 use crate::kernel::StretchingScheme;
 use crate::particles::ParticleSet;
 use crate::summation::{Boundary, Evaluation, Extra, Sources, Summation, SummationError};
@@ -92,6 +94,13 @@ pub enum VortexError {
     /// A combination the chosen stepper does not offer (said with what to do instead).
     #[error("{0}")]
     Unsupported(String),
+}
+
+/// A GPU failure of the particle step, reported as the evaluator's (`GPU: …`).
+impl From<CudaError> for VortexError {
+    fn from(e: CudaError) -> Self {
+        VortexError::Summation(e.into())
+    }
 }
 
 /// Velocity and stretching at the particles.

@@ -85,7 +85,7 @@ impl LatticeGaussian {
             .collect()
     }
 
-    /// y = A x for a scalar field on the lattice ([i][j][k] order): three periodic 1-D
+    /// y = A x for a scalar field on the lattice (`[i][j][k]` order): three periodic 1-D
     /// convolutions with the stencil.
     pub fn apply(&self, x: &[f64], y: &mut [f64], scratch: &mut Vec<f64>) {
         let n = self.n;
@@ -191,7 +191,7 @@ fn signed_wavenumber(m: usize, n: usize) -> f64 {
     }
 }
 
-/// A 3-D complex DFT over the N^3 lattice ([i][j][k] order) by 1-D transforms along each axis.
+/// A 3-D complex DFT over the N^3 lattice (`[i][j][k]` order) by 1-D transforms along each axis.
 /// Forward: ŵ(k) = Σ_x w(x) e^{−i k·x}; inverse without the 1/N^3 (the caller scales).
 fn lattice_dft(data: &mut [Complex64], n: usize, inverse: bool) {
     let mut planner = FftPlanner::new();

@@ -43,7 +43,7 @@ use super::rbf::LatticeGaussian;
 use super::reinit::{ConditioningReport, LatticeConditioning, LatticeFilter};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, cufft_error, half_spectrum_len, launch, CudaError, Gpu, KernelSource,
+    cufft_available, half_spectrum_len, launch, CudaError, Doing, Gpu, KernelSource,
 };
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
@@ -134,7 +134,7 @@ impl DeviceRbfSolver {
         let condition = module
             .module
             .load_function("lat_condition")
-            .map_err(|e| CudaError::driver("loading kernel lat_condition", e))?;
+            .doing("loading kernel lat_condition")?;
         Ok(DeviceRbfSolver {
             gpu,
             stream,
@@ -239,7 +239,7 @@ impl DeviceRbfSolver {
         plans
             .d2z
             .exec_d2z(omega.get(), self.spec.get_mut())
-            .map_err(cufft_error("cuFFT D2Z of the lattice vorticity"))?;
+            .doing("cuFFT D2Z of the lattice vorticity")?;
         let cfg = LaunchConfig {
             grid_dim: (nb as u32, 1, 1),
             block_dim: (THREADS, 1, 1),
@@ -260,12 +260,11 @@ impl DeviceRbfSolver {
         plans
             .z2d
             .exec_z2d(self.spec.get_mut(), alpha_out.get_mut())
-            .map_err(cufft_error("cuFFT Z2D of the strengths"))?;
+            .doing("cuFFT Z2D of the strengths")?;
         self.host_partials.resize(3 * nb, 0.0);
         self.partials
             .download(&s, &mut self.host_partials, "the conditioning partial sums")?;
-        s.synchronize()
-            .map_err(|e| CudaError::driver("waiting for the RBF solve", e))?;
+        s.synchronize().doing("waiting for the RBF solve")?;
 
         // Block partials in block order.
         let (mut total, mut longitudinal, mut filtered) = (0.0, 0.0, 0.0);
@@ -332,10 +331,7 @@ impl DeviceRbfSolver {
                 3,
                 self.stream.clone(),
             )
-            .map_err(|e| CudaError::Driver {
-                what: format!("creating a cuFFT plan for the {n}^3 lattice"),
-                message: format!("{e:?}"),
-            })
+            .doing(format!("creating a cuFFT plan for the {n}^3 lattice"))
         };
         let d2z = plan(
             cufft_sys::cufftType::CUFFT_D2Z,
@@ -360,7 +356,7 @@ impl DeviceRbfSolver {
             // call writes one size_t.
             unsafe { cudarc::cufft::result::get_size(p.handle()) }
                 .map(|b| b as u64)
-                .map_err(cufft_error("reading a cuFFT work-area size"))
+                .doing("reading a cuFFT work-area size")
         };
         let work_bytes = work(&d2z)? + work(&z2d)?;
         self.plans = Some(Plans {

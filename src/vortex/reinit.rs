@@ -83,7 +83,7 @@ pub struct ConditioningReport {
     pub filtered_fraction: f64,
 }
 
-/// Conditions `omega` (ω at the `n`³ lattice nodes, [i][j][k] order) in place as
+/// Conditions `omega` (ω at the `n`³ lattice nodes, `[i][j][k]` order) in place as
 /// `conditioning` asks, and reports the longitudinal share and the filtered share. The mean
 /// (k = 0) is kept: Σα = 0 is enforced by the solve's caller where the flow needs it.
 pub fn condition_lattice_vorticity(

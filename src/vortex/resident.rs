@@ -5,7 +5,8 @@
 //! (AB2 with variable step, Heun's start after every reinitialisation), core spreading
 //! σ² ← σ² + 2νΔt, the periodic wrap and the non-finite check are the kernels of
 //! `kernels/particles.cu`; velocity and stretching come from the evaluator's device form
-//! ([`crate::summation::DeviceSummation`]: all pairs or PME, f32 sums) without host copies;
+//! ([`crate::summation::DeviceSummation`]: all pairs or PME with f32 sums, without host copies;
+//! the FMM with its tree and lists built from host copies of the positions and cores);
 //! reinitialisation evaluates the blob vorticity at the lattice nodes on the device and solves
 //! for the strengths by cuFFT in f64 ([`super::rbf_device::DeviceRbfSolver`]), with the same
 //! conditioning (solenoidal projection, filter) and Σα = 0 as the CPU.
@@ -24,12 +25,12 @@
 use super::rbf::SolveReport;
 use super::rbf_device::DeviceRbfSolver;
 use super::reinit::ConditioningReport;
-use super::stepper::{HostDerivatives, ParticleStepper, ParticleSummary};
+use super::stepper::{HostDerivatives, ParticleStepper, ParticleSummary, TransferBytes};
 use super::{
     stable_step, NamedArray, PhaseTimes, RbfSolver, VortexClock, VortexError, VortexSettings,
 };
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{launch, CompiledModule, CudaError, KernelSource};
+use crate::device::cuda::{launch, CompiledModule, CudaError, Doing, KernelSource};
 use crate::device::Device;
 use crate::particles::ParticleSet;
 use crate::spectral::gpu::{DeviceGridDiagnostics, GridDiagnostics};
@@ -161,25 +162,12 @@ fn spread_core(sigma: f64, spread: f64) -> f64 {
     sigma.mul_add(sigma, spread).sqrt()
 }
 
-fn device_error(e: CudaError) -> VortexError {
-    VortexError::Summation(SummationError::Device(e.to_string()))
-}
-
 fn cfg(n: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: ((n.max(1) as u32).div_ceil(THREADS), 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     }
-}
-
-/// Host↔device traffic of the stepper itself since it was made, bytes: particles, derivatives,
-/// checkpoint arrays, flags and maxima (not the RBF solve's small tables and partial sums, nor
-/// what an evaluator moves on its own: nothing, for the GPU Ewald and all-pairs engines).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TransferBytes {
-    pub to_device: u64,
-    pub to_host: u64,
 }
 
 /// The GPU-resident stepper (module docs).
@@ -263,12 +251,12 @@ impl ResidentStepper {
                 ));
             }
         }
-        let module = gpu.module_from(&KERNELS, &[]).map_err(device_error)?;
+        let module = gpu.module_from(&KERNELS, &[])?;
         let load = |name: &str| {
             module
                 .module
                 .load_function(name)
-                .map_err(|e| device_error(CudaError::driver(format!("loading kernel {name}"), e)))
+                .doing(format!("loading kernel {name}"))
         };
         let k = Kernels {
             euler: load("vp_euler")?,
@@ -281,12 +269,9 @@ impl ResidentStepper {
             max_norm: load("vp_max_norm")?,
             summary: load("vp_summary")?,
         };
-        let stream = gpu
-            .context()
-            .new_stream()
-            .map_err(|e| device_error(CudaError::driver("creating a stream", e)))?;
+        let stream = gpu.context().new_stream().doing("creating a stream")?;
         let rbf = if settings.reinit_every.is_some() {
-            Some(DeviceRbfSolver::new(gpu.clone(), stream.clone()).map_err(device_error)?)
+            Some(DeviceRbfSolver::new(gpu.clone(), stream.clone())?)
         } else {
             None
         };
@@ -347,9 +332,7 @@ impl ResidentStepper {
         what: &str,
     ) -> Result<(), VortexError> {
         let stream = self.stream.clone();
-        which(self)
-            .upload(&stream, host, what)
-            .map_err(device_error)?;
+        which(self).upload(&stream, host, what)?;
         self.transfers.to_device += 8 * host.len() as u64;
         Ok(())
     }
@@ -360,9 +343,7 @@ impl ResidentStepper {
         host: &mut [f64],
         what: &str,
     ) -> Result<(), VortexError> {
-        which(self)
-            .download(&self.stream, host, what)
-            .map_err(device_error)?;
+        which(self).download(&self.stream, host, what)?;
         self.transfers.to_host += 8 * host.len() as u64;
         Ok(())
     }
@@ -393,9 +374,10 @@ impl ResidentStepper {
     }
 
     fn sync(&self) -> Result<(), VortexError> {
-        self.stream
+        Ok(self
+            .stream
             .synchronize()
-            .map_err(|e| device_error(CudaError::driver("waiting for the particle update", e)))
+            .doing("waiting for the particle update")?)
     }
 
     /// Velocity and stretching at the current state into `eval` (the evaluator's device form).
@@ -423,19 +405,16 @@ impl ResidentStepper {
         n: usize,
     ) -> Result<f64, VortexError> {
         let s = self.stream.clone();
-        self.scalars.zero(&s, 1).map_err(device_error)?;
+        self.scalars.zero(&s, 1)?;
         let n_i = n as i64;
         let v_addr = v(self).addr(&s);
         // SAFETY: vp_max_norm(long long n, const double* v, u64* out): v holds ≥ 3·n doubles
         // (a state-sized buffer of the caller), out 1 u64 (zeroed above); blocks of 256 threads
         // (VP_MAX_THREADS).
         launch!(s, &self.k.max_norm, "vp_max_norm", cfg(n);
-            &n_i, &v_addr, self.scalars.get_mut())
-        .map_err(device_error)?;
+            &n_i, &v_addr, self.scalars.get_mut())?;
         let mut bits = [0u64];
-        self.scalars
-            .download(&s, &mut bits, "a maximum")
-            .map_err(device_error)?;
+        self.scalars.download(&s, &mut bits, "a maximum")?;
         self.transfers.to_host += 8;
         Ok(f64::from_bits(bits[0]))
     }
@@ -443,19 +422,16 @@ impl ResidentStepper {
     /// Whether any of the prepared state's positions or strengths is not finite.
     fn next_is_finite(&mut self) -> Result<bool, VortexError> {
         let s = self.stream.clone();
-        self.flag.zero(&s, 1).map_err(device_error)?;
+        self.flag.zero(&s, 1)?;
         let m = (3 * self.next.n) as i64;
         for buf in [&self.next.x, &self.next.alpha] {
             // SAFETY: vp_nonfinite(long long m, const double* v, int* flag): buf holds 3·n
             // doubles of the prepared state, flag 1 int (zeroed above); the grid covers m.
             launch!(s, &self.k.nonfinite, "vp_nonfinite", cfg(m as usize);
-                &m, buf.get(), self.flag.get_mut())
-            .map_err(device_error)?;
+                &m, buf.get(), self.flag.get_mut())?;
         }
         let mut f = [0i32];
-        self.flag
-            .download(&s, &mut f, "the finite flag")
-            .map_err(device_error)?;
+        self.flag.download(&s, &mut f, "the finite flag")?;
         self.transfers.to_host += 4;
         Ok(f[0] == 0)
     }
@@ -475,8 +451,7 @@ impl ResidentStepper {
         // SAFETY: vp_spread(long long n, const double* sigma, double spread, double* out): the
         // state's σ holds n doubles, out (ensured to n by the caller) n doubles.
         launch!(s, &self.k.spread, "vp_spread", cfg(n);
-            &n_i, self.state.sigma.get(), &spread, out.sigma.get_mut())
-        .map_err(device_error)?;
+            &n_i, self.state.sigma.get(), &spread, out.sigma.get_mut())?;
         out.sigma_max = sigma_max;
         out.equal_cores = equal;
         Ok(())
@@ -491,7 +466,7 @@ impl ResidentStepper {
         let m = 3 * n;
         let m_i = m as i64;
         let spread = 2.0 * self.settings.nu * dt;
-        self.next.ensure(&s, n).map_err(device_error)?;
+        self.next.ensure(&s, n)?;
         match self.history_dt {
             Some(h_dt) => {
                 let r = dt / h_dt;
@@ -502,28 +477,24 @@ impl ResidentStepper {
                 // m = 3·n doubles; the grid covers m.
                 launch!(s, &self.k.ab2, "vp_ab2", cfg(m);
                     &m_i, self.state.x.get(), self.eval.velocity.get(), self.history_u.get(),
-                    &dt, &a, &b, self.next.x.get_mut())
-                .map_err(device_error)?;
+                    &dt, &a, &b, self.next.x.get_mut())?;
                 // SAFETY: as above, strengths and stretching.
                 launch!(s, &self.k.ab2, "vp_ab2", cfg(m);
                     &m_i, self.state.alpha.get(), self.eval.stretching.get(),
-                    self.history_s.get(), &dt, &a, &b, self.next.alpha.get_mut())
-                .map_err(device_error)?;
+                    self.history_s.get(), &dt, &a, &b, self.next.alpha.get_mut())?;
             }
             None => {
                 // Heun: Euler predictor, derivatives there, trapezoidal corrector.
-                self.pred.ensure(&s, n).map_err(device_error)?;
+                self.pred.ensure(&s, n)?;
                 // SAFETY: vp_euler(long long m, const double* y, const double* f, double dt,
                 // double* out): the state's x, the velocity at it and pred's x hold 3·n doubles.
                 launch!(s, &self.k.euler, "vp_euler", cfg(m);
                     &m_i, self.state.x.get(), self.eval.velocity.get(), &dt,
-                    self.pred.x.get_mut())
-                .map_err(device_error)?;
+                    self.pred.x.get_mut())?;
                 // SAFETY: as above, strengths and stretching.
                 launch!(s, &self.k.euler, "vp_euler", cfg(m);
                     &m_i, self.state.alpha.get(), self.eval.stretching.get(), &dt,
-                    self.pred.alpha.get_mut())
-                .map_err(device_error)?;
+                    self.pred.alpha.get_mut())?;
                 self.spread_into(true, spread)?;
                 self.pred.n = n;
                 self.times.update += t0.elapsed().as_secs_f64();
@@ -540,13 +511,11 @@ impl ResidentStepper {
                 // const double* f2, double dt, double* out): all hold 3·n doubles.
                 launch!(s, &self.k.heun, "vp_heun", cfg(m);
                     &m_i, self.state.x.get(), self.eval.velocity.get(),
-                    self.eval_heun.velocity.get(), &dt, self.next.x.get_mut())
-                .map_err(device_error)?;
+                    self.eval_heun.velocity.get(), &dt, self.next.x.get_mut())?;
                 // SAFETY: as above, strengths and stretching.
                 launch!(s, &self.k.heun, "vp_heun", cfg(m);
                     &m_i, self.state.alpha.get(), self.eval.stretching.get(),
-                    self.eval_heun.stretching.get(), &dt, self.next.alpha.get_mut())
-                .map_err(device_error)?;
+                    self.eval_heun.stretching.get(), &dt, self.next.alpha.get_mut())?;
             }
         }
         let t2 = Instant::now();
@@ -554,8 +523,7 @@ impl ResidentStepper {
         if let Boundary::Periodic { length } = self.boundary {
             // SAFETY: vp_wrap(long long m, double length, double* x): next's x holds 3·n
             // doubles; the grid covers m.
-            launch!(s, &self.k.wrap, "vp_wrap", cfg(m); &m_i, &length, self.next.x.get_mut())
-                .map_err(device_error)?;
+            launch!(s, &self.k.wrap, "vp_wrap", cfg(m); &m_i, &length, self.next.x.get_mut())?;
         }
         // σ spreads uniformly and monotonically, so its exact host mirror covers every core.
         if !self.next.sigma_max.is_finite() || !self.next_is_finite()? {
@@ -595,13 +563,12 @@ impl ResidentStepper {
             return Ok(());
         }
         let n3 = n * n * n;
-        buf.ensure(&s, 3 * n3).map_err(device_error)?;
+        buf.ensure(&s, 3 * n3)?;
         let (n_i, h, zero, null) = (n as i32, TAU / n as f64, 0.0f64, 0u64);
         // SAFETY: vp_lattice(int n, double h, double sigma0, double* x, double* sigma): buf
         // holds 3·n³ doubles; sigma null (not written); the grid covers n³.
         launch!(s, &self.k.lattice, "vp_lattice", cfg(n3);
-            &n_i, &h, &zero, buf.get_mut(), &null)
-        .map_err(device_error)?;
+            &n_i, &h, &zero, buf.get_mut(), &null)?;
         *ready = n;
         Ok(())
     }
@@ -638,24 +605,21 @@ impl ResidentStepper {
         let rbf = self.rbf.as_mut().expect("made when reinitialisation is on");
         // The new set is built in `next` (free between steps) and made current only when all
         // of it succeeded, so a failure leaves the state as it was (and a checkpoint of it good).
-        let report = rbf
-            .solve(
-                &self.omega,
-                n,
-                self.settings.sigma0,
-                self.settings.conditioning,
-                self.settings.zero_total_strength,
-                &mut self.next.alpha,
-            )
-            .map_err(device_error)?;
-        self.next.x.ensure(&s, 3 * n3).map_err(device_error)?;
-        self.next.sigma.ensure(&s, n3).map_err(device_error)?;
+        let report = rbf.solve(
+            &self.omega,
+            n,
+            self.settings.sigma0,
+            self.settings.conditioning,
+            self.settings.zero_total_strength,
+            &mut self.next.alpha,
+        )?;
+        self.next.x.ensure(&s, 3 * n3)?;
+        self.next.sigma.ensure(&s, n3)?;
         let (n_i, h, sigma0) = (n as i32, TAU / n as f64, self.settings.sigma0);
         // SAFETY: vp_lattice(int n, double h, double sigma0, double* x, double* sigma): next's
         // x holds 3·n³ and σ n³ doubles (ensured above); the grid covers n³.
         launch!(s, &self.k.lattice, "vp_lattice", cfg(n3);
-            &n_i, &h, &sigma0, self.next.x.get_mut(), self.next.sigma.get_mut())
-        .map_err(device_error)?;
+            &n_i, &h, &sigma0, self.next.x.get_mut(), self.next.sigma.get_mut())?;
         self.sync()?;
         self.times.reinit_solve += t1.elapsed().as_secs_f64();
         self.next.n = n3;
@@ -807,14 +771,13 @@ impl ParticleStepper for ResidentStepper {
         let s = self.stream.clone();
         let n = self.state.n;
         let blocks = n.div_ceil(THREADS as usize).max(1);
-        self.partials.ensure(&s, 6 * blocks).map_err(device_error)?;
+        self.partials.ensure(&s, 6 * blocks)?;
         let n_i = n as i64;
         // SAFETY: vp_summary(long long n, const double* x, const double* alpha,
         // double* partials): x and α hold 3·n doubles, partials 6 per block (ensured above);
         // blocks of 256 threads (VP_MAX_THREADS).
         launch!(s, &self.k.summary, "vp_summary", cfg(n);
-            &n_i, self.state.x.get(), self.state.alpha.get(), self.partials.get_mut())
-        .map_err(device_error)?;
+            &n_i, self.state.x.get(), self.state.alpha.get(), self.partials.get_mut())?;
         let mut p = vec![0.0; 6 * blocks];
         self.download(|s| &s.partials, &mut p, "summary partial sums")?;
         let mut sums = [0.0; 6];
@@ -867,15 +830,11 @@ impl ParticleStepper for ResidentStepper {
                 .device
                 .gpu()
                 .expect("the resident stepper runs on a GPU");
-            let d = DeviceGridDiagnostics::new(gpu, self.stream.clone(), n, kmax)
-                .map_err(device_error)?;
+            let d = DeviceGridDiagnostics::new(gpu, self.stream.clone(), n, kmax)?;
             self.grid_diagnostics = Some((n, d));
         }
         let (_, d) = self.grid_diagnostics.as_mut().expect("just made");
-        Ok(Some(
-            d.of_node_velocity(&self.grid_eval.velocity, nu)
-                .map_err(device_error)?,
-        ))
+        Ok(Some(d.of_node_velocity(&self.grid_eval.velocity, nu)?))
     }
 
     /// The velocity at the n³ grid nodes evaluated on the device, then transformed on the host

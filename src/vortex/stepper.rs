@@ -1,21 +1,22 @@
-//! The seam between the run core and a particle solver: [`ParticleStepper`], implemented by the
-//! CPU-driven [`VortexSolver`] (host particles, any [`crate::summation::Summation`] evaluator)
-//! and meant for a GPU-resident stepper whose particles, AB2 history and reinitialisation stay
-//! on the device. The run core reaches particle data only through the methods that return host
-//! values (particles, derivatives, grid velocity, checkpoint arrays), which such a stepper
-//! answers by pulling from the device at output, snapshot, checkpoint and progress times.
+//! The seam between the run core and a particle solver: [`ParticleStepper`], implemented here by
+//! the CPU-driven [`VortexSolver`] (host particles, any [`crate::summation::Summation`]
+//! evaluator) and beside the GPU-resident
+//! [`ResidentStepper`](super::resident::ResidentStepper), whose particles, AB2 history and
+//! reinitialisation stay on the device; [`super::planner::plan`] picks one. The run core reaches
+//! particle data only through the methods that return host values (particles, derivatives, grid
+//! velocity, checkpoint arrays), which the resident stepper answers by pulling from the device
+//! at output, snapshot, checkpoint and progress times.
 //!
 //! A step is prepared, then committed or discarded ([`ParticleStepper::prepare_step`]), so a
 //! run stepping several solvers together commits all of them or none.
 
 use super::rbf::SolveReport;
-use super::resident::ResidentStepper;
 use super::{NamedArray, PhaseTimes, VortexClock, VortexError, VortexSettings, VortexSolver};
 use crate::device::Device;
 use crate::particles::ParticleSet;
 use crate::spectral::{ModeLayout, VectorModes};
 use crate::summation::fmm::AccuracyCheck;
-use crate::summation::{planner::Plan, Evaluation};
+use crate::summation::Evaluation;
 
 /// Velocity and stretching at every particle, on the host.
 pub type HostDerivatives = (Vec<[f64; 3]>, Vec<[f64; 3]>);
@@ -44,6 +45,15 @@ impl ParticleSummary {
     }
 }
 
+/// Host↔device traffic of a GPU-resident stepper itself since it was made, bytes: particles, derivatives,
+/// checkpoint arrays, flags and maxima (not the RBF solve's small tables and partial sums, nor
+/// what an evaluator moves on its own: nothing, for the GPU Ewald and all-pairs engines).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransferBytes {
+    pub to_device: u64,
+    pub to_host: u64,
+}
+
 /// A vortex particle stepper (docs/physics.md §2–3).
 pub trait ParticleStepper: Send {
     /// The evaluator and device, for logs.
@@ -67,7 +77,7 @@ pub trait ParticleStepper: Send {
         Ok(ParticleSummary::of(self.particles()?))
     }
     /// Host↔device traffic since the stepper was made (`None`: the particles live on the host).
-    fn transfer_bytes(&self) -> Option<super::resident::TransferBytes> {
+    fn transfer_bytes(&self) -> Option<TransferBytes> {
         None
     }
     /// Velocity and stretching at the particles at the current state, on the host.
@@ -188,29 +198,4 @@ impl ParticleStepper for VortexSolver {
     fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
         self.evaluator_mut().take_accuracy_checks()
     }
-}
-
-/// The particle stepper for a planned evaluator on `device`: the GPU-resident
-/// [`ResidentStepper`] when the evaluator has a device form (a GPU evaluator), else the
-/// host-driven [`VortexSolver`]. Errors are the resident stepper's (e.g. `rbf = "cg"` on a GPU,
-/// kernels that do not compile): never a silent fallback to the host.
-pub fn plan(
-    particles: ParticleSet,
-    mut evaluator: Plan,
-    settings: VortexSettings,
-    device: &Device,
-) -> Result<Box<dyn ParticleStepper>, VortexError> {
-    if evaluator.evaluator.device_form().is_some() {
-        return Ok(Box::new(ResidentStepper::new(
-            particles,
-            evaluator.evaluator,
-            settings,
-            device.clone(),
-            evaluator.description,
-        )?));
-    }
-    let mut solver = VortexSolver::new(particles, evaluator.evaluator, settings);
-    solver.device = device.clone();
-    solver.description = evaluator.description;
-    Ok(Box::new(solver))
 }

@@ -6,7 +6,7 @@
 //! [`super::CudaDirect`] puts the [`crate::summation::Summation`] trait on it.
 
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{CompiledModule, CudaError, Gpu, KernelSource};
+use crate::device::cuda::{CompiledModule, CudaError, Doing, Gpu, KernelSource};
 use crate::kernel::Real;
 use crate::summation::Sources;
 use cudarc::driver::{
@@ -84,8 +84,8 @@ pub struct KernelConfig {
 }
 
 impl Default for KernelConfig {
-    /// The starting configuration (256 threads, 2 targets per thread, unroll 4); the GPU figures
-    /// are not yet in docs/performance.md: `vpm bench kernel --configs …` compares others.
+    /// The starting configuration (256 threads, 2 targets per thread, unroll 4), the one measured
+    /// in docs/performance.md; `vpm bench kernel --configs …` compares others.
     fn default() -> Self {
         KernelConfig {
             block: 256,
@@ -263,7 +263,7 @@ impl<T: GpuReal> AllPairs<T> {
             module
                 .module
                 .load_function(name)
-                .map_err(|e| CudaError::driver(format!("loading kernel {name}"), e))
+                .doing(format!("loading kernel {name}"))
         };
         let functions = Mode::ALL
             .iter()
@@ -273,10 +273,7 @@ impl<T: GpuReal> AllPairs<T> {
         let pack_sources = load("bs_pack_sources")?;
         let pack_targets = load("bs_pack_targets")?;
         let unpack = load("bs_unpack")?;
-        let stream = gpu
-            .context()
-            .new_stream()
-            .map_err(|e| CudaError::driver("creating a stream", e))?;
+        let stream = gpu.context().new_stream().doing("creating a stream")?;
         Ok(AllPairs {
             gpu,
             stream,
@@ -319,13 +316,10 @@ impl<T: GpuReal> AllPairs<T> {
         use cudarc::driver::sys::CUfunction_attribute as FA;
         let mut v = Vec::new();
         for (m, f) in Mode::ALL.iter().zip(&self.functions) {
-            let attr = |a| {
-                f.get_attribute(a)
-                    .map_err(|e| CudaError::driver("reading kernel attributes", e))
-            };
+            let attr = |a| f.get_attribute(a).doing("reading kernel attributes");
             let blocks = f
                 .occupancy_max_active_blocks_per_multiprocessor(self.config.block, 0, None)
-                .map_err(|e| CudaError::driver("reading occupancy", e))?;
+                .doing("reading occupancy")?;
             v.push(KernelResources {
                 kernel: m.kernel_name().to_string(),
                 registers: attr(FA::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
@@ -488,8 +482,7 @@ impl<T: GpuReal> AllPairs<T> {
             // int n, int padded, double f4pi, double far2, real4* pos, real4* str): x and alpha
             // hold 3·n doubles and sigma n (the caller's device buffers, DeviceSummation's
             // contract), pos and str 4·padded reals (ensure() above); the grid covers padded.
-            unsafe { b.launch(cfg) }
-                .map_err(|e| CudaError::driver("launching bs_pack_sources", e))?;
+            unsafe { b.launch(cfg) }.doing("launching bs_pack_sources")?;
         }
         self.loaded.sources = n;
         self.loaded.tiles = tiles;
@@ -528,8 +521,7 @@ impl<T: GpuReal> AllPairs<T> {
             // real4* alp): x holds 3·n doubles and alpha 3·n or is null (the caller's device
             // buffers), pos and alp 4·n reals (ensure() above), alp null when alpha is; the
             // grid covers n.
-            unsafe { b.launch(cfg_n(n)) }
-                .map_err(|e| CudaError::driver("launching bs_pack_targets", e))?;
+            unsafe { b.launch(cfg_n(n)) }.doing("launching bs_pack_targets")?;
         }
         self.loaded.targets = n;
         self.loaded.target_alpha = alpha != 0;
@@ -556,12 +548,11 @@ impl<T: GpuReal> AllPairs<T> {
             // SAFETY: bs_unpack(const real* out, int nt, int nc, double* u, double* ex): out
             // holds nt·nc reals of the last launch (prepare() sized it), u 3·nt doubles and ex
             // (nc − 3)·nt or null (the caller's device buffers); the grid covers nt.
-            unsafe { b.launch(cfg_n(nt)) }
-                .map_err(|e| CudaError::driver("launching bs_unpack", e))?;
+            unsafe { b.launch(cfg_n(nt)) }.doing("launching bs_unpack")?;
         }
         self.stream
             .synchronize()
-            .map_err(|e| CudaError::driver(format!("running {}", mode.kernel_name()), e))
+            .doing(format!("running {}", mode.kernel_name()))
     }
 
     /// The stream every launch runs on.
@@ -625,7 +616,7 @@ impl<T: GpuReal> AllPairs<T> {
             return self
                 .stream
                 .memset_zeros(&mut view)
-                .map_err(|e| CudaError::driver("zeroing the output", e));
+                .doing("zeroing the output");
         }
         let (splits, tiles_per_split) = self.splits();
         let per_block = self.config.block * self.config.targets_per_thread;
@@ -661,8 +652,7 @@ impl<T: GpuReal> AllPairs<T> {
         // arrays of nt vectors, int nt, output of splits·nt·NC reals); every buffer was sized by
         // ensure()/upload() for these counts, and the grid covers exactly nt targets and
         // n_tiles tiles.
-        unsafe { b.launch(cfg) }
-            .map_err(|e| CudaError::driver(format!("launching {}", mode.kernel_name()), e))?;
+        unsafe { b.launch(cfg) }.doing(format!("launching {}", mode.kernel_name()))?;
         if splits > 1 {
             let (splits_i, len_i) = (splits as i32, len as i64);
             let cfg = LaunchConfig {
@@ -677,8 +667,7 @@ impl<T: GpuReal> AllPairs<T> {
                 .arg(self.out.get_mut());
             // SAFETY: bs_reduce_splits(const real*, int, long long, real*): part holds
             // splits·len values and out len values (prepare()); the grid covers len.
-            unsafe { b.launch(cfg) }
-                .map_err(|e| CudaError::driver("launching bs_reduce_splits", e))?;
+            unsafe { b.launch(cfg) }.doing("launching bs_reduce_splits")?;
         }
         Ok(())
     }
@@ -697,11 +686,11 @@ impl<T: GpuReal> AllPairs<T> {
             let view = self.out.get().slice(0..len);
             self.stream
                 .memcpy_dtoh(&view, &mut self.host_out[..])
-                .map_err(|e| CudaError::driver("copying the output to the host", e))?;
+                .doing("copying the output to the host")?;
         }
         self.stream
             .synchronize()
-            .map_err(|e| CudaError::driver(format!("running {}", mode.kernel_name()), e))?;
+            .doing(format!("running {}", mode.kernel_name()))?;
         if let Some(k) = self.host_out.iter().position(|v| !v.is_finite()) {
             return Err(CudaError::Invalid(format!(
                 "{}: output value {} of target {} is {:?}: not written by the kernel, or the \
@@ -728,7 +717,7 @@ impl<T: GpuReal> AllPairs<T> {
         let ctx = self.gpu.context().clone();
         let ev = || {
             ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| CudaError::driver("creating an event", e))
+                .doing("creating an event")
         };
         let (start, stop) = (ev()?, ev()?);
         self.launch(mode)?;
@@ -736,15 +725,12 @@ impl<T: GpuReal> AllPairs<T> {
         let mut ms = Vec::with_capacity(repeats);
         for _ in 0..repeats.max(1) {
             self.prepare(mode)?;
-            start
-                .record(&self.stream)
-                .map_err(|e| CudaError::driver("recording an event", e))?;
+            start.record(&self.stream).doing("recording an event")?;
             self.enqueue(mode)?;
-            stop.record(&self.stream)
-                .map_err(|e| CudaError::driver("recording an event", e))?;
+            stop.record(&self.stream).doing("recording an event")?;
             let t = start
                 .elapsed_ms(&stop)
-                .map_err(|e| CudaError::driver(format!("timing {}", mode.kernel_name()), e))?;
+                .doing(format!("timing {}", mode.kernel_name()))?;
             ms.push(t as f64);
         }
         // The last launch's output must be complete too.

@@ -13,7 +13,6 @@ use crate::kernel::StretchingScheme;
 use crate::summation::{
     begin_vorticity, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceSummation,
     DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult, Summation,
-    SummationError,
 };
 use std::sync::Arc;
 
@@ -53,10 +52,6 @@ fn stretching_mode(scheme: StretchingScheme) -> Mode {
     }
 }
 
-fn device_error(e: CudaError) -> SummationError {
-    SummationError::Device(e.to_string())
-}
-
 /// Packs device-resident sources and targets (with target strengths `talpha` for stretching)
 /// into the engine, as [`AllPairs::upload_sources`] and [`AllPairs::upload_targets`] do from
 /// the host.
@@ -73,15 +68,13 @@ fn pack_on_device<T: GpuReal>(
         sources.alpha.addr(&stream),
         sources.sigma.addr(&stream),
         sources.n,
-    )
-    .map_err(device_error)?;
+    )?;
     let tx = match targets {
         DeviceTargets::Sources => x,
         DeviceTargets::Points { x, .. } => x.addr(&stream),
     };
     let ta = talpha.map_or(0, |a| a.addr(&stream));
-    e.pack_targets_on_device(tx, ta, targets.len(sources))
-        .map_err(device_error)
+    Ok(e.pack_targets_on_device(tx, ta, targets.len(sources))?)
 }
 
 impl<T: GpuReal> DeviceSummation for CudaDirectOf<T> {
@@ -106,8 +99,8 @@ impl<T: GpuReal> DeviceSummation for CudaDirectOf<T> {
             DeviceExtra::Gradient => (Mode::Gradient, None),
         };
         pack_on_device(e, sources, targets, talpha)?;
-        e.launch(mode).map_err(device_error)?;
-        out.velocity.ensure(&stream, 3 * nt).map_err(device_error)?;
+        e.launch(mode)?;
+        out.velocity.ensure(&stream, 3 * nt)?;
         let ex = match mode {
             Mode::Classical | Mode::Transposed => Some(&mut out.stretching),
             Mode::Gradient => Some(&mut out.gradient),
@@ -115,14 +108,12 @@ impl<T: GpuReal> DeviceSummation for CudaDirectOf<T> {
         };
         let ex_addr = match ex {
             Some(b) => {
-                b.ensure(&stream, (mode.components() - 3) * nt)
-                    .map_err(device_error)?;
+                b.ensure(&stream, (mode.components() - 3) * nt)?;
                 b.addr(&stream)
             }
             None => 0,
         };
-        e.unpack_on_device(out.velocity.addr(&stream), ex_addr)
-            .map_err(device_error)
+        Ok(e.unpack_on_device(out.velocity.addr(&stream), ex_addr)?)
     }
 
     /// The host form's vorticity launch ([`Summation::vorticity`]) on device buffers.
@@ -136,10 +127,9 @@ impl<T: GpuReal> DeviceSummation for CudaDirectOf<T> {
         let stream = e.stream().clone();
         let nt = targets.len(sources);
         pack_on_device(e, sources, targets, None)?;
-        e.launch(Mode::Vorticity).map_err(device_error)?;
-        out.ensure(&stream, 3 * nt).map_err(device_error)?;
-        e.unpack_on_device(out.addr(&stream), 0)
-            .map_err(device_error)
+        e.launch(Mode::Vorticity)?;
+        out.ensure(&stream, 3 * nt)?;
+        Ok(e.unpack_on_device(out.addr(&stream), 0)?)
     }
 }
 
@@ -168,10 +158,10 @@ impl<T: GpuReal> Summation for CudaDirectOf<T> {
             Extra::Gradient => (Mode::Gradient, None),
         };
         let e = &mut self.engine;
-        e.upload_sources(sources).map_err(device_error)?;
-        e.upload_targets(targets, alpha).map_err(device_error)?;
-        e.launch(mode).map_err(device_error)?;
-        let d = e.download().map_err(device_error)?;
+        e.upload_sources(sources)?;
+        e.upload_targets(targets, alpha)?;
+        e.launch(mode)?;
+        let d = e.download()?;
         let nc = mode.components();
         let v = |i: usize, c: usize| d[i * nc + c].to_f64();
         for i in 0..targets.len() {
@@ -200,10 +190,10 @@ impl<T: GpuReal> Summation for CudaDirectOf<T> {
             return Ok(());
         }
         let e = &mut self.engine;
-        e.upload_sources(sources).map_err(device_error)?;
-        e.upload_targets(targets, None).map_err(device_error)?;
-        e.launch(Mode::Vorticity).map_err(device_error)?;
-        let d = e.download().map_err(device_error)?;
+        e.upload_sources(sources)?;
+        e.upload_targets(targets, None)?;
+        e.launch(Mode::Vorticity)?;
+        let d = e.download()?;
         out.clear();
         out.extend(
             d.chunks_exact(3)

@@ -53,10 +53,6 @@ impl std::fmt::Debug for CudaEwald {
     }
 }
 
-fn device_error(e: CudaError) -> SummationError {
-    SummationError::Device(e.to_string())
-}
-
 /// Same slice (the time stepper passes the particles' own positions and strengths).
 fn same<T>(a: &[T], b: &[T]) -> bool {
     a.as_ptr() == b.as_ptr() && a.len() == b.len()
@@ -180,17 +176,16 @@ impl DeviceSummation for CudaEwald {
             DeviceExtra::Gradient => (GpuExtra::Gradient, None, Some(&mut out.gradient)),
         };
         let stream = self.dev.stream().clone();
-        let e = |e: CudaError| SummationError::Device(e.to_string());
-        out.velocity.ensure(&stream, 3 * nt).map_err(e)?;
+        out.velocity.ensure(&stream, 3 * nt)?;
         let ex_addr = match ex_buf {
             Some(b) => {
-                b.ensure(&stream, gextra.components() * nt).map_err(e)?;
+                b.ensure(&stream, gextra.components() * nt)?;
                 b.addr(&stream)
             }
             None => 0,
         };
         if ns == 0 || nt == 0 {
-            out.velocity.zero(&stream, 3 * nt).map_err(e)?;
+            out.velocity.zero(&stream, 3 * nt)?;
             self.params = Some(params);
             return Ok(());
         }
@@ -210,9 +205,7 @@ impl DeviceSummation for CudaEwald {
             u_out: out.velocity.addr(&stream),
             ex_out: ex_addr,
         };
-        self.dev
-            .evaluate_device(&params, &ptrs, gextra)
-            .map_err(device_error)?;
+        self.dev.evaluate_device(&params, &ptrs, gextra)?;
         self.params = Some(params);
         Ok(())
     }
@@ -232,9 +225,9 @@ impl DeviceSummation for CudaEwald {
             )));
         }
         let stream = self.dev.stream().clone();
-        out.ensure(&stream, 3 * nt).map_err(device_error)?;
+        out.ensure(&stream, 3 * nt)?;
         if sources.n == 0 || nt == 0 {
-            return out.zero(&stream, 3 * nt).map_err(device_error);
+            return Ok(out.zero(&stream, 3 * nt)?);
         }
         let x = sources.x.addr(&stream);
         let t = match targets {
@@ -243,9 +236,9 @@ impl DeviceSummation for CudaEwald {
         };
         let src = [x, sources.alpha.addr(&stream), sources.sigma.addr(&stream)];
         let w = out.addr(&stream);
-        self.dev
-            .vorticity_device(src, sources.n, sigma_max, VORTICITY_CUTOFF, t, nt, w)
-            .map_err(device_error)
+        Ok(self
+            .dev
+            .vorticity_device(src, sources.n, sigma_max, VORTICITY_CUTOFF, t, nt, w)?)
     }
 
     /// The separable lattice sum ([`EwaldDevice::lattice_vorticity_device`]), the GPU form of
@@ -261,16 +254,16 @@ impl DeviceSummation for CudaEwald {
             return Ok(false);
         }
         let stream = self.dev.stream().clone();
-        out.ensure(&stream, 3 * n * n * n).map_err(device_error)?;
+        out.ensure(&stream, 3 * n * n * n)?;
         let src = [
             sources.x.addr(&stream),
             sources.alpha.addr(&stream),
             sources.sigma.addr(&stream),
         ];
         let w = out.addr(&stream);
-        self.dev
-            .lattice_vorticity_device(src, sources.n, sigma_max, VORTICITY_CUTOFF, n, w)
-            .map_err(device_error)
+        Ok(self
+            .dev
+            .lattice_vorticity_device(src, sources.n, sigma_max, VORTICITY_CUTOFF, n, w)?)
     }
 }
 
@@ -339,15 +332,13 @@ impl Summation for CudaEwald {
             Extra::Stretching { .. } => stretching[..nt].as_flattened_mut(),
             Extra::Gradient => gradient[..nt].as_flattened_mut().as_flattened_mut(),
         };
-        self.dev
-            .evaluate(
-                &params,
-                &inp,
-                gextra,
-                velocity[..nt].as_flattened_mut(),
-                ex_out,
-            )
-            .map_err(device_error)?;
+        self.dev.evaluate(
+            &params,
+            &inp,
+            gextra,
+            velocity[..nt].as_flattened_mut(),
+            ex_out,
+        )?;
         tracing::debug!("GPU Ewald: {params} ; {:?}", self.dev.timings());
         self.params = Some(params);
         Ok(())
@@ -362,17 +353,15 @@ impl Summation for CudaEwald {
         if targets.is_empty() {
             return Ok(());
         }
-        self.dev
-            .vorticity(
-                sources.x.as_flattened(),
-                sources.alpha.as_flattened(),
-                sources.sigma,
-                sigma_max,
-                VORTICITY_CUTOFF,
-                targets.as_flattened(),
-                same(targets, sources.x),
-                out.as_flattened_mut(),
-            )
-            .map_err(device_error)
+        Ok(self.dev.vorticity(
+            sources.x.as_flattened(),
+            sources.alpha.as_flattened(),
+            sources.sigma,
+            sigma_max,
+            VORTICITY_CUTOFF,
+            targets.as_flattened(),
+            same(targets, sources.x),
+            out.as_flattened_mut(),
+        )?)
     }
 }

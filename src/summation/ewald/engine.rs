@@ -11,7 +11,7 @@
 use super::params::{CostModel, EwaldParameters};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, cufft_error, launch, CompiledModule, CudaError, Gpu, KernelSource,
+    cufft_available, launch, CompiledModule, CudaError, Doing, Gpu, KernelSource,
 };
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
@@ -223,7 +223,7 @@ impl EwaldDevice {
             module
                 .module
                 .load_function(name)
-                .map_err(|e| CudaError::driver(format!("loading kernel {name}"), e))
+                .doing(format!("loading kernel {name}"))
         };
         let k = Kernels {
             grid_keys: load("ew_grid_keys")?,
@@ -252,15 +252,12 @@ impl EwaldDevice {
             vorticity: load("ew_vorticity")?,
             lattice_vorticity: load("ew_lattice_vorticity")?,
         };
-        let stream = gpu
-            .context()
-            .new_stream()
-            .map_err(|e| CudaError::driver("creating a stream", e))?;
+        let stream = gpu.context().new_stream().doing("creating a stream")?;
         let events = (0..7)
             .map(|_| {
                 gpu.context()
                     .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                    .map_err(|e| CudaError::driver("creating an event", e))
+                    .doing("creating an event")
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(EwaldDevice {
@@ -316,7 +313,7 @@ impl EwaldDevice {
     fn record(&self, i: usize) -> Result<(), CudaError> {
         self.events[i]
             .record(&self.stream)
-            .map_err(|e| CudaError::driver("recording an event", e))
+            .doing("recording an event")
     }
 
     fn read_timings(&mut self) -> Result<(), CudaError> {
@@ -324,7 +321,7 @@ impl EwaldDevice {
             self.events[a]
                 .elapsed_ms(&self.events[b])
                 .map(f64::from)
-                .map_err(|e| CudaError::driver("reading an event", e))
+                .doing("reading an event")
         };
         let t = GpuEwaldTimings {
             upload_ms: ms(0, 1)?,
@@ -414,10 +411,7 @@ impl EwaldDevice {
                 3,
                 self.stream.clone(),
             )
-            .map_err(|e| CudaError::Driver {
-                what: format!("creating a cuFFT plan for {m}^3"),
-                message: format!("{e:?}"),
-            })
+            .doing(format!("creating a cuFFT plan for {m}^3"))
         };
         let r2c = plan(cufft_sys::cufftType::CUFFT_R2C, real, cplx)?;
         let c2r = plan(cufft_sys::cufftType::CUFFT_C2R, cplx, real)?;
@@ -498,8 +492,7 @@ impl EwaldDevice {
         self.ex
             .download(&s, &mut ex_out[..nex * nt], "stretching/gradient")?;
         self.record(6)?;
-        s.synchronize()
-            .map_err(|e| CudaError::driver("waiting for the evaluation", e))?;
+        s.synchronize().doing("waiting for the evaluation")?;
         self.read_timings()?;
         check_written(&u_out[..3 * nt], "velocity")?;
         check_written(&ex_out[..nex * nt], "stretching/gradient")?;
@@ -526,7 +519,7 @@ impl EwaldDevice {
         self.record(6)?;
         self.stream
             .synchronize()
-            .map_err(|e| CudaError::driver("waiting for the evaluation", e))?;
+            .doing("waiting for the evaluation")?;
         self.read_timings()
     }
 
@@ -607,7 +600,7 @@ impl EwaldDevice {
         plans
             .r2c
             .exec_r2c(self.grid.get(), self.spec.get_mut())
-            .map_err(cufft_error("cuFFT R2C"))?;
+            .doing("cuFFT R2C")?;
         let kmax = p.kmax as i32;
         let c = (0.5 * (p.eta * p.eta - 2.0 * tau * tau)) as f32;
         let scale = (1.0 / m3 as f64) as f32;
@@ -618,7 +611,7 @@ impl EwaldDevice {
         plans
             .c2r
             .exec_c2r(self.spec.get_mut(), self.grid.get_mut())
-            .map_err(cufft_error("cuFFT C2R"))?;
+            .doing("cuFFT C2R")?;
         self.record(3)?;
 
         // Gather at the targets (in the sources' sorted order when they are the sources).
@@ -754,8 +747,7 @@ impl EwaldDevice {
         self.vorticity_sums(inputs, ns, sigma_max, cutoff, t, nt, out)?;
         self.u.download(&s, &mut w_out[..3 * nt], "vorticity")?;
         self.record(6)?;
-        s.synchronize()
-            .map_err(|e| CudaError::driver("waiting for the vorticity", e))?;
+        s.synchronize().doing("waiting for the vorticity")?;
         self.read_timings()?;
         check_written(&w_out[..3 * nt], "vorticity")
     }
@@ -781,7 +773,7 @@ impl EwaldDevice {
         self.record(6)?;
         self.stream
             .synchronize()
-            .map_err(|e| CudaError::driver("waiting for the vorticity", e))?;
+            .doing("waiting for the vorticity")?;
         self.read_timings()
     }
 
@@ -842,8 +834,7 @@ impl EwaldDevice {
             &reach_i, &cutoff, &w_out)?;
         self.record(5)?;
         self.record(6)?;
-        s.synchronize()
-            .map_err(|e| CudaError::driver("waiting for the lattice vorticity", e))?;
+        s.synchronize().doing("waiting for the lattice vorticity")?;
         self.read_timings()?;
         Ok(true)
     }
@@ -933,7 +924,7 @@ fn poison(stream: &Arc<CudaStream>, ptr: u64, len: usize) -> Result<(), CudaErro
     // ensure() for the engine's own outputs, by the caller for the device form, whose contract
     // says so); all-ones bytes are a valid (NaN) f64.
     unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xFF, len * 8, stream.cu_stream()) }
-        .map_err(|e| CudaError::driver("poisoning the output", e))
+        .doing("poisoning the output")
 }
 
 /// Cells per side (capped), their side, and the image range for explicit images (cells = 0),

@@ -13,7 +13,7 @@
 use super::params::{plan_parameters, FmmBackend, FmmParams};
 use super::{AccuracyCheck, CheckSchedule, FmmStats, Structure};
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{launch, CudaError, Gpu, KernelSource};
+use crate::device::cuda::{launch, CudaError, Doing, Gpu, KernelSource};
 use crate::kernel::StretchingScheme;
 use crate::summation::{
     sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceSummation,
@@ -94,10 +94,6 @@ pub struct CudaFmm {
     buf: Buffers,
 }
 
-fn device_error(e: CudaError) -> SummationError {
-    SummationError::Device(e.to_string())
-}
-
 /// A tree's cells as flat arrays for the device.
 struct CellArrays {
     center: Vec<f64>,
@@ -143,10 +139,7 @@ impl CudaFmm {
         params: FmmParams,
         check_every: u64,
     ) -> Result<Self, SummationError> {
-        let stream = gpu
-            .context()
-            .new_stream()
-            .map_err(|e| device_error(CudaError::driver("creating a stream", e)))?;
+        let stream = gpu.context().new_stream().doing("creating a stream")?;
         let mut s = Self {
             gpu,
             stream,
@@ -170,15 +163,12 @@ impl CudaFmm {
         if self.kernels.as_ref().is_some_and(|k| k.order == p) {
             return Ok(());
         }
-        let module = self
-            .gpu
-            .module_from(&KERNELS, &[format!("-DFMM_P={p}")])
-            .map_err(device_error)?;
+        let module = self.gpu.module_from(&KERNELS, &[format!("-DFMM_P={p}")])?;
         let load = |name: &str| {
             module
                 .module
                 .load_function(name)
-                .map_err(|e| device_error(CudaError::driver(format!("loading kernel {name}"), e)))
+                .doing(format!("loading kernel {name}"))
         };
         self.kernels = Some(Kernels {
             order: p,
@@ -343,14 +333,10 @@ impl CudaFmm {
         let ctx = self.gpu.context();
         let ev = || {
             ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| CudaError::driver("creating an event", e))
+                .doing("creating an event")
         };
         let events = [ev()?, ev()?, ev()?, ev()?, ev()?];
-        let record = |i: usize| {
-            events[i]
-                .record(&s)
-                .map_err(|e| CudaError::driver("recording an event", e))
-        };
+        let record = |i: usize| events[i].record(&s).doing("recording an event");
         // Every coefficient and every column of the order-2p table has a thread.
         let threads = {
             let need = super::expansions::coefficient_count(p).max(2 * p + 1);
@@ -449,13 +435,12 @@ impl CudaFmm {
             b.s_end.get(), b.s_pos.get(), b.s_str.get(), b.local.get(), &rho_cut2, &mode,
             talpha, out_u.get_mut(), out_x.get_mut())?;
         record(4)?;
-        s.synchronize()
-            .map_err(|e| CudaError::driver("waiting for the FMM", e))?;
+        s.synchronize().doing("waiting for the FMM")?;
         let ms = |a: usize, z: usize| -> Result<f64, CudaError> {
             events[a]
                 .elapsed_ms(&events[z])
                 .map(|t| t as f64 * 1e-3)
-                .map_err(|e| CudaError::driver("timing the FMM", e))
+                .doing("timing the FMM")
         };
         stats.upward_seconds = ms(0, 1)?;
         stats.m2l_seconds = ms(1, 2)?;
@@ -496,8 +481,7 @@ impl CudaFmm {
                 }
             }
         }
-        s.synchronize()
-            .map_err(|e| CudaError::driver("copying the FMM's results", e))?;
+        s.synchronize().doing("copying the FMM's results")?;
         if !out.velocity[..nt].iter().flatten().all(|v| v.is_finite()) {
             return Err(CudaError::Invalid(
                 "the FMM left a velocity unwritten or not finite".into(),
@@ -518,7 +502,7 @@ impl CudaFmm {
         buf.download(&self.stream, &mut v, what)?;
         self.stream
             .synchronize()
-            .map_err(|e| CudaError::driver("copying positions for the tree", e))?;
+            .doing("copying positions for the tree")?;
         Ok(v)
     }
 }
@@ -582,14 +566,13 @@ impl DeviceSummation for CudaFmm {
     fn evaluate_on_device(&mut self, work: DeviceWork, out: &mut DeviceEvaluation) -> SumResult {
         let src = work.sources;
         let n = src.n;
-        let e = device_error;
-        let xs = self.to_host(src.x, 3 * n, "positions").map_err(e)?;
-        let sig = self.to_host(src.sigma, n, "core radii").map_err(e)?;
+        let xs = self.to_host(src.x, 3 * n, "positions")?;
+        let sig = self.to_host(src.sigma, n, "core radii")?;
         let x3: Vec<[f64; 3]> = xs.chunks(3).map(|c| [c[0], c[1], c[2]]).collect();
         let (targets_host, tbuf) = match work.targets {
             DeviceTargets::Sources => (None, None),
             DeviceTargets::Points { x, n: nt } => {
-                let t = self.to_host(x, 3 * nt, "targets").map_err(e)?;
+                let t = self.to_host(x, 3 * nt, "targets")?;
                 (
                     Some(t.chunks(3).map(|c| [c[0], c[1], c[2]]).collect::<Vec<_>>()),
                     Some(x.get()),
@@ -612,7 +595,7 @@ impl DeviceSummation for CudaFmm {
             ),
         };
         let s = self.stream.clone();
-        out.velocity.ensure(&s, 3 * nt).map_err(e)?;
+        out.velocity.ensure(&s, 3 * nt)?;
         let xlen = match extra {
             ExtraKind::Velocity => 1,
             ExtraKind::Gradient => 9 * nt,
@@ -622,7 +605,7 @@ impl DeviceSummation for CudaFmm {
             ExtraKind::Gradient => &mut out.gradient,
             _ => &mut out.stretching,
         };
-        xbuf.ensure(&s, xlen).map_err(e)?;
+        xbuf.ensure(&s, xlen)?;
         self.run(
             &sources,
             targets,
@@ -638,8 +621,7 @@ impl DeviceSummation for CudaFmm {
                 x: xbuf,
                 alpha: talpha,
             },
-        )
-        .map_err(e)?;
+        )?;
         // The built-in check, as in the host form: on a due evaluation the results, the
         // strengths and the target strengths come to the host for the sampled comparison.
         let sigma_max = sig.iter().copied().fold(0.0, f64::max);
@@ -657,11 +639,9 @@ impl DeviceSummation for CudaFmm {
         }
         let to3 =
             |v: Vec<f64>| -> Vec<[f64; 3]> { v.chunks(3).map(|c| [c[0], c[1], c[2]]).collect() };
-        let alpha = to3(self.to_host(src.alpha, 3 * n, "strengths").map_err(e)?);
+        let alpha = to3(self.to_host(src.alpha, 3 * n, "strengths")?);
         let mut host = Evaluation {
-            velocity: to3(self
-                .to_host(&out.velocity, 3 * nt, "velocities")
-                .map_err(e)?),
+            velocity: to3(self.to_host(&out.velocity, 3 * nt, "velocities")?),
             ..Default::default()
         };
         let target_alpha;
@@ -669,19 +649,16 @@ impl DeviceSummation for CudaFmm {
             (ExtraKind::Velocity, _) => Extra::None,
             (ExtraKind::Gradient, _) => {
                 host.gradient = self
-                    .to_host(&out.gradient, 9 * nt, "gradients")
-                    .map_err(e)?
+                    .to_host(&out.gradient, 9 * nt, "gradients")?
                     .chunks(9)
                     .map(|v| [[v[0], v[1], v[2]], [v[3], v[4], v[5]], [v[6], v[7], v[8]]])
                     .collect();
                 Extra::Gradient
             }
             (ExtraKind::Stretching(scheme), DeviceExtra::Stretching { alpha: ta, .. }) => {
-                host.stretching = to3(self
-                    .to_host(&out.stretching, 3 * nt, "stretching")
-                    .map_err(e)?);
+                host.stretching = to3(self.to_host(&out.stretching, 3 * nt, "stretching")?);
                 target_alpha = match ta {
-                    Some(a) => to3(self.to_host(a, 3 * nt, "target strengths").map_err(e)?),
+                    Some(a) => to3(self.to_host(a, 3 * nt, "target strengths")?),
                     None => alpha.clone(),
                 };
                 Extra::Stretching {
@@ -716,18 +693,15 @@ impl DeviceSummation for CudaFmm {
         targets: &DeviceTargets,
         out: &mut DeviceBuffer<f64>,
     ) -> SumResult {
-        let e = device_error;
         let n = sources.n;
         let to3 =
             |v: Vec<f64>| -> Vec<[f64; 3]> { v.chunks(3).map(|c| [c[0], c[1], c[2]]).collect() };
-        let x = to3(self.to_host(sources.x, 3 * n, "positions").map_err(e)?);
-        let a = to3(self.to_host(sources.alpha, 3 * n, "strengths").map_err(e)?);
-        let sig = self.to_host(sources.sigma, n, "core radii").map_err(e)?;
+        let x = to3(self.to_host(sources.x, 3 * n, "positions")?);
+        let a = to3(self.to_host(sources.alpha, 3 * n, "strengths")?);
+        let sig = self.to_host(sources.sigma, n, "core radii")?;
         let at = match targets {
             DeviceTargets::Sources => x.clone(),
-            DeviceTargets::Points { x: t, n: nt } => {
-                to3(self.to_host(t, 3 * nt, "targets").map_err(e)?)
-            }
+            DeviceTargets::Points { x: t, n: nt } => to3(self.to_host(t, 3 * nt, "targets")?),
         };
         let mut w = Vec::new();
         self.vorticity(
@@ -740,11 +714,9 @@ impl DeviceSummation for CudaFmm {
             &mut w,
         )?;
         let flat: Vec<f64> = w.iter().flatten().copied().collect();
-        out.upload(&self.stream, &flat, "blob vorticity")
-            .map_err(e)?;
-        self.stream
-            .synchronize()
-            .map_err(|err| e(CudaError::driver("copying the vorticity", err)))
+        out.upload(&self.stream, &flat, "blob vorticity")?;
+        self.stream.synchronize().doing("copying the vorticity")?;
+        Ok(())
     }
 }
 
@@ -775,10 +747,8 @@ impl Summation for CudaFmm {
                 target_alpha,
             },
             Outputs::Staged,
-        )
-        .map_err(device_error)?;
-        self.download(req.targets.len(), &req.extra, out)
-            .map_err(device_error)?;
+        )?;
+        self.download(req.targets.len(), &req.extra, out)?;
         let stats = self.stats;
         self.schedule.after_evaluation(
             req.sources,
