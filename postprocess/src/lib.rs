@@ -12,7 +12,9 @@
 //!
 //! [`plot_run`] reads them and writes `energy.png` (K/K0 against t/T0,
 //! log–log) and `spectrum.png` (E(k), log–log) into the run directory,
-//! overlaying the solvers that are present.
+//! overlaying the solvers that are present. With both solvers each picture
+//! has a second panel below: (K_vortex − K_spectral)/K_spectral against
+//! t/T0, and E_vortex(k)/E_spectral(k) at the kept times.
 //!
 //! A turbulence run may also hold 3-D field snapshots,
 //! `fields/<solver>-<step:08>.npz` (see [`read_fields`] and [`layout`]).
@@ -76,8 +78,9 @@ pub use particles::{
     REL_ERR_REFERENCE, RINGS_SIZE, RING_SIZE,
 };
 pub use plots::{
-    draw_energy, draw_spectra, EnergyCurve, Solver, SolverSpectra, Spectrum, ENERGY_SIZE,
-    MAX_SPECTRUM_TIMES, SPECTRUM_SIZE,
+    draw_energy, draw_spectra, energy_difference, EnergyCurve, Solver, SolverSpectra, Spectrum,
+    COMPARISON_PANEL_HEIGHT, ENERGY_COMPARE_SIZE, ENERGY_SIZE, MAX_RATIO, MAX_SPECTRUM_TIMES,
+    RATIO_FLOOR, SPECTRUM_COMPARE_SIZE, SPECTRUM_SIZE,
 };
 pub use table::{read_csv_columns, Table};
 
@@ -257,7 +260,9 @@ pub fn plot_fields_at(
 /// Reads `<run_dir>/spectral/{energy,spectra}.csv` and, if the `vortex/`
 /// subdirectory exists, `<run_dir>/vortex/{energy,spectra}.csv`, then writes
 /// `<run_dir>/energy.png` and `<run_dir>/spectrum.png` (in that order in
-/// the returned vector). `title` starts each plot's title.
+/// the returned vector), each with its comparison panel when `vortex/`
+/// exists (see [`draw_energy`], [`draw_spectra`]). `title` starts each
+/// plot's title.
 ///
 /// In the energy plot every solver's K is divided by its own first-row K0,
 /// and every solver's t by the same T0: the spectral solver's first-row

@@ -40,7 +40,7 @@ pub use manifest::{
     check_run_dir_format, cpu_model, CflSteps, Manifest, ResumeRecord, MANIFEST_FILE,
     OLDEST_RUN_DIR_FORMAT, RUN_DIR_FORMAT,
 };
-pub use npz::{read_velocity_npz, write_velocity_npz, VelocityField};
+pub use npz::{read_field_time, read_velocity_npz, write_velocity_npz, FieldTime, VelocityField};
 pub use run_dir::{create_locked_run_dir, create_run_dir, VPM_OUTPUTS};
 pub use snapshot::{
     read_particle_snapshot, write_particle_snapshot, OwnedParticleSnapshot, ParticleSnapshot,

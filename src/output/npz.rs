@@ -5,8 +5,9 @@ use std::fs::File;
 use std::io::{self, BufReader, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use ndarray::{ArrayD, ArrayView3, ArrayViewD, Ix3, IxDyn};
-use ndarray_npy::{NpzReader, NpzWriter};
+use ndarray::{arr0, Array0, ArrayD, ArrayView3, ArrayViewD, Ix0, Ix3, IxDyn};
+use ndarray_npy::{NpzReader, NpzWriter, ReadableElement};
+use postprocess::layout::{FIELD_STEP, FIELD_T};
 use zip::write::SimpleFileOptions;
 use zip::CompressionMethod;
 
@@ -119,6 +120,16 @@ pub(crate) fn options_for(n_elems: usize, zip64_from_bytes: u64) -> SimpleFileOp
         .large_file(bytes >= zip64_from_bytes)
 }
 
+/// When a field was written: the simulation time and the step number. Stored in an npz as the
+/// 0-d arrays `t` (f64) and `step` (u64), as the field snapshots store them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FieldTime {
+    /// The simulation time.
+    pub t: f64,
+    /// The number of steps taken since t = 0.
+    pub step: u64,
+}
+
 /// Write named f64 arrays (`(name, view)`) as an uncompressed npz into `w`.
 /// `path` only names the file in errors.
 pub(crate) fn write_npz_arrays<W: Write + Seek>(
@@ -126,18 +137,27 @@ pub(crate) fn write_npz_arrays<W: Write + Seek>(
     path: &Path,
     arrays: &[(&str, ArrayViewD<'_, f64>)],
 ) -> Result<(), OutputError> {
-    write_npz_arrays_zip64_from(w, path, arrays, ZIP64_FROM_BYTES)
+    write_npz_arrays_zip64_from(w, path, arrays, None, ZIP64_FROM_BYTES)
 }
 
+/// [`write_npz_arrays`], then `time` as the arrays `t` and `step` when given; entries of at
+/// least `zip64_from_bytes` get zip64 headers.
 fn write_npz_arrays_zip64_from<W: Write + Seek>(
     w: W,
     path: &Path,
     arrays: &[(&str, ArrayViewD<'_, f64>)],
+    time: Option<FieldTime>,
     zip64_from_bytes: u64,
 ) -> Result<(), OutputError> {
     let mut npz = npz_writer(w);
     for (name, a) in arrays {
         npz.add_array_with_options(*name, a, options_for(a.len(), zip64_from_bytes))
+            .map_err(|e| npz_err("write", path, e))?;
+    }
+    if let Some(time) = time {
+        npz.add_array(FIELD_T, &arr0(time.t))
+            .map_err(|e| npz_err("write", path, e))?;
+        npz.add_array(FIELD_STEP, &arr0(time.step))
             .map_err(|e| npz_err("write", path, e))?;
     }
     npz.finish().map_err(|e| npz_err("write", path, e))?;
@@ -146,8 +166,7 @@ fn write_npz_arrays_zip64_from<W: Write + Seek>(
 
 /// Read every array of an npz file as f64 arrays of any dimension, in file order.
 pub(crate) fn read_npz_arrays(path: &Path) -> Result<Vec<(String, ArrayD<f64>)>, OutputError> {
-    let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
-    let mut npz = NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))?;
+    let mut npz = open_npz(path)?;
     let names = npz.names().map_err(|e| npz_err("read", path, e))?;
     let mut out = Vec::with_capacity(names.len());
     for name in names {
@@ -157,15 +176,38 @@ pub(crate) fn read_npz_arrays(path: &Path) -> Result<Vec<(String, ArrayD<f64>)>,
     Ok(out)
 }
 
+/// The npz file at `path`, open for reading.
+fn open_npz(path: &Path) -> Result<NpzReader<BufReader<File>>, OutputError> {
+    let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
+    NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))
+}
+
+/// The value of the 0-d array `name` of an open npz (`path` names it in errors).
+fn read_scalar<T: ReadableElement>(
+    npz: &mut NpzReader<BufReader<File>>,
+    path: &Path,
+    name: &str,
+) -> Result<T, OutputError> {
+    let a: Array0<T> = npz
+        .by_name::<ndarray::OwnedRepr<T>, Ix0>(name)
+        .map_err(|e| npz_err("read", path, e))?;
+    Ok(a.into_scalar())
+}
+
 /// The time `t` (a 0-d f64 array) of an npz: the particle snapshots and the grid fields store
 /// it, and their `.pvd` collections read it back ([`super::vtk::Series::rewrite_pvd`]).
 pub(crate) fn read_npz_time(path: &Path) -> Result<f64, OutputError> {
-    let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
-    let mut npz = NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))?;
-    let t: ndarray::Array0<f64> = npz
-        .by_name::<ndarray::OwnedRepr<f64>, ndarray::Ix0>("t")
-        .map_err(|e| npz_err("read", path, e))?;
-    Ok(t.into_scalar())
+    read_scalar(&mut open_npz(path)?, path, FIELD_T)
+}
+
+/// The time and step stored in an npz ([`FieldTime`]: the 0-d arrays `t` and `step`), as
+/// [`write_velocity_npz`] and the field snapshots write them.
+pub fn read_field_time(path: &Path) -> Result<FieldTime, OutputError> {
+    let mut npz = open_npz(path)?;
+    Ok(FieldTime {
+        t: read_scalar(&mut npz, path, FIELD_T)?,
+        step: read_scalar(&mut npz, path, FIELD_STEP)?,
+    })
 }
 
 /// Flatten an array into a `Vec` in C (row-major) order.
@@ -184,15 +226,16 @@ pub(crate) fn into_c_order_vec<D: ndarray::Dimension>(a: ndarray::Array<f64, D>)
 }
 
 /// Write `final.npz`-style velocity: arrays `"u"`, `"v"`, `"w"`, each f64 of
-/// shape `(n, n, n)` in C order, indexed `[i, j, k]` ↔ `(x_i, y_j, z_k)`. The
-/// input slices use the same layout (index `(i*n + j)*n + k`). The file is
-/// streamed into a temporary sibling and renamed (atomic).
+/// shape `(n, n, n)` in C order, indexed `[i, j, k]` ↔ `(x_i, y_j, z_k)`, then
+/// the field's `time` as the 0-d arrays `"t"` (f64) and `"step"` (u64) (read
+/// back by [`read_field_time`]). The input slices use the same layout (index
+/// `(i*n + j)*n + k`). The file is streamed into a temporary sibling and
+/// renamed (atomic).
 pub fn write_velocity_npz(
     path: &Path,
     n: usize,
-    u: &[f64],
-    v: &[f64],
-    w: &[f64],
+    [u, v, w]: [&[f64]; 3],
+    time: FieldTime,
 ) -> Result<(), OutputError> {
     let len = n
         .checked_mul(n)
@@ -211,7 +254,9 @@ pub fn write_velocity_npz(
         })?;
         views.push((name, view.into_dyn()));
     }
-    write_atomic_with(path, |w, tmp| write_npz_arrays(w, tmp, &views))
+    write_atomic_with(path, |w, tmp| {
+        write_npz_arrays_zip64_from(w, tmp, &views, Some(time), ZIP64_FROM_BYTES)
+    })
 }
 
 /// A velocity field as read back: `(n, u, v, w)`, components flat in C order.
@@ -219,9 +264,10 @@ pub type VelocityField = (usize, Vec<f64>, Vec<f64>, Vec<f64>);
 
 /// Read a file written by [`write_velocity_npz`]: `(n, u, v, w)` with the
 /// components flattened in C order. Checks that all three are `(n, n, n)`.
+/// The time is read by [`read_field_time`] (`final.npz` files written before
+/// vpm stored it have none).
 pub fn read_velocity_npz(path: &Path) -> Result<VelocityField, OutputError> {
-    let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
-    let mut npz = NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))?;
+    let mut npz = open_npz(path)?;
     let mut n = None;
     let mut comps = Vec::with_capacity(3);
     for name in ["u", "v", "w"] {
@@ -273,6 +319,8 @@ mod tests {
     use super::*;
     use ndarray::Array3;
 
+    const AT_ZERO: FieldTime = FieldTime { t: 0.0, step: 0 };
+
     #[test]
     fn velocity_npz_round_trip_bit_exact() {
         let tmp = tempfile::tempdir().unwrap();
@@ -287,7 +335,11 @@ mod tests {
                 .collect()
         };
         let (u, v, w) = (field(), field(), field());
-        write_velocity_npz(&p, n, &u, &v, &w).unwrap();
+        let time = FieldTime {
+            t: 0.1 + 0.2,
+            step: u64::MAX - 3,
+        };
+        write_velocity_npz(&p, n, [&u, &v, &w], time).unwrap();
         // only the file, no temporaries
         let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
         assert_eq!(names.len(), 1);
@@ -298,12 +350,21 @@ mod tests {
         assert_eq!(bits(&u2), bits(&u));
         assert_eq!(bits(&v2), bits(&v));
         assert_eq!(bits(&w2), bits(&w));
+        // the time and step, exactly
+        let back = read_field_time(&p).unwrap();
+        assert_eq!(back.t.to_bits(), time.t.to_bits());
+        assert_eq!(back.step, time.step);
 
-        // independent check with ndarray-npy directly: shape and [i,j,k] indexing
+        // independent check with ndarray-npy directly: shape and [i,j,k] indexing, and the
+        // time and step as 0-d f64 and u64 arrays
         let mut npz = NpzReader::new(File::open(&p).unwrap()).unwrap();
         let mut names = npz.names().unwrap();
         names.sort();
-        assert_eq!(names, vec!["u", "v", "w"]);
+        assert_eq!(names, vec!["step", "t", "u", "v", "w"]);
+        let t: ndarray::Array0<f64> = npz.by_name("t").unwrap();
+        assert_eq!(t.into_scalar().to_bits(), time.t.to_bits());
+        let step: ndarray::Array0<u64> = npz.by_name("step").unwrap();
+        assert_eq!(step.into_scalar(), time.step);
         let a: Array3<f64> = npz.by_name("v").unwrap();
         assert_eq!(a.shape(), &[n, n, n]);
         for i in 0..n {
@@ -323,7 +384,7 @@ mod tests {
         let data: Vec<f64> = (0..24).map(|i| i as f64 * 0.1).collect();
         let view = ArrayViewD::from_shape(IxDyn(&[2, 3, 4]), &data).unwrap();
         let f = File::create(&p).unwrap();
-        write_npz_arrays_zip64_from(f, &p, &[("a", view.clone()), ("b", view)], 0).unwrap();
+        write_npz_arrays_zip64_from(f, &p, &[("a", view.clone()), ("b", view)], None, 0).unwrap();
         let back = read_npz_arrays(&p).unwrap();
         assert_eq!(back.len(), 2);
         assert_eq!(back[1].0, "b");
@@ -403,7 +464,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("final.npz");
         let u = vec![0.0; 8];
-        let err = write_velocity_npz(&p, 2, &u, &u, &u[..7]).unwrap_err();
+        let err = write_velocity_npz(&p, 2, [&u, &u, &u[..7]], AT_ZERO).unwrap_err();
         assert!(err.to_string().contains("final.npz"), "{err}");
         assert!(!p.exists());
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
@@ -413,11 +474,25 @@ mod tests {
     fn velocity_npz_replaces_atomically() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("final.npz");
-        write_velocity_npz(&p, 1, &[1.0], &[2.0], &[3.0]).unwrap();
+        write_velocity_npz(&p, 1, [&[1.0], &[2.0], &[3.0]], AT_ZERO).unwrap();
         let u = vec![0.5; 8];
-        write_velocity_npz(&p, 2, &u, &u, &u).unwrap();
+        let later = FieldTime { t: 2.5, step: 10 };
+        write_velocity_npz(&p, 2, [&u, &u, &u], later).unwrap();
         let (n, u2, _, _) = read_velocity_npz(&p).unwrap();
         assert_eq!(n, 2);
         assert_eq!(u2, u);
+        assert_eq!(read_field_time(&p).unwrap(), later);
+    }
+
+    #[test]
+    fn field_time_missing_is_named() {
+        // a file without `t` and `step` (final.npz of an older vpm): an error naming it
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("final.npz");
+        let data = [1.0];
+        let view = ArrayViewD::from_shape(IxDyn(&[1, 1, 1]), &data).unwrap();
+        write_npz_arrays(File::create(&p).unwrap(), &p, &[("u", view)]).unwrap();
+        let err = read_field_time(&p).unwrap_err().to_string();
+        assert!(err.contains("final.npz"), "{err}");
     }
 }

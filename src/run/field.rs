@@ -16,7 +16,8 @@ use crate::diagnostics::structures::{grid_fields, GridFields};
 use crate::diagnostics::{flow_stats, max_divergence, shell_spectrum, FlowStats};
 use crate::init::initial_modes;
 use crate::output::{
-    format_f64, write_fields, write_velocity_npz, CheckpointArrays, FieldPrecision, FieldsFrame,
+    format_f64, write_fields, write_velocity_npz, CheckpointArrays, FieldPrecision, FieldTime,
+    FieldsFrame,
 };
 use crate::particles::ParticleSet;
 use crate::run::callbacks::{CallContext, Callback, LogSpec, ScheduledCallback};
@@ -372,10 +373,10 @@ impl Model for FieldModel {
         }
     }
 
-    fn write_final(&mut self, run_dir: &Path) -> Result<()> {
+    fn write_final(&mut self, run_dir: &Path, time: FieldTime) -> Result<()> {
         let n = self.spectral.grid().n;
         let [u, v, w] = self.spectral.velocity_on_grid()?;
-        write_velocity_npz(&run_dir.join(FINAL_NPZ), n, &u, &v, &w)?;
+        write_velocity_npz(&run_dir.join(FINAL_NPZ), n, [&u, &v, &w], time)?;
         Ok(())
     }
 

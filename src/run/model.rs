@@ -7,7 +7,7 @@
 //! vortex ring in free space, a tube in the periodic box).
 
 use crate::config::Case;
-use crate::output::CheckpointArrays;
+use crate::output::{CheckpointArrays, FieldTime};
 use crate::run::callbacks::ScheduledCallback;
 use crate::run::plan::RunPlan;
 use crate::vortex::stepper::ParticleStepper;
@@ -130,8 +130,9 @@ pub trait Model: Sized {
     /// The particle solver, if the model has particles (snapshots).
     fn particles(&mut self) -> Option<&mut dyn ParticleStepper>;
 
-    /// Final outputs written once at t_end (e.g. the spectral field).
-    fn write_final(&mut self, run_dir: &Path) -> anyhow::Result<()>;
+    /// Final outputs written once at t_end (e.g. the spectral field), stamped with `time`: the
+    /// run's time and step.
+    fn write_final(&mut self, run_dir: &Path, time: FieldTime) -> anyhow::Result<()>;
 
     /// Which device each solver runs on ("spectral" → "cpu", "vortex" → "cuda:0"), for the
     /// manifest and the checkpoint.

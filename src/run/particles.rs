@@ -19,7 +19,7 @@ use crate::init::particles::{
     coaxial_rings, coaxial_rings_len, saffman_ring_speed, vortex_ring, vortex_tube, CoaxialRing,
     CoreSampling,
 };
-use crate::output::CheckpointArrays;
+use crate::output::{CheckpointArrays, FieldTime};
 use crate::particles::ParticleSet;
 use crate::run::callbacks::{CallContext, Callback, LogSpec, ScheduledCallback};
 use crate::run::model::{Model, ModelState, StepFailure};
@@ -269,7 +269,7 @@ impl Model for ParticleModel {
         Some(self.solver.as_mut())
     }
 
-    fn write_final(&mut self, _run_dir: &Path) -> Result<()> {
+    fn write_final(&mut self, _run_dir: &Path, _time: FieldTime) -> Result<()> {
         Ok(())
     }
 

@@ -786,7 +786,11 @@ impl<M: Model> Simulation<M> {
     /// and `vpm resume` writes them again from the checkpoint at t_end.
     fn finish(&mut self) -> Result<()> {
         let tf = Instant::now();
-        let written = self.model.write_final(&self.run_dir);
+        let time = crate::output::FieldTime {
+            t: self.t,
+            step: self.step,
+        };
+        let written = self.model.write_final(&self.run_dir, time);
         self.add_time("final_field", tf.elapsed().as_secs_f64());
         self.unfinished_if_failed(written, "writing the final field")?;
         let tp = Instant::now();
@@ -1033,7 +1037,7 @@ mod tests {
         fn particles(&mut self) -> Option<&mut dyn crate::vortex::stepper::ParticleStepper> {
             None
         }
-        fn write_final(&mut self, _: &Path) -> Result<()> {
+        fn write_final(&mut self, _: &Path, _: crate::output::FieldTime) -> Result<()> {
             Ok(())
         }
         fn devices(&self) -> Vec<(&'static str, Device)> {
