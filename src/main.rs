@@ -128,12 +128,10 @@ fn run(cli: Cli) -> Result<()> {
                 // Recorded in the run's case.toml, so `vpm resume` keeps it.
                 case.set_device(d);
             }
-            // A device that cannot be had, or a case too big for the memory, fails before a
-            // run directory is made.
-            let plan = vpm::run::RunPlan::checked(&case)?;
-            // Nor does a case whose outputs would not fit on the disk (`runs/` by default).
+            // A device that cannot be had, a case too big for the memory or whose outputs would
+            // not fit on the disk (`runs/` by default) fails before a run directory is made.
             let parent = args.out.clone().unwrap_or_else(|| PathBuf::from("runs"));
-            memory::check_disk(&case, &plan, &parent)?;
+            let plan = vpm::run::checked_plan(&case, &parent)?;
             let threads = set_threads(args.threads)?;
             let (run_dir, lock) =
                 create_locked_run_dir(&case.name, args.out.as_deref(), args.force, "vpm run")?;

@@ -278,7 +278,7 @@ fn two_rings_write_per_ring_rows_and_resume_in_order() {
     let (h, rows) = read_csv(&whole.join(RINGS_CSV));
     assert_eq!(rows.len(), 2 * 5, "two rings at steps 0..=4");
     let c = |name: &str| col(&h, name);
-    let n_total = vpm::run::particles::initial_particles(&two_ring_case())
+    let n_total = vpm::run::sampling::initial_particles(&two_ring_case())
         .unwrap()
         .len() as f64;
     let first = &rows[0];

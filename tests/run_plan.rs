@@ -10,7 +10,7 @@ use vpm::run::RunPlan;
 fn the_plan_samples_once_and_sizes_the_evaluator_for_those_particles() {
     let (case, _) = resolve_case("ring").unwrap();
     let mut plan = RunPlan::new(&case).unwrap();
-    let sampled = vpm::run::particles::initial_particles(&case).unwrap().len();
+    let sampled = vpm::run::sampling::initial_particles(&case).unwrap().len();
     assert_eq!(plan.particle_count, sampled);
     let recipe = plan.evaluator.as_ref().expect("a particle evaluator");
     assert_eq!(recipe.problem.particles, sampled);

@@ -19,6 +19,7 @@ pub mod particle_solver;
 pub mod particles;
 pub mod plan;
 pub mod progress;
+pub mod sampling;
 pub mod schedule;
 pub mod signals;
 pub mod simulation;
@@ -76,10 +77,12 @@ impl Prepared {
     }
 }
 
-/// The case's plan ([`RunPlan::checked`]), with its outputs' disk space checked against
-/// `run_dir`.
-fn checked_plan(case: &Case, run_dir: &Path) -> Result<RunPlan> {
-    let plan = RunPlan::checked(case)?;
+/// The case's plan ([`RunPlan::new`]), with its memory checked against its devices and its
+/// outputs' disk space against `run_dir` (or its nearest existing ancestor): everything that
+/// refuses a case before its run directory is made.
+pub fn checked_plan(case: &Case, run_dir: &Path) -> Result<RunPlan> {
+    let plan = RunPlan::new(case)?;
+    memory::check_fits(case, &plan)?;
     memory::check_disk(case, &plan, run_dir)?;
     Ok(plan)
 }

@@ -65,7 +65,7 @@ impl RunPlan {
         let devices = RunDevices::open(case)?;
         let initial_particles = match &case.vortex {
             Some(_) if case.initial.is_particle_defined() => {
-                Some(crate::run::particles::initial_particles(case)?)
+                Some(crate::run::sampling::initial_particles(case)?)
             }
             _ => None,
         };
@@ -92,14 +92,6 @@ impl RunPlan {
             evaluator: None,
             initial_particles: None,
         }
-    }
-
-    /// [`RunPlan::new`], then the memory of the case checked against its devices
-    /// ([`crate::run::memory::check_fits`]).
-    pub fn checked(case: &Case) -> Result<RunPlan> {
-        let plan = RunPlan::new(case)?;
-        crate::run::memory::check_fits(case, &plan)?;
-        Ok(plan)
     }
 
     fn with(
