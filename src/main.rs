@@ -128,13 +128,20 @@ fn run(cli: Cli) -> Result<()> {
                 // Recorded in the run's case.toml, so `vpm resume` keeps it.
                 case.set_device(d);
             }
-            // A device that cannot be had, a case too big for the memory or whose outputs would
-            // not fit on the disk (`runs/` by default) fails before a run directory is made.
-            let parent = args.out.clone().unwrap_or_else(|| PathBuf::from("runs"));
+            // Every check `vpm check` makes (a device that cannot be had, a case too big for
+            // the memory or whose outputs would not fit on the disk) fails before a run
+            // directory is made.
+            let parent = args
+                .out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_RUNS));
             let plan = vpm::run::checked_plan(&case, &parent)?;
             let threads = set_threads(args.threads)?;
-            let (run_dir, lock) =
+            let (run_dir, lock, cleanup) =
                 create_locked_run_dir(&case.name, args.out.as_deref(), args.force, "vpm run")?;
+            if let Some(line) = cleanup.summary().filter(|_| !cli.quiet) {
+                say!("vpm: {line}");
+            }
             if !cli.quiet {
                 say!(
                     "vpm: case `{}` → {} ({} threads)",
@@ -448,9 +455,14 @@ fn finish(sim: &mut dyn Run, quiet: bool) -> Result<()> {
     }
 }
 
-/// `vpm check CASE`: validates, prints the resolved case, its memory and a rough time.
+/// Where `vpm run` makes its run directory without `--out`.
+const DEFAULT_RUNS: &str = "runs";
+
+/// `vpm check CASE`: validates as `vpm run` does, and prints the resolved case, its memory,
+/// disk and a rough time.
 fn check(arg: &str, threads: Option<usize>) -> Result<()> {
     let (case, _text) = resolve_case(arg)?;
+    let threads = set_threads(threads)?;
     console::write(Stream::Out, format_args!("{}", case.to_toml_string()));
     let plan = vpm::run::RunPlan::new(&case)?;
     if let Some(recipe) = &plan.evaluator {
@@ -468,30 +480,21 @@ fn check(arg: &str, threads: Option<usize>) -> Result<()> {
     for (part, bytes) in &estimate.device {
         out!("#   device {:>12}  {part}", memory::human_bytes(*bytes));
     }
-    let host_total = estimate.host_total();
-    match vpm::device::host_memory_available() {
-        Some(avail) => out!(
-            "#   host total {} of {} available{}",
-            memory::human_bytes(host_total),
-            memory::human_bytes(avail),
-            if host_total > avail {
-                ": DOES NOT FIT"
-            } else {
-                ""
-            }
-        ),
-        None => out!("#   host total {}", memory::human_bytes(host_total)),
-    }
-    out!("\n# Disk (estimate of the large outputs):");
+    print_total(
+        "host",
+        estimate.host_total(),
+        vpm::device::host_memory_available().map(|b| (b, "available".to_string())),
+    );
+    out!("\n# Disk (estimate of every file the run writes, at its peak):");
     for (part, bytes) in &estimate.disk {
         out!("#   disk   {:>12}  {part}", memory::human_bytes(*bytes));
     }
-    out!(
-        "#   disk total {}",
-        memory::human_bytes(estimate.disk_total())
+    print_total(
+        "disk",
+        estimate.disk_total(),
+        memory::disk_space_for(Path::new(DEFAULT_RUNS))
+            .map(|b| (b, format!("free for {DEFAULT_RUNS}/"))),
     );
-    let threads =
-        threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let (per_step, steps) = memory::rough_time(&case, &plan, threads)?;
     out!(
         "\n# Time (rough: CPU parts with {threads} threads, GPU parts at H100 rates; `vpm bench` \
@@ -507,7 +510,21 @@ fn check(arg: &str, threads: Option<usize>) -> Result<()> {
             out!("#   adaptive dt (cfl): the number of steps is known only as the run goes")
         }
     }
-    memory::check_fits(&case, &plan)
+    vpm::run::check_plan(&case, &plan, Path::new(DEFAULT_RUNS))
+}
+
+/// `#   host total 1.0 MiB of 2.0 GiB available`: the total of a part of `vpm check`'s
+/// estimate, against what there is when that is known, saying when it does not fit.
+fn print_total(what: &str, total: u64, there: Option<(u64, String)>) {
+    let total_text = memory::human_bytes(total);
+    match there {
+        Some((room, which)) => out!(
+            "#   {what} total {total_text} of {} {which}{}",
+            memory::human_bytes(room),
+            if total > room { ": DOES NOT FIT" } else { "" }
+        ),
+        None => out!("#   {what} total {total_text}"),
+    }
 }
 
 fn human_seconds(s: f64) -> String {

@@ -87,18 +87,10 @@ pub use table::{read_csv_columns, Table};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
-/// File name of the energy-decay plot inside the run directory.
-pub const ENERGY_PNG: &str = "energy.png";
-/// File name of the spectrum plot inside the run directory.
-pub const SPECTRUM_PNG: &str = "spectrum.png";
-
-/// File name of the vortex-ring plot inside the run directory.
-pub const RING_PNG: &str = "ring.png";
-/// File name of the coaxial-rings plot inside the run directory.
-pub const RINGS_PNG: &str = "rings.png";
-/// File name of the Lamb–Oseen plot inside the run directory.
-pub const LAMB_OSEEN_PNG: &str = "lamb-oseen.png";
-pub use layout::{LAMB_OSEEN_CSV, RINGS_CSV, RING_CSV};
+pub use layout::{
+    ENERGY_PNG, LAMB_OSEEN_CSV, LAMB_OSEEN_PNG, RINGS_CSV, RINGS_PNG, RING_CSV, RING_PNG,
+    SPECTRUM_PNG,
+};
 
 /// The default factor c of the isosurface level Q = c·Q_rms.
 pub const DEFAULT_Q_LEVEL: f64 = 1.0;

@@ -25,7 +25,7 @@ use super::npz::{into_c_order_vec, read_npz_arrays, shape_of, view_of, write_npz
 use super::{fill_and_sync, sync_dir_best_effort, OutputError};
 
 /// Name of the checkpoints folder inside the run directory.
-pub const CHECKPOINTS_DIR: &str = "checkpoints";
+pub const CHECKPOINTS_DIR: &str = postprocess::layout::CHECKPOINTS_DIR;
 const STATE_FILE: &str = "state.npz";
 const META_FILE: &str = "meta.json";
 

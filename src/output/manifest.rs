@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::{git_commit, write_atomic, OutputError};
 
 /// File name of the manifest inside the run directory.
-pub const MANIFEST_FILE: &str = "manifest.json";
+pub const MANIFEST_FILE: &str = postprocess::layout::MANIFEST_JSON;
 
 /// The run-directory format: the version of the files vpm writes into a run directory and reads
 /// back to resume it, written into `manifest.json` and each checkpoint's `meta.json`. A change

@@ -41,10 +41,10 @@ pub use manifest::{
     OLDEST_RUN_DIR_FORMAT, RUN_DIR_FORMAT,
 };
 pub use npz::{read_field_time, read_velocity_npz, write_velocity_npz, FieldTime, VelocityField};
-pub use run_dir::{create_locked_run_dir, create_run_dir, VPM_OUTPUTS};
+pub use run_dir::{create_locked_run_dir, create_run_dir, ForceCleanup};
 pub use snapshot::{
-    read_particle_snapshot, write_particle_snapshot, OwnedParticleSnapshot, ParticleSnapshot,
-    PARTICLES_PVD, SNAPSHOTS_DIR,
+    read_particle_snapshot, snapshot_disk_bytes, write_particle_snapshot, OwnedParticleSnapshot,
+    ParticleSnapshot, PARTICLES_PVD, SNAPSHOTS_DIR,
 };
 pub use time::{utc_now_compact, utc_now_iso8601};
 

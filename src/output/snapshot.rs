@@ -36,7 +36,7 @@ use super::vtk::{write_binary_array, write_time_field_data, Series};
 use super::{write_atomic_with, OutputError};
 
 /// Name of the snapshots folder inside the run directory.
-pub const SNAPSHOTS_DIR: &str = "snapshots";
+pub const SNAPSHOTS_DIR: &str = postprocess::layout::SNAPSHOTS_DIR;
 
 /// Name of the ParaView collection file inside [`SNAPSHOTS_DIR`].
 pub const PARTICLES_PVD: &str = "particles.pvd";
@@ -367,6 +367,20 @@ fn write_vtp_body<W: Write>(w: &mut W, snap: &ParticleSnapshot) -> io::Result<()
         (1..n + 1).map(|i| (i as i64).to_le_bytes()),
     )?;
     w.write_all(b"      </Verts>\n    </Piece>\n  </PolyData>\n</VTKFile>\n")
+}
+
+/// Disk bytes of one snapshot of `n` particles, its collection file aside: the `.npz` (14
+/// numbers of 8 bytes per particle) and the `.vtp` (its nine arrays base64-encoded, 4/3 of 136
+/// bytes per particle), with 4 KiB of headers each.
+pub fn snapshot_disk_bytes(n: usize) -> u64 {
+    let n = n as u64;
+    // The vtp's arrays: alpha, velocity, dalpha_dt, sigma, id, |alpha|, Points, connectivity,
+    // offsets; each is its byte count (8 bytes) and values, base64-encoded.
+    let vtp: u64 = [24, 24, 24, 8, 8, 8, 24, 8, 8]
+        .iter()
+        .map(|bytes| 4 * (8 + n * bytes).div_ceil(3))
+        .sum();
+    112 * n + vtp + 2 * 4096
 }
 
 /// Write snapshot `snap` of the particles: `<run_dir>/snapshots/particles-<step:08>.npz`

@@ -1,6 +1,7 @@
 //! What a case needs before anything is allocated: memory on the host and on the device,
-//! checked against what each has ([`check_fits`]), the disk its outputs take, checked against
-//! the run directory's file system ([`check_disk`]), and a rough time per step (`vpm check`).
+//! checked against what each has ([`check_fits`]), the disk its outputs take
+//! ([`super::disk`]), checked against the run directory's file system ([`check_disk`]), and a
+//! rough time per step (`vpm check`).
 //!
 //! The figures count the large arrays each solver holds (documented per term below), not every
 //! small allocation; they are meant to be within a factor of about 1.5 of the peak resident
@@ -29,8 +30,7 @@ pub struct MemoryEstimate {
     pub host: Vec<(String, u64)>,
     /// Device bytes per part, when a solver runs on a GPU.
     pub device: Vec<(String, u64)>,
-    /// Disk bytes of the run's large outputs per part: fields, final field, checkpoints (CSV
-    /// logs, pictures and particle snapshots are small or not counted).
+    /// Disk bytes of every file the run writes, per part, at the peak ([`super::disk`]).
     pub disk: Vec<(String, u64)>,
 }
 
@@ -77,7 +77,10 @@ pub fn spectral_bytes(n: usize, dealias: Dealias) -> u64 {
 /// Estimates the memory and disk of a case from its plan (devices, particles, evaluator).
 pub fn estimate(case: &Case, plan: &RunPlan) -> Result<MemoryEstimate> {
     let devices = &plan.devices;
-    let mut e = MemoryEstimate::default();
+    let mut e = MemoryEstimate {
+        disk: super::disk::estimate(case, plan.particle_count),
+        ..MemoryEstimate::default()
+    };
     if let Some(s) = &case.spectral {
         match &devices.spectral {
             Some(Device::Cuda(_)) => {
@@ -117,34 +120,8 @@ pub fn estimate(case: &Case, plan: &RunPlan) -> Result<MemoryEstimate> {
                     + 3 * kept * o.fields_precision.bytes()
                     + solvers * 4 * kept * 4,
             ));
-            e.disk.push((
-                format!(
-                    "fields at {} times, {} solver(s), {}",
-                    o.fields_times.len(),
-                    solvers,
-                    o.fields_precision
-                ),
-                o.fields_times.len() as u64
-                    * solvers
-                    * crate::output::fields_disk_bytes(s.n, o.fields_stride, o.fields_precision),
-            ));
         }
-        e.disk
-            .push(("final field".into(), 3 * (s.n as u64).pow(3) * 8));
     }
-    let keep = case.checkpoint.keep as u64 + 1;
-    let mut checkpoint = 0;
-    if let Some(s) = &case.spectral {
-        checkpoint += SpectralGrid::new(s.n, s.dealias).layout().len() as u64 * 3 * C64;
-    }
-    if case.vortex.is_some() {
-        // x, α, σ, id and the AB2 history of velocity and stretching.
-        checkpoint += plan.particle_count as u64 * 14 * 8;
-    }
-    e.disk.push((
-        format!("checkpoints (up to {keep} at once)"),
-        keep * checkpoint,
-    ));
     if let (Some(vc), Some(recipe)) = (&case.vortex, &plan.evaluator) {
         let device = recipe.device();
         let np = plan.particle_count;
@@ -238,16 +215,12 @@ pub fn check_fits(case: &Case, plan: &RunPlan) -> Result<()> {
 pub fn check_disk(case: &Case, plan: &RunPlan, run_dir: &Path) -> Result<()> {
     let e = estimate(case, plan)?;
     let need = e.disk_total();
-    let existing = run_dir
-        .ancestors()
-        .find(|p| p.exists())
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if let Some(free) = crate::device::disk_space_available(existing) {
+    if let Some(free) = disk_space_for(run_dir) {
         if need > free {
             bail!(
                 "case `{}` writes about {} ({}), but {} has {} free; choose another --out, \
-                 fewer output.fields_times or a larger output.fields_stride",
+                 fewer output.fields_times, a larger output.fields_stride or fewer particle \
+                 snapshots",
                 case.name,
                 human_bytes(need),
                 parts(&e.disk),
@@ -257,6 +230,17 @@ pub fn check_disk(case: &Case, plan: &RunPlan, run_dir: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The free space (bytes) of the file system a run directory `run_dir` is or would be on: that
+/// of its nearest existing ancestor; `None` where it cannot be read.
+pub fn disk_space_for(run_dir: &Path) -> Option<u64> {
+    let existing = run_dir
+        .ancestors()
+        .find(|p| p.exists())
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    crate::device::disk_space_available(existing)
 }
 
 fn parts(p: &[(String, u64)]) -> String {

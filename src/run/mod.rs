@@ -11,6 +11,7 @@
 //!   case that does not fit.
 
 pub mod callbacks;
+pub mod disk;
 pub mod field;
 pub mod memory;
 pub mod model;
@@ -82,9 +83,16 @@ impl Prepared {
 /// refuses a case before its run directory is made.
 pub fn checked_plan(case: &Case, run_dir: &Path) -> Result<RunPlan> {
     let plan = RunPlan::new(case)?;
-    memory::check_fits(case, &plan)?;
-    memory::check_disk(case, &plan, run_dir)?;
+    check_plan(case, &plan, run_dir)?;
     Ok(plan)
+}
+
+/// The checks of [`checked_plan`] on a plan in hand (`vpm check` makes them after printing the
+/// plan's estimates): its memory against its devices and its outputs' disk space against
+/// `run_dir`.
+pub fn check_plan(case: &Case, plan: &RunPlan, run_dir: &Path) -> Result<()> {
+    memory::check_fits(case, plan)?;
+    memory::check_disk(case, plan, run_dir)
 }
 
 /// Continues a run from its latest checkpoint, with optional changes (a later t_end, another

@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// A CFL step below this fraction of t_end stops the run (it would never finish).
-const DT_FLOOR_OVER_T_END: f64 = 1e-12;
+pub(crate) const DT_FLOOR_OVER_T_END: f64 = 1e-12;
 /// Name of the checkpointer's schedule.
 const CHECKPOINT: &str = "checkpoint";
 /// Name of the particle-snapshot schedule.
