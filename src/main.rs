@@ -202,10 +202,10 @@ fn run(cli: Cli) -> Result<()> {
             let title = case_name(&run_dir);
             // The pictures' settings come from the run's case; a run directory without one
             // (or with one this version cannot read) is drawn with the defaults.
-            let options = match Case::from_file(&run_dir.join("case.toml")) {
+            let options = match Case::from_file(&run_dir.join(postprocess::layout::CASE_TOML)) {
                 Ok(case) => vpm::run::plot_options(&case),
                 Err(e) => {
-                    if run_dir.join("case.toml").is_file() {
+                    if run_dir.join(postprocess::layout::CASE_TOML).is_file() {
                         tracing::warn!("{e}; drawing with the default settings");
                     }
                     postprocess::PlotOptions::default()
@@ -541,7 +541,7 @@ fn human_seconds(s: f64) -> String {
 
 /// The case name recorded in a run directory's case.toml (the directory name if unreadable).
 fn case_name(run_dir: &Path) -> String {
-    Case::from_file(&run_dir.join("case.toml"))
+    Case::from_file(&run_dir.join(postprocess::layout::CASE_TOML))
         .map(|c| c.name)
         .unwrap_or_else(|_| {
             run_dir

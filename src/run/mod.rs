@@ -103,7 +103,7 @@ pub fn resume(
     options: RunOptions,
     changes: &ResumeChanges,
 ) -> Result<Box<dyn Run>> {
-    let case_file = run_dir.join("case.toml");
+    let case_file = run_dir.join(postprocess::layout::CASE_TOML);
     if !run_dir.exists() {
         bail!("{}: no such run directory", run_dir.display());
     }
