@@ -185,7 +185,10 @@ impl<M: Model> Simulation<M> {
         lock: crate::output::RunLock,
     ) -> Result<Self> {
         let t0 = Instant::now();
-        write_atomic(&run_dir.join(postprocess::layout::CASE_TOML), case.to_toml_string().as_bytes())?;
+        write_atomic(
+            &run_dir.join(postprocess::layout::CASE_TOML),
+            case.to_toml_string().as_bytes(),
+        )?;
         let mut manifest = Manifest::new(options.threads);
         manifest.set_status("running");
         manifest.write(run_dir)?;
@@ -285,7 +288,10 @@ impl<M: Model> Simulation<M> {
         sim.checkpoints.next = counter(CHECKPOINT);
         sim.logs = Logs::reopen(run_dir, &log_specs(&sim.callbacks), &meta.csv)?;
         if let Some(text) = changed_text {
-            write_atomic(&run_dir.join(postprocess::layout::CASE_TOML), text.as_bytes())?;
+            write_atomic(
+                &run_dir.join(postprocess::layout::CASE_TOML),
+                text.as_bytes(),
+            )?;
         }
         // A finished run that is not extended stays as it is (manifest included).
         if !complete {
@@ -853,8 +859,14 @@ pub(crate) fn apply_changes(
         case.set_device(d);
     }
     let text = case.to_toml_string();
-    let case = Case::from_toml_str(&text, &run_dir.join(postprocess::layout::CASE_TOML).display().to_string())
-        .context("the changed case is not valid")?;
+    let case = Case::from_toml_str(
+        &text,
+        &run_dir
+            .join(postprocess::layout::CASE_TOML)
+            .display()
+            .to_string(),
+    )
+    .context("the changed case is not valid")?;
     Ok((case, Some(text)))
 }
 
@@ -869,7 +881,10 @@ fn check_case(
     run_dir: &Path,
     options: &RunOptions,
 ) -> Result<Vec<String>> {
-    let file = run_dir.join(postprocess::layout::CASE_TOML).display().to_string();
+    let file = run_dir
+        .join(postprocess::layout::CASE_TOML)
+        .display()
+        .to_string();
     let origin = format!("<case of checkpoint step {}>", meta.step);
     let stored = match meta.resolved_case.as_deref() {
         Some(text) => Case::from_toml_str(text, &origin).map_err(|e| format!("{e}")),
