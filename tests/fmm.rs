@@ -4,7 +4,7 @@
 
 use vpm::kernel::StretchingScheme;
 use vpm::summation::direct::DirectFreeSpace;
-use vpm::summation::fmm::{plan_parameters, FmmBackend, FmmFreeSpace, FmmParams};
+use vpm::summation::fmm::{plan_parameters, Fmm, FmmBackend, FmmFreeSpace, FmmParams};
 use vpm::summation::verify::{self, compare, compare_all_extras, ErrorStats, Particles};
 use vpm::summation::{Evaluation, Extra, Summation};
 
@@ -91,11 +91,7 @@ fn uniform_clustered_and_ring_sets_meet_the_requested_accuracy() {
                 let (v, x, line) = worst_of_all_extras(&mut fmm, p, &targets);
                 println!("{name} {where_} {accuracy:e}: {line}");
                 assert!(
-                    v.rel_l2 <= accuracy && x.rel_l2 <= accuracy,
-                    "{name} {where_} {accuracy:e}: {line}"
-                );
-                assert!(
-                    v.max_rel <= 30.0 * accuracy && x.max_rel <= 30.0 * accuracy,
+                    v.within(accuracy, 30.0) && x.within(accuracy, 30.0),
                     "{name} {where_} {accuracy:e}: {line}"
                 );
             }
@@ -172,11 +168,7 @@ fn far_field_work_is_done() {
 fn deterministic_for_any_thread_count() {
     let p = Particles::plummer(4000, 0.5, 0.02, 6);
     let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
+        verify::on_threads(threads, || {
             let mut fmm = FmmFreeSpace::new(1e-6, 0).unwrap();
             fmm.disable_checks();
             let mut out = Evaluation::default();
@@ -250,19 +242,21 @@ fn built_in_check_runs_on_schedule_and_fails_loudly() {
     assert_eq!(fmm.take_accuracy_checks().len(), 1);
 }
 
+/// The environment variable `name` as a `T`, or `default` when it is unset or does not parse.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Times one stretching evaluation for several θ and leaf sizes at accuracy 1e-4:
 /// `N=100000 cargo test --release --test fmm tune -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn tune() {
-    let n: usize = std::env::var("N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
-    let acc: f64 = std::env::var("ACC")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1e-4);
+    let n: usize = env_or("N", 100_000);
+    let acc: f64 = env_or("ACC", 1e-4);
     let p = Particles::free_space(n, 3);
     for theta in [0.4, 0.5, 0.6] {
         for leaf in [32, 64, 128] {
@@ -304,14 +298,8 @@ fn tune() {
 fn structure_time() {
     use vpm::summation::fmm::traversal::{build_lists, Criterion};
     use vpm::summation::fmm::tree::Octree;
-    let n: usize = std::env::var("N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
-    let leaf: usize = std::env::var("LEAF")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(128);
+    let n: usize = env_or("N", 1_000_000);
+    let leaf: usize = env_or("LEAF", 128);
     let p = Particles::free_space(n, 3);
     let t = std::time::Instant::now();
     let tree = Octree::build(&p.x, Some(&p.sigma), leaf, 0.0);

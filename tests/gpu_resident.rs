@@ -9,7 +9,8 @@ use vpm::device::{Device, DeviceRequest};
 use vpm::diagnostics::flow_stats;
 use vpm::particles::ParticleSet;
 use vpm::run::field::initial_particles;
-use vpm::summation::{verify, Boundary};
+use vpm::summation::verify::{self, gpu_or_skip};
+use vpm::summation::Boundary;
 use vpm::vortex::stepper::{ParticleStepper, ParticleSummary};
 use vpm::vortex::{RbfSolver, VortexClock, VortexError};
 
@@ -36,8 +37,8 @@ fn stepper(case: &Case, device: &Device, p: ParticleSet) -> Box<dyn ParticleStep
     vpm::run::particle_stepper(case, device, p, boundary, true).unwrap()
 }
 
-fn gpu_device(test: &str) -> Option<Device> {
-    verify::gpu_or_skip(test)?;
+fn gpu_device() -> Option<Device> {
+    gpu_or_skip()?;
     Some(Device::open(DeviceRequest::Cuda(None)).unwrap().0)
 }
 
@@ -62,10 +63,8 @@ fn max_abs(a: &[[f64; 3]]) -> f64 {
 /// The GPU stepper against the CPU f64 stepper on `name` for `steps` steps of the case's Δt:
 /// K(t) at every step within `k_tol` relative, positions and strengths after the first
 /// reinitialisation.
-fn gpu_against_cpu(test: &str, name: &str, steps: usize, k_tol: f64) {
-    let Some(gpu) = gpu_device(test) else {
-        return;
-    };
+fn gpu_against_cpu(name: &str, steps: usize, k_tol: f64) {
+    let Some(gpu) = gpu_device() else { return };
     let c = case(name);
     let n_grid = c.spectral.as_ref().unwrap().n;
     let dt = fixed_dt(&c);
@@ -142,22 +141,12 @@ fn gpu_against_cpu(test: &str, name: &str, steps: usize, k_tol: f64) {
 #[test]
 fn resident_stepper_matches_cpu_on_hit_32_compare() {
     // the whole case: t ≤ 2 at Δt = 0.01
-    gpu_against_cpu(
-        "resident_stepper_matches_cpu_on_hit_32_compare",
-        "hit-32-compare",
-        200,
-        1e-5,
-    );
+    gpu_against_cpu("hit-32-compare", 200, 1e-5);
 }
 
 #[test]
 fn resident_stepper_matches_cpu_on_50_steps_of_hit_64_compare() {
-    gpu_against_cpu(
-        "resident_stepper_matches_cpu_on_50_steps_of_hit_64_compare",
-        "hit-64-compare",
-        50,
-        1e-5,
-    );
+    gpu_against_cpu("hit-64-compare", 50, 1e-5);
 }
 
 /// The exact state after `steps` steps from the case's start (AB2 history included).
@@ -176,9 +165,7 @@ fn state_after(
 
 #[test]
 fn resident_runs_are_bit_identical_and_resume_exactly() {
-    let Some(gpu) = gpu_device("resident_runs_are_bit_identical_and_resume_exactly") else {
-        return;
-    };
+    let Some(gpu) = gpu_device() else { return };
     let c = case("hit-32-compare");
     let dt = fixed_dt(&c);
     // 7 steps: reinitialisations after steps 2, 4, 6, and an AB2 history at the end.
@@ -219,9 +206,7 @@ fn resident_runs_are_bit_identical_and_resume_exactly() {
 
 #[test]
 fn resident_stepper_refuses_cg_and_reports_non_finite_states() {
-    let Some(gpu) = gpu_device("resident_stepper_refuses_cg_and_reports_non_finite_states") else {
-        return;
-    };
+    let Some(gpu) = gpu_device() else { return };
     let mut c = case("hit-32-compare");
     c.vortex.as_mut().unwrap().rbf = RbfSolver::DEFAULT;
     let boundary = Boundary::Periodic { length: TAU };
@@ -246,9 +231,7 @@ fn resident_stepper_refuses_cg_and_reports_non_finite_states() {
 
 #[test]
 fn resident_stable_dt_matches_cpu() {
-    let Some(gpu) = gpu_device("resident_stable_dt_matches_cpu") else {
-        return;
-    };
+    let Some(gpu) = gpu_device() else { return };
     let c = case("hit-32-compare");
     let p = initial(&c);
     let mut cpu = stepper(&c, &Device::Cpu, p.clone());
@@ -271,9 +254,7 @@ fn gpu_lattice_vorticity_matches_cpu_separable_sum() {
     use vpm::device::buffer::DeviceBuffer;
     use vpm::summation::ewald::CudaEwald;
     use vpm::summation::{DeviceSources, Sources, Summation};
-    let Some(gpu) = verify::gpu_or_skip("gpu_lattice_vorticity_matches_cpu_separable_sum") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     let mut ew = CudaEwald::new(gpu, 1e-6).unwrap();
     for (n, count, smin, smax, seed) in [
         (32usize, 20_000usize, 0.1, 0.2, 1u64),
@@ -343,9 +324,7 @@ fn gpu_lattice_vorticity_matches_cpu_separable_sum() {
 /// lattice's) and 24³ (not a power of two), after a few steps of `hit-32-compare`.
 #[test]
 fn resident_grid_diagnostics_match_host() {
-    let Some(device) = gpu_device("resident_grid_diagnostics_match_host") else {
-        return;
-    };
+    let Some(device) = gpu_device() else { return };
     let c = case("hit-32-compare");
     let nu = c.flow.nu;
     let mut s = stepper(&c, &device, initial(&c));

@@ -14,9 +14,9 @@ use super::{cpu_banner, finish_report, fmt_error, median};
 use crate::device::Device;
 use crate::kernel::StretchingScheme;
 use crate::summation::direct::DirectFreeSpace;
-use crate::summation::fmm::{CudaFmm, FmmFreeSpace, FmmParams, FmmStats};
+use crate::summation::fmm::{CudaFmm, Fmm, FmmFreeSpace, FmmParams, FmmStats};
 use crate::summation::verify::{self, Particles};
-use crate::summation::{Evaluation, Extra, Summation};
+use crate::summation::{Evaluation, Extra};
 use anyhow::Result;
 use serde::Serialize;
 use std::path::Path;
@@ -95,37 +95,6 @@ pub struct FmmBenchReport {
     /// k of t ∝ N^k, least squares on (ln N, ln t) over the rows in [`FIT_RANGE`] when there are
     /// at least two.
     pub scaling_exponent: Option<f64>,
-}
-
-/// The two FMM evaluators as the benchmark drives them.
-trait BenchedFmm: Summation {
-    fn planned(&self) -> FmmParams;
-    fn stats(&self) -> FmmStats;
-    fn checks_off(&mut self);
-}
-
-impl BenchedFmm for FmmFreeSpace {
-    fn planned(&self) -> FmmParams {
-        *self.params()
-    }
-    fn stats(&self) -> FmmStats {
-        *self.last_stats()
-    }
-    fn checks_off(&mut self) {
-        self.disable_checks()
-    }
-}
-
-impl BenchedFmm for CudaFmm {
-    fn planned(&self) -> FmmParams {
-        *self.params()
-    }
-    fn stats(&self) -> FmmStats {
-        *self.last_stats()
-    }
-    fn checks_off(&mut self) {
-        self.disable_checks()
-    }
 }
 
 /// Times the FMM of `device` on [`Particles::free_space`] sets of each size in `sizes` (module
@@ -273,12 +242,12 @@ pub fn bench_fmm(
 }
 
 fn bench_one(
-    fmm: &mut impl BenchedFmm,
+    fmm: &mut impl Fmm,
     backend: &str,
     n: usize,
     o: &FmmBenchOptions,
 ) -> Result<FmmBenchRow> {
-    fmm.checks_off();
+    fmm.disable_checks();
     let p = Particles::free_space(n, 0xf33 ^ n as u64);
     let src = p.sources();
     let extra = Extra::Stretching {
@@ -291,12 +260,12 @@ fn bench_one(
     for _ in 0..o.repeats.max(1) {
         let t = Instant::now();
         fmm.evaluate(&src, &p.x, extra, &mut out)?;
-        runs.push((t.elapsed().as_secs_f64(), fmm.stats()));
+        runs.push((t.elapsed().as_secs_f64(), *fmm.last_stats()));
     }
     let seconds = median(runs.iter().map(|r| r.0).collect());
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
     let stats = runs[runs.len() / 2].1;
-    let params = fmm.planned();
+    let params = *fmm.params();
 
     // The error on a sample of targets, and the all-pairs sum timed there.
     let budget = (SAMPLE_PAIR_BUDGET / n.max(1) as f64) as usize;

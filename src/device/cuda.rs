@@ -24,7 +24,7 @@
 //! `DIR/<file>` at run time instead of the copies embedded in the binary (no rebuild to try a
 //! change).
 
-use cudarc::driver::{CudaContext, CudaModule, DriverError};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, DriverError};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -128,6 +128,15 @@ pub struct CompiledModule {
     pub log: String,
     /// The cubin (for `cuobjdump`/`nvdisasm` in performance work).
     pub cubin: Vec<u8>,
+}
+
+impl CompiledModule {
+    /// The kernel `name` of this module.
+    pub fn function(&self, name: &str) -> Result<CudaFunction, CudaError> {
+        self.module
+            .load_function(name)
+            .doing(format!("loading kernel {name}"))
+    }
 }
 
 /// Compiled modules by (source name, NVRTC options).
@@ -278,6 +287,13 @@ impl Gpu {
         &self.ctx
     }
 
+    /// A new CUDA event (default flags: timing on) for measuring device time.
+    pub fn event(&self) -> Result<CudaEvent, CudaError> {
+        self.ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .doing("creating an event")
+    }
+
     /// Free device memory now, in bytes, from the driver.
     pub fn free_memory(&self) -> Result<usize, CudaError> {
         self.ctx.bind_to_thread().doing("binding the context")?;
@@ -393,6 +409,19 @@ pub struct KernelSource {
     pub text: &'static str,
     pub headers: &'static [(&'static str, &'static str)],
 }
+
+/// The [`KernelSource`] of `kernels/<file>`, embedded in the binary, with the headers it
+/// includes: `kernel_source!("ewald.cu", PAIR_KERNEL_HEADER)`.
+macro_rules! kernel_source {
+    ($file:literal $(, $header:expr)* $(,)?) => {
+        $crate::device::cuda::KernelSource {
+            file: $file,
+            text: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/", $file)),
+            headers: &[$($header),*],
+        }
+    };
+}
+pub(crate) use kernel_source;
 
 /// The text of kernel file `file` from `VPM_KERNELS_DIR`, when that variable is set: (a name
 /// for the module cache and logs, the text).

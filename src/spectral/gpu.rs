@@ -45,26 +45,17 @@ use super::solver::{NonFiniteState, SpectralGrid, VectorModes};
 use super::stepper::{SpectralError, SpectralStepper};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, half_spectrum_len, launch, CudaError, Doing, Gpu, KernelSource,
+    cufft_available, half_spectrum_len, kernel_source, launch, CudaError, Doing, Gpu, KernelSource,
 };
 use crate::device::Device;
 use crate::diagnostics::flow::{shell_count, FlowStats};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft, FftDirection};
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use num_complex::Complex64;
 use std::sync::Arc;
 
-/// Its name in logs and NVRTC messages.
-pub const SOURCE_NAME: &str = "spectral.cu";
-/// The kernel source, embedded in the binary.
-pub const SOURCE: &str = include_str!("../../kernels/spectral.cu");
 /// The family (no headers).
-pub const KERNELS: KernelSource = KernelSource {
-    file: SOURCE_NAME,
-    text: SOURCE,
-    headers: &[],
-};
+pub const KERNELS: KernelSource = kernel_source!("spectral.cu");
 
 /// Threads per block (`SP_THREADS` in spectral.cu).
 const THREADS: u32 = 256;
@@ -297,18 +288,17 @@ impl Kernels {
     /// Compiles (once per process and GPU) and loads spectral.cu on `gpu`.
     fn load(gpu: &Gpu) -> Result<Self, CudaError> {
         let module = gpu.module_from(&KERNELS, &[])?;
-        let md = &module.module;
         Ok(Kernels {
-            gather: load(md, "sp_gather")?,
-            scatter: load(md, "sp_scatter")?,
-            cross: load(md, "sp_cross")?,
-            max_abs: load(md, "sp_max_abs")?,
-            rk_begin: load(md, "sp_rk_begin")?,
-            store: load(md, "sp_store")?,
-            hermitian: load(md, "sp_hermitian")?,
-            nonfinite: load(md, "sp_nonfinite")?,
-            mode_sums: load(md, "sp_mode_sums")?,
-            deinterleave: load(md, "sp_deinterleave")?,
+            gather: module.function("sp_gather")?,
+            scatter: module.function("sp_scatter")?,
+            cross: module.function("sp_cross")?,
+            max_abs: module.function("sp_max_abs")?,
+            rk_begin: module.function("sp_rk_begin")?,
+            store: module.function("sp_store")?,
+            hermitian: module.function("sp_hermitian")?,
+            nonfinite: module.function("sp_nonfinite")?,
+            mode_sums: module.function("sp_mode_sums")?,
+            deinterleave: module.function("sp_deinterleave")?,
         })
     }
 }
@@ -538,12 +528,6 @@ fn cfg_for(n: usize) -> LaunchConfig {
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     }
-}
-
-fn load(module: &Arc<cudarc::driver::CudaModule>, name: &str) -> Result<CudaFunction, CudaError> {
-    module
-        .load_function(name)
-        .doing(format!("loading kernel {name}"))
 }
 
 impl GpuSpectralSolver {
@@ -1027,11 +1011,7 @@ impl GpuSpectralSolver {
             }
             Ok(())
         };
-        let ctx = self.gpu.context();
-        let ev = || {
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .doing("creating an event")
-        };
+        let ev = || self.gpu.event();
         let (start, stop) = (ev()?, ev()?);
         run(&self.product)?;
         let mut ms = Vec::new();
@@ -1050,11 +1030,7 @@ impl GpuSpectralSolver {
     /// Milliseconds (CUDA events) of each of `repeats` RK4 steps of size `dt` after one warm-up
     /// step, each timed from the first launch to the finite flag's arrival; the state advances.
     pub fn time_steps(&mut self, dt: f64, repeats: usize) -> Result<Vec<f64>, SpectralError> {
-        let ctx = self.gpu.context().clone();
-        let ev = || {
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .doing("creating an event")
-        };
+        let ev = || self.gpu.event();
         let (start, stop) = (ev()?, ev()?);
         self.step(dt)?;
         let mut ms = Vec::new();

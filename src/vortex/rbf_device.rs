@@ -43,22 +43,14 @@ use super::rbf::LatticeGaussian;
 use super::reinit::{ConditioningReport, LatticeConditioning, LatticeFilter};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, half_spectrum_len, launch, CudaError, Doing, Gpu, KernelSource,
+    cufft_available, half_spectrum_len, kernel_source, launch, CudaError, Doing, Gpu, KernelSource,
 };
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
-/// Its name in logs and NVRTC messages.
-pub const SOURCE_NAME: &str = "lattice.cu";
-/// The kernel source, embedded in the binary.
-pub const SOURCE: &str = include_str!("../../kernels/lattice.cu");
 /// The family (no headers).
-pub const KERNELS: KernelSource = KernelSource {
-    file: SOURCE_NAME,
-    text: SOURCE,
-    headers: &[],
-};
+pub const KERNELS: KernelSource = kernel_source!("lattice.cu");
 
 /// Threads per block of `lat_condition` (`LAT_THREADS` in lattice.cu).
 const THREADS: u32 = 256;
@@ -131,10 +123,7 @@ impl DeviceRbfSolver {
     pub fn new(gpu: Arc<Gpu>, stream: Arc<CudaStream>) -> Result<Self, CudaError> {
         cufft_available()?;
         let module = gpu.module_from(&KERNELS, &[])?;
-        let condition = module
-            .module
-            .load_function("lat_condition")
-            .doing("loading kernel lat_condition")?;
+        let condition = module.function("lat_condition")?;
         Ok(DeviceRbfSolver {
             gpu,
             stream,

@@ -30,7 +30,7 @@ use super::{
     stable_step, NamedArray, PhaseTimes, RbfSolver, VortexClock, VortexError, VortexSettings,
 };
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{launch, CompiledModule, CudaError, Doing, KernelSource};
+use crate::device::cuda::{kernel_source, launch, CompiledModule, CudaError, Doing, KernelSource};
 use crate::device::Device;
 use crate::particles::ParticleSet;
 use crate::spectral::gpu::{DeviceGridDiagnostics, GridDiagnostics};
@@ -45,11 +45,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// The kernels of the particle update, embedded in the binary.
-pub const KERNELS: KernelSource = KernelSource {
-    file: "particles.cu",
-    text: include_str!("../../kernels/particles.cu"),
-    headers: &[],
-};
+pub const KERNELS: KernelSource = kernel_source!("particles.cu");
 
 /// Threads per block of the elementwise kernels and of `vp_max_norm` (VP_MAX_THREADS).
 const THREADS: u32 = 256;
@@ -252,12 +248,7 @@ impl ResidentStepper {
             }
         }
         let module = gpu.module_from(&KERNELS, &[])?;
-        let load = |name: &str| {
-            module
-                .module
-                .load_function(name)
-                .doing(format!("loading kernel {name}"))
-        };
+        let load = |name: &str| module.function(name);
         let k = Kernels {
             euler: load("vp_euler")?,
             heun: load("vp_heun")?,

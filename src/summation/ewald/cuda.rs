@@ -12,7 +12,7 @@
 //! gain nothing).
 
 use super::engine::{
-    DevicePointers, EwaldDevice, EwaldInputs, GpuEwaldTimings, GpuExtra, GPU_COSTS,
+    DevicePointers, EwaldDevice, EwaldInputs, GpuEwaldTimings, GpuExtra, VorticityJob, GPU_COSTS,
 };
 use super::params::{
     evaluation_setup, max_grid_for_memory, plan, EwaldParameters, GPU_BYTES_PER_GRID_POINT,
@@ -236,9 +236,15 @@ impl DeviceSummation for CudaEwald {
         };
         let src = [x, sources.alpha.addr(&stream), sources.sigma.addr(&stream)];
         let w = out.addr(&stream);
-        Ok(self
-            .dev
-            .vorticity_device(src, sources.n, sigma_max, VORTICITY_CUTOFF, t, nt, w)?)
+        Ok(self.dev.vorticity_device(&VorticityJob {
+            sources: src,
+            ns: sources.n,
+            sigma_max,
+            cutoff: VORTICITY_CUTOFF,
+            targets: t,
+            nt,
+            w_out: w,
+        })?)
     }
 
     /// The separable lattice sum ([`EwaldDevice::lattice_vorticity_device`]), the GPU form of

@@ -11,23 +11,15 @@
 use super::params::{CostModel, EwaldParameters};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, launch, CompiledModule, CudaError, Doing, Gpu, KernelSource,
+    cufft_available, kernel_source, launch, CompiledModule, CudaError, Doing, Gpu, KernelSource,
 };
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::f64::consts::{PI, TAU};
 use std::sync::Arc;
 
-/// Its name in logs and NVRTC messages.
-pub const SOURCE_NAME: &str = "ewald.cu";
-/// The kernel source, embedded in the binary.
-pub const SOURCE: &str = include_str!("../../../kernels/ewald.cu");
 /// The family with the header it includes.
-pub const KERNELS: KernelSource = KernelSource {
-    file: SOURCE_NAME,
-    text: SOURCE,
-    headers: &[crate::summation::PAIR_KERNEL_HEADER],
-};
+pub const KERNELS: KernelSource = kernel_source!("ewald.cu", crate::summation::PAIR_KERNEL_HEADER);
 
 /// Largest window support the gather kernel takes (`GA_PMAX` in ewald.cu). Reached only at
 /// accuracies far below what f32 delivers (P ≈ 19 at 1e-7).
@@ -219,12 +211,7 @@ impl EwaldDevice {
     pub fn new(gpu: Arc<Gpu>) -> Result<Self, CudaError> {
         cufft_available()?;
         let module = gpu.module_from(&KERNELS, &[])?;
-        let load = |name: &str| {
-            module
-                .module
-                .load_function(name)
-                .doing(format!("loading kernel {name}"))
-        };
+        let load = |name: &str| module.function(name);
         let k = Kernels {
             grid_keys: load("ew_grid_keys")?,
             cell_keys: load("ew_cell_keys")?,
@@ -253,13 +240,7 @@ impl EwaldDevice {
             lattice_vorticity: load("ew_lattice_vorticity")?,
         };
         let stream = gpu.context().new_stream().doing("creating a stream")?;
-        let events = (0..7)
-            .map(|_| {
-                gpu.context()
-                    .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                    .doing("creating an event")
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let events = (0..7).map(|_| gpu.event()).collect::<Result<Vec<_>, _>>()?;
         Ok(EwaldDevice {
             gpu,
             stream,
@@ -744,7 +725,15 @@ impl EwaldDevice {
         let inputs = [self.x.addr(&s), self.alpha.addr(&s), self.sigma.addr(&s)];
         self.u.ensure(&s, 3 * nt)?;
         let out = self.u.addr(&s);
-        self.vorticity_sums(inputs, ns, sigma_max, cutoff, t, nt, out)?;
+        self.vorticity_sums(&VorticityJob {
+            sources: inputs,
+            ns,
+            sigma_max,
+            cutoff,
+            targets: t,
+            nt,
+            w_out: out,
+        })?;
         self.u.download(&s, &mut w_out[..3 * nt], "vorticity")?;
         self.record(6)?;
         s.synchronize().doing("waiting for the vorticity")?;
@@ -752,24 +741,12 @@ impl EwaldDevice {
         check_written(&w_out[..3 * nt], "vorticity")
     }
 
-    /// The same blob vorticity on inputs and outputs that live on this GPU (the device form):
-    /// sources at device addresses `[x, alpha, sigma]` (f64, 3, 3, 1 per source), `nt` targets
-    /// at `targets` (3 f64 each), 3 f64 per target written at `w_out` (poisoned first). Waits
-    /// for the GPU before returning.
-    #[allow(clippy::too_many_arguments)]
-    pub fn vorticity_device(
-        &mut self,
-        sources: [u64; 3],
-        ns: usize,
-        sigma_max: f64,
-        cutoff: f64,
-        targets: u64,
-        nt: usize,
-        w_out: u64,
-    ) -> Result<(), CudaError> {
+    /// The same blob vorticity on inputs and outputs that live on this GPU (the device form).
+    /// Waits for the GPU before returning.
+    pub fn vorticity_device(&mut self, job: &VorticityJob) -> Result<(), CudaError> {
         self.record(0)?;
         self.record(1)?;
-        self.vorticity_sums(sources, ns, sigma_max, cutoff, targets, nt, w_out)?;
+        self.vorticity_sums(job)?;
         self.record(6)?;
         self.stream
             .synchronize()
@@ -840,17 +817,16 @@ impl EwaldDevice {
     }
 
     /// The cell lists and the sums of [`EwaldDevice::vorticity`] (events 2 to 5).
-    #[allow(clippy::too_many_arguments)]
-    fn vorticity_sums(
-        &mut self,
-        sources: [u64; 3],
-        ns: usize,
-        sigma_max: f64,
-        cutoff: f64,
-        targets: u64,
-        nt: usize,
-        w_out: u64,
-    ) -> Result<(), CudaError> {
+    fn vorticity_sums(&mut self, job: &VorticityJob) -> Result<(), CudaError> {
+        let VorticityJob {
+            sources,
+            ns,
+            sigma_max,
+            cutoff,
+            targets,
+            nt,
+            w_out,
+        } = *job;
         let s = self.stream.clone();
         self.record(2)?;
         self.record(3)?;
@@ -875,6 +851,21 @@ impl EwaldDevice {
         self.record(5)?;
         Ok(())
     }
+}
+
+/// One blob-vorticity sum on arrays that live on the GPU: sources at device addresses
+/// `[x, alpha, sigma]` (f64, 3, 3, 1 per source), over sources within `cutoff`·σ_q
+/// (`cutoff`·σ_max for the cell search), at `nt` targets at `targets` (3 f64 each); 3 f64 per
+/// target written at `w_out` (poisoned first).
+#[derive(Debug, Clone, Copy)]
+pub struct VorticityJob {
+    pub sources: [u64; 3],
+    pub ns: usize,
+    pub sigma_max: f64,
+    pub cutoff: f64,
+    pub targets: u64,
+    pub nt: usize,
+    pub w_out: u64,
 }
 
 /// Device addresses of the inputs and outputs of one evaluation (f64 arrays: 3 per source for
