@@ -5,24 +5,33 @@
 use vpm::kernel::StretchingScheme;
 use vpm::summation::direct::DirectFreeSpace;
 use vpm::summation::fmm::{plan_parameters, Fmm, FmmBackend, FmmFreeSpace, FmmParams};
-use vpm::summation::verify::{self, compare, compare_all_extras, ErrorStats, Particles};
+use vpm::summation::verify::{self, compare, compare_all_extras, ErrorStats, Errors, Particles};
 use vpm::summation::{Evaluation, Extra, Summation};
+
+/// The CPU FMM planned for `accuracy`, without its built-in check (the tests check it).
+fn fmm_at(accuracy: f64) -> FmmFreeSpace {
+    let mut fmm = FmmFreeSpace::new(accuracy, 0).unwrap();
+    fmm.disable_checks();
+    fmm
+}
+
+/// Classical stretching of the particles' own strengths.
+fn classical(p: &Particles) -> Extra<'_> {
+    Extra::Stretching {
+        alpha: &p.alpha,
+        scheme: StretchingScheme::Classical,
+    }
+}
+
+/// The errors of `fmm` against the direct sum at the particles themselves.
+fn against_direct(fmm: &mut FmmFreeSpace, p: &Particles, extra: Extra) -> Errors {
+    compare(fmm, &mut DirectFreeSpace, &p.sources(), &p.x, extra).unwrap()
+}
 
 fn calibration_row(p: &Particles, params: FmmParams) -> (f64, f64, f64, f64, usize, f64) {
     let mut fmm = FmmFreeSpace::with_params(params, 0);
     fmm.disable_checks();
-    let src = p.sources();
-    let e = compare(
-        &mut fmm,
-        &mut DirectFreeSpace,
-        &src,
-        &p.x,
-        Extra::Stretching {
-            alpha: &p.alpha,
-            scheme: StretchingScheme::Classical,
-        },
-    )
-    .unwrap();
+    let e = against_direct(&mut fmm, p, classical(p));
     let s = fmm.last_stats();
     let x = e.extra.unwrap();
     (
@@ -82,8 +91,7 @@ fn uniform_clustered_and_ring_sets_meet_the_requested_accuracy() {
     ];
     for accuracy in [1e-4, 1e-7] {
         for (name, p) in &sets {
-            let mut fmm = FmmFreeSpace::new(accuracy, 0).unwrap();
-            fmm.disable_checks();
+            let mut fmm = fmm_at(accuracy);
             for (where_, targets) in [
                 ("sources", p.x.clone()),
                 ("faces", verify::cell_face_targets(p, 500, 9)),
@@ -105,19 +113,8 @@ fn error_falls_with_the_requested_accuracy() {
     let p = Particles::free_space(2000, 4);
     let mut last = f64::INFINITY;
     for accuracy in [1e-3, 1e-5, 1e-7, 1e-9] {
-        let mut fmm = FmmFreeSpace::new(accuracy, 0).unwrap();
-        fmm.disable_checks();
-        let e = compare(
-            &mut fmm,
-            &mut DirectFreeSpace,
-            &p.sources(),
-            &p.x,
-            Extra::Stretching {
-                alpha: &p.alpha,
-                scheme: StretchingScheme::Classical,
-            },
-        )
-        .unwrap();
+        let mut fmm = fmm_at(accuracy);
+        let e = against_direct(&mut fmm, &p, classical(&p));
         let worst = e.velocity.rel_l2.max(e.extra.unwrap().rel_l2);
         println!(
             "accuracy {accuracy:e}: {worst:.2e} (p = {})",
@@ -135,16 +132,8 @@ fn error_falls_with_the_requested_accuracy() {
 fn far_field_work_is_done() {
     let mut p = Particles::free_space(8000, 5);
     p.sigma.fill(0.05);
-    let mut fmm = FmmFreeSpace::new(1e-6, 0).unwrap();
-    fmm.disable_checks();
-    let e = compare(
-        &mut fmm,
-        &mut DirectFreeSpace,
-        &p.sources(),
-        &p.x,
-        Extra::Gradient,
-    )
-    .unwrap();
+    let mut fmm = fmm_at(1e-6);
+    let e = against_direct(&mut fmm, &p, Extra::Gradient);
     let s = *fmm.last_stats();
     let all = (p.len() * p.len()) as u64;
     println!(
@@ -169,8 +158,7 @@ fn deterministic_for_any_thread_count() {
     let p = Particles::plummer(4000, 0.5, 0.02, 6);
     let run = |threads: usize| {
         verify::on_threads(threads, || {
-            let mut fmm = FmmFreeSpace::new(1e-6, 0).unwrap();
-            fmm.disable_checks();
+            let mut fmm = fmm_at(1e-6);
             let mut out = Evaluation::default();
             fmm.evaluate(&p.sources(), &p.x, Extra::Gradient, &mut out)
                 .unwrap();
@@ -270,16 +258,8 @@ fn tune() {
             fmm.disable_checks();
             let mut out = Evaluation::default();
             let t = std::time::Instant::now();
-            fmm.evaluate(
-                &p.sources(),
-                &p.x,
-                Extra::Stretching {
-                    alpha: &p.alpha,
-                    scheme: StretchingScheme::Classical,
-                },
-                &mut out,
-            )
-            .unwrap();
+            fmm.evaluate(&p.sources(), &p.x, classical(&p), &mut out)
+                .unwrap();
             let s = fmm.last_stats();
             println!(
                 "θ {theta} leaf {leaf} p {}: {:.2} s (tree {:.2} up {:.2} m2l {:.2} down {:.2} p2p {:.2}); m2l {} p2p/target {:.0}",

@@ -312,28 +312,17 @@ fn gpu_rbf_rejects_bad_inputs() {
     let h = TAU / n as f64;
     let none = LatticeConditioning::NONE;
     let mut out = DeviceBuffer::new();
-    assert!(fx
-        .solver
-        .solve(&fx.omega, 0, h, none, false, &mut out)
-        .is_err());
-    assert!(fx
-        .solver
-        .solve(&fx.omega, n, 0.0, none, false, &mut out)
-        .is_err());
-    assert!(fx
-        .solver
-        .solve(&fx.omega, n, f64::NAN, none, false, &mut out)
-        .is_err());
+    let mut solves = |n: usize, sigma0: f64| {
+        fx.solver
+            .solve(&fx.omega, n, sigma0, none, false, &mut out)
+            .is_ok()
+    };
     // ω holds 3·8³ values: too few for n = 9.
-    assert!(fx
-        .solver
-        .solve(&fx.omega, 9, h, none, false, &mut out)
-        .is_err());
+    for (n, sigma0) in [(0, h), (n, 0.0), (n, f64::NAN), (9, h)] {
+        assert!(!solves(n, sigma0), "n = {n}, σ0 = {sigma0} accepted");
+    }
     // And a good solve still works after the refusals.
-    assert!(fx
-        .solver
-        .solve(&fx.omega, n, h, none, false, &mut out)
-        .is_ok());
+    assert!(solves(n, h));
 }
 
 /// n ≤ 200 (the kernel's fixed grid is smaller than the modes: its threads stride) against the

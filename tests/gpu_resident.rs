@@ -12,7 +12,10 @@ use vpm::run::field::initial_particles;
 use vpm::summation::verify::{self, gpu_or_skip};
 use vpm::summation::Boundary;
 use vpm::vortex::stepper::{ParticleStepper, ParticleSummary};
-use vpm::vortex::{RbfSolver, VortexClock, VortexError};
+use vpm::vortex::{NamedArray, RbfSolver, VortexClock, VortexError};
+
+/// A stepper's exact state, as a checkpoint holds it.
+type State = (Vec<NamedArray>, VortexClock);
 
 fn fixed_dt(c: &Case) -> f64 {
     match c.time.step {
@@ -150,17 +153,30 @@ fn resident_stepper_matches_cpu_on_50_steps_of_hit_64_compare() {
 }
 
 /// The exact state after `steps` steps from the case's start (AB2 history included).
-fn state_after(
-    c: &Case,
-    gpu: &Device,
-    steps: usize,
-) -> (Vec<vpm::vortex::NamedArray>, VortexClock) {
+fn state_after(c: &Case, gpu: &Device, steps: usize) -> State {
     let dt = fixed_dt(c);
     let mut s = stepper(c, gpu, initial(c));
     for _ in 0..steps {
         s.step(dt).unwrap();
     }
     s.state_arrays().unwrap()
+}
+
+/// Two checkpoint states are the same to the bit: clock, array names and values.
+#[track_caller]
+fn assert_same_state(got: &State, want: &State, when: &str) {
+    assert_eq!(got.1, want.1, "clock {when}");
+    assert_eq!(got.0.len(), want.0.len());
+    for (x, y) in got.0.iter().zip(&want.0) {
+        assert_eq!(x.0, y.0);
+        assert!(
+            x.2.iter()
+                .zip(&y.2)
+                .all(|(p, q)| p.to_bits() == q.to_bits()),
+            "array {} differs {when}",
+            x.0
+        );
+    }
 }
 
 #[test]
@@ -170,18 +186,7 @@ fn resident_runs_are_bit_identical_and_resume_exactly() {
     let dt = fixed_dt(&c);
     // 7 steps: reinitialisations after steps 2, 4, 6, and an AB2 history at the end.
     let a = state_after(&c, &gpu, 7);
-    let b = state_after(&c, &gpu, 7);
-    assert_eq!(a.1, b.1);
-    for (x, y) in a.0.iter().zip(&b.0) {
-        assert_eq!(x.0, y.0);
-        assert!(
-            x.2.iter()
-                .zip(&y.2)
-                .all(|(p, q)| p.to_bits() == q.to_bits()),
-            "array {} differs between two runs",
-            x.0
-        );
-    }
+    assert_same_state(&state_after(&c, &gpu, 7), &a, "between two runs");
     // Stop after 3 steps (history present), restore into a fresh stepper, go on to 7.
     let (arrays, clock) = state_after(&c, &gpu, 3);
     assert!(clock.history_dt.is_some());
@@ -191,17 +196,7 @@ fn resident_runs_are_bit_identical_and_resume_exactly() {
     for _ in 3..7 {
         resumed.step(dt).unwrap();
     }
-    let r = resumed.state_arrays().unwrap();
-    assert_eq!(r.1, a.1);
-    for (x, y) in r.0.iter().zip(&a.0) {
-        assert!(
-            x.2.iter()
-                .zip(&y.2)
-                .all(|(p, q)| p.to_bits() == q.to_bits()),
-            "array {} differs after resume",
-            x.0
-        );
-    }
+    assert_same_state(&resumed.state_arrays().unwrap(), &a, "after resume");
 }
 
 #[test]

@@ -330,10 +330,10 @@ mod tests {
         };
         let r = bench_fmm(&Device::Cpu, &[3000], &o, None).unwrap();
         let row = &r.rows[0];
-        assert_eq!((row.n, row.accuracy_sample), (3000, 50));
+        assert_eq!((row.n, row.check.accuracy_sample), (3000, 50));
         assert!(row.seconds > 0.0 && row.stats.targets == 3000, "{row:?}");
-        assert!(row.rel_l2_velocity.unwrap() < 1e-3, "{row:?}");
-        assert!(row.rel_l2_stretching.unwrap() < 1e-3, "{row:?}");
+        assert!(row.check.rel_l2_velocity.unwrap() < 1e-3, "{row:?}");
+        assert!(row.check.rel_l2_stretching.unwrap() < 1e-3, "{row:?}");
         assert!(row.direct_seconds_all_pairs.unwrap() > 0.0);
         assert_eq!(r.scaling_exponent, None);
     }

@@ -27,7 +27,7 @@ use crate::summation::{
 };
 use crate::vortex::field::{grid_kmax, particles_from_modes};
 use crate::vortex::planner::plan;
-use crate::vortex::stepper::ParticleStepper;
+use crate::vortex::stepper::{ParticleStepper, TransferBytes};
 use crate::vortex::{RbfSolver, VortexSettings};
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -80,18 +80,25 @@ pub struct StepBenchRow {
     /// Median milliseconds of the two parts of a reinitialisation.
     pub ms_reinit_vorticity: f64,
     pub ms_reinit_solve: f64,
-    /// Bytes between host and device per step (timed steps, reinitialisations included), and
-    /// per output step (null on the CPU).
-    pub bytes_per_step: Option<f64>,
-    pub bytes_per_output: Option<f64>,
-    /// Device memory taken by the stepper, its evaluator and plans (free memory before it was
-    /// made minus the least free memory seen while it ran), bytes; null on the CPU.
-    pub device_memory_bytes: Option<u64>,
+    #[serde(flatten)]
+    pub device: DeviceUse,
     /// Velocity and stretching at the state after the output steps against the CPU f64 Ewald
     /// evaluator in the box, the direct sum for the FMM (not checked for all pairs).
     #[serde(flatten)]
     pub check: SampleCheck,
     pub timed_steps: usize,
+}
+
+/// What the stepper moves between host and device and takes on the device (null on the CPU).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DeviceUse {
+    /// Bytes between host and device per step (timed steps, reinitialisations included), and
+    /// per output step.
+    pub bytes_per_step: Option<f64>,
+    pub bytes_per_output: Option<f64>,
+    /// Device memory taken by the stepper, its evaluator and plans (free memory before it was
+    /// made minus the least free memory seen while it ran), bytes.
+    pub device_memory_bytes: Option<u64>,
 }
 
 /// ν of the benchmark on an n³ lattice: 1.28/n, the family of the named isotropic cases
@@ -171,8 +178,11 @@ pub fn bench_step(
                 row.ms_output,
                 row.ms_evaluation,
                 row.ms_update,
-                row.bytes_per_step.map_or("-".into(), |b| format!("{b:.0}")),
-                row.device_memory_bytes
+                row.device
+                    .bytes_per_step
+                    .map_or("-".into(), |b| format!("{b:.0}")),
+                row.device
+                    .device_memory_bytes
                     .map_or("-".into(), |b| format!("{:.2}", b as f64 / 1e9)),
                 fmt_error(row.check.rel_l2_velocity),
                 fmt_error(row.check.rel_l2_stretching)
@@ -181,7 +191,7 @@ pub fn bench_step(
                 "      reinit: vorticity {:.2} ms, solve {:.2} ms; output {:.0} B; {}",
                 row.ms_reinit_vorticity,
                 row.ms_reinit_solve,
-                row.bytes_per_output.unwrap_or(0.0),
+                row.device.bytes_per_output.unwrap_or(0.0),
                 row.stepper
             );
             rows.push(row);
@@ -324,7 +334,10 @@ fn bench_one(
     let med = |v: Vec<f64>| if v.is_empty() { f64::NAN } else { median(v) };
     let ms_step = med(plain);
     let ms_reinit = med(reinit);
-    let steps = o.steps.max(1) as f64;
+    // Bytes moved between two snapshots of the stepper's traffic, per one of `count` steps.
+    let moved = |a: Option<TransferBytes>, b: Option<TransferBytes>, count: usize| {
+        Some((b?.total() - a?.total()) as f64 / count.max(1) as f64)
+    };
     Ok(StepBenchRow {
         lattice: n,
         particles: np,
@@ -340,22 +353,12 @@ fn bench_one(
         ms_update: med(update),
         ms_reinit_vorticity: med(reinit_w),
         ms_reinit_solve: med(reinit_s),
-        bytes_per_step: match (bytes0, bytes1) {
-            (Some(a), Some(b)) => {
-                Some(((b.to_device + b.to_host) - (a.to_device + a.to_host)) as f64 / steps)
-            }
-            _ => None,
-        },
-        bytes_per_output: match (bytes1, bytes2) {
-            (Some(a), Some(b)) => Some(
-                ((b.to_device + b.to_host) - (a.to_device + a.to_host)) as f64
-                    / o.outputs.max(1) as f64,
-            ),
-            _ => None,
-        },
-        device_memory_bytes: match (free_before, least_free) {
-            (Some(a), Some(b)) => Some(a.saturating_sub(b)),
-            _ => None,
+        device: DeviceUse {
+            bytes_per_step: moved(bytes0, bytes1, o.steps),
+            bytes_per_output: moved(bytes1, bytes2, o.outputs),
+            device_memory_bytes: free_before
+                .zip(least_free)
+                .map(|(a, b)| a.saturating_sub(b)),
         },
         check,
         timed_steps: o.steps,
