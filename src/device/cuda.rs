@@ -24,7 +24,8 @@
 //! `DIR/<file>` at run time instead of the copies embedded in the binary (no rebuild to try a
 //! change).
 
-use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, DriverError};
+use cudarc::cufft::CudaFft;
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, DriverError};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -597,6 +598,69 @@ pub fn cufft_available() -> Result<(), CudaError> {
                 .into(),
         ))
     }
+}
+
+/// One side of a batched cuFFT plan's data (cuFFT's advanced layout): the embedding dimensions
+/// (`None`: the transform's own, packed), the stride between elements and the distance between
+/// batches.
+#[derive(Debug, Clone, Copy)]
+pub struct FftLayout<'a> {
+    pub embed: Option<&'a [i32]>,
+    pub stride: i32,
+    pub dist: i32,
+}
+
+impl<'a> FftLayout<'a> {
+    pub fn new(embed: &'a [i32], stride: i32, dist: i32) -> Self {
+        FftLayout {
+            embed: Some(embed),
+            stride,
+            dist,
+        }
+    }
+
+    /// Packed batches `dist` values apart.
+    pub fn packed(dist: i32) -> Self {
+        FftLayout {
+            embed: None,
+            stride: 1,
+            dist,
+        }
+    }
+}
+
+/// A batched cuFFT plan (`cufftPlanMany`) of type `ty` over `dims` from `input` to `output`, on
+/// `stream`; `what` names the grid in the error.
+pub fn fft_plan(
+    what: &str,
+    dims: &[i32],
+    (input, output): (FftLayout, FftLayout),
+    ty: cudarc::cufft::sys::cufftType,
+    batch: i32,
+    stream: &Arc<CudaStream>,
+) -> Result<CudaFft, CudaError> {
+    CudaFft::plan_many(
+        dims,
+        input.embed,
+        input.stride,
+        input.dist,
+        output.embed,
+        output.stride,
+        output.dist,
+        ty,
+        batch,
+        stream.clone(),
+    )
+    .doing(format!("creating a cuFFT plan for {what}"))
+}
+
+/// The work area cuFFT allocated for `plan`, in bytes.
+pub fn fft_work_bytes(plan: &CudaFft) -> Result<u64, CudaError> {
+    // SAFETY: `plan` holds a live plan handle (destroyed only by its Drop); the call writes one
+    // size_t.
+    unsafe { cudarc::cufft::result::get_size(plan.handle()) }
+        .map(|b| b as u64)
+        .doing("reading a cuFFT work-area size")
 }
 
 /// Complex values of one half spectrum of a real n³ transform in cuFFT's layout: n·n·(n/2 + 1).

@@ -45,7 +45,8 @@ use super::solver::{NonFiniteState, SpectralGrid, VectorModes};
 use super::stepper::{SpectralError, SpectralStepper};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, half_spectrum_len, kernel_source, launch, CudaError, Doing, Gpu, KernelSource,
+    cufft_available, fft_plan, fft_work_bytes, half_spectrum_len, kernel_source, launch, CudaError,
+    Doing, FftLayout, Gpu, KernelSource,
 };
 use crate::device::Device;
 use crate::diagnostics::flow::{shell_count, FlowStats};
@@ -115,69 +116,22 @@ impl Transforms {
     ) -> Result<Self, CudaError> {
         let mi = m as i32;
         let mh = (m / 2 + 1) as i32;
-        #[allow(clippy::too_many_arguments)]
-        let plan = |n: &[i32],
-                    inembed: &[i32],
-                    istride,
-                    idist,
-                    onembed: &[i32],
-                    ostride,
-                    odist,
-                    ty,
-                    batch| {
-            CudaFft::plan_many(
-                n,
-                Some(inembed),
-                istride,
-                idist,
-                Some(onembed),
-                ostride,
-                odist,
-                ty,
-                batch,
-                stream.clone(),
-            )
-            .doing(format!("creating a cuFFT plan for the {m}^3 grid"))
-        };
+        let what = format!("the {m}^3 grid");
+        let plan = |n: &[i32], layouts, ty, batch| fft_plan(&what, n, layouts, ty, batch, stream);
         use cufft_sys::cufftType::{CUFFT_D2Z, CUFFT_Z2D, CUFFT_Z2Z};
         let (a, b, c) = match kind {
             TransformKind::Pruned => {
                 // x lines of K + 1 rows y (every k_z): element x of line b at b + x·M·M_h.
                 let plane = mi * mh;
-                let x = plan(
-                    &[mi],
-                    &[mi],
-                    plane,
-                    1,
-                    &[mi],
-                    plane,
-                    1,
-                    CUFFT_Z2Z,
-                    (kmax as i32 + 1) * mh,
-                )?;
+                let dims = [mi];
+                let line = FftLayout::new(&dims, plane, 1);
+                let x = plan(&dims, (line, line), CUFFT_Z2Z, (kmax as i32 + 1) * mh)?;
                 // (y, z) planes, one per x, contiguous.
-                let yz_inv = plan(
-                    &[mi, mi],
-                    &[mi, mh],
-                    1,
-                    plane,
-                    &[mi, mi],
-                    1,
-                    mi * mi,
-                    CUFFT_Z2D,
-                    mi,
-                )?;
-                let yz_fwd = plan(
-                    &[mi, mi],
-                    &[mi, mi],
-                    1,
-                    mi * mi,
-                    &[mi, mh],
-                    1,
-                    plane,
-                    CUFFT_D2Z,
-                    mi,
-                )?;
+                let (half_dims, real_dims) = ([mi, mh], [mi, mi]);
+                let half = FftLayout::new(&half_dims, 1, plane);
+                let real = FftLayout::new(&real_dims, 1, mi * mi);
+                let yz_inv = plan(&real_dims, (half, real), CUFFT_Z2D, mi)?;
+                let yz_fwd = plan(&real_dims, (real, half), CUFFT_D2Z, mi)?;
                 (x, yz_inv, Some(yz_fwd))
             }
             TransformKind::Full => {
@@ -185,21 +139,18 @@ impl Transforms {
                 let real = [mi, mi, mi];
                 let dist_c = half_spectrum_len(m) as i32;
                 let dist_r = mi * mi * mi;
-                let inv = plan(&real, &cplx, 1, dist_c, &real, 1, dist_r, CUFFT_Z2D, 1)?;
-                let fwd = plan(&real, &real, 1, dist_r, &cplx, 1, dist_c, CUFFT_D2Z, 1)?;
+                let (c, r) = (
+                    FftLayout::new(&cplx, 1, dist_c),
+                    FftLayout::new(&real, 1, dist_r),
+                );
+                let inv = plan(&real, (c, r), CUFFT_Z2D, 1)?;
+                let fwd = plan(&real, (r, c), CUFFT_D2Z, 1)?;
                 (inv, fwd, None)
             }
         };
-        let size = |p: &CudaFft| {
-            // SAFETY: p holds a live plan handle (made above, destroyed only by its Drop); the
-            // call writes one size_t.
-            unsafe { cufft_result::get_size(p.handle()) }
-                .map(|b| b as u64)
-                .doing("reading a cuFFT work-area size")
-        };
-        let mut work_bytes = size(&a)? + size(&b)?;
+        let mut work_bytes = fft_work_bytes(&a)? + fft_work_bytes(&b)?;
         if let Some(c) = &c {
-            work_bytes += size(c)?;
+            work_bytes += fft_work_bytes(c)?;
         }
         Ok(Transforms {
             m,

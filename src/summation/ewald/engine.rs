@@ -11,7 +11,8 @@
 use super::params::{CostModel, EwaldParameters};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, kernel_source, launch, CompiledModule, CudaError, Doing, Gpu, KernelSource,
+    cufft_available, fft_plan, kernel_source, launch, CompiledModule, CudaError, Doing, FftLayout,
+    Gpu, KernelSource,
 };
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
@@ -379,20 +380,10 @@ impl EwaldDevice {
         let mi = m as i32;
         let real = (m * m * m) as i32;
         let cplx = (m * m * (m / 2 + 1)) as i32;
+        let what = format!("{m}^3");
         let plan = |ty, idist, odist| {
-            CudaFft::plan_many(
-                &[mi, mi, mi],
-                None,
-                1,
-                idist,
-                None,
-                1,
-                odist,
-                ty,
-                3,
-                self.stream.clone(),
-            )
-            .doing(format!("creating a cuFFT plan for {m}^3"))
+            let layouts = (FftLayout::packed(idist), FftLayout::packed(odist));
+            fft_plan(&what, &[mi, mi, mi], layouts, ty, 3, &self.stream)
         };
         let r2c = plan(cufft_sys::cufftType::CUFFT_R2C, real, cplx)?;
         let c2r = plan(cufft_sys::cufftType::CUFFT_C2R, cplx, real)?;
