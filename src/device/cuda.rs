@@ -424,6 +424,18 @@ macro_rules! kernel_source {
 }
 pub(crate) use kernel_source;
 
+/// A struct of the kernels of `module` (a [`CompiledModule`]), each field named as its kernel
+/// without the family's prefix: `load_kernels!(module, "vp_", Kernels { euler, heun })` loads
+/// `vp_euler` and `vp_heun` (an error from the first that fails).
+macro_rules! load_kernels {
+    ($module:expr, $prefix:literal, $ty:ident { $($field:ident),* $(,)? }) => {
+        $ty {
+            $($field: $module.function(concat!($prefix, stringify!($field)))?),*
+        }
+    };
+}
+pub(crate) use load_kernels;
+
 /// The text of kernel file `file` from `VPM_KERNELS_DIR`, when that variable is set: (a name
 /// for the module cache and logs, the text).
 pub(crate) fn source_override(file: &str) -> Result<Option<(String, String)>, CudaError> {

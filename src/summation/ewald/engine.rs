@@ -161,6 +161,14 @@ pub struct EwaldInputs<'a> {
     pub n_selected: usize,
 }
 
+/// The bucket arrays a counting sort fills: the mesh's (`start`, `order`: sources by first
+/// support node) or the cell lists' (`cstart`, `corder`).
+#[derive(Debug, Clone, Copy)]
+enum Buckets {
+    Grid,
+    Cells,
+}
+
 /// Resident device state of the GPU Ewald evaluator.
 pub struct EwaldDevice {
     gpu: Arc<Gpu>,
@@ -343,20 +351,21 @@ impl EwaldDevice {
         Ok(())
     }
 
-    /// Counting sort of `n` items by the keys in `keys`/`slots` (counts already in `start`, of
-    /// `nb` buckets): scan, scatter into `order`, order each bucket by item index.
-    #[allow(clippy::too_many_arguments)]
-    fn finish_sort(
-        stream: &Arc<CudaStream>,
-        k: &Kernels,
-        sums: &mut DeviceBuffer<i32>,
-        keys: &DeviceBuffer<i32>,
-        slots: &DeviceBuffer<i32>,
-        start: &mut DeviceBuffer<i32>,
-        order: &mut DeviceBuffer<i32>,
-        n: usize,
-        nb: usize,
-    ) -> Result<(), CudaError> {
+    /// Counting sort of `n` items by the keys in `keys`/`slots` (counts already in the
+    /// buckets' `start`, of `nb` buckets): scan, scatter into their `order`, order each bucket
+    /// by item index.
+    fn finish_sort(&mut self, buckets: Buckets, n: usize, nb: usize) -> Result<(), CudaError> {
+        let (stream, k, sums, keys, slots) = (
+            &self.stream,
+            &self.k,
+            &mut self.sums,
+            &self.keys,
+            &self.slots,
+        );
+        let (start, order) = match buckets {
+            Buckets::Grid => (&mut self.start, &mut self.order),
+            Buckets::Cells => (&mut self.cstart, &mut self.corder),
+        };
         Self::scan(stream, k, sums, start.get_mut(), nb + 1)?;
         order.ensure(stream, n)?;
         let (n_i, nb_i) = (n as i32, nb as i64);
@@ -522,17 +531,7 @@ impl EwaldDevice {
         launch!(s, &self.k.grid_keys, "ew_grid_keys", cfg1(ns, 256);
             &x_addr, &ns_i, &mi, &pi, &h, self.keys.get_mut(), self.slots.get_mut(),
             self.start.get_mut())?;
-        Self::finish_sort(
-            &s,
-            &self.k,
-            &mut self.sums,
-            &self.keys,
-            &self.slots,
-            &mut self.start,
-            &mut self.order,
-            ns,
-            m3,
-        )?;
+        self.finish_sort(Buckets::Grid, ns, m3)?;
         self.sd.ensure(&s, ns)?;
         self.sa.ensure(&s, ns)?;
         // SAFETY: ew_pack_grid(const int* order, const double* x, const double* alpha, int n,
@@ -659,17 +658,7 @@ impl EwaldDevice {
         launch!(s, &self.k.cell_keys, "ew_cell_keys", cfg1(n, 256);
             &x_addr, &sel, &n_i, &cells_i, &side, self.keys.get_mut(),
             self.slots.get_mut(), self.cstart.get_mut())?;
-        Self::finish_sort(
-            &s,
-            &self.k,
-            &mut self.sums,
-            &self.keys,
-            &self.slots,
-            &mut self.cstart,
-            &mut self.corder,
-            n,
-            nb,
-        )?;
+        self.finish_sort(Buckets::Cells, n, nb)?;
         self.sp.ensure(&s, n)?;
         self.csa.ensure(&s, n)?;
         // SAFETY: ew_pack_cells(const int* order, const int* sel, const double* x,
