@@ -425,12 +425,16 @@ macro_rules! kernel_source {
 pub(crate) use kernel_source;
 
 /// A struct of the kernels of `module` (a [`CompiledModule`]), each field named as its kernel
-/// without the family's prefix: `load_kernels!(module, "vp_", Kernels { euler, heun })` loads
-/// `vp_euler` and `vp_heun` (an error from the first that fails).
+/// without the family's prefix, then any other fields after a `;`:
+/// `load_kernels!(module, "vp_", Kernels { euler, heun; order: 2 })` loads `vp_euler` and
+/// `vp_heun` (an error from the first that fails).
 macro_rules! load_kernels {
-    ($module:expr, $prefix:literal, $ty:ident { $($field:ident),* $(,)? }) => {
+    ($module:expr, $prefix:literal, $ty:ident {
+        $($field:ident),* $(,)? $(; $($name:ident: $value:expr),* $(,)?)?
+    }) => {
         $ty {
-            $($field: $module.function(concat!($prefix, stringify!($field)))?),*
+            $($field: $module.function(concat!($prefix, stringify!($field)))?,)*
+            $($($name: $value,)*)?
         }
     };
 }

@@ -45,8 +45,8 @@ use super::solver::{NonFiniteState, SpectralGrid, VectorModes};
 use super::stepper::{SpectralError, SpectralStepper};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, fft_plan, fft_work_bytes, half_spectrum_len, kernel_source, launch, CudaError,
-    Doing, FftLayout, Gpu, KernelSource,
+    cufft_available, fft_plan, fft_work_bytes, half_spectrum_len, kernel_source, launch,
+    load_kernels, CudaError, Doing, FftLayout, Gpu, KernelSource,
 };
 use crate::device::Device;
 use crate::diagnostics::flow::{shell_count, FlowStats};
@@ -239,18 +239,12 @@ impl Kernels {
     /// Compiles (once per process and GPU) and loads spectral.cu on `gpu`.
     fn load(gpu: &Gpu) -> Result<Self, CudaError> {
         let module = gpu.module_from(&KERNELS, &[])?;
-        Ok(Kernels {
-            gather: module.function("sp_gather")?,
-            scatter: module.function("sp_scatter")?,
-            cross: module.function("sp_cross")?,
-            max_abs: module.function("sp_max_abs")?,
-            rk_begin: module.function("sp_rk_begin")?,
-            store: module.function("sp_store")?,
-            hermitian: module.function("sp_hermitian")?,
-            nonfinite: module.function("sp_nonfinite")?,
-            mode_sums: module.function("sp_mode_sums")?,
-            deinterleave: module.function("sp_deinterleave")?,
-        })
+        #[rustfmt::skip]
+        let k = load_kernels!(module, "sp_", Kernels {
+            gather, scatter, cross, max_abs, rk_begin, store, hermitian, nonfinite, mode_sums,
+            deinterleave,
+        });
+        Ok(k)
     }
 }
 

@@ -11,8 +11,8 @@
 use super::params::{CostModel, EwaldParameters};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, fft_plan, kernel_source, launch, CompiledModule, CudaError, Doing, FftLayout,
-    Gpu, KernelSource,
+    cufft_available, fft_plan, kernel_source, launch, load_kernels, CompiledModule, CudaError,
+    Doing, FftLayout, Gpu, KernelSource,
 };
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
@@ -221,33 +221,19 @@ impl EwaldDevice {
         cufft_available()?;
         let module = gpu.module_from(&KERNELS, &[])?;
         let load = |name: &str| module.function(name);
-        let k = Kernels {
-            grid_keys: load("ew_grid_keys")?,
-            cell_keys: load("ew_cell_keys")?,
-            scan_blocks: load("ew_scan_blocks")?,
-            scan_sums: load("ew_scan_sums")?,
-            scan_add: load("ew_scan_add")?,
-            scatter: load("ew_scatter")?,
-            sort_buckets: load("ew_sort_buckets")?,
-            pack_grid: load("ew_pack_grid")?,
-            pack_cells: load("ew_pack_cells")?,
-            spread: load("ew_spread")?,
-            multiply: load("ew_multiply")?,
-            gather: [
-                load("ew_gather_velocity")?,
-                load("ew_gather_classical")?,
-                load("ew_gather_transposed")?,
-                load("ew_gather_gradient")?,
-            ],
-            real: [
-                load("ew_real_velocity")?,
-                load("ew_real_classical")?,
-                load("ew_real_transposed")?,
-                load("ew_real_gradient")?,
-            ],
-            vorticity: load("ew_vorticity")?,
-            lattice_vorticity: load("ew_lattice_vorticity")?,
+        // One kernel per extra, in GpuExtra's order.
+        let per_extra = |kind: &str| -> Result<[CudaFunction; 4], CudaError> {
+            let extras = ["velocity", "classical", "transposed", "gradient"];
+            let f = |i: usize| load(&format!("ew_{kind}_{}", extras[i]));
+            Ok([f(0)?, f(1)?, f(2)?, f(3)?])
         };
+        #[rustfmt::skip]
+        let k = load_kernels!(module, "ew_", Kernels {
+            grid_keys, cell_keys, scan_blocks, scan_sums, scan_add, scatter, sort_buckets,
+            pack_grid, pack_cells, spread, multiply, vorticity, lattice_vorticity;
+            gather: per_extra("gather")?,
+            real: per_extra("real")?,
+        });
         let stream = gpu.context().new_stream().doing("creating a stream")?;
         let events = (0..7).map(|_| gpu.event()).collect::<Result<Vec<_>, _>>()?;
         Ok(EwaldDevice {

@@ -13,7 +13,9 @@
 use super::params::{plan_parameters, FmmBackend, FmmParams};
 use super::{AccuracyCheck, Fmm, FmmState, FmmStats, Structure};
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{kernel_source, launch, CudaError, Doing, Gpu, KernelSource};
+use crate::device::cuda::{
+    kernel_source, launch, load_kernels, CudaError, Doing, Gpu, KernelSource,
+};
 use crate::kernel::StretchingScheme;
 use crate::summation::{
     sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceSummation,
@@ -154,17 +156,11 @@ impl CudaFmm {
             return Ok(());
         }
         let module = self.gpu.module_from(&KERNELS, &[format!("-DFMM_P={p}")])?;
-        let load = |name: &str| module.function(name);
-        self.kernels = Some(Kernels {
-            order: p,
-            pack: load("fmm_pack")?,
-            p2m: load("fmm_p2m")?,
-            m2m: load("fmm_m2m")?,
-            m2l: load("fmm_m2l")?,
-            l2l: load("fmm_l2l")?,
-            eval: load("fmm_eval")?,
-            gather: load("fmm_gather")?,
+        #[rustfmt::skip]
+        let k = load_kernels!(module, "fmm_", Kernels {
+            pack, p2m, m2m, m2l, l2l, eval, gather; order: p
         });
+        self.kernels = Some(k);
         Ok(())
     }
 
