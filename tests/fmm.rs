@@ -5,7 +5,7 @@
 use vpm::kernel::StretchingScheme;
 use vpm::summation::direct::DirectFreeSpace;
 use vpm::summation::fmm::{plan_parameters, Fmm, FmmBackend, FmmFreeSpace, FmmParams};
-use vpm::summation::verify::{self, compare, compare_all_extras, ErrorStats, Errors, Particles};
+use vpm::summation::verify::{self, compare, Errors, Particles};
 use vpm::summation::{Evaluation, Extra, Summation};
 
 /// The CPU FMM planned for `accuracy`, without its built-in check (the tests check it).
@@ -70,39 +70,16 @@ fn calibrate() {
     }
 }
 
-fn worst_of_all_extras(
-    fmm: &mut FmmFreeSpace,
-    p: &Particles,
-    targets: &[[f64; 3]],
-) -> (ErrorStats, ErrorStats, String) {
-    let talpha: Vec<[f64; 3]> = (0..targets.len()).map(|i| p.alpha[i % p.len()]).collect();
-    compare_all_extras(fmm, &mut DirectFreeSpace, &p.sources(), targets, &talpha).unwrap()
-}
-
 /// Relative L2 within the request and maximum error within 30× of it, for velocity, both
 /// stretching schemes and the gradient, at the sources and at targets on cell faces, on
 /// uniform, clustered and ring-shaped sets.
 #[test]
 fn uniform_clustered_and_ring_sets_meet_the_requested_accuracy() {
-    let sets = [
-        ("uniform", Particles::free_space(3000, 1)),
-        ("plummer", Particles::plummer(3000, 0.3, 0.01, 2)),
-        ("ring", Particles::thin_ring(3000, 3)),
-    ];
+    let sets = verify::fmm_sets(3000);
     for accuracy in [1e-4, 1e-7] {
         for (name, p) in &sets {
-            let mut fmm = fmm_at(accuracy);
-            for (where_, targets) in [
-                ("sources", p.x.clone()),
-                ("faces", verify::cell_face_targets(p, 500, 9)),
-            ] {
-                let (v, x, line) = worst_of_all_extras(&mut fmm, p, &targets);
-                println!("{name} {where_} {accuracy:e}: {line}");
-                assert!(
-                    v.within(accuracy, 30.0) && x.within(accuracy, 30.0),
-                    "{name} {where_} {accuracy:e}: {line}"
-                );
-            }
+            verify::check_free_space_accuracy(&mut fmm_at(accuracy), (name, p), 500, accuracy)
+                .unwrap();
         }
     }
 }

@@ -6,43 +6,18 @@
 use vpm::kernel::StretchingScheme;
 use vpm::summation::direct::DirectFreeSpace;
 use vpm::summation::fmm::{plan_parameters, CudaFmm, Fmm, FmmBackend, FmmFreeSpace};
-use vpm::summation::verify::{
-    self, compare_all_extras, errors_on_sample, gpu_or_skip, poisoned, Particles,
-};
+use vpm::summation::verify::{self, errors_on_sample, gpu_or_skip, poisoned, Particles};
 use vpm::summation::{Evaluation, Extra, Summation};
 
 #[test]
 fn gpu_fmm_meets_the_requested_accuracy_on_three_sets() {
     let Some(gpu) = gpu_or_skip() else { return };
-    let sets = [
-        ("uniform", Particles::free_space(6000, 1)),
-        ("plummer", Particles::plummer(6000, 0.3, 0.01, 2)),
-        ("ring", Particles::thin_ring(6000, 3)),
-    ];
+    let sets = verify::fmm_sets(6000);
     for accuracy in [1e-4, 5e-5] {
         let mut fmm = CudaFmm::new(gpu.clone(), accuracy, 0).unwrap();
         fmm.disable_checks();
         for (name, p) in &sets {
-            for (where_, targets) in [
-                ("sources", p.x.clone()),
-                ("faces", verify::cell_face_targets(p, 800, 9)),
-            ] {
-                let talpha: Vec<[f64; 3]> =
-                    (0..targets.len()).map(|i| p.alpha[i % p.len()]).collect();
-                let (v, x, line) = compare_all_extras(
-                    &mut fmm,
-                    &mut DirectFreeSpace,
-                    &p.sources(),
-                    &targets,
-                    &talpha,
-                )
-                .unwrap();
-                println!("{name} {where_} {accuracy:e}: {line}");
-                assert!(
-                    v.within(accuracy, 30.0) && x.within(accuracy, 30.0),
-                    "{name} {where_} {accuracy:e}: {line}"
-                );
-            }
+            verify::check_free_space_accuracy(&mut fmm, (name, p), 800, accuracy).unwrap();
         }
     }
 }

@@ -388,6 +388,44 @@ pub fn all_extras(alpha: &[[f64; 3]]) -> [(&'static str, Extra<'_>); 4] {
     ]
 }
 
+/// The FMM's test sets of `n` particles (seeds 1, 2, 3): uniform, clustered (Plummer-like) and
+/// sheet-like (a thin ring).
+pub fn fmm_sets(n: usize) -> [(&'static str, Particles); 3] {
+    [
+        ("uniform", Particles::free_space(n, 1)),
+        ("plummer", Particles::plummer(n, 0.3, 0.01, 2)),
+        ("ring", Particles::thin_ring(n, 3)),
+    ]
+}
+
+/// `candidate` against the direct sum on the set `p` (named `name`), at its sources and at
+/// `faces` targets on cell faces (target strengths the sources' in turn): `Err` with the
+/// errors unless, for velocity, both stretching schemes and the gradient, the relative L2
+/// error is within `accuracy` and the largest within 30× of it (docs/physics.md §8). Prints
+/// the errors.
+pub fn check_free_space_accuracy(
+    candidate: &mut dyn Summation,
+    (name, p): (&str, &Particles),
+    faces: usize,
+    accuracy: f64,
+) -> Result<(), String> {
+    for (where_, targets) in [
+        ("sources", p.x.clone()),
+        ("faces", cell_face_targets(p, faces, 9)),
+    ] {
+        let talpha: Vec<[f64; 3]> = (0..targets.len()).map(|i| p.alpha[i % p.len()]).collect();
+        let direct = &mut super::direct::DirectFreeSpace;
+        let (v, x, line) = compare_all_extras(candidate, direct, &p.sources(), &targets, &talpha)
+            .map_err(|e| e.to_string())?;
+        let line = format!("{name} {where_} {accuracy:e}: {line}");
+        println!("{line}");
+        if !(v.within(accuracy, 30.0) && x.within(accuracy, 30.0)) {
+            return Err(line);
+        }
+    }
+    Ok(())
+}
+
 /// `f` run on a pool of `threads` threads (for checks that results do not depend on the thread
 /// count).
 pub fn on_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
