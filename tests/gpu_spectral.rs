@@ -293,10 +293,9 @@ fn gpu_runs_are_bit_identical_and_restore_exactly() {
 fn gpu_full_and_pruned_transforms_agree() {
     let Some(gpu) = gpu_or_skip() else { return };
     for rule in RULES {
-        let grid = SpectralGrid::new(32, rule);
-        let ic = isotropic(9, 32);
-        let mut p = gpu_solver(&gpu, grid, 0.01, &ic, TransformKind::Pruned);
-        let mut f = gpu_solver(&gpu, grid, 0.01, &ic, TransformKind::Full);
+        let (grid, ic) = (SpectralGrid::new(32, rule), isotropic(9, 32));
+        let solver = |kind| gpu_solver(&gpu, grid, 0.01, &ic, kind);
+        let (mut p, mut f) = (solver(TransformKind::Pruned), solver(TransformKind::Full));
         for _ in 0..20 {
             p.step(0.01).unwrap();
             f.step(0.01).unwrap();

@@ -595,18 +595,6 @@ impl GpuSpectralSolver {
         modes + fields + partials + work
     }
 
-    pub fn grid(&self) -> SpectralGrid {
-        self.grid
-    }
-
-    pub fn layout(&self) -> ModeLayout {
-        self.layout
-    }
-
-    pub fn nu(&self) -> f64 {
-        self.nu
-    }
-
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
     }
@@ -992,10 +980,10 @@ impl GpuSpectralSolver {
 
 impl SpectralStepper for GpuSpectralSolver {
     fn grid(&self) -> SpectralGrid {
-        GpuSpectralSolver::grid(self)
+        self.grid
     }
     fn nu(&self) -> f64 {
-        GpuSpectralSolver::nu(self)
+        self.nu
     }
     fn set_velocity_modes(&mut self, uhat: VectorModes) -> Result<(), SpectralError> {
         Ok(GpuSpectralSolver::set_velocity_modes(self, uhat)?)
