@@ -38,8 +38,8 @@ use crate::particles::ParticleSet;
 use crate::spectral::gpu::{DeviceGridDiagnostics, GridDiagnostics};
 use crate::spectral::{ModeLayout, VectorModes};
 use crate::summation::{
-    Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceTargets, DeviceWork, Evaluation,
-    Summation, SummationError,
+    Boundary, DeviceEvaluation, DeviceExtra, DevicePoints, DeviceSources, DeviceTargets,
+    DeviceWork, Evaluation, Summation, SummationError,
 };
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use std::f64::consts::TAU;
@@ -601,7 +601,11 @@ impl ResidentStepper {
                 .evaluator
                 .device_form()
                 .expect("checked at construction");
-            dev.vorticity_on_device(&self.state.sources(), &targets, &mut self.omega)?;
+            let at = DevicePoints {
+                sources: &self.state.sources(),
+                targets: &targets,
+            };
+            dev.vorticity_on_device(at, &mut self.omega)?;
         }
         self.times.reinit_vorticity += t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
@@ -731,11 +735,11 @@ impl ParticleStepper for ResidentStepper {
             .evaluator
             .device_form()
             .expect("checked at construction");
-        dev.vorticity_on_device(
-            &sources,
-            &DeviceTargets::Sources,
-            &mut self.vorticity_scratch,
-        )?;
+        let at = DevicePoints {
+            sources: &sources,
+            targets: &DeviceTargets::Sources,
+        };
+        dev.vorticity_on_device(at, &mut self.vorticity_scratch)?;
         let omega_max = self.max_norm(|s| &s.vorticity_scratch, n)?;
         self.times.evaluation += t0.elapsed().as_secs_f64();
         self.ensure_derivatives()?;

@@ -22,9 +22,9 @@ use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
 use crate::summation::cells::VORTICITY_CUTOFF;
 use crate::summation::{
-    begin_vorticity, sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources,
-    DeviceSummation, DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult,
-    Summation, SummationError,
+    begin_vorticity, sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DevicePoints,
+    DeviceSources, DeviceSummation, DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources,
+    SumResult, Summation, SummationError,
 };
 use std::f64::consts::TAU;
 use std::sync::Arc;
@@ -211,12 +211,8 @@ impl DeviceSummation for CudaEwald {
     }
 
     /// The host form's vorticity sums ([`Summation::vorticity`]) on device buffers.
-    fn vorticity_on_device(
-        &mut self,
-        sources: &DeviceSources,
-        targets: &DeviceTargets,
-        out: &mut DeviceBuffer<f64>,
-    ) -> SumResult {
+    fn vorticity_on_device(&mut self, at: DevicePoints, out: &mut DeviceBuffer<f64>) -> SumResult {
+        let DevicePoints { sources, targets } = at;
         let nt = targets.len(sources);
         let sigma_max = sources.sigma_max;
         if !(sigma_max > 0.0 && sigma_max.is_finite()) {

@@ -18,7 +18,7 @@ use crate::device::cuda::{
 };
 use crate::kernel::StretchingScheme;
 use crate::summation::{
-    sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceSummation,
+    sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DevicePoints, DeviceSummation,
     DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult, Summation,
     SummationError, PAIR_KERNEL_HEADER,
 };
@@ -650,12 +650,8 @@ impl DeviceSummation for CudaFmm {
     /// The blob vorticity through the host (free-space runs do not reinitialise; this serves
     /// diagnostics): positions, strengths and cores come to the host, the CPU FMM's near sum
     /// runs there, and the result goes back.
-    fn vorticity_on_device(
-        &mut self,
-        sources: &DeviceSources,
-        targets: &DeviceTargets,
-        out: &mut DeviceBuffer<f64>,
-    ) -> SumResult {
+    fn vorticity_on_device(&mut self, at: DevicePoints, out: &mut DeviceBuffer<f64>) -> SumResult {
+        let DevicePoints { sources, targets } = at;
         let n = sources.n;
         let to3 =
             |v: Vec<f64>| -> Vec<[f64; 3]> { v.chunks(3).map(|c| [c[0], c[1], c[2]]).collect() };
