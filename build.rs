@@ -1,8 +1,10 @@
 //! Embeds the case files `cases/*.toml` in the binary: writes `$OUT_DIR/named_cases.rs`, a
-//! static table with each file's name (stem), summary (first comment line) and text
+//! static table with each file's name (stem), summary (first comment paragraph) and text
 //! (`include_str!`), sorted by name, for `vpm::config::named_cases`. Adding a case file needs
 //! no code change. Also records the git commit being built as `VPM_GIT_COMMIT` (for run
-//! manifests), rebuilt when HEAD moves.
+//! manifests), rebuilt when HEAD moves, and `VPM_VERSION`, what `vpm --version` prints after
+//! the name: the package version and the commit's first 12 digits, e.g. `0.1.0 (commit
+//! c1eb1a3f0e2d)`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -14,7 +16,15 @@ fn main() {
     let cases_dir = manifest.join("cases");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed={}", cases_dir.display());
-    embed_git_commit(&manifest);
+    let commit = embed_git_commit(&manifest);
+    let version = std::env::var("CARGO_PKG_VERSION").expect("CARGO_PKG_VERSION");
+    match commit {
+        Some(c) => println!(
+            "cargo:rustc-env=VPM_VERSION={version} (commit {})",
+            c.get(..12).unwrap_or(&c)
+        ),
+        None => println!("cargo:rustc-env=VPM_VERSION={version}"),
+    }
 
     let mut cases: Vec<(String, PathBuf)> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(&cases_dir) {
@@ -53,18 +63,20 @@ fn main() {
     std::fs::write(out_dir.join("named_cases.rs"), code).expect("write named_cases.rs");
 }
 
-/// The first comment line, without the leading `#` and one space.
+/// The first comment paragraph (the comment lines up to the first empty one), without the
+/// leading `#`s, joined by spaces: the case's sentence, however it is wrapped.
 fn summary(text: &str) -> String {
+    let comment = |line: &str| {
+        line.trim_start()
+            .strip_prefix('#')
+            .map(|rest| rest.trim().to_string())
+    };
     text.lines()
-        .map(str::trim_start)
-        .find_map(|line| line.strip_prefix('#'))
-        .map(|rest| {
-            rest.strip_prefix(' ')
-                .unwrap_or(rest)
-                .trim_end()
-                .to_string()
-        })
-        .unwrap_or_default()
+        .skip_while(|line| comment(line).is_none())
+        .map_while(comment)
+        .take_while(|rest| !rest.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn absolute(path: &Path) -> PathBuf {
@@ -73,11 +85,13 @@ fn absolute(path: &Path) -> PathBuf {
 
 /// Sets `VPM_GIT_COMMIT` to the commit being built (unless the environment already gives one,
 /// or git is unavailable), and asks cargo to rerun when HEAD or the branch it names moves, so a
-/// binary carried to another machine still reports the commit it was built from.
-fn embed_git_commit(manifest: &Path) {
+/// binary carried to another machine still reports the commit it was built from. Returns the
+/// commit, when known.
+fn embed_git_commit(manifest: &Path) -> Option<String> {
     println!("cargo:rerun-if-env-changed=VPM_GIT_COMMIT");
-    if std::env::var_os("VPM_GIT_COMMIT").is_some() {
-        return;
+    if let Ok(c) = std::env::var("VPM_GIT_COMMIT") {
+        let c = c.trim();
+        return (!c.is_empty()).then(|| c.to_string());
     }
     let git = |args: &[&str]| -> Option<String> {
         let out = std::process::Command::new("git")
@@ -89,9 +103,7 @@ fn embed_git_commit(manifest: &Path) {
         let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
         (out.status.success() && !s.is_empty()).then_some(s)
     };
-    let Some(commit) = git(&["rev-parse", "HEAD"]) else {
-        return;
-    };
+    let commit = git(&["rev-parse", "HEAD"])?;
     for path in ["HEAD", "packed-refs"] {
         if let Some(p) = git(&["rev-parse", "--git-path", path]) {
             println!("cargo:rerun-if-changed={}", manifest.join(p).display());
@@ -103,4 +115,5 @@ fn embed_git_commit(manifest: &Path) {
         }
     }
     println!("cargo:rustc-env=VPM_GIT_COMMIT={commit}");
+    Some(commit)
 }

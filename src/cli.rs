@@ -4,8 +4,16 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 /// Vortex particle method for turbulence, checked against a pseudo-spectral solver.
+///
+/// `vpm --version` prints the package version and the commit built (`VPM_VERSION`, set by
+/// build.rs), e.g. `vpm 0.1.0 (commit c1eb1a3f0e2d)`.
 #[derive(Debug, Parser)]
-#[command(name = "vpm", version, about, propagate_version = true)]
+#[command(
+    name = "vpm",
+    version = env!("VPM_VERSION"),
+    about,
+    propagate_version = true
+)]
 pub struct Cli {
     /// Print only errors (no progress, no summary).
     #[arg(short, long, global = true, conflicts_with = "verbose")]
@@ -21,8 +29,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a case: a named case (see `vpm cases`) or the path of a case file.
     Run(RunArgs),
-    /// Continue a run that was stopped or killed, from its latest checkpoint (or extend a
-    /// finished one with --t-end).
+    /// Continue a run that was stopped or killed, from its latest checkpoint (from t = 0 when it
+    /// stopped before its first), or extend a finished one with --t-end.
     Resume(ResumeArgs),
     /// Validate a case and print it resolved, with its memory and a rough time estimate.
     Check(CheckArgs),
@@ -56,9 +64,24 @@ pub struct RunArgs {
     /// that GPU).
     #[arg(long, alias = "backend", value_name = "DEVICE")]
     pub device: Option<crate::device::DeviceRequest>,
-    /// Testing aid: stop abruptly after this many steps, as if the process were killed.
+    #[command(flatten)]
+    pub testing: TestingArgs,
+}
+
+/// Testing aids of `vpm run` and `vpm resume` (hidden from `--help`): stops and failures at
+/// chosen points, for the tests that a run stopped anywhere resumes to the same bytes.
+#[derive(Debug, Args)]
+pub struct TestingArgs {
+    /// Stop abruptly after this many steps, as if the process were killed.
     #[arg(long, hide = true)]
     pub abort_after_steps: Option<u64>,
+    /// Send this process SIGINT as its N-th step begins (the step finishes, as with a Ctrl-C
+    /// during it).
+    #[arg(long, hide = true, value_name = "N")]
+    pub signal_in_step: Option<u64>,
+    /// Make every write of a file of this name (e.g. `final.npz`) fail as on a full disk.
+    #[arg(long, hide = true, value_name = "NAME")]
+    pub fail_write: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -74,8 +97,9 @@ pub struct CheckArgs {
 pub struct ResumeArgs {
     /// The run directory to continue.
     pub run_dir: PathBuf,
-    /// A later end time: extends the run (a finished one too) and records it in case.toml.
-    #[arg(long, value_name = "T")]
+    /// A later end time: extends the run (a finished one too), with a spectrum at T, and
+    /// records it in case.toml.
+    #[arg(long, value_name = "T", value_parser = parse_t_end, allow_hyphen_values = true)]
     pub t_end: Option<f64>,
     /// Resume on another device (every solver): `auto`, `cpu`, `cuda` or `cuda:N`; recorded in
     /// case.toml. The checkpoint's device is reported when it differs.
@@ -84,9 +108,8 @@ pub struct ResumeArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Testing aid: stop abruptly after this many steps, as if the process were killed.
-    #[arg(long, hide = true)]
-    pub abort_after_steps: Option<u64>,
+    #[command(flatten)]
+    pub testing: TestingArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -145,6 +168,30 @@ pub fn parse_count(s: &str) -> Result<usize, String> {
         return Err(format!("`{s}`: a particle count must be a whole number"));
     }
     Ok(r as usize)
+}
+
+/// An end time (`--t-end`): a finite number > 0; `nan`, `inf` and negative times are refused
+/// by name.
+pub fn parse_t_end(s: &str) -> Result<f64, String> {
+    let t: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number; expected a time > 0 such as 2.5"))?;
+    if t.is_nan() {
+        Err(format!(
+            "`{s}` is not a number (NaN); expected a time > 0 such as 2.5"
+        ))
+    } else if t.is_infinite() {
+        Err(format!(
+            "`{s}` is infinite; expected a finite time > 0 such as 2.5"
+        ))
+    } else if t <= 0.0 {
+        Err(format!(
+            "`{s}` is not after t = 0; expected a time > 0 such as 2.5"
+        ))
+    } else {
+        Ok(t)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -296,7 +343,20 @@ pub enum TransformArg {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_count;
+    use super::{parse_count, parse_t_end};
+
+    #[test]
+    fn end_times_are_finite_and_positive() {
+        assert_eq!(parse_t_end("2.5"), Ok(2.5));
+        assert_eq!(parse_t_end("1e1"), Ok(10.0));
+        assert!(parse_t_end("nan").unwrap_err().contains("not a number"));
+        assert!(parse_t_end("NaN").unwrap_err().contains("not a number"));
+        assert!(parse_t_end("ten").unwrap_err().contains("not a number"));
+        assert!(parse_t_end("inf").unwrap_err().contains("infinite"));
+        assert!(parse_t_end("-inf").unwrap_err().contains("infinite"));
+        assert!(parse_t_end("-1").unwrap_err().contains("not after t = 0"));
+        assert!(parse_t_end("0").unwrap_err().contains("not after t = 0"));
+    }
 
     #[test]
     fn particle_counts_in_either_form() {

@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod device;
 pub mod diagnostics;
 pub mod init;

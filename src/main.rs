@@ -5,16 +5,21 @@ use clap::Parser;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use vpm::cli::{BenchCommand, Cli, Command, DealiasArg, TransformArg};
+use vpm::cli::{BenchCommand, Cli, Command, DealiasArg, TestingArgs, TransformArg};
 use vpm::config::{named_cases, resolve_case, Case, Dealias};
+use vpm::console::{self, Short, StderrLog, Stream};
 use vpm::output::create_locked_run_dir;
 use vpm::run::memory;
 use vpm::run::simulation::{ResumeChanges, Run};
 use vpm::run::{ProgressStyle, RunEnd, RunOptions};
 use vpm::spectral::gpu::TransformKind;
+use vpm::{out, say};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_exit(&e),
+    };
     let level = if cli.quiet {
         "error"
     } else {
@@ -24,23 +29,56 @@ fn main() -> ExitCode {
             _ => "trace",
         }
     };
+    // The log goes through the console's stderr: a closed pipe or a full device silences it
+    // and the command goes on.
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("VPM_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(StderrLog)
+        .log_internal_errors(false)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .without_time()
         .init();
-    match run(cli) {
+    let code = match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            say!("error: {e:#}");
             ExitCode::FAILURE
         }
+    };
+    exit_code_after_stdout(code)
+}
+
+/// `code`, or a failure when stdout could not be written (reported in one line, or quietly
+/// for a closed pipe: [`console::report_stdout_error`]).
+fn exit_code_after_stdout(code: ExitCode) -> ExitCode {
+    if console::report_stdout_error() {
+        ExitCode::FAILURE
+    } else {
+        code
     }
+}
+
+/// Help, the version or a usage error from clap, written through the console (never a
+/// panic): clap's status (0 for help and version, 2 for a usage error), or 1 when stdout
+/// failed.
+fn clap_exit(e: &clap::Error) -> ExitCode {
+    let (stream, terminal) = if e.use_stderr() {
+        (Stream::Err, std::io::stderr().is_terminal())
+    } else {
+        (Stream::Out, std::io::stdout().is_terminal())
+    };
+    let text = e.render();
+    if terminal {
+        console::write(stream, format_args!("{}", text.ansi()));
+    } else {
+        console::write(stream, format_args!("{text}"));
+    }
+    let code = u8::try_from(e.exit_code()).unwrap_or(1);
+    exit_code_after_stdout(ExitCode::from(code))
 }
 
 /// Builds the global thread pool once; returns the thread count.
@@ -54,6 +92,22 @@ fn set_threads(threads: Option<usize>) -> Result<usize> {
     }
     b.build_global().context("starting the thread pool")?;
     Ok(rayon::current_num_threads())
+}
+
+/// The options of `vpm run` and `vpm resume`, with the testing aids set up (the injected write
+/// failure) and the signal handlers installed.
+fn run_options(threads: usize, quiet: bool, testing: &TestingArgs) -> Result<RunOptions> {
+    if let Some(name) = &testing.fail_write {
+        vpm::output::fail_writes_of(name);
+    }
+    let options = RunOptions {
+        threads,
+        progress: progress_style(quiet),
+        abort_after_steps: testing.abort_after_steps,
+        signal_in_step: testing.signal_in_step,
+    };
+    vpm::run::install_signal_handlers(options.progress)?;
+    Ok(options)
 }
 
 fn progress_style(quiet: bool) -> ProgressStyle {
@@ -74,55 +128,61 @@ fn run(cli: Cli) -> Result<()> {
                 // Recorded in the run's case.toml, so `vpm resume` keeps it.
                 case.set_device(d);
             }
-            // A device that cannot be had, or a case too big for the memory, fails before a
-            // run directory is made.
-            let devices = vpm::run::RunDevices::checked(&case)?;
-            // Nor does a case whose outputs would not fit on the disk (`runs/` by default).
-            let parent = args.out.clone().unwrap_or_else(|| PathBuf::from("runs"));
-            memory::check_disk(&case, &devices, &parent)?;
+            // Every check `vpm check` makes (a device that cannot be had, a case too big for
+            // the memory or whose outputs would not fit on the disk) fails before a run
+            // directory is made.
+            let parent = args
+                .out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_RUNS));
+            let plan = vpm::run::checked_plan(&case, &parent)?;
             let threads = set_threads(args.threads)?;
-            let (run_dir, lock) =
+            let (run_dir, lock, cleanup) =
                 create_locked_run_dir(&case.name, args.out.as_deref(), args.force, "vpm run")?;
+            if let Some(line) = cleanup.summary().filter(|_| !cli.quiet) {
+                say!("vpm: {line}");
+            }
             if !cli.quiet {
-                eprintln!(
+                say!(
                     "vpm: case `{}` → {} ({} threads)",
                     case.name,
                     run_dir.display(),
                     threads
                 );
             }
-            let options = RunOptions {
-                threads,
-                progress: progress_style(cli.quiet),
-                abort_after_steps: args.abort_after_steps,
-            };
-            vpm::run::install_signal_handlers()?;
-            let prepared = vpm::run::Prepared { devices, lock };
+            let options = run_options(threads, cli.quiet, &args.testing)?;
+            let prepared = vpm::run::Prepared { plan, lock };
             let mut sim = vpm::run::start(case, &run_dir, options, Some(prepared))?;
             finish(sim.as_mut(), cli.quiet)
         }
         Command::Resume(args) => {
             let threads = set_threads(args.threads)?;
-            let options = RunOptions {
-                threads,
-                progress: progress_style(cli.quiet),
-                abort_after_steps: args.abort_after_steps,
-            };
+            let options = run_options(threads, cli.quiet, &args.testing)?;
             let changes = ResumeChanges {
                 t_end: args.t_end,
                 device: args.device,
             };
-            vpm::run::install_signal_handlers()?;
             let mut sim = vpm::run::resume(&args.run_dir, options, &changes)?;
-            if !cli.quiet {
-                eprintln!(
-                    "vpm: resuming `{}` in {} at step {} (t = {}, t_end = {})",
-                    sim.case().name,
-                    args.run_dir.display(),
-                    sim.step_count(),
-                    sim.time(),
-                    sim.case().time.t_end
-                );
+            if !cli.quiet && !sim.is_finished() {
+                if sim.time() >= sim.case().time.t_end {
+                    say!(
+                        "vpm: `{}` in {} reached t_end = {} (step {}) but its final outputs \
+                         were not all written; writing them (final field, plots, manifest)",
+                        sim.case().name,
+                        args.run_dir.display(),
+                        Short(sim.case().time.t_end),
+                        sim.step_count()
+                    );
+                } else {
+                    say!(
+                        "vpm: resuming `{}` in {} at step {} (t = {}, t_end = {})",
+                        sim.case().name,
+                        args.run_dir.display(),
+                        sim.step_count(),
+                        Short(sim.time()),
+                        Short(sim.case().time.t_end)
+                    );
+                }
             }
             finish(sim.as_mut(), cli.quiet)
         }
@@ -134,7 +194,7 @@ fn run(cli: Cli) -> Result<()> {
                 .max()
                 .unwrap_or(0);
             for c in named_cases() {
-                println!("{:width$}  {}", c.name, c.summary);
+                out!("{:width$}  {}", c.name, c.summary);
             }
             Ok(())
         }
@@ -142,17 +202,17 @@ fn run(cli: Cli) -> Result<()> {
             let title = case_name(&run_dir);
             // The pictures' settings come from the run's case; a run directory without one
             // (or with one this version cannot read) is drawn with the defaults.
-            let options = match Case::from_file(&run_dir.join("case.toml")) {
+            let options = match Case::from_file(&run_dir.join(postprocess::layout::CASE_TOML)) {
                 Ok(case) => vpm::run::plot_options(&case),
                 Err(e) => {
-                    if run_dir.join("case.toml").is_file() {
+                    if run_dir.join(postprocess::layout::CASE_TOML).is_file() {
                         tracing::warn!("{e}; drawing with the default settings");
                     }
                     postprocess::PlotOptions::default()
                 }
             };
             for p in postprocess::plot_run_with(&run_dir, &title, &options)? {
-                println!("{}", p.display());
+                out!("{}", p.display());
             }
             Ok(())
         }
@@ -194,9 +254,11 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             if let Some(n) = a.n.iter().find(|&&n| n % 2 == 1) {
                 bail!("--n {n}: grid sizes must be even and ≥ 8");
             }
-            let (device, note) = vpm::device::Device::open(a.device)?;
+            let (device, note) = vpm::device::Device::open(a.device).map_err(without_gpu(
+                "the CPU solver is the default: leave out --device",
+            ))?;
             if device.is_cuda() {
-                eprintln!("--device {}: {note}", a.device);
+                say!("--device {}: {note}", a.device);
                 let kinds: Vec<TransformKind> = a
                     .transforms
                     .iter()
@@ -228,9 +290,11 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             if !(1e-12..=1e-2).contains(&a.accuracy) {
                 bail!("--accuracy {}: must be in [1e-12, 1e-2]", a.accuracy);
             }
-            let (device, note) = vpm::device::Device::open(a.device)?;
+            let (device, note) = vpm::device::Device::open(a.device).map_err(without_gpu(
+                "the CPU evaluator is the default: leave out --device",
+            ))?;
             if !quiet {
-                eprintln!("--device {}: {note}", a.device);
+                say!("--device {}: {note}", a.device);
             }
             let r = repeats.unwrap_or(3);
             vpm::bench::bench_ewald(&device, &a.n, a.accuracy, r, a.sample, json)?;
@@ -250,9 +314,11 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             if a.steps == 0 || a.reinit_every == 0 {
                 bail!("--steps and --reinit-every must be at least 1");
             }
-            let (device, note) = vpm::device::Device::open(a.device)?;
+            let (device, note) = vpm::device::Device::open(a.device).map_err(without_gpu(
+                "`vpm bench step --device cpu` times the host stepper (small lattices, e.g. --n 16,32)",
+            ))?;
             if !quiet {
-                eprintln!("--device {}: {note}", a.device);
+                say!("--device {}: {note}", a.device);
             }
             let options = vpm::bench::StepBenchOptions {
                 overlaps: a.overlap.clone(),
@@ -275,9 +341,11 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             if !(a.accuracy > 0.0 && a.accuracy < 1.0) {
                 bail!("--accuracy {}: must be in (0, 1)", a.accuracy);
             }
-            let (device, note) = vpm::device::Device::open(a.device)?;
+            let (device, note) = vpm::device::Device::open(a.device).map_err(without_gpu(
+                "the CPU evaluator is the default: leave out --device",
+            ))?;
             if !quiet {
-                eprintln!("--device {}: {note}", a.device);
+                say!("--device {}: {note}", a.device);
             }
             let sizes = match (a.n.is_empty(), device.is_cuda()) {
                 (false, _) => a.n.clone(),
@@ -300,10 +368,11 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
                 .iter()
                 .map(|c| parse_kernel_config(c))
                 .collect::<Result<Vec<_>>>()?;
-            let (device, note) = vpm::device::Device::open(a.device)?;
+            let (device, note) =
+                vpm::device::Device::open(a.device).map_err(without_gpu(DIRECT_INSTEAD))?;
             let gpu = device.gpu().with_context(|| {
                 format!(
-                    "vpm bench kernel needs a CUDA GPU: --device {} gave {note}",
+                    "vpm bench kernel needs a CUDA GPU: --device {} gave {note}; {DIRECT_INSTEAD}",
                     a.device
                 )
             })?;
@@ -312,6 +381,15 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// What `vpm bench kernel` points to on a machine without a GPU.
+const DIRECT_INSTEAD: &str = "`vpm bench direct` times the CPU all-pairs sum";
+
+/// A benchmark's device that could not be opened (a GPU asked for and not usable), as an error
+/// that says what to run `instead` without a GPU.
+fn without_gpu(instead: &str) -> impl FnOnce(vpm::device::DeviceError) -> anyhow::Error + '_ {
+    move |e| anyhow::anyhow!("{e}. Without a GPU, {instead}")
 }
 
 /// `BLOCKxTARGETSxUNROLL[xMINBLOCKS]`, e.g. `256x2x4`.
@@ -335,13 +413,14 @@ fn parse_kernel_config(s: &str) -> Result<vpm::summation::direct::KernelConfig> 
     }
 }
 
-/// Runs to the end and reports where the outputs are.
+/// Runs to the end (or writes the final outputs of a run that reached it) and reports where the
+/// outputs are; a run whose manifest says `finished` is left as it is.
 fn finish(sim: &mut dyn Run, quiet: bool) -> Result<()> {
     if sim.is_finished() {
         if !quiet {
-            eprintln!(
+            say!(
                 "vpm: the run is already complete (t = {}); `vpm resume {} --t-end T` extends it",
-                sim.time(),
+                Short(sim.time()),
                 sim.run_dir().display()
             );
         }
@@ -350,9 +429,9 @@ fn finish(sim: &mut dyn Run, quiet: bool) -> Result<()> {
     match sim.run_to_end()? {
         RunEnd::Finished => {
             if !quiet {
-                eprintln!(
+                say!(
                     "vpm: finished at t = {} after {} steps; outputs in {}",
-                    sim.time(),
+                    Short(sim.time()),
                     sim.step_count(),
                     sim.run_dir().display()
                 );
@@ -360,10 +439,10 @@ fn finish(sim: &mut dyn Run, quiet: bool) -> Result<()> {
             Ok(())
         }
         RunEnd::Interrupted => {
-            eprintln!(
+            say!(
                 "vpm: interrupted at t = {} (step {}); the state is checkpointed. `vpm resume {}` \
                  continues the run.",
-                sim.time(),
+                Short(sim.time()),
                 sim.step_count(),
                 sim.run_dir().display()
             );
@@ -376,56 +455,76 @@ fn finish(sim: &mut dyn Run, quiet: bool) -> Result<()> {
     }
 }
 
-/// `vpm check CASE`: validates, prints the resolved case, its memory and a rough time.
+/// Where `vpm run` makes its run directory without `--out`.
+const DEFAULT_RUNS: &str = "runs";
+
+/// `vpm check CASE`: validates as `vpm run` does, and prints the resolved case, its memory,
+/// disk and a rough time.
 fn check(arg: &str, threads: Option<usize>) -> Result<()> {
     let (case, _text) = resolve_case(arg)?;
-    print!("{}", case.to_toml_string());
-    let devices = vpm::run::RunDevices::open(&case)?;
-    let estimate = memory::estimate(&case, &devices)?;
-    println!("\n# Memory (estimate of the large arrays):");
+    let threads = set_threads(threads)?;
+    console::write(Stream::Out, format_args!("{}", case.to_toml_string()));
+    let plan = vpm::run::RunPlan::new(&case)?;
+    if let Some(recipe) = &plan.evaluator {
+        out!(
+            "\n# Particle evaluator ({} particles): {}",
+            plan.particle_count,
+            recipe.description
+        );
+    }
+    let estimate = memory::estimate(&case, &plan)?;
+    out!("\n# Memory (estimate of the large arrays):");
     for (part, bytes) in &estimate.host {
-        println!("#   host   {:>12}  {part}", memory::human_bytes(*bytes));
+        out!("#   host   {:>12}  {part}", memory::human_bytes(*bytes));
     }
     for (part, bytes) in &estimate.device {
-        println!("#   device {:>12}  {part}", memory::human_bytes(*bytes));
+        out!("#   device {:>12}  {part}", memory::human_bytes(*bytes));
     }
-    let host_total = estimate.host_total();
-    match vpm::device::host_memory_available() {
-        Some(avail) => println!(
-            "#   host total {} of {} available{}",
-            memory::human_bytes(host_total),
-            memory::human_bytes(avail),
-            if host_total > avail {
-                ": DOES NOT FIT"
-            } else {
-                ""
-            }
-        ),
-        None => println!("#   host total {}", memory::human_bytes(host_total)),
-    }
-    println!("\n# Disk (estimate of the large outputs):");
-    for (part, bytes) in &estimate.disk {
-        println!("#   disk   {:>12}  {part}", memory::human_bytes(*bytes));
-    }
-    println!(
-        "#   disk total {}",
-        memory::human_bytes(estimate.disk_total())
+    print_total(
+        "host",
+        estimate.host_total(),
+        vpm::device::host_memory_available().map(|b| (b, "available".to_string())),
     );
-    let threads =
-        threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let (per_step, steps) = memory::rough_cpu_time(&case, threads)?;
-    println!("\n# Time (rough, CPU with {threads} threads; `vpm bench` measures):");
-    println!("#   about {} per step", human_seconds(per_step));
+    out!("\n# Disk (estimate of every file the run writes, at its peak):");
+    for (part, bytes) in &estimate.disk {
+        out!("#   disk   {:>12}  {part}", memory::human_bytes(*bytes));
+    }
+    print_total(
+        "disk",
+        estimate.disk_total(),
+        memory::disk_space_for(Path::new(DEFAULT_RUNS))
+            .map(|b| (b, format!("free for {DEFAULT_RUNS}/"))),
+    );
+    let (per_step, steps) = memory::rough_time(&case, &plan, threads)?;
+    out!(
+        "\n# Time (rough: CPU parts with {threads} threads, GPU parts at H100 rates; `vpm bench` \
+         measures):"
+    );
+    out!("#   about {} per step", human_seconds(per_step));
     match steps {
-        Some(n) => println!(
+        Some(n) => out!(
             "#   {n} steps: about {}",
             human_seconds(per_step * n as f64)
         ),
         None => {
-            println!("#   adaptive dt (cfl): the number of steps is known only as the run goes")
+            out!("#   adaptive dt (cfl): the number of steps is known only as the run goes")
         }
     }
-    memory::check_fits(&case, &devices)
+    vpm::run::check_plan(&case, &plan, Path::new(DEFAULT_RUNS))
+}
+
+/// `#   host total 1.0 MiB of 2.0 GiB available`: the total of a part of `vpm check`'s
+/// estimate, against what there is when that is known, saying when it does not fit.
+fn print_total(what: &str, total: u64, there: Option<(u64, String)>) {
+    let total_text = memory::human_bytes(total);
+    match there {
+        Some((room, which)) => out!(
+            "#   {what} total {total_text} of {} {which}{}",
+            memory::human_bytes(room),
+            if total > room { ": DOES NOT FIT" } else { "" }
+        ),
+        None => out!("#   {what} total {total_text}"),
+    }
 }
 
 fn human_seconds(s: f64) -> String {
@@ -442,7 +541,7 @@ fn human_seconds(s: f64) -> String {
 
 /// The case name recorded in a run directory's case.toml (the directory name if unreadable).
 fn case_name(run_dir: &Path) -> String {
-    Case::from_file(&run_dir.join("case.toml"))
+    Case::from_file(&run_dir.join(postprocess::layout::CASE_TOML))
         .map(|c| c.name)
         .unwrap_or_else(|_| {
             run_dir

@@ -511,25 +511,28 @@ fn missing_required_key() {
 
 #[test]
 fn isotropic_rules_and_defaults() {
-    let text = edits(&[(8, "kind = \"isotropic\""), (9, "kp = 4")]);
+    let text = edits(&[(8, "kind = \"isotropic\""), (9, "kp = 2")]);
     rejects(&text, Some(7), &["missing key `initial.u0`", "> 0"]);
-    let text = edits(&[(8, "kind = \"isotropic\""), (9, "kp = 4"), (6, "")]);
-    let text = text.replace("kp = 4\n", "kp = 4\nu0 = 1\n");
+    let text = edits(&[(8, "kind = \"isotropic\""), (9, "kp = 2"), (6, "")]);
+    let text = text.replace("kp = 2\n", "kp = 2\nu0 = 1\n");
     let case = Case::from_toml_str(&text, ORIGIN).unwrap();
     assert_eq!(
         case.initial,
         InitialCondition::Isotropic {
-            kp: 4.0,
+            kp: 2.0,
             u0: 1.0,
             seed: 1,
-            k_cut: 12.0
+            k_cut: 6.0
         }
     );
     let bad = text.replace("u0 = 1\n", "u0 = 1\nk_cut = 0.5\n");
     assert_message(&error(&bad), Some(11), &["`initial.k_cut`", "≥ 1"]);
     let bad = text.replace("u0 = 1\n", "u0 = 1\nseed = -3\n");
     assert_message(&error(&bad), Some(11), &["`initial.seed`", "≥ 0"]);
-    let bad = text.replace("kp = 4\n", "kp = 0\n");
+    // The default k_cut = 3·kp beyond what spectral.n = 16 keeps.
+    let bad = text.replace("kp = 2\n", "kp = 4\n");
+    assert_message(&error(&bad), Some(9), &["`initial.kp`", "3·kp = 12", "≤ 7"]);
+    let bad = text.replace("kp = 2\n", "kp = 0\n");
     assert_message(&error(&bad), Some(9), &["`initial.kp`", "> 0"]);
 }
 

@@ -3,14 +3,12 @@
 //! its checkpoint arrays, are bit-identical. Every test skips with a printed reason without a
 //! GPU.
 
-use std::f64::consts::TAU;
 use vpm::config::{resolve_case, Case, TimeStep};
 use vpm::device::{Device, DeviceRequest};
 use vpm::diagnostics::flow_stats;
 use vpm::particles::ParticleSet;
 use vpm::run::field::initial_particles;
 use vpm::summation::verify::{self, gpu_or_skip};
-use vpm::summation::Boundary;
 use vpm::vortex::stepper::{ParticleStepper, ParticleSummary};
 use vpm::vortex::{NamedArray, RbfSolver, VortexClock, VortexError};
 
@@ -36,8 +34,8 @@ fn initial(case: &Case) -> ParticleSet {
 }
 
 fn stepper(case: &Case, device: &Device, p: ParticleSet) -> Box<dyn ParticleStepper> {
-    let boundary = Boundary::Periodic { length: TAU };
-    vpm::run::particle_stepper(case, device, p, boundary, true).unwrap()
+    let recipe = vpm::run::plan::evaluator_recipe(case, device, p.len()).unwrap();
+    vpm::run::particle_stepper(case, &recipe, p, true).unwrap()
 }
 
 fn gpu_device() -> Option<Device> {
@@ -204,8 +202,9 @@ fn resident_stepper_refuses_cg_and_reports_non_finite_states() {
     let Some(gpu) = gpu_device() else { return };
     let mut c = case("hit-32-compare");
     c.vortex.as_mut().unwrap().rbf = RbfSolver::DEFAULT;
-    let boundary = Boundary::Periodic { length: TAU };
-    let e = vpm::run::particle_stepper(&c, &gpu, initial(&case("hit-32-compare")), boundary, true)
+    let p = initial(&case("hit-32-compare"));
+    let recipe = vpm::run::plan::evaluator_recipe(&c, &gpu, p.len()).unwrap();
+    let e = vpm::run::particle_stepper(&c, &recipe, p, true)
         .err()
         .expect("cg on a GPU is refused");
     let msg = format!("{e:#}");

@@ -256,7 +256,7 @@ fn two_rings_write_per_ring_rows_and_resume_in_order() {
     let (h, rows) = read_csv(&whole.join(RINGS_CSV));
     assert_eq!(rows.len(), 2 * 5, "two rings at steps 0..=4");
     let c = |name: &str| col(&h, name);
-    let n_total = vpm::run::particles::initial_particles(&two_ring_case())
+    let n_total = vpm::run::sampling::initial_particles(&two_ring_case())
         .unwrap()
         .len() as f64;
     let first = &rows[0];
@@ -349,7 +349,7 @@ fn leapfrog_cases_resolve() {
             rings[1].z - rings[0].z == rings[0].radius,
             "{name}: {rings:?}"
         );
-        let n = vpm::run::memory::particle_count(&case).unwrap();
+        let n = vpm::run::RunPlan::new(&case).unwrap().particle_count;
         assert!((lo..=hi).contains(&n), "{name}: {n} particles");
     }
 }

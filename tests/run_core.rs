@@ -103,6 +103,11 @@ fn sigint_checkpoints_and_resume_reproduces_the_uninterrupted_run() {
         err.contains("interrupted at t = ") && err.contains("vpm resume"),
         "{err}"
     );
+    // The signal was acknowledged once, at once (by the handler), before the stop.
+    let ack = "then checkpointing; a second signal 1 s later quits without it\n";
+    assert_eq!(err.matches(ack).count(), 1, "{err}");
+    assert!(err.contains("vpm: finishing step "), "{err}");
+    assert!(err.find(ack) < err.find("interrupted at t = "), "{err}");
     let m = manifest(&b);
     let status = m["status"].as_str().unwrap();
     assert!(

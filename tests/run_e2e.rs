@@ -13,7 +13,7 @@ use std::process::Output;
 mod common;
 use common::*;
 use vpm::config::{named_cases, resolve_case, Case};
-use vpm::output::{read_latest_checkpoint, read_velocity_npz, utc_now_compact};
+use vpm::output::{read_field_time, read_latest_checkpoint, read_velocity_npz, utc_now_compact};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -262,10 +262,16 @@ fn run_quick_writes_every_output() {
         assert_rel_close(*sum_e, k[i], 1e-12, &format!("Σ E(k) vs K at t = {ts}"));
     }
 
-    // spectral/final.npz: the field at t_end, whose energy is the last K.
+    // spectral/final.npz: the field at t_end, whose energy is the last K, stamped with the
+    // time and step of the last row.
     let (n, e_final) = field_energy(&out.join("spectral/final.npz"));
     assert_eq!(n, 16);
     assert_rel_close(e_final, *k.last().unwrap(), 1e-12, "½⟨|u|²⟩ of final.npz");
+    let stamp = read_field_time(&out.join("spectral/final.npz")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (stamp.t, stamp.step as f64),
+        (t_end, *energy.col("step").last().unwrap())
+    );
 
     // plots
     check_png(&out.join("energy.png"));

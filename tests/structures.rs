@@ -403,7 +403,7 @@ print("ok")
 #[test]
 fn disk_estimate_counts_the_fields_and_refuses_what_does_not_fit() {
     use vpm::output::fields_disk_bytes;
-    use vpm::run::{memory, RunDevices};
+    use vpm::run::{memory, RunPlan};
     // The estimate of one solver at one time against the files written (n = 32, f32).
     let dir = tempfile::tempdir().unwrap();
     let f = taylor_green_fields(32, Dealias::ThreeHalves);
@@ -433,8 +433,8 @@ fn disk_estimate_counts_the_fields_and_refuses_what_does_not_fit() {
         )
     };
     let case = vpm::config::Case::from_toml_str(&text(64, "[0.0, 1.0]"), "d.toml").unwrap();
-    let devices = RunDevices::open(&case).unwrap();
-    let e = memory::estimate(&case, &devices).unwrap();
+    let plan = RunPlan::new(&case).unwrap();
+    let e = memory::estimate(&case, &plan).unwrap();
     let fields = e
         .disk
         .iter()
@@ -442,7 +442,7 @@ fn disk_estimate_counts_the_fields_and_refuses_what_does_not_fit() {
         .expect("a fields row");
     assert_eq!(fields.1, 2 * fields_disk_bytes(64, 1, FieldPrecision::F32));
     assert!(e.host.iter().any(|(what, _)| what.starts_with("fields")));
-    memory::check_disk(&case, &devices, dir.path()).unwrap();
+    memory::check_disk(&case, &plan, dir.path()).unwrap();
     // 2048³ fields at eleven times: several TB.
     let times = format!(
         "[{}]",
@@ -452,7 +452,7 @@ fn disk_estimate_counts_the_fields_and_refuses_what_does_not_fit() {
             .join(", ")
     );
     let huge = vpm::config::Case::from_toml_str(&text(2048, &times), "d.toml").unwrap();
-    let err = memory::check_disk(&huge, &devices, dir.path())
+    let err = memory::check_disk(&huge, &plan, dir.path())
         .unwrap_err()
         .to_string();
     assert!(

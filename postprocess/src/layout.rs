@@ -1,5 +1,29 @@
 //! The run directory's layout: file names and CSV columns, defined once. `vpm` writes these
-//! files and this crate reads them, both through the constants here.
+//! files and this crate reads them, both through the constants here; [`RUN_ENTRIES`] lists every
+//! entry a run writes (what `vpm run --force` removes from an earlier run's directory).
+
+/// The case as the run resolved it (every default filled in), in the run directory.
+pub const CASE_TOML: &str = "case.toml";
+/// What ran, where, and how it went, in the run directory.
+pub const MANIFEST_JSON: &str = "manifest.json";
+/// The checkpoints' folder.
+pub const CHECKPOINTS_DIR: &str = "checkpoints";
+/// The particle snapshots' folder.
+pub const SNAPSHOTS_DIR: &str = "snapshots";
+/// The energy-decay plot of a turbulence run, in the run directory.
+pub const ENERGY_PNG: &str = "energy.png";
+/// The spectrum plot of a turbulence run, in the run directory.
+pub const SPECTRUM_PNG: &str = "spectrum.png";
+/// The vortex-ring plot, in the run directory.
+pub const RING_PNG: &str = "ring.png";
+/// The coaxial-rings plot, in the run directory.
+pub const RINGS_PNG: &str = "rings.png";
+/// The Lamb–Oseen plot, in the run directory.
+pub const LAMB_OSEEN_PNG: &str = "lamb-oseen.png";
+/// The start of the structures pictures' names ([`structures_png`]).
+const STRUCTURES_PNG_PREFIX: &str = "structures-";
+/// The start of the vorticity pictures' names ([`vorticity_slice_png`]).
+const VORTICITY_PNG_PREFIX: &str = "vorticity-";
 
 /// The spectral solver's folder.
 pub const SPECTRAL_DIR: &str = "spectral";
@@ -138,11 +162,107 @@ pub fn fields_stem(solver: &str, step: u64) -> String {
 
 /// The picture of the Q isosurfaces at `step`, in the run directory: `"structures-00000125.png"`.
 pub fn structures_png(step: u64) -> String {
-    format!("structures-{step:08}.png")
+    format!("{STRUCTURES_PNG_PREFIX}{step:08}.png")
 }
 
 /// The picture of |ω| on the mid-plane z = 0 at `step`, in the run directory:
 /// `"vorticity-00000125.png"`.
 pub fn vorticity_slice_png(step: u64) -> String {
-    format!("vorticity-{step:08}.png")
+    format!("{VORTICITY_PNG_PREFIX}{step:08}.png")
+}
+
+/// An entry of the run directory that a run writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEntry {
+    /// The folder of this name.
+    Folder(&'static str),
+    /// The file of this name.
+    File(&'static str),
+    /// A file per step: `<prefix><digits>.png`.
+    PicturePerStep(&'static str),
+}
+
+/// Every entry of the run directory that a run writes (the lock file `.vpm.lock` aside, which
+/// belongs to the process writing into the directory).
+pub const RUN_ENTRIES: [RunEntry; 15] = [
+    RunEntry::Folder(SPECTRAL_DIR),
+    RunEntry::Folder(VORTEX_DIR),
+    RunEntry::Folder(FIELDS_DIR),
+    RunEntry::Folder(CHECKPOINTS_DIR),
+    RunEntry::Folder(SNAPSHOTS_DIR),
+    RunEntry::File(CASE_TOML),
+    RunEntry::File(MANIFEST_JSON),
+    RunEntry::File(COMPARISON_CSV),
+    RunEntry::File(ENERGY_PNG),
+    RunEntry::File(SPECTRUM_PNG),
+    RunEntry::File(RING_PNG),
+    RunEntry::File(RINGS_PNG),
+    RunEntry::File(LAMB_OSEEN_PNG),
+    RunEntry::PicturePerStep(STRUCTURES_PNG_PREFIX),
+    RunEntry::PicturePerStep(VORTICITY_PNG_PREFIX),
+];
+
+impl RunEntry {
+    /// Whether `name` (a name in the run directory) is this entry.
+    pub fn matches(&self, name: &str) -> bool {
+        match *self {
+            RunEntry::Folder(n) | RunEntry::File(n) => name == n,
+            RunEntry::PicturePerStep(prefix) => name
+                .strip_prefix(prefix)
+                .and_then(|rest| rest.strip_suffix(".png"))
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())),
+        }
+    }
+}
+
+/// The entry of [`RUN_ENTRIES`] that `name` (a name in the run directory) is, if any. The
+/// temporary sibling of a file being replaced, left behind by a killed run, counts as that file:
+/// `.<name>.tmp-<pid>` (vpm's files) or `<name>.tmp-<pid>-<k>` (this crate's pictures).
+pub fn run_entry(name: &str) -> Option<RunEntry> {
+    let name = match name.rsplit_once(".tmp-") {
+        Some((file, tail))
+            if tail.starts_with(|c: char| c.is_ascii_digit())
+                && tail.bytes().all(|b| b.is_ascii_digit() || b == b'-') =>
+        {
+            file.strip_prefix('.').unwrap_or(file)
+        }
+        _ => name,
+    };
+    RUN_ENTRIES.into_iter().find(|e| e.matches(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_entries_name_what_a_run_writes_and_nothing_else() {
+        for name in [
+            "fields",
+            "checkpoints",
+            "case.toml",
+            "comparison.csv",
+            "lamb-oseen.png",
+            &structures_png(125),
+            &vorticity_slice_png(0),
+            ".energy.png.tmp-4242",
+            ".manifest.json.tmp-7",
+            "spectrum.png.tmp-12-0",
+        ] {
+            assert!(run_entry(name).is_some(), "{name}");
+        }
+        for name in [
+            "notes.txt",
+            "fields.bak",
+            "structures-.png",
+            "structures-12a.png",
+            "vorticity-00000001.png.orig",
+            ".energy.png.tmp-",
+            ".notes.txt.tmp-12",
+            ".vpm.lock",
+            "Energy.png",
+        ] {
+            assert_eq!(run_entry(name), None, "{name}");
+        }
+    }
 }

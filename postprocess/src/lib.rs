@@ -12,7 +12,9 @@
 //!
 //! [`plot_run`] reads them and writes `energy.png` (K/K0 against t/T0,
 //! log–log) and `spectrum.png` (E(k), log–log) into the run directory,
-//! overlaying the solvers that are present.
+//! overlaying the solvers that are present. With both solvers each picture
+//! has a second panel below: (K_vortex − K_spectral)/K_spectral against
+//! t/T0, and E_vortex(k)/E_spectral(k) at the kept times.
 //!
 //! A turbulence run may also hold 3-D field snapshots,
 //! `fields/<solver>-<step:08>.npz` (see [`read_fields`] and [`layout`]).
@@ -76,26 +78,19 @@ pub use particles::{
     REL_ERR_REFERENCE, RINGS_SIZE, RING_SIZE,
 };
 pub use plots::{
-    draw_energy, draw_spectra, EnergyCurve, Solver, SolverSpectra, Spectrum, ENERGY_SIZE,
-    MAX_SPECTRUM_TIMES, SPECTRUM_SIZE,
+    draw_energy, draw_spectra, energy_difference, EnergyCurve, Solver, SolverSpectra, Spectrum,
+    COMPARISON_PANEL_HEIGHT, ENERGY_COMPARE_SIZE, ENERGY_SIZE, MAX_RATIO, MAX_SPECTRUM_TIMES,
+    RATIO_FLOOR, SPECTRUM_COMPARE_SIZE, SPECTRUM_SIZE,
 };
 pub use table::{read_csv_columns, Table};
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
-/// File name of the energy-decay plot inside the run directory.
-pub const ENERGY_PNG: &str = "energy.png";
-/// File name of the spectrum plot inside the run directory.
-pub const SPECTRUM_PNG: &str = "spectrum.png";
-
-/// File name of the vortex-ring plot inside the run directory.
-pub const RING_PNG: &str = "ring.png";
-/// File name of the coaxial-rings plot inside the run directory.
-pub const RINGS_PNG: &str = "rings.png";
-/// File name of the Lamb–Oseen plot inside the run directory.
-pub const LAMB_OSEEN_PNG: &str = "lamb-oseen.png";
-pub use layout::{LAMB_OSEEN_CSV, RINGS_CSV, RING_CSV};
+pub use layout::{
+    ENERGY_PNG, LAMB_OSEEN_CSV, LAMB_OSEEN_PNG, RINGS_CSV, RINGS_PNG, RING_CSV, RING_PNG,
+    SPECTRUM_PNG,
+};
 
 /// The default factor c of the isosurface level Q = c·Q_rms.
 pub const DEFAULT_Q_LEVEL: f64 = 1.0;
@@ -257,7 +252,9 @@ pub fn plot_fields_at(
 /// Reads `<run_dir>/spectral/{energy,spectra}.csv` and, if the `vortex/`
 /// subdirectory exists, `<run_dir>/vortex/{energy,spectra}.csv`, then writes
 /// `<run_dir>/energy.png` and `<run_dir>/spectrum.png` (in that order in
-/// the returned vector). `title` starts each plot's title.
+/// the returned vector), each with its comparison panel when `vortex/`
+/// exists (see [`draw_energy`], [`draw_spectra`]). `title` starts each
+/// plot's title.
 ///
 /// In the energy plot every solver's K is divided by its own first-row K0,
 /// and every solver's t by the same T0: the spectral solver's first-row

@@ -6,11 +6,13 @@
 mod common;
 
 use common::{
-    check_png, check_pngs, demo_copy, dir_names, plot_error, plot_expecting, replot, write_solver,
+    check_png, check_pngs, decode_png, demo_copy, dir_names, plot_error, plot_expecting, replot,
+    write_solver,
 };
 use postprocess::{
-    draw_energy, draw_spectra, plot_run, read_csv_columns, EnergyCurve, Solver, SolverSpectra,
-    Spectrum, ENERGY_SIZE, SPECTRUM_SIZE,
+    draw_energy, draw_spectra, energy_difference, plot_run, read_csv_columns, EnergyCurve, Solver,
+    SolverSpectra, Spectrum, COMPARISON_PANEL_HEIGHT, ENERGY_COMPARE_SIZE, ENERGY_SIZE,
+    SPECTRUM_COMPARE_SIZE, SPECTRUM_SIZE,
 };
 use std::fmt::Write as _;
 use std::fs;
@@ -83,18 +85,143 @@ fn both_solvers_overlaid() {
     );
 
     let written = plot_expecting(run.path(), "test run", &["energy.png", "spectrum.png"]);
-    check_pngs(&written, &[ENERGY_SIZE, SPECTRUM_SIZE]);
+    // Both solvers: each picture has its comparison panel below.
+    let sizes = [ENERGY_COMPARE_SIZE, SPECTRUM_COMPARE_SIZE];
+    check_pngs(&written, &sizes);
     // No temporary files left behind.
     let names = dir_names(run.path());
     assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
     demo_copy(&written, "");
 
-    replot(
-        run.path(),
-        "test run",
-        &written,
-        &[ENERGY_SIZE, SPECTRUM_SIZE],
+    // Drawn again: the same bytes.
+    let bytes: Vec<Vec<u8>> = written.iter().map(|p| fs::read(p).unwrap()).collect();
+    replot(run.path(), "test run", &written, &sizes);
+    for (path, before) in written.iter().zip(&bytes) {
+        assert!(
+            fs::read(path).unwrap() == *before,
+            "{} changed",
+            path.display()
+        );
+    }
+}
+
+/// The reference line's colour in the comparison panels.
+const REFERENCE: [u8; 3] = [90, 90, 90];
+/// The vortex solver's colour (also that of the energy difference).
+const RED: [u8; 3] = [205, 45, 35];
+
+/// The comparison panel of a picture of `size` (its bottom
+/// [`COMPARISON_PANEL_HEIGHT`] rows): the row of its reference line (the
+/// row with the most [`REFERENCE`] pixels, which must cross most of the
+/// width) and the rows of its pixels that pass `pick`.
+fn comparison_panel(
+    path: &std::path::Path,
+    size: (u32, u32),
+    pick: impl Fn([u8; 3]) -> bool,
+) -> (usize, Vec<usize>) {
+    let pixels = decode_png(path, size);
+    let (w, h) = (size.0 as usize, size.1 as usize);
+    let top = h - COMPARISON_PANEL_HEIGHT as usize;
+    let rows = || (top..h).map(|y| (y, &pixels[y * w..(y + 1) * w]));
+    let (reference, count) = rows()
+        .map(|(y, row)| (y, row.iter().filter(|&&p| p == REFERENCE).count()))
+        .max_by_key(|&(y, n)| (n, std::cmp::Reverse(y)))
+        .unwrap();
+    assert!(
+        count > w / 2,
+        "{}: reference line {count} px",
+        path.display()
     );
+    let picked = rows()
+        .flat_map(|(y, row)| row.iter().filter(|&&p| pick(p)).map(move |_| y))
+        .collect();
+    (reference, picked)
+}
+
+/// A run whose vortex K is the spectral K times `factor` at every time, and
+/// whose vortex spectra are the spectral ones times `ratio` (at t = 0, 2
+/// and 10; the spectral solver also has t = 5).
+fn scaled_compare_run(factor: f64, ratio: f64) -> tempfile::TempDir {
+    let run = tempfile::tempdir().unwrap();
+    write_solver(
+        run.path(),
+        "spectral",
+        &energy_csv(1.5, 0.3, 100, 0.1),
+        &spectra_csv(&[0.0, 2.0, 5.0, 10.0], 24, 1.0),
+    );
+    write_solver(
+        run.path(),
+        "vortex",
+        &energy_csv(1.5 * factor, 0.3, 100, 0.1),
+        &spectra_csv(&[0.0, 2.0, 10.0], 24, ratio),
+    );
+    run
+}
+
+#[test]
+fn comparison_panels_show_the_difference() {
+    for (factor, ratio) in [(1.02, 0.5), (0.97, 2.0)] {
+        let run = scaled_compare_run(factor, ratio);
+        let written = plot_run(run.path(), "compare").unwrap();
+        check_pngs(&written, &[ENERGY_COMPARE_SIZE, SPECTRUM_COMPARE_SIZE]);
+        demo_copy(&written, &format!("compare-{factor}-"));
+
+        // (K_v − K_s)/K_s = factor − 1 at every time: a flat red line on the
+        // side of the zero line that its sign says.
+        let (zero, red) = comparison_panel(&written[0], ENERGY_COMPARE_SIZE, |p| p == RED);
+        assert!(red.len() > 500, "{} red pixels", red.len());
+        let (lo, hi) = (red.iter().min().unwrap(), red.iter().max().unwrap());
+        assert!(hi - lo <= 4, "not flat: rows {lo}..{hi}");
+        if factor > 1.0 {
+            assert!(*hi < zero, "+2 % drawn at rows {lo}..{hi}, zero at {zero}");
+        } else {
+            assert!(*lo > zero, "−3 % drawn at rows {lo}..{hi}, zero at {zero}");
+        }
+
+        // E_v/E_s = ratio at the times both have: coloured lines all on one
+        // side of the line ratio = 1.
+        let coloured = |p: [u8; 3]| p.iter().max().unwrap() - p.iter().min().unwrap() > 80;
+        let (one, lines) = comparison_panel(&written[1], SPECTRUM_COMPARE_SIZE, coloured);
+        assert!(lines.len() > 500, "{} coloured pixels", lines.len());
+        if ratio < 1.0 {
+            assert!(
+                lines.iter().all(|&y| y > one),
+                "ratio {ratio} above 1 (row {one})"
+            );
+        } else {
+            assert!(
+                lines.iter().all(|&y| y < one),
+                "ratio {ratio} below 1 (row {one})"
+            );
+        }
+    }
+}
+
+#[test]
+fn energy_difference_at_shared_and_interpolated_times() {
+    let curve = |solver, t: &[f64], k: &[f64], k0| EnergyCurve {
+        solver,
+        t_over_t0: t.to_vec(),
+        k_over_k0: k.to_vec(),
+        k0,
+    };
+    // K_s = 2, 2, 1 at t = 1, 2, 3 (K0 = 2); K_v at 1.5 (interpolated K_s = 2), 3 (shared),
+    // 0.5 and 4 (outside the spectral times), NaN (left out).
+    let spectral = curve(Solver::Spectral, &[1.0, 2.0, 3.0], &[1.0, 1.0, 0.5], 2.0);
+    let vortex = curve(
+        Solver::Vortex,
+        &[0.5, 1.5, 3.0, 4.0, f64::NAN],
+        &[1.0, 1.1, 1.0, 1.0, 1.0],
+        2.0,
+    );
+    let diff = energy_difference(&spectral, &vortex);
+    assert_eq!(diff.len(), 2, "{diff:?}");
+    assert_eq!(diff[0].0, 1.5);
+    assert!((diff[0].1 - 0.1).abs() < 1e-15, "{diff:?}");
+    assert_eq!(diff[1], (3.0, 1.0));
+    // No usable K0 on one side: nothing to compare.
+    let empty = curve(Solver::Vortex, &[], &[], f64::NAN);
+    assert!(energy_difference(&spectral, &empty).is_empty());
 }
 
 #[test]
@@ -108,6 +235,7 @@ fn spectral_only_with_many_times() {
         &spectra_csv(&times, 64, 1.0),
     );
     let written = plot_run(run.path(), "only spectral").unwrap();
+    // One solver: the plots alone, no comparison panel.
     check_pngs(&written, &[ENERGY_SIZE, SPECTRUM_SIZE]);
     demo_copy(&written, "many-");
 }
@@ -153,14 +281,18 @@ fn partial_last_line_is_ignored() {
 fn empty_and_degenerate_data() {
     // Header-only files: a run that has just started.
     let run = tempfile::tempdir().unwrap();
-    write_solver(
-        run.path(),
-        "spectral",
-        &format!("{ENERGY_HEADER}\n"),
-        "t,k,E\n",
-    );
+    let just_started =
+        |solver| write_solver(run.path(), solver, &format!("{ENERGY_HEADER}\n"), "t,k,E\n");
+    just_started("spectral");
     let written = plot_run(run.path(), "empty").unwrap();
     check_pngs(&written, &[ENERGY_SIZE, SPECTRUM_SIZE]);
+
+    // A compare run that has just started: both panels, each saying so.
+    just_started("vortex");
+    let written = plot_run(run.path(), "empty compare").unwrap();
+    check_pngs(&written, &[ENERGY_COMPARE_SIZE, SPECTRUM_COMPARE_SIZE]);
+    demo_copy(&written, "empty-compare-");
+    fs::remove_dir_all(run.path().join("vortex")).unwrap();
 
     // Only the t = 0 row: nothing fits on a log axis, still a plot.
     write_solver(
@@ -180,16 +312,18 @@ fn empty_and_degenerate_data() {
             solver: Solver::Spectral,
             t_over_t0: vec![0.0, 1.0, 2.0, f64::NAN, 3.0, f64::INFINITY],
             k_over_k0: vec![1.0, 1.0, 1.0, 1.0, f64::NAN, 1.0],
+            k0: 1.0,
         },
         EnergyCurve {
             solver: Solver::Vortex,
             t_over_t0: vec![2.0],
             k_over_k0: vec![-1.0],
+            k0: 1.0,
         },
     ];
     let path = dir.path().join("flat.png");
     draw_energy(&path, "flat", &curves).unwrap();
-    check_png(&path, ENERGY_SIZE);
+    check_png(&path, ENERGY_COMPARE_SIZE);
 
     let series = [SolverSpectra {
         solver: Solver::Vortex,

@@ -47,7 +47,7 @@ pub fn bench_direct(
             interactions_per_second_velocity_stretching: pairs / ts,
             repeats,
         };
-        println!(
+        crate::out!(
             "{:>9} {:>12.4} {:>16.3e} {:>12.4} {:>18.3e}",
             n,
             tv,

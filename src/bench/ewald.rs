@@ -99,7 +99,7 @@ fn bench_ewald_cpu(
             parameters: ew.parameters().map_or(String::new(), |p| p.to_string()),
             repeats,
         };
-        println!(
+        crate::out!(
             "{:>10} {:>12.4} {:>16.3e} {:>12.4} {:>18.3e}",
             row.particles,
             tv,
@@ -152,7 +152,7 @@ fn bench_ewald_gpu(
 ) -> Result<Vec<EwaldGpuBenchRow>> {
     let mut ew = CudaEwald::new(gpu.clone(), accuracy)?;
     let info = ew.device().gpu().info().clone();
-    println!(
+    crate::out!(
         "vpm bench ewald (GPU, f32, accuracy {accuracy:e}): {info}; CUDA events, median of \
          {repeats} after warm-up; accuracy vs CPU f64 on {sample} particles ({} CPU threads)",
         rayon::current_num_threads()
@@ -208,7 +208,7 @@ fn bench_ewald_gpu(
             parameters: params,
             repeats,
         };
-        println!(
+        crate::out!(
             "{:>10} {:>5} {:>3} {:>9.2} {:>14.3e} {:>9.2} {:>16.3e} {:>10} {:>10}",
             row.particles,
             grid,
@@ -220,7 +220,7 @@ fn bench_ewald_gpu(
             fmt_error(check.rel_l2_velocity),
             fmt_error(check.rel_l2_stretching)
         );
-        println!(
+        crate::out!(
             "           v+s phases (ms): upload {:.2}, sort+spread {:.2}, FFTs {:.2}, gather {:.2}, \
              real space {:.2}, download {:.2}; wall {:.1} ms (vel {:.1} ms); {}",
             phases.upload_ms,

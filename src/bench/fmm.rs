@@ -112,7 +112,7 @@ pub fn bench_fmm(
             &format!("vpm bench fmm (CPU, f64, accuracy {:e})", o.accuracy),
             o.repeats,
         ),
-        Some(info) => println!(
+        Some(info) => crate::out!(
             "vpm bench fmm (GPU, f64 expansions, f32 near field, accuracy {:e}): {info}; wall \
              clock of the synchronised call, median of {} after warm-up; tree and lists on the \
              host ({} CPU threads)",
@@ -121,7 +121,7 @@ pub fn bench_fmm(
             rayon::current_num_threads()
         ),
     }
-    println!(
+    crate::out!(
         "errors against the CPU f64 direct sum on up to {} sampled targets; all pairs = that \
          sum's time scaled to N² pairs",
         o.sample
@@ -131,7 +131,7 @@ pub fn bench_fmm(
         .filter(|t| t.0 == backend)
         .map(|t| t.3)
         .collect();
-    println!(
+    crate::out!(
         "issue targets (velocity + stretching): {}",
         targets.join("; ")
     );
@@ -148,7 +148,7 @@ pub fn bench_fmm(
             )?,
         };
         let s = &row.stats;
-        println!(
+        crate::out!(
             "{:>9} {:>10.4} {:>12.3e} {:>3} {:>9} {:>9} {:>5} {:>11} {:>8.0} {:>9} {:>9} {:>11} {:>8}",
             n,
             row.seconds,
@@ -166,7 +166,7 @@ pub fn bench_fmm(
             row.speedup_over_all_pairs
                 .map_or("-".into(), |x| format!("{x:.0}")),
         );
-        println!(
+        crate::out!(
             "          phases (s): tree {:.4}, upward {:.4}, M2L {:.4}, downward {:.4}, P2P + L2P \
              {:.4}; max error vel {}, str {} on {} targets{}",
             s.tree_seconds,
@@ -183,17 +183,19 @@ pub fn bench_fmm(
         rows.push(row);
     }
     if let Some(first) = rows.first() {
-        println!("parameters: {}", first.parameters_text);
+        crate::out!("parameters: {}", first.parameters_text);
     }
     let exponent = scaling_exponent(&rows);
     match exponent {
-        Some(k) => println!(
+        Some(k) => crate::out!(
             "scaling: t ∝ N^{k:.3} over {} ≤ N ≤ {} (least squares on ln t, ln N)",
-            FIT_RANGE.0, FIT_RANGE.1
+            FIT_RANGE.0,
+            FIT_RANGE.1
         ),
-        None => println!(
+        None => crate::out!(
             "scaling: fewer than two sizes in {} ≤ N ≤ {}, no exponent fitted",
-            FIT_RANGE.0, FIT_RANGE.1
+            FIT_RANGE.0,
+            FIT_RANGE.1
         ),
     }
     let issue_targets: Vec<serde_json::Value> = TARGETS

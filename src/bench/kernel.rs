@@ -64,7 +64,7 @@ pub fn bench_kernel(
     for &c in &configs {
         engines.push(AllPairs::<f32>::new(gpu.clone(), c)?);
     }
-    println!(
+    crate::out!(
         "vpm bench kernel (GPU all-pairs, f32): {info}; CUDA events, median of {repeats} after \
          warm-up; accuracy vs CPU f64 on {sample} targets ({} CPU threads)",
         rayon::current_num_threads()
@@ -73,7 +73,7 @@ pub fn bench_kernel(
     for e in &engines {
         let r = e.resources()?;
         for k in &r {
-            println!(
+            crate::out!(
                 "  {} {}: {} registers, {} B local (spills/stack), {} B shared, {} blocks/SM",
                 e.config(),
                 k.kernel,
@@ -94,7 +94,7 @@ pub fn bench_kernel(
                 format!("{name}\n{:?}\n{}", m.options, m.log),
             )?;
         }
-        println!("wrote cubins and NVRTC logs to {}", dir.display());
+        crate::out!("wrote cubins and NVRTC logs to {}", dir.display());
     }
     print_header(
         "N|config|ms vel|G/s vel|ms vel+str|G/s v+s|TFLOP/s|relL2 vel|relL2 str",
@@ -141,7 +141,7 @@ pub fn bench_kernel(
                 check,
                 repeats,
             };
-            println!(
+            crate::out!(
                 "{:>9} {:>28} {:>10.3} {:>10.1} {:>10.3} {:>10.1} {:>9.1} {:>10} {:>10}",
                 n,
                 row.config,

@@ -46,7 +46,7 @@ pub(crate) fn median_seconds<E>(
 pub(crate) fn cpu_banner(title: &str, repeats: usize) {
     let cpu = cpu_model();
     let threads = rayon::current_num_threads();
-    println!("{title}: {cpu}, {threads} threads, median of {repeats} after warm-up");
+    crate::out!("{title}: {cpu}, {threads} threads, median of {repeats} after warm-up");
 }
 
 /// Median seconds (of `repeats`, after a warm-up) of one velocity evaluation of `ev` on the
@@ -88,7 +88,7 @@ pub(crate) fn finish_report<R: Serialize>(
         all.extend(extra);
     }
     write_atomic(path, serde_json::to_string_pretty(&report)?.as_bytes())?;
-    println!("wrote {}", path.display());
+    crate::out!("wrote {}", path.display());
     Ok(rows)
 }
 
@@ -110,7 +110,7 @@ pub(crate) fn print_header(names: &str, widths: &[usize]) {
         .zip(widths)
         .map(|(name, &w)| format!("{name:>w$}"))
         .collect();
-    println!("{}", cells.join(" "));
+    crate::out!("{}", cells.join(" "));
 }
 
 /// The accuracy of a benchmarked evaluation on a random sample of its targets.

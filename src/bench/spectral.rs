@@ -82,9 +82,13 @@ pub fn bench_spectral(
                 ms_per_transform: median(tr_ms),
                 repeats,
             };
-            println!(
+            crate::out!(
                 "{:>6} {:>7} {:>8} {:>16.1} {:>18.2}",
-                row.n, row.dealias, row.product_grid, row.ms_per_rk4_step, row.ms_per_transform
+                row.n,
+                row.dealias,
+                row.product_grid,
+                row.ms_per_rk4_step,
+                row.ms_per_transform
             );
             rows.push(row);
         }
@@ -134,7 +138,7 @@ pub fn bench_spectral_gpu(
     let gpu = device
         .gpu()
         .context("vpm bench spectral --device cuda needs a GPU")?;
-    println!(
+    crate::out!(
         "vpm bench spectral: {} (f64), median of {repeats} after warm-up, CUDA events",
         device.describe()
     );
@@ -194,7 +198,7 @@ pub fn bench_spectral_gpu(
                     ms_diagnostics: diag * 1e3,
                     repeats,
                 };
-                println!(
+                crate::out!(
                     "{:>6} {:>7} {:>6} {:>7} {:>14.2} {:>14.2} {:>6.2} {:>10.2} {:>10.2} {:>12.2}",
                     row.n,
                     row.dealias,

@@ -143,7 +143,7 @@ pub fn bench_step(
     o: &StepBenchOptions,
     json: Option<&Path>,
 ) -> Result<Vec<StepBenchRow>> {
-    println!(
+    crate::out!(
         "vpm bench step: {} on {}; {} evaluator, accuracy {:e}; {} timed steps after {} warm-up, \
          reinitialisation every {}; wall clock, steps synchronised; accuracy vs CPU f64 Ewald on \
          {} particles ({} CPU threads)",
@@ -167,7 +167,7 @@ pub fn bench_step(
         for &overlap in &o.overlaps {
             let row = bench_one(device, n, overlap, o)
                 .with_context(|| format!("n = {n}, overlap {overlap}"))?;
-            println!(
+            crate::out!(
                 "{:>5} {:>9} {:>7} {:>9.2} {:>9.2} {:>10.2} {:>9.2} {:>8.2} {:>8.2} {:>10} {:>8} {:>9} {:>9}",
                 n,
                 row.particles,
@@ -187,7 +187,7 @@ pub fn bench_step(
                 fmt_error(row.check.rel_l2_velocity),
                 fmt_error(row.check.rel_l2_stretching)
             );
-            println!(
+            crate::out!(
                 "      reinit: vorticity {:.2} ms, solve {:.2} ms; output {:.0} B; {}",
                 row.ms_reinit_vorticity,
                 row.ms_reinit_solve,

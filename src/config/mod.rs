@@ -10,7 +10,9 @@
 //! message that names the file, the line, the dotted key and what is allowed. The case files
 //! under `cases/` are embedded in the binary at build time ([`named_cases`]), so `vpm run quick`
 //! works from any directory; [`resolve_case`] turns a command-line CASE argument into a [`Case`].
+//! [`compare`] says which keys a resumed run may change.
 
+pub mod compare;
 mod parse;
 mod write;
 
@@ -533,7 +535,8 @@ fn read_case_file(path: &Path) -> Result<(Case, String), CaseError> {
 pub struct NamedCase {
     /// The file stem, e.g. `quick`.
     pub name: &'static str,
-    /// The file's first comment line, without the leading `# `.
+    /// The file's first comment paragraph (up to an empty comment line), without the `#`s,
+    /// in one line.
     pub summary: &'static str,
     /// The file's text.
     pub text: &'static str,

@@ -13,6 +13,7 @@ use super::{
     EvaluatorKind, FieldPrecision, Flow, InitialCondition, OutputControl, RbfSolver,
     SpectralConfig, TimeControl, TimeStep, VortexConfig,
 };
+use crate::console::Short;
 use crate::kernel::StretchingScheme;
 use crate::vortex::reinit::{LatticeConditioning, LatticeFilter};
 
@@ -501,6 +502,13 @@ pub(super) fn parse_case(text: &str, origin: &str, default_name: &str) -> Result
         spectral.as_ref(),
         &initial,
     )?;
+    check_resolved(
+        &doc,
+        &initial_sec,
+        &initial,
+        spectral.as_ref(),
+        vortex.as_ref(),
+    )?;
 
     Ok(Case {
         name,
@@ -513,6 +521,65 @@ pub(super) fn parse_case(text: &str, origin: &str, default_name: &str) -> Result
         spectral,
         vortex,
         device,
+    })
+}
+
+/// Refuses a field-defined initial condition with modes a grid of the case does not keep (the
+/// solvers would refuse it when they start): the spectral grid (|k_i| up to its `kmax` after
+/// dealiasing) and the particle lattice (|k_i| < vortex.n/2). The error points at the key that
+/// sets the wavenumber (`kp` when `k_cut` is its default 3·kp) and says what would fix it.
+fn check_resolved(
+    doc: &Doc,
+    sec: &Section,
+    initial: &InitialCondition,
+    spectral: Option<&SpectralConfig>,
+    vortex: Option<&VortexConfig>,
+) -> Result<(), CaseError> {
+    let Some(reach) = crate::init::reach(initial) else {
+        return Ok(());
+    };
+    let spectral = spectral.map(|s| {
+        (
+            crate::spectral::SpectralGrid::new(s.n, s.dealias).kmax(),
+            format!("spectral.n = {} with dealias = \"{}\"", s.n, s.dealias),
+            "raise spectral.n",
+        )
+    });
+    let lattice = vortex.map(|v| {
+        (
+            crate::vortex::field::grid_kmax(v.n),
+            format!("the particle lattice of vortex.n = {}", v.n),
+            "raise vortex.n",
+        )
+    });
+    let Some((kept, grid, raise)) = spectral
+        .into_iter()
+        .chain(lattice)
+        .find(|(kept, _, _)| reach.kmax > *kept)
+    else {
+        return Ok(());
+    };
+    let default_cut = reach.key == "k_cut" && sec.get("k_cut").is_none();
+    let (key, reaches, fix) = if default_cut {
+        (
+            "kp",
+            format!("k_cut = 3·kp = {}", reach.wavenumber),
+            format!("{raise}, lower initial.kp or give initial.k_cut ≤ {kept}"),
+        )
+    } else {
+        (
+            reach.key,
+            format!("{}", reach.wavenumber),
+            format!("{raise} or lower initial.{}", reach.key),
+        )
+    };
+    let message = format!(
+        "the initial field has wavenumbers up to {reaches}, but {grid} keeps |k_i| ≤ {kept}: \
+         {fix}"
+    );
+    Err(match sec.get(key) {
+        Some(v) => sec.item(doc, key, v, ()).fail(doc, &message),
+        None => doc.error(sec.line, &sec.path(key), message),
     })
 }
 
@@ -546,7 +613,10 @@ fn parse_time(doc: &Doc, sec: &Section) -> Result<TimeControl, CaseError> {
     t_end.require(doc, t_end.value.is_finite() && t_end.value > 0.0, T_END)?;
     let t_end = t_end.value;
 
-    let dt_allowed = format!("fixed time step: must be a number > 0 and ≤ t_end (= {t_end})");
+    let dt_allowed = format!(
+        "fixed time step: must be a number > 0 and ≤ t_end (= {})",
+        Short(t_end)
+    );
     let dt = sec.number(doc, "dt", &dt_allowed)?;
     let cfl = sec.number(doc, "cfl", CFL)?;
     let dt_max = sec.number(doc, "dt_max", DT_MAX)?;
@@ -571,9 +641,10 @@ fn parse_time(doc: &Doc, sec: &Section) -> Result<TimeControl, CaseError> {
                 return Err(dt.fail(
                     doc,
                     &format!(
-                        "t_end / dt = {t_end} / {} = {steps:.3e} steps, more than the {:.0e} a \
+                        "t_end / dt = {} / {} = {steps:.3e} steps, more than the {:.0e} a \
                          run may take: raise dt or shorten t_end",
-                        dt.value,
+                        Short(t_end),
+                        Short(dt.value),
                         TimeControl::MAX_FIXED_STEPS
                     ),
                 ));
@@ -1021,7 +1092,10 @@ fn parse_times(
     key: &str,
     t_end: f64,
 ) -> Result<Option<Vec<f64>>, CaseError> {
-    let allowed = format!("each time must be a number in [0, t_end] = [0, {t_end}]");
+    let allowed = format!(
+        "each time must be a number in [0, t_end] = [0, {}]",
+        Short(t_end)
+    );
     let Some(times) = sec.numbers(doc, key, None, &allowed)? else {
         return Ok(None);
     };

@@ -155,9 +155,39 @@ pub(super) fn snapshot_keys<S: Serializer>(
     map.end()
 }
 
-/// The resolved case text: [`HEADER`], then the case through `toml`.
+/// The resolved case text: [`HEADER`], then the case through `toml`, its floats short
+/// ([`short_floats`]).
 pub(super) fn to_toml_string(case: &Case) -> String {
     // Every field is a string, number, bool, array or table: serialization cannot fail.
     let body = toml::to_string(case).expect("a Case always serializes to TOML");
-    format!("{HEADER}{body}")
+    format!("{HEADER}{}", short_floats(&body))
+}
+
+/// `body` with the floats that `toml` spells in more than 20 characters (`t_end = 1e20` as
+/// `100000000000000000000.0`, 1e-300 with 300 zeros) in exponent form, the shortest that reads
+/// back to the same value. Only the values of `key = value` lines that are numbers or arrays
+/// of numbers are looked at.
+fn short_floats(body: &str) -> String {
+    let short = |token: &str| -> Option<String> {
+        let long_float = token.len() > 20 && token.contains('.');
+        let x: f64 = token.parse().ok().filter(|_| long_float)?;
+        Some(format!("{x:e}"))
+    };
+    let mut out = String::with_capacity(body.len());
+    for line in body.lines() {
+        match line.split_once(" = ") {
+            Some((key, value)) if !value.contains('"') => {
+                out.push_str(key);
+                out.push_str(" = ");
+                for piece in value.split_inclusive(['[', ']', ',', ' ']) {
+                    let token = piece.trim_end_matches(['[', ']', ',', ' ']);
+                    out.push_str(&short(token).unwrap_or_else(|| token.to_string()));
+                    out.push_str(&piece[token.len()..]);
+                }
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }

@@ -21,13 +21,58 @@ pub enum InitError {
     ParticleDefined(&'static str),
     #[error(
         "the initial field has wavenumbers up to {needed} but the grid keeps |k_i| ≤ {kept}: \
-         raise spectral.n or lower {what}"
+         raise spectral.n or lower initial.{key}"
     )]
     NotResolved {
         needed: f64,
         kept: usize,
-        what: &'static str,
+        /// The key of `[initial]` that sets the wavenumber.
+        key: &'static str,
     },
+}
+
+/// How far in wavenumber a field-defined initial condition reaches: a grid that keeps
+/// |k_i| ≤ K holds it when K ≥ `kmax`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reach {
+    /// The largest |k_i| of the field's modes.
+    pub kmax: usize,
+    /// The wavenumber as the case gives it (`k_cut` may have a fraction).
+    pub wavenumber: f64,
+    /// The key of `[initial]` that sets it (`kind`, `wavevector` or `k_cut`).
+    pub key: &'static str,
+}
+
+/// The [`Reach`] of an initial condition; `None` for the particle-defined flows.
+pub fn reach(ic: &InitialCondition) -> Option<Reach> {
+    match *ic {
+        InitialCondition::TaylorGreen { .. } => Some(Reach {
+            kmax: 1,
+            wavenumber: 1.0,
+            key: "kind",
+        }),
+        InitialCondition::ShearWave { wavevector, .. } => {
+            let kmax = wavevector
+                .iter()
+                .map(|k| k.unsigned_abs())
+                .max()
+                .unwrap_or(0) as usize;
+            Some(Reach {
+                kmax,
+                wavenumber: kmax as f64,
+                key: "wavevector",
+            })
+        }
+        // Modes with |k| ≤ k_cut: their components reach ⌊k_cut⌋.
+        InitialCondition::Isotropic { k_cut, .. } => Some(Reach {
+            kmax: k_cut.floor() as usize,
+            wavenumber: k_cut,
+            key: "k_cut",
+        }),
+        InitialCondition::VortexRing { .. }
+        | InitialCondition::CoaxialRings { .. }
+        | InitialCondition::VortexTube { .. } => None,
+    }
 }
 
 /// Isotropic random-phase field: parameters of E(k) = 16 √(2/π) u0² k⁴/kp⁵ exp(−2k²/kp²).
@@ -190,6 +235,14 @@ pub fn initial_modes(ic: &InitialCondition, layout: &ModeLayout) -> Result<Vecto
             }
         }
     };
+    let r = reach(ic).ok_or(InitError::ParticleDefined(ic.kind_str()))?;
+    if r.kmax > kept {
+        return Err(InitError::NotResolved {
+            needed: r.wavenumber,
+            kept,
+            key: r.key,
+        });
+    }
     match *ic {
         InitialCondition::VortexRing { .. }
         | InitialCondition::CoaxialRings { .. }
@@ -197,13 +250,6 @@ pub fn initial_modes(ic: &InitialCondition, layout: &ModeLayout) -> Result<Vecto
             return Err(InitError::ParticleDefined(ic.kind_str()));
         }
         InitialCondition::TaylorGreen { amplitude } => {
-            if kept < 1 {
-                return Err(InitError::NotResolved {
-                    needed: 1.0,
-                    kept,
-                    what: "nothing (Taylor–Green needs |k_i| = 1)",
-                });
-            }
             // u = A sin x cos y cos z, v = −A cos x sin y cos z, w = 0: each product of
             // sines and cosines is a sum of e^{i(±x ± y ± z)}/8 with signs from sin = (e − ē)/2i.
             for sx in [-1i64, 1] {
@@ -227,14 +273,6 @@ pub fn initial_modes(ic: &InitialCondition, layout: &ModeLayout) -> Result<Vecto
             amplitude,
             polarisation,
         } => {
-            let kmax = wavevector.iter().map(|k| k.unsigned_abs()).max().unwrap() as usize;
-            if kmax > kept {
-                return Err(InitError::NotResolved {
-                    needed: kmax as f64,
-                    kept,
-                    what: "initial.wavevector",
-                });
-            }
             // u = A a sin(k·x) = A a (e^{ik·x} − e^{−ik·x})/(2i)
             let c = Complex64::new(0.0, -0.5 * amplitude);
             put(wavevector, polarisation.map(|a| c * a));
@@ -251,13 +289,6 @@ pub fn initial_modes(ic: &InitialCondition, layout: &ModeLayout) -> Result<Vecto
                 seed,
                 k_cut,
             };
-            if k_cut.floor() as usize > kept {
-                return Err(InitError::NotResolved {
-                    needed: k_cut,
-                    kept,
-                    what: "initial.k_cut",
-                });
-            }
             let norm = field.normalisation();
             layout.for_each_mode(|i, k| {
                 let c = field.coefficient(k, norm);

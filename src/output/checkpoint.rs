@@ -25,7 +25,7 @@ use super::npz::{into_c_order_vec, read_npz_arrays, shape_of, view_of, write_npz
 use super::{fill_and_sync, sync_dir_best_effort, OutputError};
 
 /// Name of the checkpoints folder inside the run directory.
-pub const CHECKPOINTS_DIR: &str = "checkpoints";
+pub const CHECKPOINTS_DIR: &str = postprocess::layout::CHECKPOINTS_DIR;
 const STATE_FILE: &str = "state.npz";
 const META_FILE: &str = "meta.json";
 
@@ -77,6 +77,15 @@ struct Entry {
 
 fn final_name(step: u64) -> String {
     format!("ckpt-{step:010}")
+}
+
+/// The `meta.json` of checkpoint `step` of the run in `run_dir` (as published; one being
+/// replaced is under another name for a moment).
+pub fn checkpoint_meta_path(run_dir: &Path, step: u64) -> PathBuf {
+    run_dir
+        .join(CHECKPOINTS_DIR)
+        .join(final_name(step))
+        .join(META_FILE)
 }
 
 fn parse_step(digits: &str) -> Option<u64> {
@@ -364,6 +373,7 @@ mod tests {
         let a = arrays(0.7);
         let dir = write_checkpoint(tmp.path(), 10, &meta, &a, 3).unwrap();
         assert_eq!(dir, tmp.path().join("checkpoints").join("ckpt-0000000010"));
+        assert_eq!(checkpoint_meta_path(tmp.path(), 10), dir.join("meta.json"));
         assert_eq!(names(&dir), vec!["meta.json", "state.npz"]);
         let (step, meta2, a2) = read_latest_checkpoint(tmp.path()).unwrap().unwrap();
         assert_eq!(step, 10);

@@ -25,14 +25,14 @@ use std::io::{self, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use ndarray::{arr0, Array, Array1};
-use ndarray_npy::{NpzWriter, WritableElement};
+use ndarray_npy::WritableElement;
 use postprocess::layout::{
     fields_stem, FIELDS_DIR, FIELD_Q, FIELD_STEP, FIELD_STRIDE, FIELD_T, FIELD_VELOCITY,
     FIELD_VORTICITY,
 };
 use serde::Serialize;
 
-use super::npz::{npz_err, options_for, ZIP64_FROM_BYTES};
+use super::npz::{npz_err, npz_writer, options_for, ZIP64_FROM_BYTES};
 use super::vtk::{write_binary_array, write_time_field_data, Series};
 use super::{format_f64, write_atomic_with, OutputError};
 use crate::diagnostics::structures::GridFields;
@@ -184,7 +184,7 @@ where
     T: WritableElement + Copy,
 {
     let m = frame.n_out();
-    let mut npz = NpzWriter::new(w);
+    let mut npz = npz_writer(w);
     let big = |len: usize| options_for(len, ZIP64_FROM_BYTES);
     for (name, parts) in [
         (FIELD_VELOCITY, &frame.fields.velocity),

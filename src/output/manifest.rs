@@ -9,7 +9,47 @@ use serde::{Deserialize, Serialize};
 use super::{git_commit, write_atomic, OutputError};
 
 /// File name of the manifest inside the run directory.
-pub const MANIFEST_FILE: &str = "manifest.json";
+pub const MANIFEST_FILE: &str = postprocess::layout::MANIFEST_JSON;
+
+/// The run-directory format: the version of the files vpm writes into a run directory and reads
+/// back to resume it, written into `manifest.json` and each checkpoint's `meta.json`. A change
+/// to those files that another vpm could not resume bumps it.
+/// 1: checkpoints before the run core (no `format` in their `meta.json`); 2: checkpoints without
+/// the case they were computed with, and no `format` in `manifest.json`; 3: each checkpoint holds
+/// its resolved case.
+pub const RUN_DIR_FORMAT: u32 = 3;
+/// The oldest run-directory format this vpm resumes.
+pub const OLDEST_RUN_DIR_FORMAT: u32 = 1;
+/// The format of a `manifest.json` written before it had the field.
+const FORMAT_BEFORE_THE_FIELD: u32 = 2;
+
+fn format_before_the_field() -> u32 {
+    FORMAT_BEFORE_THE_FIELD
+}
+
+/// Checks that `found`, the run-directory format `file` was written in, is one this vpm resumes
+/// ([`OLDEST_RUN_DIR_FORMAT`] to [`RUN_DIR_FORMAT`]).
+pub fn check_run_dir_format(file: &Path, found: u32) -> Result<(), OutputError> {
+    if (OLDEST_RUN_DIR_FORMAT..=RUN_DIR_FORMAT).contains(&found) {
+        Ok(())
+    } else {
+        Err(OutputError::RunDirFormat {
+            path: file.to_path_buf(),
+            found,
+        })
+    }
+}
+
+/// What to do with a run directory of format `found`, which this vpm does not read.
+pub(super) fn format_advice(found: u32) -> String {
+    if found > RUN_DIR_FORMAT {
+        "a newer vpm wrote it: resume it with that one, or start a new run".to_string()
+    } else {
+        format!(
+            "it reads format {OLDEST_RUN_DIR_FORMAT} and later, not this older one: start a new run"
+        )
+    }
+}
 
 /// One resume of the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,6 +58,10 @@ pub struct ResumeRecord {
     pub time: String,
     /// Step of the checkpoint the run resumed from.
     pub from_step: u64,
+    /// The keys of the case that changed against the case of that checkpoint, each
+    /// `"key: old → new"` (e.g. `"time.t_end: 0.5 → 1.0"`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<String>,
 }
 
 /// The adaptive (CFL) steps of a run: the first and the smallest the stability limits chose, before
@@ -53,6 +97,9 @@ impl CflSteps {
 /// Contents of `manifest.json`. Serialized with `serde_json` (pretty).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
+    /// The run-directory format ([`RUN_DIR_FORMAT`]); 2 for a manifest written before the field.
+    #[serde(default = "format_before_the_field")]
+    pub format: u32,
     /// vpm version (`CARGO_PKG_VERSION`).
     pub vpm_version: String,
     /// Git commit of the source, when known (see [`super::git_commit`]).
@@ -123,6 +170,7 @@ impl Manifest {
     /// A manifest for a run starting now, with status `"running"`.
     pub fn new(threads: usize) -> Manifest {
         Manifest {
+            format: RUN_DIR_FORMAT,
             vpm_version: env!("CARGO_PKG_VERSION").to_string(),
             git_commit: git_commit(),
             command_line: std::env::args_os()
@@ -161,14 +209,22 @@ impl Manifest {
         self.status = status.into();
     }
 
-    /// Record a resume from the checkpoint at `from_step`, stamped with the
-    /// current UTC time; also sets the status back to `"running"`.
-    pub fn record_resume(&mut self, from_step: u64) {
+    /// Record a resume from the checkpoint at `from_step` with the case's `changes`
+    /// (`"key: old → new"`), stamped with the current UTC time; also sets the status back to
+    /// `"running"` and the format to this vpm's (what it writes from now on).
+    pub fn record_resume(&mut self, from_step: u64, changes: Vec<String>) {
         self.resumes.push(ResumeRecord {
             time: super::utc_now_iso8601(),
             from_step,
+            changes,
         });
         self.status = "running".to_string();
+        self.format = RUN_DIR_FORMAT;
+    }
+
+    /// Checks that the run directory `run_dir` of this manifest has a format this vpm resumes.
+    pub fn check_format(&self, run_dir: &Path) -> Result<(), OutputError> {
+        check_run_dir_format(&run_dir.join(MANIFEST_FILE), self.format)
     }
 
     /// Write `<run_dir>/manifest.json` atomically.
@@ -210,7 +266,7 @@ mod tests {
         m.add_stage_time("spectral", 0.25);
         m.add_stage_time("vortex", 0.1);
         m.add_stage_time("bad", f64::NAN);
-        m.record_resume(1200);
+        m.record_resume(1200, vec!["time.t_end: 0.5 → 1.0".into()]);
         m.set_status("stopped: SIGINT");
         m.write(tmp.path()).unwrap();
         let back = Manifest::read(tmp.path()).unwrap();
@@ -218,6 +274,8 @@ mod tests {
         assert_eq!(back.stage_wall_seconds["spectral"], 1.75);
         assert!(!back.stage_wall_seconds.contains_key("bad"));
         assert_eq!(back.resumes[0].from_step, 1200);
+        assert_eq!(back.resumes[0].changes, ["time.t_end: 0.5 → 1.0"]);
+        assert_eq!(back.format, RUN_DIR_FORMAT);
         // rewrite replaces and leaves only the manifest
         m.set_status("finished");
         m.write(tmp.path()).unwrap();
@@ -236,6 +294,45 @@ mod tests {
         assert!(
             err.contains("manifest.json") && err.contains("parse"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_manifest_before_the_format_field_is_format_2_and_others_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut m = Manifest::new(1);
+        m.write(tmp.path()).unwrap();
+        let path = tmp.path().join(MANIFEST_FILE);
+        let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        assert_eq!(v["format"], RUN_DIR_FORMAT);
+        v.as_object_mut().unwrap().remove("format");
+        // A resume record of before the changes were recorded has none.
+        v["resumes"] = serde_json::json!([{"time": "2025-01-01T00:00:00Z", "from_step": 4}]);
+        fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+        let old = Manifest::read(tmp.path()).unwrap();
+        assert_eq!(old.format, 2);
+        assert!(old.resumes[0].changes.is_empty());
+        old.check_format(tmp.path()).unwrap();
+        // A resume writes this vpm's format.
+        m = old;
+        m.record_resume(8, Vec::new());
+        assert_eq!(m.format, RUN_DIR_FORMAT);
+
+        m.format = RUN_DIR_FORMAT + 1;
+        let e = m.check_format(tmp.path()).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(
+                "this run directory has format {}; this vpm reads format {RUN_DIR_FORMAT}",
+                RUN_DIR_FORMAT + 1
+            )) && e.contains("manifest.json")
+                && e.contains("a newer vpm"),
+            "{e}"
+        );
+        m.format = 0;
+        let e = m.check_format(tmp.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("has format 0;") && e.contains("start a new run"),
+            "{e}"
         );
     }
 }

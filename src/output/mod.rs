@@ -30,18 +30,21 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 pub use checkpoint::{
-    read_latest_checkpoint, read_latest_checkpoint_as, write_checkpoint, CheckpointArrays,
-    CHECKPOINTS_DIR,
+    checkpoint_meta_path, read_latest_checkpoint, read_latest_checkpoint_as, write_checkpoint,
+    CheckpointArrays, CHECKPOINTS_DIR,
 };
 pub use csv::CsvLog;
 pub use fields::{fields_disk_bytes, write_fields, FieldPrecision, FieldsFrame, FIELD_X};
 pub use lock::{LockHolder, RunLock, LOCK_FILE};
-pub use manifest::{cpu_model, CflSteps, Manifest, ResumeRecord, MANIFEST_FILE};
-pub use npz::{read_velocity_npz, write_velocity_npz, VelocityField};
-pub use run_dir::{create_locked_run_dir, create_run_dir, VPM_OUTPUTS};
+pub use manifest::{
+    check_run_dir_format, cpu_model, CflSteps, Manifest, ResumeRecord, MANIFEST_FILE,
+    OLDEST_RUN_DIR_FORMAT, RUN_DIR_FORMAT,
+};
+pub use npz::{read_field_time, read_velocity_npz, write_velocity_npz, FieldTime, VelocityField};
+pub use run_dir::{create_locked_run_dir, create_run_dir, ForceCleanup};
 pub use snapshot::{
-    read_particle_snapshot, write_particle_snapshot, OwnedParticleSnapshot, ParticleSnapshot,
-    PARTICLES_PVD, SNAPSHOTS_DIR,
+    read_particle_snapshot, snapshot_disk_bytes, write_particle_snapshot, OwnedParticleSnapshot,
+    ParticleSnapshot, PARTICLES_PVD, SNAPSHOTS_DIR,
 };
 pub use time::{utc_now_compact, utc_now_iso8601};
 
@@ -88,6 +91,18 @@ pub enum OutputError {
         /// Who holds it, e.g. `vpm resume (pid 1234 on host-a, since 2025-03-01T12:34:56Z)`.
         holder: String,
     },
+    /// A run directory written in a format this vpm does not resume
+    /// ([`RUN_DIR_FORMAT`]).
+    #[error(
+        "{}: this run directory has format {found}; this vpm reads format {}: {}",
+        .path.display(), RUN_DIR_FORMAT, manifest::format_advice(*.found)
+    )]
+    RunDirFormat {
+        /// The file that carries the format (`manifest.json`, a checkpoint's `meta.json`).
+        path: PathBuf,
+        /// The format found there.
+        found: u32,
+    },
     /// A path that should be a directory is something else.
     #[error("{} exists and is not a directory", .path.display())]
     NotADirectory {
@@ -111,7 +126,7 @@ pub enum OutputError {
         error: serde_json::Error,
     },
     /// Writing or reading an `.npz` archive failed.
-    #[error("cannot {op} npz {}: {error}", .path.display())]
+    #[error("cannot {op} npz {}: {}", .path.display(), with_causes(.error.as_ref()))]
     Npz {
         /// "write" or "read".
         op: &'static str,
@@ -138,6 +153,22 @@ pub enum OutputError {
         /// What is wrong.
         msg: String,
     },
+}
+
+/// `error` and the causes under it that its text does not already give, joined by ": ". zip's
+/// error says only "i/o error" and keeps the reason ("No space left on device (os error 28)")
+/// as its cause.
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    text
 }
 
 impl OutputError {
@@ -215,6 +246,24 @@ where
         .map_err(|e| OutputError::io("fsync", path, e))
 }
 
+/// The file name whose atomic writes fail ([`fail_writes_of`]); unset in normal runs.
+static FAILING_WRITE: std::sync::OnceLock<std::ffi::OsString> = std::sync::OnceLock::new();
+
+/// Testing aid (`vpm run|resume --fail-write NAME`): from now on, every atomic write
+/// ([`write_atomic`], [`write_atomic_with`]) of a file called `name` fails as on a full disk
+/// (ENOSPC), after creating its temporary file and before renaming it. Set once per process;
+/// a second call is ignored.
+pub fn fail_writes_of(name: &str) {
+    let _ = FAILING_WRITE.set(name.into());
+}
+
+/// The injected failure of writing `path` ([`fail_writes_of`]), if its name is the one set.
+fn injected_write_failure(path: &Path) -> Option<io::Error> {
+    let failing = FAILING_WRITE.get()?;
+    (path.file_name() == Some(failing.as_os_str()))
+        .then(|| io::Error::from_raw_os_error(libc::ENOSPC))
+}
+
 /// Write a file atomically by streaming into a temporary sibling.
 ///
 /// `fill` receives a buffered writer on the temporary file; after it returns
@@ -233,6 +282,9 @@ where
             .truncate(true)
             .open(&tmp)
             .map_err(|e| OutputError::io("create temporary file", &tmp, e))?;
+        if let Some(e) = injected_write_failure(path) {
+            return Err(OutputError::io("write", &tmp, e));
+        }
         fill_and_sync(file, &tmp, fill)?;
         fs::rename(&tmp, path).map_err(|e| OutputError::Rename {
             from: tmp.clone(),
@@ -335,6 +387,24 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.contains("nope"), "{msg}");
         assert!(list(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn an_injected_write_failure_is_enospc_and_leaves_the_old_file() {
+        // A name no other test writes: the failure is set for the whole test process.
+        const NAME: &str = "injected-failure.test";
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(NAME);
+        write_atomic(&p, b"before").unwrap();
+        fail_writes_of(NAME);
+        let err = write_atomic(&p, b"after").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("No space left on device"), "{msg}");
+        assert!(msg.contains(NAME), "{msg}");
+        assert_eq!(fs::read(&p).unwrap(), b"before");
+        assert_eq!(list(dir.path()), vec![NAME.to_string()]);
+        // Other names are written as ever.
+        write_atomic(&dir.path().join("other"), b"x").unwrap();
     }
 
     #[test]

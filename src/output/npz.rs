@@ -2,11 +2,12 @@
 //! checkpoint state.
 
 use std::fs::File;
-use std::io::{BufReader, Seek, Write};
+use std::io::{self, BufReader, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use ndarray::{ArrayD, ArrayView3, ArrayViewD, Ix3, IxDyn};
-use ndarray_npy::{NpzReader, NpzWriter};
+use ndarray::{arr0, Array0, ArrayD, ArrayView3, ArrayViewD, Ix0, Ix3, IxDyn};
+use ndarray_npy::{NpzReader, NpzWriter, ReadableElement};
+use postprocess::layout::{FIELD_STEP, FIELD_T};
 use zip::write::SimpleFileOptions;
 use zip::CompressionMethod;
 
@@ -26,11 +27,107 @@ where
     }
 }
 
+/// An npz archive writer on `w` that stays silent when a write fails ([`QuietAfterError`]).
+pub(crate) fn npz_writer<W: Write + Seek>(w: W) -> NpzWriter<QuietAfterError<W>> {
+    NpzWriter::new(QuietAfterError::new(w))
+}
+
+/// The writer under an npz archive ([`npz_writer`]). zip's `ZipWriter`, dropped unfinished
+/// after a failed write, finishes the archive itself and prints that second failure's debug
+/// text on stderr (`ZipWriter drop failed: Io(Os { code: 28, kind: StorageFull, … })`, no
+/// newline, before vpm's own message). This writer passes its first error on (a full disk, …),
+/// then accepts and discards everything, keeping the position and length the archive computes
+/// with, so that the drop succeeds silently; the caller reports the first error and removes
+/// the partial file.
+pub(crate) struct QuietAfterError<W> {
+    inner: W,
+    failed: bool,
+    /// Position and length of the stream as written so far (virtual once `failed`).
+    pos: u64,
+    len: u64,
+}
+
+impl<W: Write + Seek> QuietAfterError<W> {
+    fn new(mut inner: W) -> Self {
+        let pos = inner.stream_position().unwrap_or(0);
+        QuietAfterError {
+            inner,
+            failed: false,
+            pos,
+            len: pos,
+        }
+    }
+
+    /// Moves the position to `pos` (after a write or a seek).
+    fn moved_to(&mut self, pos: u64) -> u64 {
+        self.pos = pos;
+        self.len = self.len.max(pos);
+        pos
+    }
+
+    /// Passes on the result of an operation on the inner writer; an error (other than an
+    /// interruption, which is retried) ends the real writing.
+    fn note<T>(&mut self, result: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &result {
+            self.failed |= e.kind() != io::ErrorKind::Interrupted;
+        }
+        result
+    }
+}
+
+impl<W: Write + Seek> Write for QuietAfterError<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = if self.failed {
+            buf.len()
+        } else {
+            let result = self.inner.write(buf);
+            self.note(result)?
+        };
+        self.moved_to(self.pos + n as u64);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.failed {
+            return Ok(());
+        }
+        let result = self.inner.flush();
+        self.note(result)
+    }
+}
+
+impl<W: Write + Seek> Seek for QuietAfterError<W> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        if !self.failed {
+            let result = self.inner.seek(to);
+            let pos = self.note(result)?;
+            return Ok(self.moved_to(pos));
+        }
+        let pos = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+            SeekFrom::End(d) => self.len.checked_add_signed(d),
+        };
+        let pos = pos.ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        Ok(self.moved_to(pos))
+    }
+}
+
 pub(crate) fn options_for(n_elems: usize, zip64_from_bytes: u64) -> SimpleFileOptions {
     let bytes = (n_elems as u64).saturating_mul(8);
     SimpleFileOptions::default()
         .compression_method(CompressionMethod::Stored)
         .large_file(bytes >= zip64_from_bytes)
+}
+
+/// When a field was written: the simulation time and the step number. Stored in an npz as the
+/// 0-d arrays `t` (f64) and `step` (u64), as the field snapshots store them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FieldTime {
+    /// The simulation time.
+    pub t: f64,
+    /// The number of steps taken since t = 0.
+    pub step: u64,
 }
 
 /// Write named f64 arrays (`(name, view)`) as an uncompressed npz into `w`.
@@ -40,18 +137,27 @@ pub(crate) fn write_npz_arrays<W: Write + Seek>(
     path: &Path,
     arrays: &[(&str, ArrayViewD<'_, f64>)],
 ) -> Result<(), OutputError> {
-    write_npz_arrays_zip64_from(w, path, arrays, ZIP64_FROM_BYTES)
+    write_npz_arrays_zip64_from(w, path, arrays, None, ZIP64_FROM_BYTES)
 }
 
+/// [`write_npz_arrays`], then `time` as the arrays `t` and `step` when given; entries of at
+/// least `zip64_from_bytes` get zip64 headers.
 fn write_npz_arrays_zip64_from<W: Write + Seek>(
     w: W,
     path: &Path,
     arrays: &[(&str, ArrayViewD<'_, f64>)],
+    time: Option<FieldTime>,
     zip64_from_bytes: u64,
 ) -> Result<(), OutputError> {
-    let mut npz = NpzWriter::new(w);
+    let mut npz = npz_writer(w);
     for (name, a) in arrays {
         npz.add_array_with_options(*name, a, options_for(a.len(), zip64_from_bytes))
+            .map_err(|e| npz_err("write", path, e))?;
+    }
+    if let Some(time) = time {
+        npz.add_array(FIELD_T, &arr0(time.t))
+            .map_err(|e| npz_err("write", path, e))?;
+        npz.add_array(FIELD_STEP, &arr0(time.step))
             .map_err(|e| npz_err("write", path, e))?;
     }
     npz.finish().map_err(|e| npz_err("write", path, e))?;
@@ -60,8 +166,7 @@ fn write_npz_arrays_zip64_from<W: Write + Seek>(
 
 /// Read every array of an npz file as f64 arrays of any dimension, in file order.
 pub(crate) fn read_npz_arrays(path: &Path) -> Result<Vec<(String, ArrayD<f64>)>, OutputError> {
-    let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
-    let mut npz = NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))?;
+    let mut npz = open_npz(path)?;
     let names = npz.names().map_err(|e| npz_err("read", path, e))?;
     let mut out = Vec::with_capacity(names.len());
     for name in names {
@@ -71,15 +176,38 @@ pub(crate) fn read_npz_arrays(path: &Path) -> Result<Vec<(String, ArrayD<f64>)>,
     Ok(out)
 }
 
+/// The npz file at `path`, open for reading.
+fn open_npz(path: &Path) -> Result<NpzReader<BufReader<File>>, OutputError> {
+    let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
+    NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))
+}
+
+/// The value of the 0-d array `name` of an open npz (`path` names it in errors).
+fn read_scalar<T: ReadableElement>(
+    npz: &mut NpzReader<BufReader<File>>,
+    path: &Path,
+    name: &str,
+) -> Result<T, OutputError> {
+    let a: Array0<T> = npz
+        .by_name::<ndarray::OwnedRepr<T>, Ix0>(name)
+        .map_err(|e| npz_err("read", path, e))?;
+    Ok(a.into_scalar())
+}
+
 /// The time `t` (a 0-d f64 array) of an npz: the particle snapshots and the grid fields store
 /// it, and their `.pvd` collections read it back ([`super::vtk::Series::rewrite_pvd`]).
 pub(crate) fn read_npz_time(path: &Path) -> Result<f64, OutputError> {
-    let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
-    let mut npz = NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))?;
-    let t: ndarray::Array0<f64> = npz
-        .by_name::<ndarray::OwnedRepr<f64>, ndarray::Ix0>("t")
-        .map_err(|e| npz_err("read", path, e))?;
-    Ok(t.into_scalar())
+    read_scalar(&mut open_npz(path)?, path, FIELD_T)
+}
+
+/// The time and step stored in an npz ([`FieldTime`]: the 0-d arrays `t` and `step`), as
+/// [`write_velocity_npz`] and the field snapshots write them.
+pub fn read_field_time(path: &Path) -> Result<FieldTime, OutputError> {
+    let mut npz = open_npz(path)?;
+    Ok(FieldTime {
+        t: read_scalar(&mut npz, path, FIELD_T)?,
+        step: read_scalar(&mut npz, path, FIELD_STEP)?,
+    })
 }
 
 /// Flatten an array into a `Vec` in C (row-major) order.
@@ -98,15 +226,16 @@ pub(crate) fn into_c_order_vec<D: ndarray::Dimension>(a: ndarray::Array<f64, D>)
 }
 
 /// Write `final.npz`-style velocity: arrays `"u"`, `"v"`, `"w"`, each f64 of
-/// shape `(n, n, n)` in C order, indexed `[i, j, k]` ↔ `(x_i, y_j, z_k)`. The
-/// input slices use the same layout (index `(i*n + j)*n + k`). The file is
-/// streamed into a temporary sibling and renamed (atomic).
+/// shape `(n, n, n)` in C order, indexed `[i, j, k]` ↔ `(x_i, y_j, z_k)`, then
+/// the field's `time` as the 0-d arrays `"t"` (f64) and `"step"` (u64) (read
+/// back by [`read_field_time`]). The input slices use the same layout (index
+/// `(i*n + j)*n + k`). The file is streamed into a temporary sibling and
+/// renamed (atomic).
 pub fn write_velocity_npz(
     path: &Path,
     n: usize,
-    u: &[f64],
-    v: &[f64],
-    w: &[f64],
+    [u, v, w]: [&[f64]; 3],
+    time: FieldTime,
 ) -> Result<(), OutputError> {
     let len = n
         .checked_mul(n)
@@ -125,7 +254,9 @@ pub fn write_velocity_npz(
         })?;
         views.push((name, view.into_dyn()));
     }
-    write_atomic_with(path, |w, tmp| write_npz_arrays(w, tmp, &views))
+    write_atomic_with(path, |w, tmp| {
+        write_npz_arrays_zip64_from(w, tmp, &views, Some(time), ZIP64_FROM_BYTES)
+    })
 }
 
 /// A velocity field as read back: `(n, u, v, w)`, components flat in C order.
@@ -133,9 +264,10 @@ pub type VelocityField = (usize, Vec<f64>, Vec<f64>, Vec<f64>);
 
 /// Read a file written by [`write_velocity_npz`]: `(n, u, v, w)` with the
 /// components flattened in C order. Checks that all three are `(n, n, n)`.
+/// The time is read by [`read_field_time`] (`final.npz` files written before
+/// vpm stored it have none).
 pub fn read_velocity_npz(path: &Path) -> Result<VelocityField, OutputError> {
-    let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
-    let mut npz = NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))?;
+    let mut npz = open_npz(path)?;
     let mut n = None;
     let mut comps = Vec::with_capacity(3);
     for name in ["u", "v", "w"] {
@@ -187,6 +319,8 @@ mod tests {
     use super::*;
     use ndarray::Array3;
 
+    const AT_ZERO: FieldTime = FieldTime { t: 0.0, step: 0 };
+
     #[test]
     fn velocity_npz_round_trip_bit_exact() {
         let tmp = tempfile::tempdir().unwrap();
@@ -201,7 +335,11 @@ mod tests {
                 .collect()
         };
         let (u, v, w) = (field(), field(), field());
-        write_velocity_npz(&p, n, &u, &v, &w).unwrap();
+        let time = FieldTime {
+            t: 0.1 + 0.2,
+            step: u64::MAX - 3,
+        };
+        write_velocity_npz(&p, n, [&u, &v, &w], time).unwrap();
         // only the file, no temporaries
         let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
         assert_eq!(names.len(), 1);
@@ -212,12 +350,21 @@ mod tests {
         assert_eq!(bits(&u2), bits(&u));
         assert_eq!(bits(&v2), bits(&v));
         assert_eq!(bits(&w2), bits(&w));
+        // the time and step, exactly
+        let back = read_field_time(&p).unwrap();
+        assert_eq!(back.t.to_bits(), time.t.to_bits());
+        assert_eq!(back.step, time.step);
 
-        // independent check with ndarray-npy directly: shape and [i,j,k] indexing
+        // independent check with ndarray-npy directly: shape and [i,j,k] indexing, and the
+        // time and step as 0-d f64 and u64 arrays
         let mut npz = NpzReader::new(File::open(&p).unwrap()).unwrap();
         let mut names = npz.names().unwrap();
         names.sort();
-        assert_eq!(names, vec!["u", "v", "w"]);
+        assert_eq!(names, vec!["step", "t", "u", "v", "w"]);
+        let t: ndarray::Array0<f64> = npz.by_name("t").unwrap();
+        assert_eq!(t.into_scalar().to_bits(), time.t.to_bits());
+        let step: ndarray::Array0<u64> = npz.by_name("step").unwrap();
+        assert_eq!(step.into_scalar(), time.step);
         let a: Array3<f64> = npz.by_name("v").unwrap();
         assert_eq!(a.shape(), &[n, n, n]);
         for i in 0..n {
@@ -237,7 +384,7 @@ mod tests {
         let data: Vec<f64> = (0..24).map(|i| i as f64 * 0.1).collect();
         let view = ArrayViewD::from_shape(IxDyn(&[2, 3, 4]), &data).unwrap();
         let f = File::create(&p).unwrap();
-        write_npz_arrays_zip64_from(f, &p, &[("a", view.clone()), ("b", view)], 0).unwrap();
+        write_npz_arrays_zip64_from(f, &p, &[("a", view.clone()), ("b", view)], None, 0).unwrap();
         let back = read_npz_arrays(&p).unwrap();
         assert_eq!(back.len(), 2);
         assert_eq!(back[1].0, "b");
@@ -245,12 +392,79 @@ mod tests {
         assert_eq!(into_c_order_vec(back[1].1.clone()), data);
     }
 
+    /// A stream with room for `room` bytes: the write that does not fit fails, and so does
+    /// every operation after it; those are counted.
+    struct FullAfter {
+        data: std::io::Cursor<Vec<u8>>,
+        room: u64,
+        failed: bool,
+        tried_after_failure: usize,
+    }
+
+    impl FullAfter {
+        fn refuse_unless(&mut self, fits: bool) -> std::io::Result<()> {
+            self.tried_after_failure += usize::from(self.failed);
+            if self.failed || !fits {
+                self.failed = true;
+                return Err(std::io::Error::from(std::io::ErrorKind::StorageFull));
+            }
+            Ok(())
+        }
+    }
+
+    impl Write for FullAfter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.refuse_unless(self.data.position() + buf.len() as u64 <= self.room)?;
+            self.data.write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.refuse_unless(true)
+        }
+    }
+
+    impl Seek for FullAfter {
+        fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+            self.refuse_unless(true)?;
+            self.data.seek(to)
+        }
+    }
+
+    #[test]
+    fn failed_npz_write_returns_its_error_and_touches_the_stream_no_more() {
+        // Before QuietAfterError, zip finished the archive again when it was dropped, failed
+        // again and printed `ZipWriter drop failed: Io(…)` on stderr.
+        let data: Vec<f64> = (0..4096).map(f64::from).collect();
+        let view = ArrayViewD::from_shape(IxDyn(&[4096]), &data).unwrap();
+        let mut whole = std::io::Cursor::new(Vec::new());
+        write_npz_arrays(&mut whole, Path::new("x.npz"), &[("a", view.clone())]).unwrap();
+        let size = whole.into_inner().len() as u64;
+        // In a header, in the data, in the central directory at the end.
+        for room in [0, 100, 5000, size - 60, size - 1] {
+            let mut w = FullAfter {
+                data: std::io::Cursor::new(Vec::new()),
+                room,
+                failed: false,
+                tried_after_failure: 0,
+            };
+            let err = write_npz_arrays(&mut w, Path::new("x.npz"), &[("a", view.clone())])
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with("cannot write npz x.npz: "), "{err}");
+            assert!(!err.contains("Os {") && !err.contains("Io("), "{err}");
+            // The reason, whether zip or the npy writer met it.
+            let reason = std::io::Error::from(std::io::ErrorKind::StorageFull).to_string();
+            assert!(err.ends_with(&reason), "{err}");
+            assert!(w.failed, "{room} bytes of room");
+            assert_eq!(w.tried_after_failure, 0, "{room} bytes of room");
+        }
+    }
+
     #[test]
     fn velocity_npz_rejects_wrong_length() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("final.npz");
         let u = vec![0.0; 8];
-        let err = write_velocity_npz(&p, 2, &u, &u, &u[..7]).unwrap_err();
+        let err = write_velocity_npz(&p, 2, [&u, &u, &u[..7]], AT_ZERO).unwrap_err();
         assert!(err.to_string().contains("final.npz"), "{err}");
         assert!(!p.exists());
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
@@ -260,11 +474,25 @@ mod tests {
     fn velocity_npz_replaces_atomically() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("final.npz");
-        write_velocity_npz(&p, 1, &[1.0], &[2.0], &[3.0]).unwrap();
+        write_velocity_npz(&p, 1, [&[1.0], &[2.0], &[3.0]], AT_ZERO).unwrap();
         let u = vec![0.5; 8];
-        write_velocity_npz(&p, 2, &u, &u, &u).unwrap();
+        let later = FieldTime { t: 2.5, step: 10 };
+        write_velocity_npz(&p, 2, [&u, &u, &u], later).unwrap();
         let (n, u2, _, _) = read_velocity_npz(&p).unwrap();
         assert_eq!(n, 2);
         assert_eq!(u2, u);
+        assert_eq!(read_field_time(&p).unwrap(), later);
+    }
+
+    #[test]
+    fn field_time_missing_is_named() {
+        // a file without `t` and `step` (final.npz of an older vpm): an error naming it
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("final.npz");
+        let data = [1.0];
+        let view = ArrayViewD::from_shape(IxDyn(&[1, 1, 1]), &data).unwrap();
+        write_npz_arrays(File::create(&p).unwrap(), &p, &[("u", view)]).unwrap();
+        let err = read_field_time(&p).unwrap_err().to_string();
+        assert!(err.contains("final.npz"), "{err}");
     }
 }

@@ -4,46 +4,62 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use postprocess::layout::{run_entry, RunEntry};
+
 use super::{sync_dir_best_effort, OutputError, RunLock, LOCK_FILE};
 
-/// The entries of a run directory that vpm writes. With `--force`, exactly
-/// these are removed from an existing directory; anything else is left alone (the lock
-/// file [`LOCK_FILE`] too: it is never removed, and alone it does not make a directory
-/// non-empty).
-pub const VPM_OUTPUTS: &[&str] = &[
-    "case.toml",
-    "manifest.json",
-    "energy.png",
-    "spectrum.png",
-    "spectral",
-    "vortex",
-    "checkpoints",
-    "snapshots",
-    "comparison.csv",
-];
+/// What `--force` did to an existing run directory: the entries of an earlier run it removed
+/// (those of [`postprocess::layout::RUN_ENTRIES`], folders with a trailing `/`) and the other
+/// entries it kept (the lock file aside), each sorted by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ForceCleanup {
+    pub removed: Vec<String>,
+    pub kept: Vec<String>,
+}
+
+impl ForceCleanup {
+    /// The line that tells the user, e.g. `--force: removed checkpoints/, energy.png; kept
+    /// notes.txt`; `None` when the directory held nothing but the lock file.
+    pub fn summary(&self) -> Option<String> {
+        if self.removed.is_empty() && self.kept.is_empty() {
+            return None;
+        }
+        let removed = if self.removed.is_empty() {
+            "nothing of an earlier run to remove".to_string()
+        } else {
+            format!("removed {}", self.removed.join(", "))
+        };
+        Some(if self.kept.is_empty() {
+            format!("--force: {removed}")
+        } else {
+            format!("--force: {removed}; kept {}", self.kept.join(", "))
+        })
+    }
+}
 
 /// Choose and create the run directory, and lock it ([`RunLock`]) for `purpose` (e.g.
 /// `"vpm run"`) before anything in it is checked or removed: as [`create_run_dir`], but a
 /// directory another vpm process is writing into is refused with
 /// [`OutputError::RunDirInUse`] (with `--force` too) instead of having its outputs removed.
 /// The lock file `.vpm.lock` does not make a directory non-empty, and `--force` leaves it.
+/// Returns the directory, its lock and what `--force` removed and kept.
 pub fn create_locked_run_dir(
     case_name: &str,
     out: Option<&Path>,
     force: bool,
     purpose: &str,
-) -> Result<(PathBuf, RunLock), OutputError> {
+) -> Result<(PathBuf, RunLock, ForceCleanup), OutputError> {
     match out {
         Some(dir) => {
             ensure_dir(dir)?;
             let lock = RunLock::acquire(dir, purpose)?;
-            claim(dir, force)?;
-            Ok((dir.to_path_buf(), lock))
+            let cleanup = claim(dir, force)?;
+            Ok((dir.to_path_buf(), lock, cleanup))
         }
         None => {
             let dir = create_default_in(Path::new("runs"), case_name, &super::utc_now_compact())?;
             let lock = RunLock::acquire(&dir, purpose)?;
-            Ok((dir, lock))
+            Ok((dir, lock, ForceCleanup::default()))
         }
     }
 }
@@ -53,8 +69,8 @@ pub fn create_locked_run_dir(
 /// * `out = Some(dir)`: use `dir` (from `--out`), creating it and its parents
 ///   if needed. An existing empty directory is accepted. An existing non-empty
 ///   directory is refused with [`OutputError::RunDirNotEmpty`] unless `force`;
-///   with `force`, the entries vpm writes ([`VPM_OUTPUTS`]) are removed and
-///   every other file is left alone.
+///   with `force`, the entries a run writes ([`postprocess::layout::RUN_ENTRIES`]) are
+///   removed and every other file is left alone.
 /// * `out = None`: create `runs/<case_name>-<UTC YYYYMMDDTHHMMSSZ>` relative to
 ///   the current directory; if that exists, `-2`, `-3`, ... is appended. The
 ///   directory is claimed with a non-recursive `create_dir`, so two runs started
@@ -149,33 +165,42 @@ fn ensure_dir(dir: &Path) -> Result<(), OutputError> {
 }
 
 /// Accept the existing directory `dir` as a run directory: empty (a lock file alone counts as
-/// empty), or with `force`, after removing vpm's earlier outputs.
-fn claim(dir: &Path, force: bool) -> Result<(), OutputError> {
+/// empty), or with `force`, after removing an earlier run's entries ([`remove_run_outputs`]).
+fn claim(dir: &Path, force: bool) -> Result<ForceCleanup, OutputError> {
+    let mut names = Vec::new();
     let entries = fs::read_dir(dir).map_err(|e| OutputError::io("list directory", dir, e))?;
-    let mut non_empty = false;
     for entry in entries {
         let entry = entry.map_err(|e| OutputError::io("list directory", dir, e))?;
         if entry.file_name() != LOCK_FILE {
-            non_empty = true;
-            break;
+            names.push(entry.file_name());
         }
     }
-    if non_empty {
-        if !force {
-            return Err(OutputError::RunDirNotEmpty {
-                path: dir.to_path_buf(),
-            });
-        }
-        remove_vpm_outputs(dir)?;
+    if names.is_empty() {
+        return Ok(ForceCleanup::default());
     }
-    Ok(())
+    if !force {
+        return Err(OutputError::RunDirNotEmpty {
+            path: dir.to_path_buf(),
+        });
+    }
+    remove_run_outputs(dir, names)
 }
 
-/// Remove the entries of [`VPM_OUTPUTS`] from `dir` (symbolic links are
-/// removed themselves, never followed).
-fn remove_vpm_outputs(dir: &Path) -> Result<(), OutputError> {
-    for name in VPM_OUTPUTS {
-        let p = dir.join(name);
+/// Removes from `dir` those of `names` that are entries of a run
+/// ([`postprocess::layout::run_entry`]; symbolic links are removed themselves, never followed)
+/// and reports them with the names kept.
+fn remove_run_outputs(
+    dir: &Path,
+    names: Vec<std::ffi::OsString>,
+) -> Result<ForceCleanup, OutputError> {
+    let mut cleanup = ForceCleanup::default();
+    for name in names {
+        let shown = name.to_string_lossy().into_owned();
+        let Some(entry) = name.to_str().and_then(run_entry) else {
+            cleanup.kept.push(shown);
+            continue;
+        };
+        let p = dir.join(&name);
         let meta = match fs::symlink_metadata(&p) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -187,10 +212,16 @@ fn remove_vpm_outputs(dir: &Path) -> Result<(), OutputError> {
             fs::remove_file(&p)
         };
         res.map_err(|e| OutputError::io("remove earlier output", &p, e))?;
-        tracing::info!("--force: removed earlier output {}", p.display());
+        tracing::debug!("--force: removed earlier output {}", p.display());
+        let folder = meta.is_dir() || matches!(entry, RunEntry::Folder(_));
+        cleanup
+            .removed
+            .push(if folder { format!("{shown}/") } else { shown });
     }
+    cleanup.removed.sort();
+    cleanup.kept.sort();
     sync_dir_best_effort(dir);
-    Ok(())
+    Ok(cleanup)
 }
 
 #[cfg(test)]
@@ -240,14 +271,18 @@ mod tests {
     }
 
     #[test]
-    fn force_removes_only_vpm_outputs() {
+    fn force_removes_only_what_a_run_writes_and_says_so() {
         let tmp = tempfile::tempdir().unwrap();
         let outputs = [
             "case.toml",
             "manifest.json",
             "energy.png",
             "spectrum.png",
+            "ring.png",
             "comparison.csv",
+            "structures-00000010.png",
+            "vorticity-00000010.png",
+            ".manifest.json.tmp-123",
         ];
         let dir = dir_with(tmp.path(), "run", &outputs, "old");
         for d in [
@@ -255,20 +290,65 @@ mod tests {
             "vortex",
             "checkpoints/ckpt-0000000010",
             "snapshots",
+            "fields",
         ] {
             fs::create_dir_all(dir.join(d)).unwrap();
             fs::write(dir.join(d).join("x.csv"), "old").unwrap();
         }
         fs::write(dir.join("notes.txt"), "keep").unwrap();
+        fs::write(dir.join("structures-final.png"), "keep").unwrap();
         dir_with(&dir, "analysis", &["a.py"], "keep");
 
-        let got = create_run_dir("tg", Some(&dir), true).unwrap();
+        let (got, lock, cleanup) = create_locked_run_dir("tg", Some(&dir), true, "t").unwrap();
         assert_eq!(got, dir);
-        assert_eq!(list(&dir), ["analysis", "notes.txt"]);
+        assert_eq!(
+            list(&dir),
+            [".vpm.lock", "analysis", "notes.txt", "structures-final.png"]
+        );
         assert_eq!(
             fs::read_to_string(dir.join("analysis").join("a.py")).unwrap(),
             "keep"
         );
+        assert_eq!(
+            cleanup.removed,
+            [
+                ".manifest.json.tmp-123",
+                "case.toml",
+                "checkpoints/",
+                "comparison.csv",
+                "energy.png",
+                "fields/",
+                "manifest.json",
+                "ring.png",
+                "snapshots/",
+                "spectral/",
+                "spectrum.png",
+                "structures-00000010.png",
+                "vortex/",
+                "vorticity-00000010.png",
+            ]
+        );
+        assert_eq!(
+            cleanup.kept,
+            ["analysis", "notes.txt", "structures-final.png"]
+        );
+        let line = cleanup.summary().unwrap();
+        assert!(
+            line.starts_with("--force: removed .manifest.json.tmp-123, case.toml, checkpoints/")
+                && line.ends_with("; kept analysis, notes.txt, structures-final.png"),
+            "{line}"
+        );
+        // Again: nothing of a run is left, and an empty directory says nothing.
+        drop(lock);
+        let (_, _, again) = create_locked_run_dir("tg", Some(&dir), true, "t").unwrap();
+        assert_eq!(
+            again.summary().unwrap(),
+            "--force: nothing of an earlier run to remove; kept analysis, notes.txt, \
+             structures-final.png"
+        );
+        let empty = dir_with(tmp.path(), "empty", &[], "");
+        let (_, _, none) = create_locked_run_dir("tg", Some(&empty), true, "t").unwrap();
+        assert_eq!(none.summary(), None);
     }
 
     #[test]
@@ -319,7 +399,7 @@ mod tests {
     fn locked_run_dir_refuses_a_directory_in_use_even_with_force() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("a").join("run");
-        let (got, lock) = create_locked_run_dir("tg", Some(&dir), false, "vpm run").unwrap();
+        let (got, lock, _) = create_locked_run_dir("tg", Some(&dir), false, "vpm run").unwrap();
         assert_eq!(got, dir);
         fs::write(dir.join("case.toml"), "being written").unwrap();
         let err = create_locked_run_dir("tg", Some(&dir), true, "vpm run").unwrap_err();
@@ -335,7 +415,7 @@ mod tests {
             create_locked_run_dir("tg", Some(&dir), false, "vpm run"),
             Err(OutputError::RunDirNotEmpty { .. })
         ));
-        let (_, _lock) = create_locked_run_dir("tg", Some(&dir), true, "vpm run").unwrap();
+        let (_, _lock, _) = create_locked_run_dir("tg", Some(&dir), true, "vpm run").unwrap();
         assert!(!dir.join("case.toml").exists());
     }
 }

@@ -16,16 +16,17 @@ use crate::diagnostics::structures::{grid_fields, GridFields};
 use crate::diagnostics::{flow_stats, max_divergence, shell_spectrum, FlowStats};
 use crate::init::initial_modes;
 use crate::output::{
-    format_f64, write_fields, write_velocity_npz, CheckpointArrays, FieldPrecision, FieldsFrame,
+    format_f64, write_fields, write_velocity_npz, CheckpointArrays, FieldPrecision, FieldTime,
+    FieldsFrame,
 };
 use crate::particles::ParticleSet;
 use crate::run::callbacks::{CallContext, Callback, LogSpec, ScheduledCallback};
 use crate::run::model::{Model, ModelState, StepFailure};
+use crate::run::plan::RunPlan;
 use crate::run::schedule::{Schedule, Scheduled};
-use crate::run::RunDevices;
 use crate::spectral::solver::zero_modes;
 use crate::spectral::{Fft3d, ModeLayout, SpectralGrid, SpectralStepper, VectorModes};
-use crate::summation::Boundary;
+
 use crate::vortex::field::{grid_kmax, particles_from_modes};
 use crate::vortex::rbf::SolveReport;
 use crate::vortex::stepper::ParticleStepper;
@@ -85,19 +86,16 @@ fn spectral_grid(case: &Case) -> Result<SpectralGrid> {
 impl FieldModel {
     fn build(
         case: &Case,
-        devices: &RunDevices,
+        plan: &RunPlan,
         particles: Option<(ParticleSet, Option<SolveReport>)>,
     ) -> Result<Self> {
         let grid = spectral_grid(case)?;
-        let spectral_device = devices.spectral.clone().unwrap_or(Device::Cpu);
+        let spectral_device = plan.devices.spectral.clone().unwrap_or(Device::Cpu);
         let spectral = crate::spectral::planner::plan(grid, case.flow.nu, &spectral_device)
             .with_context(|| format!("case `{}`: [spectral]", case.name))?;
-        let vortex = match (&case.vortex, particles, &devices.vortex) {
-            (Some(vc), Some((p, initial_solve)), Some(device)) => {
-                let boundary = Boundary::Periodic {
-                    length: std::f64::consts::TAU,
-                };
-                let solver = crate::run::particle_stepper(case, device, p, boundary, true)?;
+        let vortex = match (&case.vortex, particles, &plan.evaluator) {
+            (Some(vc), Some((p, initial_solve)), Some(recipe)) => {
+                let solver = crate::run::particle_solver::particle_stepper(case, recipe, p, true)?;
                 Some(VortexSide {
                     solver,
                     sigma0: vc.sigma0(),
@@ -178,10 +176,10 @@ pub fn initial_particles(case: &Case) -> Result<Option<(ParticleSet, Option<Solv
 }
 
 impl Model for FieldModel {
-    fn initial(case: &Case, devices: &RunDevices) -> Result<Self> {
+    fn initial(case: &Case, plan: &mut RunPlan) -> Result<Self> {
         let grid = spectral_grid(case)?;
         let particles = initial_particles(case)?;
-        let mut model = FieldModel::build(case, devices, particles)?;
+        let mut model = FieldModel::build(case, plan, particles)?;
         let modes = initial_modes(&case.initial, &grid.layout())
             .with_context(|| format!("case `{}`: initial condition", case.name))?;
         model
@@ -191,9 +189,9 @@ impl Model for FieldModel {
         Ok(model)
     }
 
-    fn for_restore(case: &Case, devices: &RunDevices) -> Result<Self> {
+    fn for_restore(case: &Case, plan: &mut RunPlan) -> Result<Self> {
         let particles = case.vortex.as_ref().map(|_| (ParticleSet::default(), None));
-        FieldModel::build(case, devices, particles)
+        FieldModel::build(case, plan, particles)
     }
 
     fn callbacks(case: &Case) -> Vec<ScheduledCallback<Self>> {
@@ -227,7 +225,7 @@ impl Model for FieldModel {
                 FieldsWriter {
                     stride: case.output.fields_stride,
                     precision: case.output.fields_precision,
-                    plot: crate::run::plot_options(case),
+                    plot: crate::run::options::plot_options(case),
                     title: case.name.clone(),
                 },
             ),
@@ -301,7 +299,7 @@ impl Model for FieldModel {
             meta: serde_json::json!({}),
         };
         if let Some(v) = &mut self.vortex {
-            crate::run::save_vortex(v.solver.as_mut(), &mut state)?;
+            crate::run::particle_solver::save_vortex(v.solver.as_mut(), &mut state)?;
             // The RBF solve the energy rows report (the last one, or the initial one before the
             // first reinitialisation), so that a resumed run writes the same rows.
             state.meta["rbf_report"] =
@@ -335,7 +333,7 @@ impl Model for FieldModel {
         }
         self.spectral.restore_velocity_modes(modes)?;
         if let Some(v) = &mut self.vortex {
-            crate::run::restore_vortex(v.solver.as_mut(), state)?;
+            crate::run::particle_solver::restore_vortex(v.solver.as_mut(), state)?;
             // Checkpoints written before the report was saved have none (the rows then read
             // nan until the next reinitialisation).
             v.initial_solve = match state.meta.get("rbf_report") {
@@ -375,10 +373,10 @@ impl Model for FieldModel {
         }
     }
 
-    fn write_final(&mut self, run_dir: &Path) -> Result<()> {
+    fn write_final(&mut self, run_dir: &Path, time: FieldTime) -> Result<()> {
         let n = self.spectral.grid().n;
         let [u, v, w] = self.spectral.velocity_on_grid()?;
-        write_velocity_npz(&run_dir.join(FINAL_NPZ), n, &u, &v, &w)?;
+        write_velocity_npz(&run_dir.join(FINAL_NPZ), n, [&u, &v, &w], time)?;
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! What a case needs before anything is allocated: memory on the host and on the device,
-//! checked against what each has ([`check_fits`]), the disk its outputs take, checked against
-//! the run directory's file system ([`check_disk`]), and a rough time per step (`vpm check`).
+//! checked against what each has ([`check_fits`]), the disk its outputs take
+//! ([`super::disk`]), checked against the run directory's file system ([`check_disk`]), and a
+//! rough time per step (`vpm check`).
 //!
 //! The figures count the large arrays each solver holds (documented per term below), not every
 //! small allocation; they are meant to be within a factor of about 1.5 of the peak resident
@@ -8,10 +9,10 @@
 
 use crate::config::{Case, TimeStep};
 use crate::device::{host_memory_available, Device};
-use crate::run::RunDevices;
+use crate::run::plan::RunPlan;
 use crate::spectral::{Dealias, SpectralGrid};
-use crate::summation::{planner, Boundary};
-use anyhow::{bail, Context, Result};
+
+use anyhow::{bail, Result};
 use std::path::Path;
 
 /// Bytes of one complex f64.
@@ -29,8 +30,7 @@ pub struct MemoryEstimate {
     pub host: Vec<(String, u64)>,
     /// Device bytes per part, when a solver runs on a GPU.
     pub device: Vec<(String, u64)>,
-    /// Disk bytes of the run's large outputs per part: fields, final field, checkpoints (CSV
-    /// logs, pictures and particle snapshots are small or not counted).
+    /// Disk bytes of every file the run writes, per part, at the peak ([`super::disk`]).
     pub disk: Vec<(String, u64)>,
 }
 
@@ -74,18 +74,13 @@ pub fn spectral_bytes(n: usize, dealias: Dealias) -> u64 {
     mixed + vectors + diagnostics
 }
 
-/// The number of particles a case starts with.
-pub fn particle_count(case: &Case) -> Result<usize> {
-    match &case.vortex {
-        None => Ok(0),
-        Some(vc) if !case.initial.is_particle_defined() => Ok(vc.n.pow(3)),
-        Some(_) => Ok(crate::run::particles::initial_particles(case)?.len()),
-    }
-}
-
-/// Estimates the memory of a case whose solvers run on `devices`.
-pub fn estimate(case: &Case, devices: &RunDevices) -> Result<MemoryEstimate> {
-    let mut e = MemoryEstimate::default();
+/// Estimates the memory and disk of a case from its plan (devices, particles, evaluator).
+pub fn estimate(case: &Case, plan: &RunPlan) -> Result<MemoryEstimate> {
+    let devices = &plan.devices;
+    let mut e = MemoryEstimate {
+        disk: super::disk::estimate(case, plan.particle_count),
+        ..MemoryEstimate::default()
+    };
     if let Some(s) = &case.spectral {
         match &devices.spectral {
             Some(Device::Cuda(_)) => {
@@ -125,36 +120,11 @@ pub fn estimate(case: &Case, devices: &RunDevices) -> Result<MemoryEstimate> {
                     + 3 * kept * o.fields_precision.bytes()
                     + solvers * 4 * kept * 4,
             ));
-            e.disk.push((
-                format!(
-                    "fields at {} times, {} solver(s), {}",
-                    o.fields_times.len(),
-                    solvers,
-                    o.fields_precision
-                ),
-                o.fields_times.len() as u64
-                    * solvers
-                    * crate::output::fields_disk_bytes(s.n, o.fields_stride, o.fields_precision),
-            ));
         }
-        e.disk
-            .push(("final field".into(), 3 * (s.n as u64).pow(3) * 8));
     }
-    let keep = case.checkpoint.keep as u64 + 1;
-    let mut checkpoint = 0;
-    if let Some(s) = &case.spectral {
-        checkpoint += SpectralGrid::new(s.n, s.dealias).layout().len() as u64 * 3 * C64;
-    }
-    if case.vortex.is_some() {
-        // x, α, σ, id and the AB2 history of velocity and stretching.
-        checkpoint += particle_count(case)? as u64 * 14 * 8;
-    }
-    e.disk.push((
-        format!("checkpoints (up to {keep} at once)"),
-        keep * checkpoint,
-    ));
-    if let (Some(vc), Some(device)) = (&case.vortex, &devices.vortex) {
-        let np = particle_count(case)?;
+    if let (Some(vc), Some(recipe)) = (&case.vortex, &plan.evaluator) {
+        let device = recipe.device();
+        let np = plan.particle_count;
         e.host.push((
             format!("{np} particles"),
             np as u64 * HOST_BYTES_PER_PARTICLE,
@@ -173,23 +143,7 @@ pub fn estimate(case: &Case, devices: &RunDevices) -> Result<MemoryEstimate> {
             e.host
                 .push(("particle diagnostics grid".into(), nodes * 48));
         }
-        let boundary = if case.initial.is_free_space() {
-            Boundary::FreeSpace
-        } else {
-            Boundary::Periodic {
-                length: std::f64::consts::TAU,
-            }
-        };
-        let ev = planner::estimate_bytes(
-            boundary,
-            vc.evaluator,
-            device,
-            vc.accuracy,
-            np,
-            vc.sigma0(),
-            lattice_n,
-        )
-        .with_context(|| crate::run::evaluator_context(case, vc, device))?;
+        let ev = recipe.memory;
         let what = format!("{} evaluator on {}", vc.evaluator, device.label());
         if ev.host > 0 {
             e.host.push((what.clone(), ev.host));
@@ -216,8 +170,8 @@ pub fn estimate(case: &Case, devices: &RunDevices) -> Result<MemoryEstimate> {
 /// Refuses, before anything is allocated, a case whose estimate exceeds the memory the host
 /// (the smaller of available memory and the cgroup limit) or the GPU (free memory from the
 /// driver) has, naming both figures.
-pub fn check_fits(case: &Case, devices: &RunDevices) -> Result<()> {
-    let e = estimate(case, devices)?;
+pub fn check_fits(case: &Case, plan: &RunPlan) -> Result<()> {
+    let e = estimate(case, plan)?;
     if let Some(avail) = host_memory_available() {
         let need = e.host_total();
         if need > avail {
@@ -233,7 +187,7 @@ pub fn check_fits(case: &Case, devices: &RunDevices) -> Result<()> {
     }
     // Both solvers' device parts are counted against the first GPU of the run (they share one
     // unless the case puts them on different GPUs, where this is conservative).
-    let gpu = [&devices.spectral, &devices.vortex]
+    let gpu = [&plan.devices.spectral, &plan.devices.vortex]
         .into_iter()
         .flatten()
         .find(|d| d.is_cuda());
@@ -258,19 +212,15 @@ pub fn check_fits(case: &Case, devices: &RunDevices) -> Result<()> {
 /// Refuses a new run whose outputs ([`MemoryEstimate::disk`]) would not fit in the space left
 /// on the file system of `run_dir` (or of its nearest existing ancestor, for a run directory
 /// not made yet), naming both figures. Where the free space cannot be read, nothing is refused.
-pub fn check_disk(case: &Case, devices: &RunDevices, run_dir: &Path) -> Result<()> {
-    let e = estimate(case, devices)?;
+pub fn check_disk(case: &Case, plan: &RunPlan, run_dir: &Path) -> Result<()> {
+    let e = estimate(case, plan)?;
     let need = e.disk_total();
-    let existing = run_dir
-        .ancestors()
-        .find(|p| p.exists())
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if let Some(free) = crate::device::disk_space_available(existing) {
+    if let Some(free) = disk_space_for(run_dir) {
         if need > free {
             bail!(
                 "case `{}` writes about {} ({}), but {} has {} free; choose another --out, \
-                 fewer output.fields_times or a larger output.fields_stride",
+                 fewer output.fields_times, a larger output.fields_stride or fewer particle \
+                 snapshots",
                 case.name,
                 human_bytes(need),
                 parts(&e.disk),
@@ -280,6 +230,17 @@ pub fn check_disk(case: &Case, devices: &RunDevices, run_dir: &Path) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The free space (bytes) of the file system a run directory `run_dir` is or would be on: that
+/// of its nearest existing ancestor; `None` where it cannot be read.
+pub fn disk_space_for(run_dir: &Path) -> Option<u64> {
+    let existing = run_dir
+        .ancestors()
+        .find(|p| p.exists())
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    crate::device::disk_space_available(existing)
 }
 
 fn parts(p: &[(String, u64)]) -> String {
@@ -292,57 +253,28 @@ fn parts(p: &[(String, u64)]) -> String {
 /// Seconds per RK4 step of the spectral solver per M³·log2 M on one thread (measured: 128³ on 2
 /// threads, docs/performance.md: 158 ms with 2/3, 671 ms with 3/2).
 const SPECTRAL_SECONDS_PER_UNIT: f64 = 2.4e-8;
-/// Seconds per particle per velocity + stretching evaluation of the CPU Ewald evaluator on one
-/// thread (1.4e5 particles/s on 2 threads at accuracy 1e-6, docs/performance.md).
-const EWALD_SECONDS_PER_PARTICLE: f64 = 1.4e-5;
-/// Seconds per pair of the CPU direct sum on one thread (3.1e7 pairs/s on 2 threads).
-const DIRECT_SECONDS_PER_PAIR: f64 = 6.5e-8;
-
-/// Seconds per particle per velocity + stretching evaluation of the CPU FMM on one thread: a
-/// near-field part, plus an expansion part that grows like (p+1)⁴ with the order p planned for
-/// the accuracy (the M2L translations dominate). Measured with `vpm bench fmm` (AMD EPYC,
-/// uniform particles, `verify::Particles::free_space`): at N = 10⁵ on one thread (CPU seconds
-/// of the process) 7.4e-5 s at accuracy 1e-3 (p = 6), 1.64e-4 s at 1e-4 (p = 9), 4.35e-4 s at
-/// 1e-6 (p = 13); at 1e-4 on two threads 1.12 s for N = 2·10⁴, 8.9 s for 10⁵ and 98.7 s for
-/// 10⁶ (2.0e-4 s per particle and thread: the M2L lists grow with the tree's depth). The
-/// constants fit the 10⁵ shape scaled up 20 % towards the large runs the FMM is for (8.9e-5,
-/// 1.8e-4, 5.2e-4 s at p = 6, 9, 13). Clustered particles (a thin ring) have more near pairs
-/// per particle.
-const FMM_NEAR_SECONDS_PER_PARTICLE: f64 = 6.0e-5;
-/// The expansion part's coefficient of (p+1)⁴ (see [`FMM_NEAR_SECONDS_PER_PARTICLE`]).
-const FMM_FAR_SECONDS_PER_PARTICLE_PER_P4: f64 = 1.2e-8;
-
-/// Seconds per particle per velocity + stretching evaluation of the CPU FMM on one thread at
-/// `accuracy` (see [`FMM_NEAR_SECONDS_PER_PARTICLE`]).
-pub fn fmm_seconds_per_particle(accuracy: f64) -> Result<f64> {
-    let p =
-        crate::summation::fmm::plan_parameters(accuracy, crate::summation::fmm::FmmBackend::Cpu)?
-            .order as f64;
-    Ok(FMM_NEAR_SECONDS_PER_PARTICLE + FMM_FAR_SECONDS_PER_PARTICLE_PER_P4 * (p + 1.0).powi(4))
-}
-
-/// A rough run-time estimate on the CPU with `threads` threads (the GPU is much faster for the
-/// particles; `vpm bench` measures both): (seconds per step, steps when Δt is fixed or
-/// `time.max_steps` bounds them).
-pub fn rough_cpu_time(case: &Case, threads: usize) -> Result<(f64, Option<u64>)> {
-    let threads = threads.max(1) as f64;
+/// The same on a GPU (the 256³ RK4 step with the 3/2 rule, M = 384: 53 ms on an H100,
+/// docs/performance.md).
+const GPU_SPECTRAL_SECONDS_PER_UNIT: f64 = 1.1e-10;
+/// A rough run-time estimate from the plan: the spectral solver on its device (the CPU with
+/// `threads` threads, or a GPU at the H100's measured rate), the particle evaluator at its
+/// recipe's time per evaluation (`vpm bench` measures both): (seconds per step, steps when Δt
+/// is fixed or `time.max_steps` bounds them).
+pub fn rough_time(case: &Case, plan: &RunPlan, threads: usize) -> Result<(f64, Option<u64>)> {
     let mut per_step = 0.0;
     if let Some(s) = &case.spectral {
         let m = SpectralGrid::new(s.n, s.dealias).product_grid() as f64;
-        per_step += SPECTRAL_SECONDS_PER_UNIT * m.powi(3) * m.log2() / threads;
+        let work = m.powi(3) * m.log2();
+        per_step += match plan.devices.spectral {
+            Some(Device::Cuda(_)) => GPU_SPECTRAL_SECONDS_PER_UNIT * work,
+            _ => SPECTRAL_SECONDS_PER_UNIT * work / threads.max(1) as f64,
+        };
     }
-    if let Some(vc) = &case.vortex {
-        let np = particle_count(case)? as f64;
+    if let (Some(vc), Some(recipe)) = (&case.vortex, &plan.evaluator) {
         // One evaluation per step (AB2), plus about half an evaluation's worth for the
         // reinitialisation every few steps.
         let evals = 1.0 + vc.reinit_every.map_or(0.0, |k| 2.0 / k as f64);
-        per_step += evals
-            * match vc.evaluator {
-                crate::summation::EvaluatorKind::Direct => DIRECT_SECONDS_PER_PAIR * np * np,
-                crate::summation::EvaluatorKind::Ewald => EWALD_SECONDS_PER_PARTICLE * np,
-                crate::summation::EvaluatorKind::Fmm => fmm_seconds_per_particle(vc.accuracy)? * np,
-            }
-            / threads;
+        per_step += evals * recipe.seconds_per_evaluation(threads);
     }
     let steps = match case.time.step {
         TimeStep::Fixed { dt } => Some((case.time.t_end / dt).ceil() as u64),
@@ -369,13 +301,5 @@ mod tests {
         // 2048³ with the 3/2 rule needs terabytes.
         assert!(spectral_bytes(2048, Dealias::ThreeHalves) > 1u64 << 40);
         assert!(spectral_bytes(64, Dealias::TwoThirds) < spectral_bytes(64, Dealias::ThreeHalves));
-    }
-
-    #[test]
-    fn fmm_time_grows_with_the_accuracy_asked_for() {
-        let coarse = fmm_seconds_per_particle(1e-3).unwrap();
-        let fine = fmm_seconds_per_particle(1e-6).unwrap();
-        assert!(coarse > FMM_NEAR_SECONDS_PER_PARTICLE && fine > 2.0 * coarse);
-        assert!(fmm_seconds_per_particle(1e-11).is_err());
     }
 }

@@ -11,66 +11,29 @@
 //!   case that does not fit.
 
 pub mod callbacks;
+pub mod disk;
 pub mod field;
 pub mod memory;
 pub mod model;
+pub mod options;
+pub mod particle_solver;
 pub mod particles;
+pub mod plan;
 pub mod progress;
+pub mod sampling;
 pub mod schedule;
+pub mod signals;
 pub mod simulation;
 
 use crate::config::Case;
-use crate::device::{Device, DeviceRequest};
-use crate::output::{write_particle_snapshot, ParticleSnapshot, RunLock};
-use crate::particles::ParticleSet;
-use crate::summation::{planner, Boundary};
-use crate::vortex::stepper::ParticleStepper;
-use crate::vortex::VortexSettings;
-use anyhow::{Context, Result};
+use crate::output::{Manifest, RunLock, CHECKPOINTS_DIR, MANIFEST_FILE};
+use anyhow::{bail, Context, Result};
+pub use options::{plot_options, ProgressStyle, RunEnd, RunOptions};
+pub use particle_solver::particle_stepper;
+pub use plan::{RunDevices, RunPlan};
+pub use signals::install_signal_handlers;
 use simulation::{ResumeChanges, Run, Simulation};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
-
-/// How progress is shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProgressStyle {
-    /// An indicatif bar (for a terminal).
-    Bar,
-    /// Plain progress lines (for logs and pipes).
-    Lines,
-    /// Nothing.
-    Quiet,
-}
-
-/// Options of a run that are not part of the case.
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    pub threads: usize,
-    pub progress: ProgressStyle,
-    /// For tests of kill-and-resume: stop abruptly (no final outputs) after this many steps of
-    /// this process, as a killed process would.
-    pub abort_after_steps: Option<u64>,
-}
-
-/// How [`simulation::Simulation::run_to_end`] ended without an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunEnd {
-    /// t_end reached; final outputs and plots written.
-    Finished,
-    /// SIGINT or SIGTERM: stopped after a checkpoint (`vpm resume` continues).
-    Interrupted,
-    /// Stopped by `abort_after_steps` (tests only).
-    Aborted,
-}
-
-/// The settings of a case's pictures (the structures' isosurface level).
-pub fn plot_options(case: &Case) -> postprocess::PlotOptions {
-    postprocess::PlotOptions {
-        q_level: case.output.structures_level,
-        ..Default::default()
-    }
-}
 
 /// Starts the run the case calls for (field- or particle-defined) in an existing, empty run
 /// directory, after checking that its memory fits. `lock` is the run directory's lock when the
@@ -82,268 +45,162 @@ pub fn start(
     options: RunOptions,
     prepared: Option<Prepared>,
 ) -> Result<Box<dyn Run>> {
-    let Prepared { devices, lock } = match prepared {
+    let Prepared { plan, lock } = match prepared {
         Some(p) => p,
         None => Prepared::new(&case, run_dir)?,
     };
     Ok(if case.initial.is_particle_defined() {
         Box::new(Simulation::<particles::ParticleModel>::start(
-            case, run_dir, options, &devices, lock,
+            case, run_dir, options, plan, lock,
         )?)
     } else {
         Box::new(Simulation::<field::FieldModel>::start(
-            case, run_dir, options, &devices, lock,
+            case, run_dir, options, plan, lock,
         )?)
     })
 }
 
-/// What a run needs before its directory is used: the devices (opened once, the memory checked
-/// against them) and the run directory's lock.
+/// What a run needs before its directory is used: its plan (devices opened once, particles
+/// sampled once, the evaluator planned once, the memory checked against them) and the run
+/// directory's lock.
 pub struct Prepared {
-    pub devices: RunDevices,
+    pub plan: RunPlan,
     pub lock: RunLock,
 }
 
 impl Prepared {
-    /// Opens the case's devices and checks that its memory and its outputs' disk space fit, then
-    /// locks `run_dir`.
+    /// Plans the run and checks that its memory and its outputs' disk space fit, then locks
+    /// `run_dir`.
     pub fn new(case: &Case, run_dir: &Path) -> Result<Prepared> {
-        let devices = RunDevices::checked(case)?;
-        memory::check_disk(case, &devices, run_dir)?;
+        let plan = checked_plan(case, run_dir)?;
         let lock = RunLock::acquire(run_dir, "vpm run")?;
-        Ok(Prepared { devices, lock })
+        Ok(Prepared { plan, lock })
     }
 }
 
+/// The case's plan ([`RunPlan::new`]), with its memory checked against its devices and its
+/// outputs' disk space against `run_dir` (or its nearest existing ancestor): everything that
+/// refuses a case before its run directory is made.
+pub fn checked_plan(case: &Case, run_dir: &Path) -> Result<RunPlan> {
+    let plan = RunPlan::new(case)?;
+    check_plan(case, &plan, run_dir)?;
+    Ok(plan)
+}
+
+/// The checks of [`checked_plan`] on a plan in hand (`vpm check` makes them after printing the
+/// plan's estimates): its memory against its devices and its outputs' disk space against
+/// `run_dir`.
+pub fn check_plan(case: &Case, plan: &RunPlan, run_dir: &Path) -> Result<()> {
+    memory::check_fits(case, plan)?;
+    memory::check_disk(case, plan, run_dir)
+}
+
 /// Continues a run from its latest checkpoint, with optional changes (a later t_end, another
-/// device). The run directory is locked first.
+/// device); a run stopped before its first checkpoint starts again at t = 0 (and says so). The
+/// run directory is locked first.
 pub fn resume(
     run_dir: &Path,
     options: RunOptions,
     changes: &ResumeChanges,
 ) -> Result<Box<dyn Run>> {
+    let case_file = run_dir.join(postprocess::layout::CASE_TOML);
+    if !run_dir.exists() {
+        bail!("{}: no such run directory", run_dir.display());
+    }
+    if !run_dir.is_dir() {
+        bail!(
+            "{}: not a directory; `vpm resume` takes a run directory",
+            run_dir.display()
+        );
+    }
+    if !case_file.is_file() {
+        bail!(
+            "{}: not a run directory (it has no case.toml); `vpm run CASE --out {}` starts a run \
+             there",
+            run_dir.display(),
+            run_dir.display()
+        );
+    }
     let lock = RunLock::acquire(run_dir, "vpm resume")?;
-    let case = Case::from_file(&run_dir.join("case.toml"))?;
-    Ok(if case.initial.is_particle_defined() {
-        Box::new(Simulation::<particles::ParticleModel>::resume(
-            case, run_dir, options, changes, lock,
-        )?)
+    let case = Case::from_file(&case_file)?;
+    let restart = !has_checkpoints(run_dir)?;
+    if restart {
+        // A directory vpm started a run in has a manifest from the start on.
+        if !run_dir.join(MANIFEST_FILE).is_file() {
+            bail!(
+                "{}: neither a checkpoint nor {MANIFEST_FILE}: not a run vpm started; `vpm run {} \
+                 --out {} --force` starts one there",
+                run_dir.display(),
+                case_file.display(),
+                run_dir.display()
+            );
+        }
+        let manifest = Manifest::read(run_dir).ok();
+        if let Some(m) = &manifest {
+            m.check_format(run_dir)?;
+        }
+        if manifest.is_some_and(|m| m.status == "finished") {
+            bail!(
+                "{}: the run is finished and has no checkpoint left to continue from \
+                 (checkpoints/ was emptied); `vpm run {} --out NEW_DIR` runs it again",
+                run_dir.display(),
+                case_file.display()
+            );
+        }
+        if options.progress != ProgressStyle::Quiet {
+            crate::say!(
+                "vpm: {} has no checkpoint (the run stopped before its first one); removing its \
+                 partial outputs and starting it again at t = 0",
+                run_dir.display()
+            );
+        }
+    }
+    if case.initial.is_particle_defined() {
+        resume_as::<particles::ParticleModel>(restart, case, run_dir, options, changes, lock)
     } else {
-        Box::new(Simulation::<field::FieldModel>::resume(
-            case, run_dir, options, changes, lock,
-        )?)
-    })
-}
-
-fn stop_flag() -> &'static Arc<AtomicBool> {
-    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
-    FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
-}
-
-/// How long after the first signal a second one ends the process at once. Shorter gaps are one
-/// request delivered twice: coreutils `timeout` (without `--foreground`) sends its signal to the
-/// child and then to its whole process group, and a run stopped that way lost its checkpoint
-/// when the copy arrived as a separate signal.
-const SECOND_SIGNAL_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Makes SIGINT and SIGTERM ask the run to stop after the step in progress, with a checkpoint;
-/// a second signal of either kind, [`SECOND_SIGNAL_AFTER`] or more after the first, ends the
-/// process at once (exit status 130).
-pub fn install_signal_handlers() -> Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    use std::sync::atomic::AtomicU64;
-    use std::time::Instant;
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    // Nanoseconds after BASE of the first signal, plus one; 0 before any.
-    static FIRST: AtomicU64 = AtomicU64::new(0);
-    let base = *BASE.get_or_init(Instant::now);
-    for sig in [SIGINT, SIGTERM] {
-        let flag = Arc::clone(stop_flag());
-        let handler = move || {
-            // Instant::now (clock_gettime) and atomics are async-signal-safe.
-            let now = base.elapsed().as_nanos() as u64 + 1;
-            match FIRST.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => flag.store(true, Ordering::SeqCst),
-                Err(first) => {
-                    if now.saturating_sub(first) >= SECOND_SIGNAL_AFTER.as_nanos() as u64 {
-                        signal_hook::low_level::exit(130);
-                    }
-                }
-            }
-        };
-        // SAFETY: the handler only reads the monotonic clock, updates atomics and calls
-        // `_exit` (signal_hook::low_level::exit), all async-signal-safe; it never allocates or
-        // locks.
-        unsafe { signal_hook::low_level::register(sig, handler) }
-            .context("installing the signal handlers")?;
-    }
-    Ok(())
-}
-
-/// Whether a stop was asked for by a signal.
-pub fn interrupted() -> bool {
-    stop_flag().load(Ordering::Relaxed)
-}
-
-/// The devices of a run, opened once from the case and passed to every planner: the
-/// spectral solver's and the particle solver's (each section's own `device`, else the run's).
-#[derive(Debug, Clone)]
-pub struct RunDevices {
-    pub spectral: Option<Device>,
-    pub vortex: Option<Device>,
-}
-
-impl RunDevices {
-    /// Opens the devices the case's solvers ask for; an unusable GPU that was asked for is an
-    /// error naming the section.
-    pub fn open(case: &Case) -> Result<RunDevices> {
-        let spectral = match &case.spectral {
-            Some(s) => Some(spectral_device(case, s.device)?),
-            None => None,
-        };
-        let vortex = match &case.vortex {
-            Some(v) => {
-                let (device, note) = Device::open(v.device.unwrap_or(case.device))
-                    .with_context(|| format!("case `{}`: [vortex]", case.name))?;
-                tracing::info!("vortex device: {note}");
-                Some(device)
-            }
-            None => None,
-        };
-        Ok(RunDevices { spectral, vortex })
-    }
-
-    /// [`RunDevices::open`], then the memory of the case checked against them
-    /// ([`memory::check_fits`]).
-    pub fn checked(case: &Case) -> Result<RunDevices> {
-        let devices = RunDevices::open(case)?;
-        memory::check_fits(case, &devices)?;
-        Ok(devices)
+        resume_as::<field::FieldModel>(restart, case, run_dir, options, changes, lock)
     }
 }
 
-/// The spectral solver's device: its section's own `device`, else the run's; `auto` takes the
-/// GPU when one is usable and the log says which and why.
-fn spectral_device(case: &Case, own: Option<DeviceRequest>) -> Result<Device> {
-    let (device, note) = Device::open(own.unwrap_or(case.device))
-        .with_context(|| format!("case `{}`: [spectral]", case.name))?;
-    tracing::info!("spectral device: {note}");
-    Ok(device)
-}
-
-/// The particle stepper of a case around `particles`, on `device`, with the evaluator the
-/// planner picks for `boundary`. `zero_total_strength`: keep Σα = 0 at reinitialisation (a
-/// periodic field; not a single tube or ring, which carries its own circulation).
-pub fn particle_stepper(
-    case: &Case,
-    device: &Device,
-    particles: ParticleSet,
-    boundary: Boundary,
-    zero_total_strength: bool,
-) -> Result<Box<dyn ParticleStepper>> {
-    let vc = case.vortex.as_ref().with_context(|| {
-        format!(
-            "case `{}`: initial.kind = \"{}\" needs a [vortex] section",
-            case.name,
-            case.initial.kind_str()
-        )
-    })?;
-    let plan = planner::plan(boundary, vc.evaluator, device, vc.evaluator_options())
-        .with_context(|| evaluator_context(case, vc, device))?;
-    tracing::info!("vortex evaluator: {}", plan.description);
-    let settings = VortexSettings {
-        nu: case.flow.nu,
-        scheme: vc.stretching,
-        reinit_every: vc.reinit_every,
-        lattice_n: vc.n,
-        sigma0: vc.sigma0(),
-        rbf: vc.rbf,
-        conditioning: vc.conditioning,
-        zero_total_strength,
-    };
-    let stepper = crate::vortex::planner::plan(particles, plan, settings, device)
-        .with_context(|| format!("case `{}`: [vortex]", case.name))?;
-    tracing::info!("vortex stepper: {}", stepper.describe());
-    Ok(stepper)
-}
-
-/// What an error of the summation planner is about: the case's `[vortex]` section and, for an
-/// evaluator planned from `accuracy` (the FMM, which refuses an accuracy its device cannot
-/// deliver), that key with its value and the device.
-pub(crate) fn evaluator_context(
-    case: &Case,
-    vc: &crate::config::VortexConfig,
-    device: &Device,
-) -> String {
-    match vc.evaluator {
-        crate::summation::EvaluatorKind::Fmm => format!(
-            "case `{}`: [vortex] accuracy = {:e} with evaluator = \"fmm\" on {}",
-            case.name,
-            vc.accuracy,
-            device.label()
-        ),
-        _ => format!("case `{}`: [vortex]", case.name),
-    }
-}
-
-/// Adds the particle solver's exact state to a checkpoint: its arrays, and its AB2 clock as
-/// `vortex_clock` in the model's meta.
-pub(crate) fn save_vortex(
-    solver: &mut dyn ParticleStepper,
-    state: &mut model::ModelState,
-) -> Result<()> {
-    let (arrays, clock) = solver.state_arrays()?;
-    for (name, shape, data) in arrays {
-        state.arrays.push(name, shape, data);
-    }
-    state.meta["vortex_clock"] = serde_json::to_value(clock)?;
-    Ok(())
-}
-
-/// Restores the particle solver from a checkpoint written by [`save_vortex`].
-pub(crate) fn restore_vortex(
-    solver: &mut dyn ParticleStepper,
-    state: &model::ModelState,
-) -> Result<()> {
-    let clock: crate::vortex::VortexClock = serde_json::from_value(
-        state
-            .meta
-            .get("vortex_clock")
-            .cloned()
-            .context("checkpoint meta.json lacks `vortex_clock`")?,
-    )
-    .context("checkpoint meta.json: `vortex_clock`")?;
-    solver
-        .restore_state(
-            &|name: &str| state.arrays.get(name).map(|(_, d)| d.to_vec()),
-            clock,
-        )
-        .map_err(anyhow::Error::msg)
-}
-
-/// Writes `snapshots/particles-<step>.npz/.vtp` (and the .pvd index) for `solver` at (t, step):
-/// the particles with the instantaneous f64 velocity and stretching at that state (not the AB2
-/// combination; the step that follows reuses them).
-pub(crate) fn write_vortex_snapshot(
+/// [`resume`] of a model: from the latest checkpoint, or (`restart`: there is none) again from
+/// t = 0, the manifest recording a resume from step 0.
+fn resume_as<M: model::Model + 'static>(
+    restart: bool,
+    case: Case,
     run_dir: &Path,
-    solver: &mut dyn ParticleStepper,
-    t: f64,
-    step: u64,
-) -> Result<()> {
-    let (u, dadt) = solver.derivatives()?;
-    let p = solver.particles()?;
-    write_particle_snapshot(
-        run_dir,
-        &ParticleSnapshot {
-            t,
-            step,
-            x: &p.x,
-            alpha: &p.alpha,
-            sigma: &p.sigma,
-            id: &p.id,
-            velocity: &u,
-            dalpha_dt: &dadt,
-        },
-    )?;
-    Ok(())
+    options: RunOptions,
+    changes: &ResumeChanges,
+    lock: RunLock,
+) -> Result<Box<dyn Run>> {
+    if !restart {
+        return Ok(Box::new(Simulation::<M>::resume(
+            case, run_dir, options, changes, lock,
+        )?));
+    }
+    // No checkpoint: the partial outputs go (vpm's entries of the run directory; case.toml
+    // is written again) and the run starts as `vpm run` starts it.
+    let (case, _) = simulation::apply_changes(case, run_dir, changes, 0.0)?;
+    let plan = checked_plan(&case, run_dir)?;
+    crate::output::create_run_dir(&case.name, Some(run_dir), true)
+        .context("removing the partial outputs of the stopped start")?;
+    let mut sim = Simulation::<M>::start(case, run_dir, options, plan, lock)?;
+    sim.record_restart();
+    Ok(Box::new(sim))
+}
+
+/// Whether `run_dir` holds a checkpoint, valid or not: a `ckpt-*` directory in `checkpoints/`,
+/// or one moved aside while being replaced (`.ckpt-<step>.old-<pid>`); the temporary directory
+/// of an unfinished write is none.
+fn has_checkpoints(run_dir: &Path) -> Result<bool> {
+    let dir = run_dir.join(CHECKPOINTS_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
+    };
+    Ok(entries.flatten().any(|e| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        name.starts_with("ckpt-") || (name.starts_with(".ckpt-") && name.contains(".old-"))
+    }))
 }

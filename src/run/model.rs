@@ -7,9 +7,9 @@
 //! vortex ring in free space, a tube in the periodic box).
 
 use crate::config::Case;
-use crate::output::CheckpointArrays;
+use crate::output::{CheckpointArrays, FieldTime};
 use crate::run::callbacks::ScheduledCallback;
-use crate::run::RunDevices;
+use crate::run::plan::RunPlan;
 use crate::vortex::stepper::ParticleStepper;
 use std::path::Path;
 
@@ -96,11 +96,12 @@ pub struct ModelState {
 
 /// A model of the run core (see the module docs).
 pub trait Model: Sized {
-    /// A model at t = 0 from the case's initial condition, its solvers on `devices`.
-    fn initial(case: &Case, devices: &RunDevices) -> anyhow::Result<Self>;
+    /// A model at t = 0 from the case's initial condition, its solvers on the plan's devices
+    /// (the plan's sampled particles taken, its evaluator built).
+    fn initial(case: &Case, plan: &mut RunPlan) -> anyhow::Result<Self>;
 
     /// A model ready for [`Model::restore`] (no initial-condition work).
-    fn for_restore(case: &Case, devices: &RunDevices) -> anyhow::Result<Self>;
+    fn for_restore(case: &Case, plan: &mut RunPlan) -> anyhow::Result<Self>;
 
     /// The output writers of this model, with their schedules from the case (the snapshot
     /// writer and the checkpointer are the run core's).
@@ -129,8 +130,9 @@ pub trait Model: Sized {
     /// The particle solver, if the model has particles (snapshots).
     fn particles(&mut self) -> Option<&mut dyn ParticleStepper>;
 
-    /// Final outputs written once at t_end (e.g. the spectral field).
-    fn write_final(&mut self, run_dir: &Path) -> anyhow::Result<()>;
+    /// Final outputs written once at t_end (e.g. the spectral field), stamped with `time`: the
+    /// run's time and step.
+    fn write_final(&mut self, run_dir: &Path, time: FieldTime) -> anyhow::Result<()>;
 
     /// Which device each solver runs on ("spectral" → "cpu", "vortex" → "cuda:0"), for the
     /// manifest and the checkpoint.

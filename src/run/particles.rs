@@ -15,28 +15,22 @@ use crate::config::{Case, InitialCondition};
 use crate::device::Device;
 use crate::diagnostics::lamb_oseen::{core_at, profile, profile_radii, profile_targets};
 use crate::diagnostics::ring::{coaxial_ring_diagnostics, ring_diagnostics, RingMembers};
-use crate::init::particles::{
-    coaxial_rings, coaxial_rings_len, saffman_ring_speed, vortex_ring, vortex_tube, CoaxialRing,
-    CoreSampling,
-};
-use crate::output::CheckpointArrays;
+use crate::init::particles::{coaxial_rings_len, saffman_ring_speed, CoaxialRing};
+use crate::output::{CheckpointArrays, FieldTime};
 use crate::particles::ParticleSet;
 use crate::run::callbacks::{CallContext, Callback, LogSpec, ScheduledCallback};
 use crate::run::model::{Model, ModelState, StepFailure};
+use crate::run::plan::RunPlan;
+use crate::run::sampling::core_sampling;
 use crate::run::schedule::{Schedule, Scheduled};
-use crate::run::RunDevices;
-use crate::summation::{Boundary, Evaluation};
+use crate::summation::Evaluation;
 use crate::vortex::stepper::ParticleStepper;
 use anyhow::{bail, Context, Result};
 use postprocess::layout::{
     LAMB_OSEEN_COLUMNS, LAMB_OSEEN_CSV, RINGS_COLUMNS, RINGS_CSV, RING_COLUMNS, RING_CSV,
 };
-use std::f64::consts::TAU;
 use std::path::Path;
 use std::time::Instant;
-
-/// Core sampling cut-off (units of the sampled core's σ_c).
-const CORE_EXTENT: f64 = 3.5;
 
 /// The flow and what its diagnostics compare against.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,56 +89,6 @@ fn flow_of(case: &Case) -> Result<Flow> {
     }
 }
 
-/// How a case's cores are sampled (`[vortex]` spacing and blob radius), and the sampled σ_c of a
-/// core: the core of standard deviation `core` is sampled with σ_c = √(core² − σ_p²) so that
-/// the blobs (σ_p = overlap·h) add up to it.
-fn core_sampling(case: &Case) -> Result<(CoreSampling, impl Fn(f64) -> Result<f64> + '_)> {
-    let vc = case
-        .vortex
-        .as_ref()
-        .with_context(|| format!("case `{}`: needs a [vortex] section", case.name))?;
-    let sigma_p = vc.sigma0();
-    let sampling = CoreSampling {
-        spacing: vc.spacing(),
-        particle_sigma: sigma_p,
-        core_extent: CORE_EXTENT,
-    };
-    let sampled = move |core: f64| -> Result<f64> {
-        let v = core * core - sigma_p * sigma_p;
-        if v <= 0.0 {
-            bail!(
-                "case `{}`: the core {core} must exceed the blob radius overlap·h = {sigma_p}",
-                case.name
-            );
-        }
-        Ok(v.sqrt())
-    };
-    Ok((sampling, sampled))
-}
-
-/// The particles of a particle-defined case, each core sampled as [`core_sampling`] says.
-pub fn initial_particles(case: &Case) -> Result<ParticleSet> {
-    let (sampling, sampled) = core_sampling(case)?;
-    Ok(match &case.initial {
-        &InitialCondition::VortexRing {
-            radius,
-            circulation,
-            core,
-        } => vortex_ring(radius, circulation, sampled(core)?, [0.0; 3], &sampling),
-        InitialCondition::CoaxialRings { rings } => {
-            let cores = rings
-                .iter()
-                .map(|r| sampled(r.core))
-                .collect::<Result<Vec<_>>>()?;
-            coaxial_rings(rings, &cores, &sampling).0
-        }
-        &InitialCondition::VortexTube { circulation, core } => {
-            vortex_tube(circulation, sampled(core)?, [0.0, 0.0], TAU, &sampling)
-        }
-        _ => bail!("case `{}`: not a particle-defined flow", case.name),
-    })
-}
-
 /// The particle solver alone (module docs).
 pub struct ParticleModel {
     flow: Flow,
@@ -159,16 +103,16 @@ pub struct ParticleModel {
 }
 
 impl ParticleModel {
-    fn build(case: &Case, devices: &RunDevices, particles: ParticleSet) -> Result<Self> {
+    fn build(case: &Case, plan: &RunPlan, particles: ParticleSet) -> Result<Self> {
         let flow = flow_of(case)?;
-        let boundary = match flow {
-            Flow::Ring { .. } | Flow::Rings { .. } => Boundary::FreeSpace,
-            Flow::Tube { .. } => Boundary::Periodic { length: TAU },
-        };
         // A single tube or ring carries its own circulation: no Σα = 0 enforcement (free-space
         // rings are never reinitialised anyway).
-        let device = devices.vortex.clone().unwrap_or(Device::Cpu);
-        let solver = crate::run::particle_stepper(case, &device, particles, boundary, false)?;
+        let solver = crate::run::particle_solver::particle_stepper(
+            case,
+            plan.evaluator(case)?,
+            particles,
+            false,
+        )?;
         Ok(ParticleModel {
             flow,
             solver,
@@ -183,14 +127,16 @@ impl ParticleModel {
 }
 
 impl Model for ParticleModel {
-    fn initial(case: &Case, devices: &RunDevices) -> Result<Self> {
-        let particles = initial_particles(case)?;
+    fn initial(case: &Case, plan: &mut RunPlan) -> Result<Self> {
+        let particles = plan
+            .take_initial_particles()
+            .context("the run's plan holds no sampled particles")?;
         tracing::info!("{} particles", particles.len());
-        ParticleModel::build(case, devices, particles)
+        ParticleModel::build(case, plan, particles)
     }
 
-    fn for_restore(case: &Case, devices: &RunDevices) -> Result<Self> {
-        ParticleModel::build(case, devices, ParticleSet::default())
+    fn for_restore(case: &Case, plan: &mut RunPlan) -> Result<Self> {
+        ParticleModel::build(case, plan, ParticleSet::default())
     }
 
     fn callbacks(case: &Case) -> Vec<ScheduledCallback<Self>> {
@@ -232,12 +178,12 @@ impl Model for ParticleModel {
             arrays: CheckpointArrays::new(),
             meta: serde_json::json!({}),
         };
-        crate::run::save_vortex(self.solver.as_mut(), &mut state)?;
+        crate::run::particle_solver::save_vortex(self.solver.as_mut(), &mut state)?;
         Ok(state)
     }
 
     fn restore(&mut self, state: &ModelState) -> Result<()> {
-        crate::run::restore_vortex(self.solver.as_mut(), state)
+        crate::run::particle_solver::restore_vortex(self.solver.as_mut(), state)
     }
 
     fn take_timings(&mut self) -> Vec<(&'static str, f64)> {
@@ -266,7 +212,7 @@ impl Model for ParticleModel {
         Some(self.solver.as_mut())
     }
 
-    fn write_final(&mut self, _run_dir: &Path) -> Result<()> {
+    fn write_final(&mut self, _run_dir: &Path, _time: FieldTime) -> Result<()> {
         Ok(())
     }
 

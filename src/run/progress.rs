@@ -1,6 +1,11 @@
 //! Progress display: an indicatif bar on a terminal, plain lines (every 5 % or 30 s) otherwise.
+//!
+//! Neither can stop a run: the lines go through [`crate::console`], and indicatif ignores its
+//! own write errors (its `set_position`, `set_message` and `finish` discard them); the bar is
+//! hidden once stderr is known to be broken.
 
-use crate::run::ProgressStyle;
+use crate::console::{Short, Stream};
+use crate::run::options::ProgressStyle;
 use std::time::Instant;
 
 /// Progress display: a bar on a terminal, plain lines otherwise.
@@ -37,7 +42,6 @@ impl Progress {
         }
     }
 
-    /// Reports the clock after a step; `quantity` is a short "name=value" (e.g. the energy).
     /// Reports the clock after a step. `quantity` gives a short "name=value" (e.g. the energy);
     /// it is called only when a line or the bar's message is about to be shown (at most every
     /// 0.1 s on a terminal, every 5 % or 30 s in a log), so a model whose figure costs a
@@ -54,13 +58,17 @@ impl Progress {
         let msg = |quantity: String| {
             let per_step = started.elapsed().as_secs_f64() / steps.max(1) as f64;
             format!(
-                "step {step} t={t:.4} dt={dt:.3e} {quantity} {:.1} ms/step",
+                "step {step} t={:.4} dt={dt:.3e} {quantity} {:.1} ms/step",
+                Short(t),
                 per_step * 1e3
             )
         };
         match self.style {
             ProgressStyle::Bar => {
                 if let Some(b) = &self.bar {
+                    if Stream::Err.is_broken() && !b.is_hidden() {
+                        b.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+                    }
                     b.set_position((t / self.t_end * BAR_TICKS as f64) as u64);
                     if self.last_line.elapsed().as_secs_f64() >= 0.1 {
                         b.set_message(msg(quantity()));
@@ -71,7 +79,7 @@ impl Progress {
             ProgressStyle::Lines => {
                 let frac = t / self.t_end;
                 if frac >= self.next_fraction - 1e-12 || self.last_line.elapsed().as_secs() >= 30 {
-                    eprintln!("[{:5.1}%] {}", 100.0 * frac, msg(quantity()));
+                    crate::say!("[{:5.1}%] {}", 100.0 * frac, msg(quantity()));
                     self.last_line = Instant::now();
                     while self.next_fraction <= frac + 1e-12 {
                         self.next_fraction += 0.05;

@@ -5,34 +5,41 @@
 //!
 //! - Time-based events are landed on exactly by shortening the step that would cross them, and
 //!   t_end always is.
-//! - A checkpoint holds the model's exact state, the clock, every schedule's counter and the
-//!   length of every CSV ([`CheckpointMeta`]); a resume truncates the CSVs to those lengths and
-//!   continues, so a killed and resumed run writes the same bytes as an uninterrupted one.
+//! - A checkpoint holds the model's exact state, the clock, every schedule's counter, the
+//!   length of every CSV and the resolved case ([`CheckpointMeta`]); a resume truncates the CSVs
+//!   to those lengths and continues, so a killed and resumed run writes the same bytes as an
+//!   uninterrupted one. The run directory's case.toml is compared with the checkpoint's case key
+//!   by key first ([`crate::config::compare`]): a physical key that changed is refused.
 //! - A step that fails (a non-finite state) is not committed: the run stops with a clear error
 //!   after checkpointing the last good state.
 //! - SIGINT or SIGTERM: the step in progress finishes, a checkpoint is written and the run stops
 //!   cleanly (`vpm resume` continues it).
+//! - A run is finished when its manifest says so, which it does only once the final outputs
+//!   (final field, plots) are written: a run stopped or failed after its last step (checkpointed
+//!   at t_end) writes them when resumed.
 
-use crate::config::{Case, TimeStep};
+use crate::config::{compare, Case, TimeStep};
 use crate::device::Device;
-use crate::output::{read_latest_checkpoint, write_atomic, write_checkpoint, Manifest};
+use crate::output::{
+    check_run_dir_format, checkpoint_meta_path, read_latest_checkpoint, write_atomic,
+    write_checkpoint, Manifest, RUN_DIR_FORMAT,
+};
 use crate::run::callbacks::{CallContext, LogSpec, Logs, ScheduledCallback};
 use crate::run::model::{
     is_accuracy_check_failure, Model, ModelState, StepFailure, ACCURACY_CHECK_ADVICE,
 };
+use crate::run::options::{RunEnd, RunOptions};
 use crate::run::progress::Progress;
 use crate::run::schedule::{Schedule, Scheduled};
-use crate::run::{interrupted, RunEnd, RunOptions};
+use crate::run::signals::interrupted;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Version of [`CheckpointMeta`]'s layout.
-const CHECKPOINT_FORMAT: u32 = 2;
 /// A CFL step below this fraction of t_end stops the run (it would never finish).
-const DT_FLOOR_OVER_T_END: f64 = 1e-12;
+pub(crate) const DT_FLOOR_OVER_T_END: f64 = 1e-12;
 /// Name of the checkpointer's schedule.
 const CHECKPOINT: &str = "checkpoint";
 /// Name of the particle-snapshot schedule.
@@ -41,7 +48,8 @@ const SNAPSHOTS: &str = "snapshots";
 /// `meta.json` of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointMeta {
-    /// Layout version ([`CHECKPOINT_FORMAT`]).
+    /// The run-directory format of the vpm that wrote it ([`RUN_DIR_FORMAT`]): 1 for a
+    /// `meta.json` of before the run core, 2 for one without `resolved_case`.
     pub format: u32,
     /// The case's name.
     pub case: String,
@@ -55,14 +63,26 @@ pub struct CheckpointMeta {
     pub devices: BTreeMap<String, String>,
     /// The model's own scalars.
     pub model: serde_json::Value,
+    /// The resolved case the state was computed with ([`Case::to_toml_string`]); `None` in
+    /// checkpoints of format 2 and older.
+    #[serde(default)]
+    pub resolved_case: Option<String>,
 }
 
 impl CheckpointMeta {
-    /// Reads `meta.json` in this layout or in the layout of vpm before the run core (flat
-    /// `next_output`, `next_checkpoint`, `next_spectrum`, `next_snapshot`, `vortex_clock`).
-    fn from_json(v: serde_json::Value) -> Result<CheckpointMeta> {
-        if v.get("format").is_some() {
-            return serde_json::from_value(v).context("checkpoint meta.json");
+    /// Reads `meta.json` (at `path`, named in errors) in this layout or in the layout of vpm
+    /// before the run core (flat `next_output`, `next_checkpoint`, `next_spectrum`,
+    /// `next_snapshot`, `vortex_clock`); a format this vpm does not resume is refused.
+    fn from_json(v: serde_json::Value, path: &Path) -> Result<CheckpointMeta> {
+        if let Some(format) = v.get("format") {
+            let found = format
+                .as_u64()
+                .and_then(|f| u32::try_from(f).ok())
+                .with_context(|| {
+                    format!("{}: `format` {format} is not a version", path.display())
+                })?;
+            check_run_dir_format(path, found)?;
+            return serde_json::from_value(v).with_context(|| path.display().to_string());
         }
         #[derive(Deserialize)]
         struct Legacy {
@@ -101,6 +121,7 @@ impl CheckpointMeta {
             csv: l.csv,
             devices: BTreeMap::new(),
             model,
+            resolved_case: None,
         })
     }
 }
@@ -160,15 +181,18 @@ impl<M: Model> Simulation<M> {
         case: Case,
         run_dir: &Path,
         options: RunOptions,
-        devices: &crate::run::RunDevices,
+        mut plan: crate::run::plan::RunPlan,
         lock: crate::output::RunLock,
     ) -> Result<Self> {
         let t0 = Instant::now();
-        write_atomic(&run_dir.join("case.toml"), case.to_toml_string().as_bytes())?;
+        write_atomic(
+            &run_dir.join(postprocess::layout::CASE_TOML),
+            case.to_toml_string().as_bytes(),
+        )?;
         let mut manifest = Manifest::new(options.threads);
         manifest.set_status("running");
         manifest.write(run_dir)?;
-        let model = match M::initial(&case, devices) {
+        let model = match M::initial(&case, &mut plan) {
             Ok(m) => m,
             Err(e) => {
                 manifest.set_status(format!("failed: setting up the model: {e:#}"));
@@ -201,13 +225,16 @@ impl<M: Model> Simulation<M> {
         lock: crate::output::RunLock,
     ) -> Result<Self> {
         let t0 = Instant::now();
+        if let Ok(m) = Manifest::read(run_dir) {
+            m.check_format(run_dir)?;
+        }
         let (step, meta, arrays) = read_latest_checkpoint(run_dir)?.with_context(|| {
             format!(
                 "{}: no valid checkpoint to resume from (checkpoints/ is empty or damaged)",
                 run_dir.display()
             )
         })?;
-        let meta = CheckpointMeta::from_json(meta)?;
+        let meta = CheckpointMeta::from_json(meta, &checkpoint_meta_path(run_dir, step))?;
         if meta.step != step {
             bail!(
                 "checkpoint step {step} disagrees with its meta.json ({})",
@@ -216,8 +243,12 @@ impl<M: Model> Simulation<M> {
         }
         // The changed case is written to case.toml only once the resume has been set up.
         let (case, changed_text) = apply_changes(case, run_dir, changes, meta.t)?;
-        let devices = crate::run::RunDevices::open(&case)?;
-        let mut model = M::for_restore(&case, &devices)?;
+        let changed_keys = check_case(&case, &meta, run_dir, &options)?;
+        let particles = arrays
+            .get("particle_sigma")
+            .map_or(0, |(shape, _)| shape[0]);
+        let mut plan = crate::run::plan::RunPlan::for_resume(&case, particles)?;
+        let mut model = M::for_restore(&case, &mut plan)?;
         model
             .restore(&ModelState {
                 arrays,
@@ -227,21 +258,22 @@ impl<M: Model> Simulation<M> {
         for (solver, device) in model.devices() {
             if let Some(was) = meta.devices.get(solver) {
                 if *was != device.label() {
-                    let msg = format!(
-                        "the checkpoint was written with the {solver} solver on {was}; it resumes \
-                         on {} (results continue, but not bit for bit as on {was})",
-                        device.label()
+                    say(
+                        &options,
+                        &format!(
+                            "the checkpoint was written with the {solver} solver on {was}; it \
+                             resumes on {} (results continue, but not bit for bit as on {was})",
+                            device.label()
+                        ),
                     );
-                    tracing::warn!("{msg}");
-                    if options.progress != crate::run::ProgressStyle::Quiet {
-                        eprintln!("vpm: {msg}");
-                    }
                 }
             }
         }
         let mut manifest =
             Manifest::read(run_dir).unwrap_or_else(|_| Manifest::new(options.threads));
-        let finished = meta.t >= case.time.t_end;
+        // Finished: the manifest says so (written after the final outputs) and the end is not
+        // moved. A run stopped after its last step resumes at t_end and writes what is missing.
+        let complete = manifest.status == "finished" && meta.t >= case.time.t_end;
         let mut sim = Simulation::assemble(case, run_dir, model, options, manifest.clone(), lock);
         sim.t = meta.t;
         sim.step = step;
@@ -256,11 +288,14 @@ impl<M: Model> Simulation<M> {
         sim.checkpoints.next = counter(CHECKPOINT);
         sim.logs = Logs::reopen(run_dir, &log_specs(&sim.callbacks), &meta.csv)?;
         if let Some(text) = changed_text {
-            write_atomic(&run_dir.join("case.toml"), text.as_bytes())?;
+            write_atomic(
+                &run_dir.join(postprocess::layout::CASE_TOML),
+                text.as_bytes(),
+            )?;
         }
         // A finished run that is not extended stays as it is (manifest included).
-        if !finished {
-            manifest.record_resume(step);
+        if !complete {
+            manifest.record_resume(step, changed_keys);
             manifest.set_status("running");
             manifest.write(run_dir)?;
             sim.manifest = manifest;
@@ -268,6 +303,13 @@ impl<M: Model> Simulation<M> {
         sim.record_devices();
         sim.add_time("setup", t0.elapsed().as_secs_f64());
         Ok(sim)
+    }
+
+    /// Records in the manifest that a resume started the run again at t = 0 (it had no
+    /// checkpoint): a resume from step 0.
+    pub(crate) fn record_restart(&mut self) {
+        self.manifest.record_resume(0, Vec::new());
+        self.flush_manifest();
     }
 
     /// A simulation at t = 0 with the case's schedules and no logs yet.
@@ -315,8 +357,10 @@ impl<M: Model> Simulation<M> {
         self.step
     }
 
+    /// Whether the run is finished: its manifest says so, which it does once the final outputs
+    /// are written ([`Simulation::run_to_end`]), not as soon as the clock reaches t_end.
     pub fn is_finished(&self) -> bool {
-        self.t >= self.case.time.t_end
+        self.manifest.status == "finished"
     }
 
     /// The model (for inspection in tests).
@@ -451,6 +495,10 @@ impl<M: Model> Simulation<M> {
                 }
             }
             let (dt, landing) = self.next_dt()?;
+            crate::run::signals::set_step_in_progress(self.step + 1);
+            if Some(steps_here + 1) == self.options.signal_in_step {
+                crate::run::signals::raise_interrupt()?;
+            }
             let ts = Instant::now();
             let stepped = self.model.step(dt);
             self.add_time("time_stepping", ts.elapsed().as_secs_f64());
@@ -543,7 +591,12 @@ impl<M: Model> Simulation<M> {
                 s.advance_past(t);
                 let ts = Instant::now();
                 if let Some(solver) = self.model.particles() {
-                    crate::run::write_vortex_snapshot(&self.run_dir, solver, t, step)?;
+                    crate::run::particle_solver::write_vortex_snapshot(
+                        &self.run_dir,
+                        solver,
+                        t,
+                        step,
+                    )?;
                 }
                 self.add_time(SNAPSHOTS, ts.elapsed().as_secs_f64());
             }
@@ -568,7 +621,7 @@ impl<M: Model> Simulation<M> {
         }
         schedules.insert(CHECKPOINT.into(), self.checkpoints.next);
         let meta = CheckpointMeta {
-            format: CHECKPOINT_FORMAT,
+            format: RUN_DIR_FORMAT,
             case: self.case.name.clone(),
             step: self.step,
             t: self.t,
@@ -581,6 +634,7 @@ impl<M: Model> Simulation<M> {
                 .map(|(s, d)| (s.to_string(), d.label()))
                 .collect(),
             model: state.meta,
+            resolved_case: Some(self.case.to_toml_string()),
         };
         write_checkpoint(
             &self.run_dir,
@@ -670,7 +724,7 @@ impl<M: Model> Simulation<M> {
                 "NOT checkpointed"
             },
             self.run_dir.join("checkpoints").display(),
-            self.run_dir.join("case.toml").display(),
+            self.run_dir.join(postprocess::layout::CASE_TOML).display(),
             self.run_dir.display(),
         );
         self.manifest.set_status(format!("stopped: {msg}"));
@@ -709,7 +763,16 @@ impl<M: Model> Simulation<M> {
         }
     }
 
+    /// Writes the manifest with the timings and checks gathered since the last write; a failure
+    /// is logged (the run goes on; the next write may succeed).
     fn flush_manifest(&mut self) {
+        if let Err(e) = self.write_manifest() {
+            tracing::warn!("could not write the manifest: {e}");
+        }
+    }
+
+    /// [`Simulation::flush_manifest`], returning the failure.
+    fn write_manifest(&mut self) -> Result<(), crate::output::OutputError> {
         self.collect_accuracy_checks();
         for (stage, s) in std::mem::take(&mut self.stage_seconds) {
             self.manifest.add_stage_time(stage, s);
@@ -721,16 +784,21 @@ impl<M: Model> Simulation<M> {
             let m = &mut self.manifest.peak_device_memory_bytes;
             *m = Some(m.unwrap_or(0).max(p));
         }
-        if let Err(e) = self.manifest.write(&self.run_dir) {
-            tracing::warn!("could not write the manifest: {e}");
-        }
+        self.manifest.write(&self.run_dir)
     }
 
-    /// Final outputs, manifest and plots.
+    /// Final outputs and plots, then the manifest's status `finished`, in that order: a failure
+    /// (or a kill) on the way leaves the run unfinished, its status `failed: …` (or `running`),
+    /// and `vpm resume` writes them again from the checkpoint at t_end.
     fn finish(&mut self) -> Result<()> {
         let tf = Instant::now();
-        self.model.write_final(&self.run_dir)?;
+        let time = crate::output::FieldTime {
+            t: self.t,
+            step: self.step,
+        };
+        let written = self.model.write_final(&self.run_dir, time);
         self.add_time("final_field", tf.elapsed().as_secs_f64());
+        self.unfinished_if_failed(written, "writing the final field")?;
         let tp = Instant::now();
         // The fields' pictures were drawn as the fields were written (`vpm plot` redraws them).
         let plots = postprocess::plot_run_with(
@@ -738,20 +806,36 @@ impl<M: Model> Simulation<M> {
             &self.case.name,
             &postprocess::PlotOptions {
                 field_pictures: false,
-                ..crate::run::plot_options(&self.case)
+                ..crate::run::options::plot_options(&self.case)
             },
         );
         self.add_time("plots", tp.elapsed().as_secs_f64());
+        self.unfinished_if_failed(plots.map(drop), "drawing the plots")?;
         self.manifest.set_status("finished");
+        let written = self.write_manifest().map_err(anyhow::Error::from);
+        self.unfinished_if_failed(written, "writing the manifest")
+    }
+
+    /// A failure of the final outputs (`what`): the manifest says `failed: …` with the way out
+    /// (`vpm resume`, which writes them again), and the error says the same.
+    fn unfinished_if_failed(&mut self, r: Result<()>, what: &str) -> Result<()> {
+        let Err(e) = r else { return Ok(()) };
+        let msg = format!(
+            "{what} at the end of the run (t = {}, step {}): {e:#}. Every step is done and \
+             checkpointed; `vpm resume {}` writes the final outputs once this is fixed.",
+            self.t,
+            self.step,
+            self.run_dir.display()
+        );
+        self.manifest.set_status(format!("failed: {msg}"));
         self.flush_manifest();
-        plots.context("drawing the plots")?;
-        Ok(())
+        Err(anyhow::anyhow!(msg))
     }
 }
 
 /// The case of a resumed run with `changes` applied and validated, and its new TOML text when
 /// it changed (the caller writes it to case.toml once the resume is set up).
-fn apply_changes(
+pub(crate) fn apply_changes(
     mut case: Case,
     run_dir: &Path,
     changes: &ResumeChanges,
@@ -765,14 +849,86 @@ fn apply_changes(
             bail!("--t-end {t_end}: must be later than the time of the latest checkpoint, t = {t}");
         }
         case.time.t_end = t_end;
+        // The new end is a spectrum time (as t_end is by default), and times after it go.
+        let o = &mut case.output;
+        o.spectra_times.retain(|&ts| ts < t_end);
+        o.spectra_times.push(t_end);
+        o.fields_times.retain(|&tf| tf <= t_end);
     }
     if let Some(d) = changes.device {
         case.set_device(d);
     }
     let text = case.to_toml_string();
-    let case = Case::from_toml_str(&text, &run_dir.join("case.toml").display().to_string())
-        .context("the changed case is not valid")?;
+    let case = Case::from_toml_str(
+        &text,
+        &run_dir
+            .join(postprocess::layout::CASE_TOML)
+            .display()
+            .to_string(),
+    )
+    .context("the changed case is not valid")?;
     Ok((case, Some(text)))
+}
+
+/// Compares `case`, the case a run resumes with, with the case its checkpoint (`meta`) was
+/// computed with, key by key ([`compare::check_resumed_case`]): an error naming every physical
+/// key that changed; else the changed keys (`"key: old → new"`), said on stderr. A checkpoint
+/// without its case (written before vpm stored it) resumes with a warning that the case could
+/// not be checked.
+fn check_case(
+    case: &Case,
+    meta: &CheckpointMeta,
+    run_dir: &Path,
+    options: &RunOptions,
+) -> Result<Vec<String>> {
+    let file = run_dir
+        .join(postprocess::layout::CASE_TOML)
+        .display()
+        .to_string();
+    let origin = format!("<case of checkpoint step {}>", meta.step);
+    let stored = match meta.resolved_case.as_deref() {
+        Some(text) => Case::from_toml_str(text, &origin).map_err(|e| format!("{e}")),
+        None => Err(format!(
+            "the checkpoint was written by an older vpm (run-directory format {}), which did \
+             not store the case",
+            meta.format
+        )),
+    };
+    let stored = match stored {
+        Ok(stored) => stored,
+        Err(why) => {
+            say(
+                options,
+                &format!(
+                    "{file} could not be checked against the case the run was computed with up \
+                     to step {} ({why}); make sure its physical keys are those of the run \
+                     (cases/README.md, \"Resuming a run\")",
+                    meta.step
+                ),
+            );
+            return Ok(Vec::new());
+        }
+    };
+    let changes: Vec<String> =
+        compare::check_resumed_case(&stored, case, &file, meta.step, meta.t)?
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+    if !changes.is_empty() {
+        say(
+            options,
+            &format!("resuming with the case changed: {}", changes.join("; ")),
+        );
+    }
+    Ok(changes)
+}
+
+/// Tells the user `msg` on stderr (`vpm: …`) unless the run is quiet, and logs it.
+fn say(options: &RunOptions, msg: &str) {
+    tracing::debug!("{msg}");
+    if options.progress != crate::run::options::ProgressStyle::Quiet {
+        crate::say!("vpm: {msg}");
+    }
 }
 
 /// What failed, for the stop message.
@@ -821,7 +977,8 @@ mod tests {
     //! real FMM cannot be made to miss its accuracy without tampering with it).
     use super::*;
     use crate::run::callbacks::Callback;
-    use crate::run::{ProgressStyle, RunDevices};
+    use crate::run::options::ProgressStyle;
+    use crate::run::plan::{RunDevices, RunPlan};
     use crate::summation::SummationError;
 
     /// Fails its step (`fail-step K`) or its output (`fail-output K`) at step K, as the case's
@@ -852,15 +1009,15 @@ mod tests {
     }
 
     impl Model for Cue {
-        fn initial(case: &Case, _: &RunDevices) -> Result<Self> {
+        fn initial(case: &Case, _: &mut RunPlan) -> Result<Self> {
             Ok(Cue {
                 step_fails_at: cue(case, "fail-step"),
                 output_fails_at: cue(case, "fail-output"),
                 steps: 0,
             })
         }
-        fn for_restore(case: &Case, devices: &RunDevices) -> Result<Self> {
-            Self::initial(case, devices)
+        fn for_restore(case: &Case, plan: &mut RunPlan) -> Result<Self> {
+            Self::initial(case, plan)
         }
         fn callbacks(_: &Case) -> Vec<ScheduledCallback<Self>> {
             let every = Scheduled::new(Schedule::IterationInterval(1), true);
@@ -895,7 +1052,7 @@ mod tests {
         fn particles(&mut self) -> Option<&mut dyn crate::vortex::stepper::ParticleStepper> {
             None
         }
-        fn write_final(&mut self, _: &Path) -> Result<()> {
+        fn write_final(&mut self, _: &Path, _: crate::output::FieldTime) -> Result<()> {
             Ok(())
         }
         fn devices(&self) -> Vec<(&'static str, Device)> {
@@ -903,28 +1060,36 @@ mod tests {
         }
     }
 
-    /// Runs the cue model to t = 1 in steps of 0.1, checkpoints every 5 steps; returns the
-    /// error and the run directory.
-    fn run_until_it_fails(description: &str) -> (String, tempfile::TempDir) {
+    /// The cue model's case: to t = 1 in steps of 0.1, a checkpoint every 5 steps.
+    fn cue_case(description: &str) -> Case {
         let text = format!(
             "description = \"{description}\"\n[flow]\nnu = 0.0\n[initial]\nkind = \
              \"vortex-ring\"\nradius = 1.0\ncirculation = 1.0\ncore = 0.1\n[time]\nt_end = 1.0\n\
              dt = 0.1\n[output]\nevery_steps = 1\n[checkpoint]\nevery_steps = 5\n[vortex]\n\
              n = 104\nevaluator = \"fmm\"\n"
         );
-        let case = Case::from_toml_str(&text, "cue.toml").unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let options = RunOptions {
+        Case::from_toml_str(&text, "cue.toml").unwrap()
+    }
+
+    fn quiet() -> RunOptions {
+        RunOptions {
             threads: 1,
             progress: ProgressStyle::Quiet,
             abort_after_steps: None,
-        };
-        let devices = RunDevices {
+            signal_in_step: None,
+        }
+    }
+
+    /// Runs the cue model ([`cue_case`]); returns the error and the run directory.
+    fn run_until_it_fails(description: &str) -> (String, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = RunPlan::without_solvers(RunDevices {
             spectral: None,
             vortex: None,
-        };
+        });
         let lock = crate::output::RunLock::acquire(dir.path(), "test").unwrap();
-        let e = match Simulation::<Cue>::start(case, dir.path(), options, &devices, lock) {
+        let case = cue_case(description);
+        let e = match Simulation::<Cue>::start(case, dir.path(), quiet(), plan, lock) {
             Ok(mut sim) => sim.run_to_end().unwrap_err(),
             Err(e) => e,
         };
@@ -968,5 +1133,37 @@ mod tests {
             .unwrap()
             .status
             .starts_with("failed: "));
+    }
+
+    #[test]
+    fn a_run_is_finished_only_when_its_manifest_says_so() {
+        // The cue model writes no CSV, so its plots fail at the end: every step is done and
+        // checkpointed at t_end, yet the run is not finished.
+        let (e, dir) = run_until_it_fails("");
+        assert!(
+            e.contains("drawing the plots at the end of the run (t = 1, step 10)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("writes the final outputs once this is fixed"),
+            "{e}"
+        );
+        let m = Manifest::read(dir.path()).unwrap();
+        assert!(
+            m.status.starts_with("failed: drawing the plots"),
+            "{}",
+            m.status
+        );
+        assert_eq!(latest_checkpoint(dir.path()), Some(10));
+        // Resumed at t_end: not finished; the manifest is running again, the resume recorded.
+        let lock = crate::output::RunLock::acquire(dir.path(), "test").unwrap();
+        let changes = ResumeChanges::default();
+        let sim =
+            Simulation::<Cue>::resume(cue_case(""), dir.path(), quiet(), &changes, lock).unwrap();
+        assert_eq!((sim.time(), sim.step_count()), (1.0, 10));
+        assert!(!sim.is_finished());
+        let m = Manifest::read(dir.path()).unwrap();
+        assert_eq!(m.status, "running");
+        assert_eq!(m.resumes.len(), 1);
     }
 }

@@ -92,41 +92,90 @@ impl From<f64> for EvaluatorOptions {
 
 /// Builds an evaluator on a device with the given options.
 type Constructor = fn(&Device, &EvaluatorOptions) -> Result<Box<dyn Summation>, SummationError>;
+/// An evaluator's memory for a problem, before it is built.
+type MemoryRule =
+    fn(&Problem, &Device, &EvaluatorOptions) -> Result<MemoryEstimate, SummationError>;
+/// An evaluator's rough seconds per velocity + stretching evaluation of a problem: on one CPU
+/// thread for the CPU rows (the run divides by its threads), on the whole GPU for the CUDA ones.
+type TimeRule = fn(&Problem, &EvaluatorOptions) -> Result<f64, SummationError>;
+/// What an evaluator is, with the parameters it plans from the options, in words (the run's log,
+/// `vpm check` and the manifest print it).
+type DescribeRule = fn(&Device, &EvaluatorOptions) -> Result<String, SummationError>;
 
-/// One row of the registry.
+/// One row of the registry: everything the planner knows of one evaluator.
 pub struct Registration {
     pub method: EvaluatorKind,
     pub boundary: BoundaryKind,
     pub device: DeviceKind,
     build: Constructor,
+    memory: MemoryRule,
+    seconds: TimeRule,
+    describe: DescribeRule,
 }
 
-/// Every evaluator the planner can build (see the module docs; an FMM adds its rows here).
+/// The name of a GPU evaluator's card ("" when `device` is no GPU).
+fn card(device: &Device) -> String {
+    device
+        .gpu()
+        .map(|g| format!(" on {}", g.info().name))
+        .unwrap_or_default()
+}
+
+/// Every evaluator the planner can build (see the module docs): a new evaluator is one row.
 pub const REGISTRY: &[Registration] = &[
     Registration {
         method: EvaluatorKind::Direct,
         boundary: BoundaryKind::FreeSpace,
         device: DeviceKind::Cpu,
         build: |_, _| Ok(Box::new(DirectFreeSpace)),
+        memory: |_, _, _| Ok(MemoryEstimate::default()),
+        seconds: |p, _| Ok(CPU_DIRECT_SECONDS_PER_PAIR * p.pairs()),
+        describe: |_, _| Ok("direct free-space CPU f64".into()),
     },
     Registration {
         method: EvaluatorKind::Direct,
         boundary: BoundaryKind::FreeSpace,
         device: DeviceKind::Cuda,
         build: |device, _| gpu_evaluator(device, CudaDirect::new),
+        memory: |p, _, _| {
+            let m = p.particles.max(p.lattice_nodes()) as u64;
+            Ok(MemoryEstimate {
+                host: 112 * m,
+                device: 304 * m,
+            })
+        },
+        seconds: |p, _| Ok(p.pairs() / GPU_DIRECT_PAIRS_PER_SECOND),
+        describe: |device, _| Ok(format!("direct free-space CUDA f32{}", card(device))),
     },
     Registration {
         method: EvaluatorKind::Ewald,
         boundary: BoundaryKind::Periodic,
         device: DeviceKind::Cpu,
-        build: |_, o| {
+        build: |_, o| Ok(Box::new(EwaldPeriodic::new(o.accuracy))),
+        memory: |p, device, o| {
+            let g = ewald_grid_points(
+                p,
+                device,
+                o.accuracy,
+                &CostModel::CPU,
+                CPU_BYTES_PER_GRID_POINT,
+            )?;
+            Ok(MemoryEstimate {
+                host: CPU_BYTES_PER_GRID_POINT * g
+                    + 208 * p.particles as u64
+                    + 24 * p.lattice_nodes() as u64,
+                device: 0,
+            })
+        },
+        seconds: |p, _| Ok(CPU_EWALD_SECONDS_PER_PARTICLE * p.particles as f64),
+        describe: |_, o| {
             let accuracy = o.accuracy;
             if !(1e-15..1.0).contains(&accuracy) {
                 return Err(SummationError::Unsupported(format!(
                     "Ewald: accuracy {accuracy} outside [1e-15, 1)"
                 )));
             }
-            Ok(Box::new(EwaldPeriodic::new(accuracy)))
+            Ok(format!("Ewald periodic CPU f64 (accuracy {accuracy:e})"))
         },
     },
     Registration {
@@ -134,12 +183,42 @@ pub const REGISTRY: &[Registration] = &[
         boundary: BoundaryKind::Periodic,
         device: DeviceKind::Cuda,
         build: |device, o| gpu_evaluator(device, |gpu| CudaEwald::new(gpu, o.accuracy)),
+        memory: |p, device, o| {
+            let g = ewald_grid_points(p, device, o.accuracy, &GPU_COSTS, GPU_BYTES_PER_GRID_POINT)?;
+            Ok(MemoryEstimate {
+                host: 0,
+                device: GPU_BYTES_PER_GRID_POINT * g
+                    + 280 * p.particles as u64
+                    + 48 * p.lattice_nodes() as u64,
+            })
+        },
+        seconds: |p, _| Ok(GPU_EWALD_SECONDS_PER_PARTICLE * p.particles as f64),
+        describe: |device, o| {
+            Ok(format!(
+                "Ewald periodic CUDA f32 (accuracy {:e}){}",
+                o.accuracy,
+                card(device)
+            ))
+        },
     },
     Registration {
         method: EvaluatorKind::Fmm,
         boundary: BoundaryKind::FreeSpace,
         device: DeviceKind::Cpu,
         build: |_, o| Ok(Box::new(FmmFreeSpace::new(o.accuracy, o.check_every)?)),
+        memory: |p, _, o| {
+            let n = p.particles as u64;
+            let cells = fmm_cells(o.accuracy, FmmBackend::Cpu, n)?;
+            Ok(MemoryEstimate {
+                host: FMM_CPU_BYTES_PER_PARTICLE * n + cells.all + 40 * p.lattice_nodes() as u64,
+                device: 0,
+            })
+        },
+        seconds: |p, o| Ok(cpu_fmm_seconds_per_particle(o.accuracy)? * p.particles as f64),
+        describe: |_, o| {
+            let params = plan_parameters(o.accuracy, FmmBackend::Cpu)?;
+            Ok(format!("FMM free-space CPU f64, {params}"))
+        },
     },
     Registration {
         method: EvaluatorKind::Fmm,
@@ -148,8 +227,139 @@ pub const REGISTRY: &[Registration] = &[
         build: |device, o| {
             gpu_planned_evaluator(device, |gpu| CudaFmm::new(gpu, o.accuracy, o.check_every))
         },
+        memory: |p, _, o| {
+            let n = p.particles as u64;
+            let cells = fmm_cells(o.accuracy, FmmBackend::Cuda, n)?;
+            Ok(MemoryEstimate {
+                host: FMM_TREE_BYTES_PER_PARTICLE * n + cells.lists + 40 * p.lattice_nodes() as u64,
+                device: FMM_GPU_DEVICE_BYTES_PER_PARTICLE * n + cells.all,
+            })
+        },
+        seconds: |p, _| Ok(GPU_FMM_SECONDS_PER_PARTICLE * p.particles as f64),
+        describe: |device, o| {
+            let params = plan_parameters(o.accuracy, FmmBackend::Cuda)?;
+            Ok(format!(
+                "FMM free-space GPU (f64 expansions, f32 near field), {params}{}",
+                card(device)
+            ))
+        },
     },
 ];
+
+/// Seconds per pair of the CPU direct sum on one thread (velocity + stretching, f64).
+pub const CPU_DIRECT_SECONDS_PER_PAIR: f64 = 6.5e-8;
+/// Seconds per particle of the CPU Ewald sum on one thread at the default accuracy.
+pub const CPU_EWALD_SECONDS_PER_PARTICLE: f64 = 1.4e-5;
+/// Pairs per second of the GPU all-pairs kernels, velocity + stretching (about 600 G/s on an
+/// H100 at N ≥ 2.6·10⁵, docs/performance.md; less at small N).
+const GPU_DIRECT_PAIRS_PER_SECOND: f64 = 4.0e11;
+/// Seconds per particle of the GPU particle-mesh Ewald sum, velocity + stretching (196 ms for
+/// 16.7·10⁶ particles at accuracy 1e-6 on an H100, docs/performance.md).
+const GPU_EWALD_SECONDS_PER_PARTICLE: f64 = 1.2e-8;
+/// Seconds per particle of the GPU FMM, velocity + stretching (0.53 s for 10⁶ particles at
+/// accuracy 1e-4 on an H100, tree built on the host; docs/performance.md).
+const GPU_FMM_SECONDS_PER_PARTICLE: f64 = 5.3e-7;
+/// The CPU FMM's near-field seconds per particle on one thread (see
+/// [`cpu_fmm_seconds_per_particle`]).
+const FMM_NEAR_SECONDS_PER_PARTICLE: f64 = 6.0e-5;
+/// The CPU FMM's expansion part: the coefficient of (p+1)⁴ (see
+/// [`cpu_fmm_seconds_per_particle`]).
+const FMM_FAR_SECONDS_PER_PARTICLE_PER_P4: f64 = 1.2e-8;
+
+/// Seconds per particle per velocity + stretching evaluation of the CPU FMM on one thread: a
+/// near-field part, plus an expansion part that grows like (p+1)⁴ with the order p planned for
+/// the accuracy (the M2L translations dominate). Measured with `vpm bench fmm` (AMD EPYC,
+/// uniform particles, `verify::Particles::free_space`): at N = 10⁵ on one thread (CPU seconds
+/// of the process) 7.4e-5 s at accuracy 1e-3 (p = 6), 1.64e-4 s at 1e-4 (p = 9), 4.35e-4 s at
+/// 1e-6 (p = 13); at 1e-4 on two threads 1.12 s for N = 2·10⁴, 8.9 s for 10⁵ and 98.7 s for
+/// 10⁶ (2.0e-4 s per particle and thread: the M2L lists grow with the tree's depth). The
+/// constants fit the 10⁵ shape scaled up 20 % towards the large runs the FMM is for (8.9e-5,
+/// 1.8e-4, 5.2e-4 s at p = 6, 9, 13). Clustered particles (a thin ring) have more near pairs
+/// per particle.
+pub fn cpu_fmm_seconds_per_particle(accuracy: f64) -> Result<f64, SummationError> {
+    let p = plan_parameters(accuracy, FmmBackend::Cpu)?.order as f64;
+    Ok(FMM_NEAR_SECONDS_PER_PARTICLE + FMM_FAR_SECONDS_PER_PARTICLE_PER_P4 * (p + 1.0).powi(4))
+}
+
+/// What the planner knows of the sums before any is built: the boundary, the particles
+/// evaluated at themselves (velocity and stretching, each step), their largest core, and the
+/// reinitialisation lattice (blob vorticity at `lattice_n`³ nodes; 0 without one).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Problem {
+    pub boundary: Boundary,
+    pub particles: usize,
+    pub sigma_max: f64,
+    pub lattice_n: usize,
+}
+
+impl Problem {
+    /// A problem whose size is not known yet (benchmarks and tests that build an evaluator and
+    /// size it at their first evaluation): no particles, no lattice.
+    pub fn unknown_size(boundary: Boundary) -> Problem {
+        Problem {
+            boundary,
+            particles: 0,
+            sigma_max: 0.0,
+            lattice_n: 0,
+        }
+    }
+
+    fn pairs(&self) -> f64 {
+        (self.particles as f64).powi(2)
+    }
+
+    fn lattice_nodes(&self) -> usize {
+        self.lattice_n.pow(3)
+    }
+}
+
+/// One evaluator planned and not yet built: the method on its device with its parameters, the
+/// memory it will take and its rough time per evaluation. Made once per run; the memory and
+/// disk checks, `vpm check`, the manifest and [`Recipe::build`] all read this one value.
+pub struct Recipe {
+    row: &'static Registration,
+    device: Device,
+    options: EvaluatorOptions,
+    /// The problem it was planned for.
+    pub problem: Problem,
+    /// Its memory on the host and the device.
+    pub memory: MemoryEstimate,
+    /// Rough seconds per velocity + stretching evaluation: on one CPU thread for a CPU
+    /// evaluator, on the whole GPU for a CUDA one ([`Recipe::seconds_per_evaluation`]).
+    seconds: f64,
+    /// The evaluator and its parameters in words, with the device ("… (device cuda:0)").
+    pub description: String,
+}
+
+impl Recipe {
+    /// The method planned.
+    pub fn method(&self) -> EvaluatorKind {
+        self.row.method
+    }
+
+    /// The device it runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Rough wall seconds per velocity + stretching evaluation with `threads` CPU threads (a
+    /// GPU evaluator does not depend on them).
+    pub fn seconds_per_evaluation(&self, threads: usize) -> f64 {
+        match self.row.device {
+            DeviceKind::Cpu => self.seconds / threads.max(1) as f64,
+            DeviceKind::Cuda => self.seconds,
+        }
+    }
+
+    /// Builds the evaluator this recipe describes.
+    pub fn build(&self) -> Result<Plan, SummationError> {
+        let evaluator = (self.row.build)(&self.device, &self.options)?;
+        Ok(Plan {
+            evaluator,
+            description: self.description.clone(),
+        })
+    }
+}
 
 fn device_gpu(
     device: &Device,
@@ -236,49 +446,20 @@ pub fn lookup(
         })
 }
 
-/// Picks the evaluator `kind` for `boundary` on `device`. `options` is the requested relative
-/// accuracy (Ewald, FMM) and the FMM's check cadence ([`EvaluatorOptions`]; a bare accuracy
-/// takes the default cadence).
+/// Plans the evaluator `kind` for `problem` on `device`, without building it. `options` is the
+/// requested relative accuracy (Ewald, FMM) and the FMM's check cadence ([`EvaluatorOptions`]; a
+/// bare accuracy takes the default cadence).
 ///
 /// On the CPU: direct or FMM (free space) or Ewald (periodic), f64. On a GPU: all pairs or FMM
-/// in free space, Ewald in the periodic box, f32 sums; an error (with the reason) when the GPU
-/// evaluator cannot be set up or cannot deliver the accuracy. The device was chosen before
-/// (`auto` resolved by [`crate::device::Device::open`]). The description names the evaluator
-/// with its parameters (for the FMM its order, opening angle, leaf size and near field) and the
-/// device: the run writes it to its log and manifest.
-pub fn plan(
-    boundary: Boundary,
-    kind: EvaluatorKind,
-    device: &Device,
-    options: impl Into<EvaluatorOptions>,
-) -> Result<Plan, SummationError> {
-    let options = options.into();
-    let row = lookup(kind, BoundaryKind::of(&boundary), device.kind())?;
-    let evaluator = (row.build)(device, &options)?;
-    let description = format!("{} (device {})", evaluator.name(), device.label());
-    Ok(Plan {
-        evaluator,
-        description,
-    })
-}
-
-/// Memory an evaluator will take, in bytes, on the host and on the device (0 on the device for
-/// the CPU evaluators; the host part of the GPU evaluators is their staging of inputs and
-/// results).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MemoryEstimate {
-    pub host: u64,
-    pub device: u64,
-}
-
-/// Estimates the memory of the evaluator [`plan`] would build, before building it: for
-/// `n_particles` sources evaluated at themselves (velocity and stretching, the time step) and,
-/// when `lattice_n > 0`, the blob vorticity at the `lattice_n`³ nodes of reinitialisation. For
-/// the periodic evaluators the grid is the one the Ewald rules plan for `accuracy` and cores up
-/// to `sigma_max` (equal cores: η = σ_max, no real-space sources), capped by the device's
-/// memory as the evaluator will cap it.
+/// in free space, Ewald in the periodic box, f32 sums; an error (with the reason) when the
+/// method has no row for the boundary or device, or cannot deliver the accuracy there (the FMM
+/// refuses it here, before any GPU is touched). The device was chosen before (`auto` resolved
+/// by [`crate::device::Device::open`]). The description names the evaluator with its parameters
+/// (for the FMM its order, opening angle, leaf size and near field) and the device.
 ///
-/// What is counted (bytes per item):
+/// Memory (bytes per item; the grid of the periodic evaluators is the one the Ewald rules plan
+/// for the accuracy and cores up to `sigma_max`, equal cores: η = σ_max, no real-space sources,
+/// capped by the device's memory as the evaluator will cap it):
 /// * CPU direct: nothing beyond the caller's arrays (0).
 /// * CPU Ewald: the grid, [`CPU_BYTES_PER_GRID_POINT`] per point; per particle the window
 ///   locations (48), the mesh results (96), the cell-list copy (64); per lattice node the
@@ -296,7 +477,7 @@ pub struct MemoryEstimate {
 ///   all; per cell, about 2N/leaf_size cells, the cell itself (72), its multipole and local
 ///   expansions (2 × 3 × (p+1)(p+2)/2 complex f64: 96 (p+1)(p+2)/2) and its share of the
 ///   interaction lists (about 300 M2L and 60 P2P entries of 4 bytes:
-///   [`FMM_LIST_BYTES_PER_CELL`]), with p and the leaf size planned for `accuracy`
+///   [`FMM_LIST_BYTES_PER_CELL`]), with p and the leaf size planned for the accuracy
 ///   ([`crate::summation::fmm::plan_parameters`]); per lattice node its key and order (16) and
 ///   answer (24) for the blob vorticity.
 /// * GPU FMM: on the device the same expansions and lists per cell, and per particle the f32
@@ -304,78 +485,66 @@ pub struct MemoryEstimate {
 ///   [`FMM_GPU_DEVICE_BYTES_PER_PARTICLE`]; on the host the tree and lists (keys and order 16
 ///   per particle, cells and lists as above) and the blob vorticity at the lattice nodes, which
 ///   the GPU FMM sums on the host (40 per node).
-pub fn estimate_bytes(
+pub fn recipe(
+    problem: Problem,
+    kind: EvaluatorKind,
+    device: &Device,
+    options: impl Into<EvaluatorOptions>,
+) -> Result<Recipe, SummationError> {
+    let options = options.into();
+    let row = lookup(kind, BoundaryKind::of(&problem.boundary), device.kind())?;
+    let name = (row.describe)(device, &options)?;
+    Ok(Recipe {
+        row,
+        device: device.clone(),
+        options,
+        problem,
+        memory: (row.memory)(&problem, device, &options)?,
+        seconds: (row.seconds)(&problem, &options)?,
+        description: format!("{name} (device {})", device.label()),
+    })
+}
+
+/// Plans and builds the evaluator `kind` for `boundary` on `device` ([`recipe`] for a problem
+/// sized at the first evaluation, then [`Recipe::build`]): for benchmarks and tests.
+pub fn plan(
     boundary: Boundary,
     kind: EvaluatorKind,
     device: &Device,
+    options: impl Into<EvaluatorOptions>,
+) -> Result<Plan, SummationError> {
+    recipe(Problem::unknown_size(boundary), kind, device, options)?.build()
+}
+
+/// Memory an evaluator will take, in bytes, on the host and on the device (0 on the device for
+/// the CPU evaluators; the host part of the GPU evaluators is their staging of inputs and
+/// results).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryEstimate {
+    pub host: u64,
+    pub device: u64,
+}
+
+/// Points of the Ewald mesh planned for `problem` at `accuracy` on `device` (see [`recipe`]).
+fn ewald_grid_points(
+    problem: &Problem,
+    device: &Device,
     accuracy: f64,
-    n_particles: usize,
-    sigma_max: f64,
-    lattice_n: usize,
-) -> Result<MemoryEstimate, SummationError> {
-    let row = lookup(kind, BoundaryKind::of(&boundary), device.kind())?;
-    let n = n_particles as u64;
-    let nodes = (lattice_n as u64).pow(3);
-    let grid_points = |cost: &CostModel, bytes_per_point: u64| -> Result<u64, SummationError> {
-        if n_particles == 0 {
-            return Ok(0);
-        }
-        let max_grid = max_grid_for_memory(device.memory_total(), bytes_per_point);
-        let accuracy = if device.is_cuda() {
-            accuracy.max(super::ewald::cuda::F32_ACCURACY_FLOOR)
-        } else {
-            accuracy
-        };
-        let p = plan_ewald(
-            accuracy,
-            sigma_max,
-            0,
-            n_particles,
-            n_particles,
-            true,
-            cost,
-            max_grid,
-        )?;
-        Ok((p.grid as u64).pow(3))
+    cost: &CostModel,
+    bytes_per_point: u64,
+) -> Result<u64, SummationError> {
+    if problem.particles == 0 {
+        return Ok(0);
+    }
+    let max_grid = max_grid_for_memory(device.memory_total(), bytes_per_point);
+    let accuracy = if device.is_cuda() {
+        accuracy.max(super::ewald::cuda::F32_ACCURACY_FLOOR)
+    } else {
+        accuracy
     };
-    Ok(match (row.method, row.device) {
-        (EvaluatorKind::Direct, DeviceKind::Cpu) => MemoryEstimate::default(),
-        (EvaluatorKind::Direct, DeviceKind::Cuda) => {
-            let m = n.max(nodes);
-            MemoryEstimate {
-                host: 112 * m,
-                device: 304 * m,
-            }
-        }
-        (EvaluatorKind::Ewald, DeviceKind::Cpu) => {
-            let g = grid_points(&CostModel::CPU, CPU_BYTES_PER_GRID_POINT)?;
-            MemoryEstimate {
-                host: CPU_BYTES_PER_GRID_POINT * g + 208 * n + 24 * nodes,
-                device: 0,
-            }
-        }
-        (EvaluatorKind::Fmm, DeviceKind::Cpu) => {
-            let cells = fmm_cells(accuracy, FmmBackend::Cpu, n)?;
-            MemoryEstimate {
-                host: FMM_CPU_BYTES_PER_PARTICLE * n + cells.all + 40 * nodes,
-                device: 0,
-            }
-        }
-        (EvaluatorKind::Fmm, DeviceKind::Cuda) => {
-            let cells = fmm_cells(accuracy, FmmBackend::Cuda, n)?;
-            MemoryEstimate {
-                host: FMM_TREE_BYTES_PER_PARTICLE * n + cells.lists + 40 * nodes,
-                device: FMM_GPU_DEVICE_BYTES_PER_PARTICLE * n + cells.all,
-            }
-        }
-        (EvaluatorKind::Ewald, DeviceKind::Cuda) => {
-            let g = grid_points(&GPU_COSTS, GPU_BYTES_PER_GRID_POINT)?;
-            MemoryEstimate {
-                host: 0,
-                device: GPU_BYTES_PER_GRID_POINT * g + 280 * n + 48 * nodes,
-            }
-        }
-    })
+    let n = problem.particles;
+    let p = plan_ewald(accuracy, problem.sigma_max, 0, n, n, true, cost, max_grid)?;
+    Ok((p.grid as u64).pow(3))
 }
 
 /// FMM: Morton keys and tree order per particle while a tree is built.
@@ -485,16 +654,15 @@ mod tests {
         let p = plan(periodic, EvaluatorKind::Ewald, &Device::Cpu, 1e-6).unwrap();
         assert!(p.description.contains("Ewald periodic CPU f64"));
         let h = std::f64::consts::TAU / 32.0;
-        let m = estimate_bytes(
-            periodic,
-            EvaluatorKind::Ewald,
-            &Device::Cpu,
-            1e-6,
-            32 * 32 * 32,
-            h,
-            32,
-        )
-        .unwrap();
+        let problem = Problem {
+            boundary: periodic,
+            particles: 32 * 32 * 32,
+            sigma_max: h,
+            lattice_n: 32,
+        };
+        let m = recipe(problem, EvaluatorKind::Ewald, &Device::Cpu, 1e-6)
+            .unwrap()
+            .memory;
         assert_eq!(m.device, 0);
         assert!(m.host > 208 * 32 * 32 * 32, "{m:?}");
         assert!(m.host < 1 << 30, "{m:?}");
@@ -595,19 +763,76 @@ mod tests {
     }
 
     #[test]
+    fn a_recipe_describes_what_it_builds_before_building_it() {
+        let periodic = Boundary::Periodic {
+            length: std::f64::consts::TAU,
+        };
+        for (boundary, kind) in [
+            (Boundary::FreeSpace, EvaluatorKind::Direct),
+            (periodic, EvaluatorKind::Ewald),
+            (Boundary::FreeSpace, EvaluatorKind::Fmm),
+        ] {
+            let problem = Problem {
+                boundary,
+                particles: 10_000,
+                sigma_max: 0.1,
+                lattice_n: 0,
+            };
+            let r = recipe(problem, kind, &Device::Cpu, 1e-5).unwrap();
+            assert_eq!(r.method(), kind);
+            let built = r.build().unwrap();
+            // The recipe's words are the built evaluator's own name, with the device.
+            assert_eq!(
+                r.description,
+                format!("{} (device cpu)", built.evaluator.name())
+            );
+            assert_eq!(built.description, r.description);
+            // A CPU evaluator's time divides among the threads.
+            let one = r.seconds_per_evaluation(1);
+            assert!(one > 0.0 && one.is_finite(), "{kind}: {one}");
+            assert!((r.seconds_per_evaluation(4) * 4.0 - one).abs() < 1e-12 * one);
+        }
+        // All pairs grow as N², the FMM about as N.
+        let time = |kind, particles| {
+            let problem = Problem {
+                boundary: Boundary::FreeSpace,
+                particles,
+                sigma_max: 0.1,
+                lattice_n: 0,
+            };
+            recipe(problem, kind, &Device::Cpu, 1e-4)
+                .unwrap()
+                .seconds_per_evaluation(1)
+        };
+        let ratio = |kind| time(kind, 20_000) / time(kind, 10_000);
+        assert!((ratio(EvaluatorKind::Direct) - 4.0).abs() < 1e-9);
+        assert!((ratio(EvaluatorKind::Fmm) - 2.0).abs() < 1e-9);
+        // An accuracy a row cannot deliver is refused when planning, before anything is built.
+        let e = recipe(
+            Problem::unknown_size(periodic),
+            EvaluatorKind::Ewald,
+            &Device::Cpu,
+            2.0,
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("outside [1e-15, 1)"), "{e}");
+    }
+
+    #[test]
     fn fmm_memory_estimate_follows_the_planned_order() {
         let n = 1_000_000;
         let at = |accuracy: f64| {
-            estimate_bytes(
-                Boundary::FreeSpace,
-                EvaluatorKind::Fmm,
-                &Device::Cpu,
-                accuracy,
-                n,
-                0.06,
-                0,
-            )
-            .unwrap()
+            let problem = Problem {
+                boundary: Boundary::FreeSpace,
+                particles: n,
+                sigma_max: 0.06,
+                lattice_n: 0,
+            };
+            recipe(problem, EvaluatorKind::Fmm, &Device::Cpu, accuracy)
+                .unwrap()
+                .memory
         };
         let (coarse, fine) = (at(1e-3), at(1e-7));
         assert_eq!(coarse.device, 0);

@@ -103,6 +103,7 @@ pub fn quiet_run_options() -> vpm::run::RunOptions {
         threads: rayon::current_num_threads(),
         progress: vpm::run::ProgressStyle::Quiet,
         abort_after_steps: None,
+        signal_in_step: None,
     }
 }
 

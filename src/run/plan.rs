@@ -1,0 +1,177 @@
+//! The plan of a run, made once before anything is allocated: the devices of its solvers, the
+//! particles a particle-defined flow starts with (sampled here, once), how many particles there
+//! are, and the particle evaluator's [`Recipe`] (method, parameters, memory, time per
+//! evaluation, description). The memory and disk checks, `vpm check`, the manifest and the
+//! model's constructor all read this one value.
+
+use crate::config::Case;
+use crate::device::Device;
+use crate::device::DeviceRequest;
+use crate::particles::ParticleSet;
+use crate::summation::planner::{recipe, Problem, Recipe};
+use crate::summation::Boundary;
+use anyhow::{Context, Result};
+
+/// The devices of a run, opened once from the case and passed to every planner: the
+/// spectral solver's and the particle solver's (each section's own `device`, else the run's).
+#[derive(Debug, Clone)]
+pub struct RunDevices {
+    pub spectral: Option<Device>,
+    pub vortex: Option<Device>,
+}
+
+impl RunDevices {
+    /// Opens the devices the case's solvers ask for; an unusable GPU that was asked for is an
+    /// error naming the section.
+    pub fn open(case: &Case) -> Result<RunDevices> {
+        let open = |section: &str, own: Option<DeviceRequest>| -> Result<Device> {
+            let (device, note) = Device::open(own.unwrap_or(case.device))
+                .with_context(|| format!("case `{}`: [{section}]", case.name))?;
+            tracing::info!("{section} device: {note}");
+            Ok(device)
+        };
+        Ok(RunDevices {
+            spectral: case
+                .spectral
+                .as_ref()
+                .map(|s| open("spectral", s.device))
+                .transpose()?,
+            vortex: case
+                .vortex
+                .as_ref()
+                .map(|v| open("vortex", v.device))
+                .transpose()?,
+        })
+    }
+}
+
+/// See the module docs.
+pub struct RunPlan {
+    /// The devices of the run's solvers.
+    pub devices: RunDevices,
+    /// The particles at t = 0 (a case with `[vortex]`): n³ lattice particles for a
+    /// field-defined flow, the sampled set for a particle-defined one.
+    pub particle_count: usize,
+    /// The particle evaluator, planned and not yet built (a case with `[vortex]`).
+    pub evaluator: Option<Recipe>,
+    /// A particle-defined flow's particles, sampled once; the model takes them.
+    initial_particles: Option<ParticleSet>,
+}
+
+impl RunPlan {
+    /// The plan of a new run of `case`: opens its devices, samples a particle-defined flow's
+    /// particles and plans the evaluator for them.
+    pub fn new(case: &Case) -> Result<RunPlan> {
+        let devices = RunDevices::open(case)?;
+        let initial_particles = match &case.vortex {
+            Some(_) if case.initial.is_particle_defined() => {
+                Some(crate::run::sampling::initial_particles(case)?)
+            }
+            _ => None,
+        };
+        let particle_count = match (&case.vortex, &initial_particles) {
+            (_, Some(p)) => p.len(),
+            (Some(vc), None) => vc.n.pow(3),
+            (None, None) => 0,
+        };
+        Self::with(case, devices, particle_count, initial_particles)
+    }
+
+    /// The plan of a resumed run of `case` with `particle_count` particles (its checkpoint's):
+    /// nothing is sampled.
+    pub fn for_resume(case: &Case, particle_count: usize) -> Result<RunPlan> {
+        Self::with(case, RunDevices::open(case)?, particle_count, None)
+    }
+
+    /// A plan with no particles and no evaluator on `devices` (a model without a particle
+    /// solver, e.g. the run core's tests).
+    pub fn without_solvers(devices: RunDevices) -> RunPlan {
+        RunPlan {
+            devices,
+            particle_count: 0,
+            evaluator: None,
+            initial_particles: None,
+        }
+    }
+
+    fn with(
+        case: &Case,
+        devices: RunDevices,
+        particle_count: usize,
+        initial_particles: Option<ParticleSet>,
+    ) -> Result<RunPlan> {
+        let evaluator = match &devices.vortex {
+            Some(device) if case.vortex.is_some() => {
+                let r = evaluator_recipe(case, device, particle_count)?;
+                tracing::info!("vortex evaluator: {}", r.description);
+                Some(r)
+            }
+            _ => None,
+        };
+        Ok(RunPlan {
+            devices,
+            particle_count,
+            evaluator,
+            initial_particles,
+        })
+    }
+
+    /// The sampled particles of a particle-defined flow (once; `None` after).
+    pub fn take_initial_particles(&mut self) -> Option<ParticleSet> {
+        self.initial_particles.take()
+    }
+
+    /// The particle evaluator's recipe, or an error naming the missing `[vortex]` section.
+    pub fn evaluator(&self, case: &Case) -> Result<&Recipe> {
+        self.evaluator.as_ref().with_context(|| {
+            format!(
+                "case `{}`: initial.kind = \"{}\" needs a [vortex] section",
+                case.name,
+                case.initial.kind_str()
+            )
+        })
+    }
+}
+
+/// The recipe of the particle evaluator of `case` (its `[vortex]` section) for `particles`
+/// particles on `device`.
+pub fn evaluator_recipe(case: &Case, device: &Device, particles: usize) -> Result<Recipe> {
+    let vc = case
+        .vortex
+        .as_ref()
+        .with_context(|| format!("case `{}`: needs a [vortex] section", case.name))?;
+    let problem = Problem {
+        boundary: boundary_of(case),
+        particles,
+        sigma_max: vc.sigma0(),
+        lattice_n: if vc.reinit_every.is_some() { vc.n } else { 0 },
+    };
+    recipe(problem, vc.evaluator, device, vc.evaluator_options())
+        .with_context(|| evaluator_context(case, device))
+}
+
+/// The boundary of a case's particles: free space for rings, the periodic box otherwise.
+pub fn boundary_of(case: &Case) -> Boundary {
+    if case.initial.is_free_space() {
+        Boundary::FreeSpace
+    } else {
+        Boundary::Periodic {
+            length: std::f64::consts::TAU,
+        }
+    }
+}
+
+/// What an error of the summation planner is about: the case's `[vortex]` section and, for an
+/// evaluator planned from `accuracy` (the FMM, which refuses an accuracy its device cannot
+/// deliver), that key with its value and the device.
+pub(crate) fn evaluator_context(case: &Case, device: &Device) -> String {
+    match &case.vortex {
+        Some(vc) if vc.evaluator == crate::summation::EvaluatorKind::Fmm => format!(
+            "case `{}`: [vortex] accuracy = {:e} with evaluator = \"fmm\" on {}",
+            case.name,
+            vc.accuracy,
+            device.label()
+        ),
+        _ => format!("case `{}`: [vortex]", case.name),
+    }
+}
