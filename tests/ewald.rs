@@ -8,7 +8,7 @@ use std::f64::consts::{PI, TAU};
 use vpm::kernel::StretchingScheme;
 use vpm::summation::ewald::{EwaldParameters, EwaldPeriodic};
 use vpm::summation::oracle::FourierOracle;
-use vpm::summation::verify::{flat9, random_points, rel_l2, Particles};
+use vpm::summation::verify::{self, flat9, random_points, rel_l2, Particles};
 use vpm::summation::{Evaluation, Extra, Summation};
 
 const SCHEMES: [StretchingScheme; 2] = [StretchingScheme::Classical, StretchingScheme::Transposed];
@@ -381,27 +381,12 @@ fn bit_identical_for_any_thread_count() {
     let targets = random_points(150, 99);
     let ta: Vec<[f64; 3]> = targets.iter().map(|x| [x[1], x[2], x[0]]).collect();
     let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
+        verify::on_threads(threads, || {
             let mut ew = EwaldPeriodic::new(1e-8);
             let mut bits = Vec::new();
             let mut out = Evaluation::default();
             let src = p.sources();
-            for extra in [
-                Extra::None,
-                Extra::Gradient,
-                Extra::Stretching {
-                    alpha: &ta,
-                    scheme: StretchingScheme::Classical,
-                },
-                Extra::Stretching {
-                    alpha: &ta,
-                    scheme: StretchingScheme::Transposed,
-                },
-            ] {
+            for (_, extra) in verify::all_extras(&ta) {
                 ew.evaluate(&src, &targets, extra, &mut out).unwrap();
                 bits.extend(out.velocity.iter().flatten().map(|v| v.to_bits()));
                 match extra {

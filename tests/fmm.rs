@@ -4,25 +4,34 @@
 
 use vpm::kernel::StretchingScheme;
 use vpm::summation::direct::DirectFreeSpace;
-use vpm::summation::fmm::{plan_parameters, FmmBackend, FmmFreeSpace, FmmParams};
-use vpm::summation::verify::{self, compare, compare_all_extras, ErrorStats, Particles};
+use vpm::summation::fmm::{plan_parameters, Fmm, FmmBackend, FmmFreeSpace, FmmParams};
+use vpm::summation::verify::{self, compare, Errors, Particles};
 use vpm::summation::{Evaluation, Extra, Summation};
+
+/// The CPU FMM planned for `accuracy`, without its built-in check (the tests check it).
+fn fmm_at(accuracy: f64) -> FmmFreeSpace {
+    let mut fmm = FmmFreeSpace::new(accuracy, 0).unwrap();
+    fmm.disable_checks();
+    fmm
+}
+
+/// Classical stretching of the particles' own strengths.
+fn classical(p: &Particles) -> Extra<'_> {
+    Extra::Stretching {
+        alpha: &p.alpha,
+        scheme: StretchingScheme::Classical,
+    }
+}
+
+/// The errors of `fmm` against the direct sum at the particles themselves.
+fn against_direct(fmm: &mut FmmFreeSpace, p: &Particles, extra: Extra) -> Errors {
+    compare(fmm, &mut DirectFreeSpace, &p.sources(), &p.x, extra).unwrap()
+}
 
 fn calibration_row(p: &Particles, params: FmmParams) -> (f64, f64, f64, f64, usize, f64) {
     let mut fmm = FmmFreeSpace::with_params(params, 0);
     fmm.disable_checks();
-    let src = p.sources();
-    let e = compare(
-        &mut fmm,
-        &mut DirectFreeSpace,
-        &src,
-        &p.x,
-        Extra::Stretching {
-            alpha: &p.alpha,
-            scheme: StretchingScheme::Classical,
-        },
-    )
-    .unwrap();
+    let e = against_direct(&mut fmm, p, classical(p));
     let s = fmm.last_stats();
     let x = e.extra.unwrap();
     (
@@ -61,44 +70,16 @@ fn calibrate() {
     }
 }
 
-fn worst_of_all_extras(
-    fmm: &mut FmmFreeSpace,
-    p: &Particles,
-    targets: &[[f64; 3]],
-) -> (ErrorStats, ErrorStats, String) {
-    let talpha: Vec<[f64; 3]> = (0..targets.len()).map(|i| p.alpha[i % p.len()]).collect();
-    compare_all_extras(fmm, &mut DirectFreeSpace, &p.sources(), targets, &talpha).unwrap()
-}
-
 /// Relative L2 within the request and maximum error within 30× of it, for velocity, both
 /// stretching schemes and the gradient, at the sources and at targets on cell faces, on
 /// uniform, clustered and ring-shaped sets.
 #[test]
 fn uniform_clustered_and_ring_sets_meet_the_requested_accuracy() {
-    let sets = [
-        ("uniform", Particles::free_space(3000, 1)),
-        ("plummer", Particles::plummer(3000, 0.3, 0.01, 2)),
-        ("ring", Particles::thin_ring(3000, 3)),
-    ];
+    let sets = verify::fmm_sets(3000);
     for accuracy in [1e-4, 1e-7] {
         for (name, p) in &sets {
-            let mut fmm = FmmFreeSpace::new(accuracy, 0).unwrap();
-            fmm.disable_checks();
-            for (where_, targets) in [
-                ("sources", p.x.clone()),
-                ("faces", verify::cell_face_targets(p, 500, 9)),
-            ] {
-                let (v, x, line) = worst_of_all_extras(&mut fmm, p, &targets);
-                println!("{name} {where_} {accuracy:e}: {line}");
-                assert!(
-                    v.rel_l2 <= accuracy && x.rel_l2 <= accuracy,
-                    "{name} {where_} {accuracy:e}: {line}"
-                );
-                assert!(
-                    v.max_rel <= 30.0 * accuracy && x.max_rel <= 30.0 * accuracy,
-                    "{name} {where_} {accuracy:e}: {line}"
-                );
-            }
+            verify::check_free_space_accuracy(&mut fmm_at(accuracy), (name, p), 500, accuracy)
+                .unwrap();
         }
     }
 }
@@ -109,19 +90,8 @@ fn error_falls_with_the_requested_accuracy() {
     let p = Particles::free_space(2000, 4);
     let mut last = f64::INFINITY;
     for accuracy in [1e-3, 1e-5, 1e-7, 1e-9] {
-        let mut fmm = FmmFreeSpace::new(accuracy, 0).unwrap();
-        fmm.disable_checks();
-        let e = compare(
-            &mut fmm,
-            &mut DirectFreeSpace,
-            &p.sources(),
-            &p.x,
-            Extra::Stretching {
-                alpha: &p.alpha,
-                scheme: StretchingScheme::Classical,
-            },
-        )
-        .unwrap();
+        let mut fmm = fmm_at(accuracy);
+        let e = against_direct(&mut fmm, &p, classical(&p));
         let worst = e.velocity.rel_l2.max(e.extra.unwrap().rel_l2);
         println!(
             "accuracy {accuracy:e}: {worst:.2e} (p = {})",
@@ -139,16 +109,8 @@ fn error_falls_with_the_requested_accuracy() {
 fn far_field_work_is_done() {
     let mut p = Particles::free_space(8000, 5);
     p.sigma.fill(0.05);
-    let mut fmm = FmmFreeSpace::new(1e-6, 0).unwrap();
-    fmm.disable_checks();
-    let e = compare(
-        &mut fmm,
-        &mut DirectFreeSpace,
-        &p.sources(),
-        &p.x,
-        Extra::Gradient,
-    )
-    .unwrap();
+    let mut fmm = fmm_at(1e-6);
+    let e = against_direct(&mut fmm, &p, Extra::Gradient);
     let s = *fmm.last_stats();
     let all = (p.len() * p.len()) as u64;
     println!(
@@ -172,13 +134,8 @@ fn far_field_work_is_done() {
 fn deterministic_for_any_thread_count() {
     let p = Particles::plummer(4000, 0.5, 0.02, 6);
     let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
-            let mut fmm = FmmFreeSpace::new(1e-6, 0).unwrap();
-            fmm.disable_checks();
+        verify::on_threads(threads, || {
+            let mut fmm = fmm_at(1e-6);
             let mut out = Evaluation::default();
             fmm.evaluate(&p.sources(), &p.x, Extra::Gradient, &mut out)
                 .unwrap();
@@ -250,19 +207,21 @@ fn built_in_check_runs_on_schedule_and_fails_loudly() {
     assert_eq!(fmm.take_accuracy_checks().len(), 1);
 }
 
+/// The environment variable `name` as a `T`, or `default` when it is unset or does not parse.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Times one stretching evaluation for several θ and leaf sizes at accuracy 1e-4:
 /// `N=100000 cargo test --release --test fmm tune -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn tune() {
-    let n: usize = std::env::var("N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
-    let acc: f64 = std::env::var("ACC")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1e-4);
+    let n: usize = env_or("N", 100_000);
+    let acc: f64 = env_or("ACC", 1e-4);
     let p = Particles::free_space(n, 3);
     for theta in [0.4, 0.5, 0.6] {
         for leaf in [32, 64, 128] {
@@ -276,16 +235,8 @@ fn tune() {
             fmm.disable_checks();
             let mut out = Evaluation::default();
             let t = std::time::Instant::now();
-            fmm.evaluate(
-                &p.sources(),
-                &p.x,
-                Extra::Stretching {
-                    alpha: &p.alpha,
-                    scheme: StretchingScheme::Classical,
-                },
-                &mut out,
-            )
-            .unwrap();
+            fmm.evaluate(&p.sources(), &p.x, classical(&p), &mut out)
+                .unwrap();
             let s = fmm.last_stats();
             println!(
                 "θ {theta} leaf {leaf} p {}: {:.2} s (tree {:.2} up {:.2} m2l {:.2} down {:.2} p2p {:.2}); m2l {} p2p/target {:.0}",
@@ -304,14 +255,8 @@ fn tune() {
 fn structure_time() {
     use vpm::summation::fmm::traversal::{build_lists, Criterion};
     use vpm::summation::fmm::tree::Octree;
-    let n: usize = std::env::var("N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
-    let leaf: usize = std::env::var("LEAF")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(128);
+    let n: usize = env_or("N", 1_000_000);
+    let leaf: usize = env_or("LEAF", 128);
     let p = Particles::free_space(n, 3);
     let t = std::time::Instant::now();
     let tree = Octree::build(&p.x, Some(&p.sigma), leaf, 0.0);

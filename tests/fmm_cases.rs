@@ -111,25 +111,7 @@ fn ring_with_the_fmm_moves_as_with_the_direct_sum() {
 /// and so do the totals' impulse.
 #[test]
 fn coaxial_rings_with_the_fmm_agree_with_the_direct_sum() {
-    let text = r#"
-[flow]
-nu = 0.0
-
-[initial]
-kind = "coaxial-rings"
-rings = [
-  { radius = 1.0, z = 0.0, circulation = 1.0, core = 0.3 },
-  { radius = 1.0, z = 1.0, circulation = 1.0, core = 0.3 },
-]
-
-[time]
-t_end = 0.2
-dt = 0.05
-
-[vortex]
-n = 32
-overlap = 1.0
-"#;
+    let text = include_str!("data/two-rings.toml");
     let case = Case::from_toml_str(text, "<two rings>").expect("two-ring case");
     let tmp = tempfile::tempdir().unwrap();
     let (direct, fmm) = (tmp.path().join("direct"), tmp.path().join("fmm"));

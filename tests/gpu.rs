@@ -14,7 +14,7 @@ use vpm::device::{Device, DeviceRequest};
 use vpm::kernel::StretchingScheme;
 use vpm::summation::direct::{CudaDirect, CudaDirectOf, DirectFreeSpace, GpuReal, KernelConfig};
 use vpm::summation::planner::plan;
-use vpm::summation::verify::{self, Particles};
+use vpm::summation::verify::{self, gpu_or_skip, Particles};
 use vpm::summation::EvaluatorKind;
 use vpm::summation::{Boundary, Evaluation, Extra, Sources, Summation};
 
@@ -89,11 +89,22 @@ fn compare<T: GpuReal>(gpu: &mut CudaDirectOf<T>, set: &Set) -> (f64, f64, f64) 
     (u.rel_l2, x.rel_l2, verify::rel_l2(&wg, &wc))
 }
 
+/// [`compare`], printed and held to the f32 tolerances (velocity and vorticity 1e-5, stretching
+/// and gradient 1e-4) or to `tol` for all three.
+#[track_caller]
+fn check<T: GpuReal>(gpu: &mut CudaDirectOf<T>, set: &Set, label: &str, tol: Option<f64>) {
+    let (u, x, w) = compare(gpu, set);
+    eprintln!("{label}: velocity {u:.2e}, stretching/gradient {x:.2e}, vorticity {w:.2e}");
+    let (tu, tx) = tol.map_or((1e-5, 1e-4), |t| (t, t));
+    assert!(
+        u <= tu && x <= tx && w <= tu,
+        "{label}: velocity {u:e}, stretching/gradient {x:e}, vorticity {w:e}"
+    );
+}
+
 #[test]
 fn gpu_f32_matches_cpu_f64_on_random_sets() {
-    let Some(gpu0) = verify::gpu_or_skip("gpu_f32_matches_cpu_f64_on_random_sets") else {
-        return;
-    };
+    let Some(gpu0) = gpu_or_skip() else { return };
     let mut gpu = CudaDirect::new(gpu0.clone()).unwrap();
     // Sizes around and off the tile (256 sources, 512 targets per block by default).
     for (i, &(n, extra)) in [(1, 3), (31, 5), (257, 100), (1000, 333), (4099, 1)]
@@ -101,19 +112,13 @@ fn gpu_f32_matches_cpu_f64_on_random_sets() {
         .enumerate()
     {
         let set = Set::new(n, extra, 0x9e37 + i as u64);
-        let (u, x, w) = compare(&mut gpu, &set);
-        eprintln!("n = {n}: velocity {u:.2e}, stretching/gradient {x:.2e}, vorticity {w:.2e}");
-        assert!(u <= 1e-5, "n = {n}: velocity rel L2 {u:e}");
-        assert!(x <= 1e-4, "n = {n}: stretching/gradient rel L2 {x:e}");
-        assert!(w <= 1e-5, "n = {n}: vorticity rel L2 {w:e}");
+        check(&mut gpu, &set, &format!("n = {n}"), None);
     }
 }
 
 #[test]
 fn gpu_f32_launch_configurations_agree() {
-    let Some(gpu0) = verify::gpu_or_skip("gpu_f32_launch_configurations_agree") else {
-        return;
-    };
+    let Some(gpu0) = gpu_or_skip() else { return };
     let set = Set::new(3001, 77, 0xc0f1);
     for (block, tpt, unroll, min_blocks) in [
         (128, 1, 4, 0),
@@ -128,20 +133,13 @@ fn gpu_f32_launch_configurations_agree() {
             min_blocks,
         };
         let mut gpu = CudaDirect::with_config(gpu0.clone(), config).unwrap();
-        let (u, x, w) = compare(&mut gpu, &set);
-        eprintln!("{config}: velocity {u:.2e}, stretching/gradient {x:.2e}, vorticity {w:.2e}");
-        assert!(
-            u <= 1e-5 && x <= 1e-4 && w <= 1e-5,
-            "{config}: {u:e} {x:e} {w:e}"
-        );
+        check(&mut gpu, &set, &config.to_string(), None);
     }
 }
 
 #[test]
 fn gpu_f32_large_n_on_a_sample_of_targets() {
-    let Some(gpu0) = verify::gpu_or_skip("gpu_f32_large_n_on_a_sample_of_targets") else {
-        return;
-    };
+    let Some(gpu0) = gpu_or_skip() else { return };
     // 2^18 equal-core sources (the benchmark's layout); 1500 sampled targets on the CPU.
     let n = 1 << 18;
     let p = Particles::free_space(n, 0x1a26e);
@@ -168,36 +166,22 @@ fn gpu_f32_large_n_on_a_sample_of_targets() {
 
 #[test]
 fn gpu_f64_build_matches_cpu_f64() {
-    let Some(gpu0) = verify::gpu_or_skip("gpu_f64_build_matches_cpu_f64") else {
-        return;
-    };
+    let Some(gpu0) = gpu_or_skip() else { return };
     let mut gpu = CudaDirectOf::<f64>::new(gpu0.clone()).unwrap();
     for (i, &(n, extra)) in [(300, 41), (2050, 9)].iter().enumerate() {
         let set = Set::new(n, extra, 0xf64 + i as u64);
-        let (u, x, w) = compare(&mut gpu, &set);
-        eprintln!("f64 n = {n}: velocity {u:.2e}, stretching/gradient {x:.2e}, vorticity {w:.2e}");
-        assert!(
-            u <= 1e-12 && x <= 1e-12 && w <= 1e-12,
-            "n = {n}: {u:e} {x:e} {w:e}"
-        );
+        check(&mut gpu, &set, &format!("f64 n = {n}"), Some(1e-12));
     }
 }
 
 #[test]
 fn gpu_buffers_are_reused_across_sizes_and_edge_cases() {
-    let Some(gpu0) = verify::gpu_or_skip("gpu_buffers_are_reused_across_sizes_and_edge_cases")
-    else {
-        return;
-    };
+    let Some(gpu0) = gpu_or_skip() else { return };
     let mut gpu = CudaDirect::new(gpu0.clone()).unwrap();
     // Shrinking and growing N on one evaluator (resident buffers larger than needed).
     for (i, n) in [2000, 10, 700, 2500].into_iter().enumerate() {
         let set = Set::new(n, 3, 0xb0f + i as u64);
-        let (u, x, w) = compare(&mut gpu, &set);
-        assert!(
-            u <= 1e-5 && x <= 1e-4 && w <= 1e-5,
-            "n = {n}: {u:e} {x:e} {w:e}"
-        );
+        check(&mut gpu, &set, &format!("n = {n}"), None);
     }
     // No sources: exact zeros. No targets: empty outputs.
     let set = Set::new(50, 0, 7);
@@ -264,25 +248,11 @@ fn planner_cuda_device_without_gpu_is_a_clear_error() {
 /// same packed values: bit-identical results, f32 and f64 builds, every mode.
 #[test]
 fn gpu_device_form_is_bit_identical_to_host_form() {
-    let Some(gpu0) = verify::gpu_or_skip("gpu_device_form_is_bit_identical_to_host_form") else {
-        return;
-    };
+    let Some(gpu0) = gpu_or_skip() else { return };
     let p = Particles::free_space(3001, 0xde7);
-    let extras = [
-        Extra::None,
-        Extra::Stretching {
-            alpha: &p.alpha,
-            scheme: StretchingScheme::Classical,
-        },
-        Extra::Stretching {
-            alpha: &p.alpha,
-            scheme: StretchingScheme::Transposed,
-        },
-        Extra::Gradient,
-    ];
     let mut f32_gpu = CudaDirect::new(gpu0.clone()).unwrap();
     let mut f64_gpu = CudaDirectOf::<f64>::new(gpu0.clone()).unwrap();
-    for extra in extras {
+    for (_, extra) in verify::all_extras(&p.alpha) {
         for ev in [&mut f32_gpu as &mut dyn Summation, &mut f64_gpu] {
             let (du, dx) = verify::device_against_host(ev, &p, extra).unwrap();
             eprintln!("{}: device − host {du:e} {dx:e}", ev.name());

@@ -21,7 +21,9 @@ use vpm::kernel::StretchingScheme;
 use vpm::particles::ParticleSet;
 use vpm::summation::ewald::{CudaEwald, EwaldPeriodic};
 use vpm::summation::planner::plan;
-use vpm::summation::verify::{self, all_finite, poisoned, random_points, rel_l2, Particles};
+use vpm::summation::verify::{
+    self, all_finite, gpu_or_skip, poisoned, random_points, rel_l2, Particles,
+};
 use vpm::summation::EvaluatorKind;
 use vpm::summation::{Boundary, Evaluation, Extra, Summation};
 use vpm::vortex::{lattice_nodes, RbfSolver, VortexSettings, VortexSolver};
@@ -96,9 +98,7 @@ fn compare_vorticity(gpu: &mut CudaEwald, set: &Set, targets: &[[f64; 3]], label
 
 #[test]
 fn gpu_ewald_equal_cores_matches_cpu() {
-    let Some(gpu0) = verify::gpu_or_skip("gpu_ewald_equal_cores_matches_cpu") else {
-        return;
-    };
+    let Some(gpu0) = gpu_or_skip() else { return };
     let mut gpu = gpu_ewald(&gpu0);
     for (n, jitter, seed) in [(16, 0.0, 1), (20, 0.4, 2)] {
         let set = lattice_set(n, jitter, seed);
@@ -116,10 +116,7 @@ fn gpu_ewald_equal_cores_matches_cpu() {
 
 #[test]
 fn gpu_ewald_unequal_cores_and_other_targets_match_cpu() {
-    let Some(gpu0) = verify::gpu_or_skip("gpu_ewald_unequal_cores_and_other_targets_match_cpu")
-    else {
-        return;
-    };
+    let Some(gpu0) = gpu_or_skip() else { return };
     let mut gpu = gpu_ewald(&gpu0);
     let s0 = TAU / 12.0;
     let set = random_set(1728, 0.7 * s0, s0, 3);
@@ -149,9 +146,7 @@ fn gpu_ewald_unequal_cores_and_other_targets_match_cpu() {
 
 #[test]
 fn gpu_ewald_grid_targets_and_vorticity_match_cpu() {
-    let Some(gpu0) = verify::gpu_or_skip("gpu_ewald_grid_targets_and_vorticity_match_cpu") else {
-        return;
-    };
+    let Some(gpu0) = gpu_or_skip() else { return };
     let mut gpu = gpu_ewald(&gpu0);
     let set = lattice_set(16, 0.3, 6);
     // Velocity at the nodes of a 24³ diagnostics grid (what field::velocity_modes_from_particles
@@ -185,9 +180,7 @@ fn gpu_ewald_grid_targets_and_vorticity_match_cpu() {
 
 #[test]
 fn gpu_ewald_large_cores_use_explicit_images() {
-    let Some(gpu0) = verify::gpu_or_skip("gpu_ewald_large_cores_use_explicit_images") else {
-        return;
-    };
+    let Some(gpu0) = gpu_or_skip() else { return };
     let mut gpu = gpu_ewald(&gpu0);
     let set = random_set(60, 0.5, 0.8, 8);
     let (x, a) = (set.x.clone(), set.alpha.clone());
@@ -198,10 +191,7 @@ fn gpu_ewald_large_cores_use_explicit_images() {
 
 #[test]
 fn gpu_ewald_reuses_buffers_across_sizes_and_edge_cases() {
-    let Some(gpu0) = verify::gpu_or_skip("gpu_ewald_reuses_buffers_across_sizes_and_edge_cases")
-    else {
-        return;
-    };
+    let Some(gpu0) = gpu_or_skip() else { return };
     let mut gpu = gpu_ewald(&gpu0);
     // Large, small, medium: grids and buffers grow and are reused.
     for (n, seed) in [(24, 10), (8, 11), (14, 12)] {
@@ -273,9 +263,7 @@ fn planner_periodic_cuda_device() {
 /// velocity) against the same steps on the CPU.
 #[test]
 fn gpu_vortex_steps_match_cpu() {
-    let Some(gpu0) = verify::gpu_or_skip("gpu_vortex_steps_match_cpu") else {
-        return;
-    };
+    let Some(gpu0) = gpu_or_skip() else { return };
     let n = 16;
     let set = lattice_set(n, 0.0, 15);
     // A smooth field: strengths of a Taylor–Green vorticity (plus the random set's noise at
@@ -346,9 +334,7 @@ fn gpu_vortex_steps_match_cpu() {
 /// so the parameters may differ: then it is held to the host form's accuracy against the CPU.
 #[test]
 fn gpu_ewald_device_form_matches_host_form() {
-    let Some(gpu0) = verify::gpu_or_skip("gpu_ewald_device_form_matches_host_form") else {
-        return;
-    };
+    let Some(gpu0) = gpu_or_skip() else { return };
     let mut gpu = gpu_ewald(&gpu0);
     let lattice = lattice_set(16, 0.3, 21);
     let s0 = TAU / 12.0;

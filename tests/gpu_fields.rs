@@ -8,7 +8,7 @@ use common::quiet_run_options;
 use std::fs;
 use std::path::{Path, PathBuf};
 use vpm::config::Case;
-use vpm::summation::verify;
+use vpm::summation::verify::gpu_or_skip;
 
 /// Taylor–Green by both solvers at 32³ (particles on a 32³ lattice, Ewald), fields at t = 0
 /// and t_end.
@@ -52,7 +52,7 @@ fn rel_l2(a: &[f64], b: &[f64]) -> f64 {
 
 #[test]
 fn fields_on_the_gpu_match_the_cpu_run() {
-    if verify::gpu_or_skip("fields_on_the_gpu_match_the_cpu_run").is_none() {
+    if gpu_or_skip().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

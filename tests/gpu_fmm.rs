@@ -5,49 +5,19 @@
 
 use vpm::kernel::StretchingScheme;
 use vpm::summation::direct::DirectFreeSpace;
-use vpm::summation::fmm::{plan_parameters, CudaFmm, FmmBackend, FmmFreeSpace};
-use vpm::summation::verify::{self, compare_all_extras, errors_on_sample, poisoned, Particles};
+use vpm::summation::fmm::{plan_parameters, CudaFmm, Fmm, FmmBackend, FmmFreeSpace};
+use vpm::summation::verify::{self, errors_on_sample, gpu_or_skip, poisoned, Particles};
 use vpm::summation::{Evaluation, Extra, Summation};
 
 #[test]
 fn gpu_fmm_meets_the_requested_accuracy_on_three_sets() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_fmm_meets_the_requested_accuracy_on_three_sets")
-    else {
-        return;
-    };
-    let sets = [
-        ("uniform", Particles::free_space(6000, 1)),
-        ("plummer", Particles::plummer(6000, 0.3, 0.01, 2)),
-        ("ring", Particles::thin_ring(6000, 3)),
-    ];
+    let Some(gpu) = gpu_or_skip() else { return };
+    let sets = verify::fmm_sets(6000);
     for accuracy in [1e-4, 5e-5] {
         let mut fmm = CudaFmm::new(gpu.clone(), accuracy, 0).unwrap();
         fmm.disable_checks();
         for (name, p) in &sets {
-            for (where_, targets) in [
-                ("sources", p.x.clone()),
-                ("faces", verify::cell_face_targets(p, 800, 9)),
-            ] {
-                let talpha: Vec<[f64; 3]> =
-                    (0..targets.len()).map(|i| p.alpha[i % p.len()]).collect();
-                let (v, x, line) = compare_all_extras(
-                    &mut fmm,
-                    &mut DirectFreeSpace,
-                    &p.sources(),
-                    &targets,
-                    &talpha,
-                )
-                .unwrap();
-                println!("{name} {where_} {accuracy:e}: {line}");
-                assert!(
-                    v.rel_l2 <= accuracy && x.rel_l2 <= accuracy,
-                    "{name} {where_} {accuracy:e}: {line}"
-                );
-                assert!(
-                    v.max_rel <= 30.0 * accuracy && x.max_rel <= 30.0 * accuracy,
-                    "{name} {where_} {accuracy:e}: {line}"
-                );
-            }
+            verify::check_free_space_accuracy(&mut fmm, (name, p), 800, accuracy).unwrap();
         }
     }
 }
@@ -56,9 +26,7 @@ fn gpu_fmm_meets_the_requested_accuracy_on_three_sets() {
 /// two GPU runs are bit-identical; the outputs are fully written (poisoned before).
 #[test]
 fn gpu_fmm_matches_cpu_fmm_and_is_deterministic() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_fmm_matches_cpu_fmm_and_is_deterministic") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     let p = Particles::plummer(20000, 0.5, 0.02, 4);
     let params = plan_parameters(5e-5, FmmBackend::Cuda).unwrap();
     let mut g = CudaFmm::with_params(gpu, params, 0).unwrap();
@@ -89,9 +57,7 @@ fn gpu_fmm_matches_cpu_fmm_and_is_deterministic() {
 /// A larger uniform set (2e5) checked on a sample against the direct sum, and the built-in check.
 #[test]
 fn gpu_fmm_large_uniform_set_on_a_sample() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_fmm_large_uniform_set_on_a_sample") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     let p = Particles::free_space(200_000, 5);
     let mut fmm = CudaFmm::new(gpu, 1e-4, 0).unwrap();
     let extra = Extra::Stretching {
@@ -115,9 +81,7 @@ fn gpu_fmm_large_uniform_set_on_a_sample() {
 /// Accuracies the f32 near field cannot deliver are refused at planning, naming the reason.
 #[test]
 fn gpu_fmm_refuses_accuracies_below_its_floor() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_fmm_refuses_accuracies_below_its_floor") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     let e = CudaFmm::new(gpu, 1e-5, 0).err().unwrap().to_string();
     assert!(e.contains("f32") && e.contains("5e-5"), "{e}");
 }
@@ -126,24 +90,11 @@ fn gpu_fmm_refuses_accuracies_below_its_floor() {
 /// for velocity, both stretching schemes and the gradient.
 #[test]
 fn gpu_fmm_device_form_matches_host_form() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_fmm_device_form_matches_host_form") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     let p = Particles::plummer(20000, 0.5, 0.02, 8);
     let mut fmm = CudaFmm::new(gpu, 1e-4, 0).unwrap();
     fmm.disable_checks();
-    for extra in [
-        Extra::None,
-        Extra::Stretching {
-            alpha: &p.alpha,
-            scheme: StretchingScheme::Classical,
-        },
-        Extra::Stretching {
-            alpha: &p.alpha,
-            scheme: StretchingScheme::Transposed,
-        },
-        Extra::Gradient,
-    ] {
+    for (_, extra) in verify::all_extras(&p.alpha) {
         let (ev, ex) = verify::device_against_host(&mut fmm, &p, extra).unwrap();
         assert!(ev == 0.0 && ex == 0.0, "{extra:?}: {ev:e} {ex:e}");
     }

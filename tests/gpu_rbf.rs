@@ -22,7 +22,7 @@ use std::f64::consts::TAU;
 use std::sync::Arc;
 use vpm::device::buffer::DeviceBuffer;
 use vpm::device::cuda::Gpu;
-use vpm::summation::verify;
+use vpm::summation::verify::gpu_or_skip;
 use vpm::vortex::rbf::LatticeGaussian;
 use vpm::vortex::rbf_device::DeviceRbfSolver;
 use vpm::vortex::reinit::{
@@ -157,11 +157,22 @@ impl Fixture {
     }
 }
 
+/// The CPU's exact solve (flattened strengths, conditioning report): the reference.
+fn cpu_exact(
+    omega: &[[f64; 3]],
+    n: usize,
+    sigma0: f64,
+    conditioning: LatticeConditioning,
+    zero_total: bool,
+) -> (Vec<f64>, ConditioningReport) {
+    let (beta, _, report) =
+        solve_strengths(omega, n, sigma0, RbfSolver::Exact, conditioning, zero_total);
+    (flat(&beta), report)
+}
+
 #[test]
 fn gpu_rbf_matches_cpu_exact_solve() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_rbf_matches_cpu_exact_solve") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     let mut fx = Fixture::new(&gpu);
     let mut first: Option<(Vec<f64>, ConditioningReport)> = None;
     let (mut worst_beta, mut worst_report) = (0.0f64, 0.0f64);
@@ -176,15 +187,7 @@ fn gpu_rbf_matches_cpu_exact_solve() {
                 for zero_total in [false, true] {
                     let label =
                         format!("n = {n}, σ0 = {overlap}h, {name}, zero_total = {zero_total}");
-                    let (cpu, _, cpu_report) = solve_strengths(
-                        &omega,
-                        n,
-                        sigma0,
-                        RbfSolver::Exact,
-                        conditioning,
-                        zero_total,
-                    );
-                    let cpu = flat(&cpu);
+                    let (cpu, cpu_report) = cpu_exact(&omega, n, sigma0, conditioning, zero_total);
                     let (beta, report) = fx.solve(n, sigma0, conditioning, zero_total);
                     let rel = max_diff(&beta, &cpu) / max_abs(&cpu);
                     let dl =
@@ -255,9 +258,7 @@ fn gpu_rbf_matches_cpu_exact_solve() {
 
 #[test]
 fn gpu_rbf_strengths_satisfy_the_rbf_equations() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_rbf_strengths_satisfy_the_rbf_equations") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     let mut fx = Fixture::new(&gpu);
     for (seed, n) in [16usize, 32, 64].into_iter().enumerate() {
         let omega = random_vorticity(n, 200 + seed as u64);
@@ -273,15 +274,7 @@ fn gpu_rbf_strengths_satisfy_the_rbf_equations() {
                     let label =
                         format!("n = {n}, σ0 = {overlap}h, {name}, zero_total = {zero_total}");
                     let (beta, _) = fx.solve(n, sigma0, conditioning, zero_total);
-                    let (cpu, _, _) = solve_strengths(
-                        &omega,
-                        n,
-                        sigma0,
-                        RbfSolver::Exact,
-                        conditioning,
-                        zero_total,
-                    );
-                    let cpu = flat(&cpu);
+                    let (cpu, _) = cpu_exact(&omega, n, sigma0, conditioning, zero_total);
                     let (mut worst_gpu, mut worst_cpu, mut scale) = (0.0f64, 0.0f64, 0.0f64);
                     for c in 0..3 {
                         let mut want: Vec<f64> = conditioned.iter().map(|v| v[c]).collect();
@@ -312,45 +305,30 @@ fn gpu_rbf_strengths_satisfy_the_rbf_equations() {
 
 #[test]
 fn gpu_rbf_rejects_bad_inputs() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_rbf_rejects_bad_inputs") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     let mut fx = Fixture::new(&gpu);
     let n = 8;
     fx.upload(&random_vorticity(n, 7));
     let h = TAU / n as f64;
     let none = LatticeConditioning::NONE;
     let mut out = DeviceBuffer::new();
-    assert!(fx
-        .solver
-        .solve(&fx.omega, 0, h, none, false, &mut out)
-        .is_err());
-    assert!(fx
-        .solver
-        .solve(&fx.omega, n, 0.0, none, false, &mut out)
-        .is_err());
-    assert!(fx
-        .solver
-        .solve(&fx.omega, n, f64::NAN, none, false, &mut out)
-        .is_err());
+    let mut solves = |n: usize, sigma0: f64| {
+        fx.solver
+            .solve(&fx.omega, n, sigma0, none, false, &mut out)
+            .is_ok()
+    };
     // ω holds 3·8³ values: too few for n = 9.
-    assert!(fx
-        .solver
-        .solve(&fx.omega, 9, h, none, false, &mut out)
-        .is_err());
+    for (n, sigma0) in [(0, h), (n, 0.0), (n, f64::NAN), (9, h)] {
+        assert!(!solves(n, sigma0), "n = {n}, σ0 = {sigma0} accepted");
+    }
     // And a good solve still works after the refusals.
-    assert!(fx
-        .solver
-        .solve(&fx.omega, n, h, none, false, &mut out)
-        .is_ok());
+    assert!(solves(n, h));
 }
 
 /// n ≤ 200 (the kernel's fixed grid is smaller than the modes: its threads stride) against the
 /// CPU in one configuration, then every size for determinism, memory and time.
-fn large_lattices(sizes: &[usize], test: &str) {
-    let Some(gpu) = verify::gpu_or_skip(test) else {
-        return;
-    };
+fn large_lattices(sizes: &[usize]) {
+    let Some(gpu) = gpu_or_skip() else { return };
     let conditioning = conditionings()[2].1;
     for &n in sizes {
         // A fresh solver per size: what the driver sees allocated is this size's.
@@ -402,11 +380,11 @@ fn large_lattices(sizes: &[usize], test: &str) {
 
 #[test]
 fn gpu_rbf_large_lattices() {
-    large_lattices(&[128, 200, 256], "gpu_rbf_large_lattices");
+    large_lattices(&[128, 200, 256]);
 }
 
 #[test]
 #[ignore = "n = 384 and 512: up to 3 GiB per lattice array on the GPU; run with --ignored"]
 fn gpu_rbf_lattices_384_and_512() {
-    large_lattices(&[384, 512], "gpu_rbf_lattices_384_and_512");
+    large_lattices(&[384, 512]);
 }

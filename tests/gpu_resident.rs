@@ -8,9 +8,12 @@ use vpm::device::{Device, DeviceRequest};
 use vpm::diagnostics::flow_stats;
 use vpm::particles::ParticleSet;
 use vpm::run::field::initial_particles;
-use vpm::summation::verify;
+use vpm::summation::verify::{self, gpu_or_skip};
 use vpm::vortex::stepper::{ParticleStepper, ParticleSummary};
-use vpm::vortex::{RbfSolver, VortexClock, VortexError};
+use vpm::vortex::{NamedArray, RbfSolver, VortexClock, VortexError};
+
+/// A stepper's exact state, as a checkpoint holds it.
+type State = (Vec<NamedArray>, VortexClock);
 
 fn fixed_dt(c: &Case) -> f64 {
     match c.time.step {
@@ -35,8 +38,8 @@ fn stepper(case: &Case, device: &Device, p: ParticleSet) -> Box<dyn ParticleStep
     vpm::run::particle_stepper(case, &recipe, p, true).unwrap()
 }
 
-fn gpu_device(test: &str) -> Option<Device> {
-    verify::gpu_or_skip(test)?;
+fn gpu_device() -> Option<Device> {
+    gpu_or_skip()?;
     Some(Device::open(DeviceRequest::Cuda(None)).unwrap().0)
 }
 
@@ -61,10 +64,8 @@ fn max_abs(a: &[[f64; 3]]) -> f64 {
 /// The GPU stepper against the CPU f64 stepper on `name` for `steps` steps of the case's Δt:
 /// K(t) at every step within `k_tol` relative, positions and strengths after the first
 /// reinitialisation.
-fn gpu_against_cpu(test: &str, name: &str, steps: usize, k_tol: f64) {
-    let Some(gpu) = gpu_device(test) else {
-        return;
-    };
+fn gpu_against_cpu(name: &str, steps: usize, k_tol: f64) {
+    let Some(gpu) = gpu_device() else { return };
     let c = case(name);
     let n_grid = c.spectral.as_ref().unwrap().n;
     let dt = fixed_dt(&c);
@@ -141,30 +142,16 @@ fn gpu_against_cpu(test: &str, name: &str, steps: usize, k_tol: f64) {
 #[test]
 fn resident_stepper_matches_cpu_on_hit_32_compare() {
     // the whole case: t ≤ 2 at Δt = 0.01
-    gpu_against_cpu(
-        "resident_stepper_matches_cpu_on_hit_32_compare",
-        "hit-32-compare",
-        200,
-        1e-5,
-    );
+    gpu_against_cpu("hit-32-compare", 200, 1e-5);
 }
 
 #[test]
 fn resident_stepper_matches_cpu_on_50_steps_of_hit_64_compare() {
-    gpu_against_cpu(
-        "resident_stepper_matches_cpu_on_50_steps_of_hit_64_compare",
-        "hit-64-compare",
-        50,
-        1e-5,
-    );
+    gpu_against_cpu("hit-64-compare", 50, 1e-5);
 }
 
 /// The exact state after `steps` steps from the case's start (AB2 history included).
-fn state_after(
-    c: &Case,
-    gpu: &Device,
-    steps: usize,
-) -> (Vec<vpm::vortex::NamedArray>, VortexClock) {
+fn state_after(c: &Case, gpu: &Device, steps: usize) -> State {
     let dt = fixed_dt(c);
     let mut s = stepper(c, gpu, initial(c));
     for _ in 0..steps {
@@ -173,27 +160,31 @@ fn state_after(
     s.state_arrays().unwrap()
 }
 
-#[test]
-fn resident_runs_are_bit_identical_and_resume_exactly() {
-    let Some(gpu) = gpu_device("resident_runs_are_bit_identical_and_resume_exactly") else {
-        return;
-    };
-    let c = case("hit-32-compare");
-    let dt = fixed_dt(&c);
-    // 7 steps: reinitialisations after steps 2, 4, 6, and an AB2 history at the end.
-    let a = state_after(&c, &gpu, 7);
-    let b = state_after(&c, &gpu, 7);
-    assert_eq!(a.1, b.1);
-    for (x, y) in a.0.iter().zip(&b.0) {
+/// Two checkpoint states are the same to the bit: clock, array names and values.
+#[track_caller]
+fn assert_same_state(got: &State, want: &State, when: &str) {
+    assert_eq!(got.1, want.1, "clock {when}");
+    assert_eq!(got.0.len(), want.0.len());
+    for (x, y) in got.0.iter().zip(&want.0) {
         assert_eq!(x.0, y.0);
         assert!(
             x.2.iter()
                 .zip(&y.2)
                 .all(|(p, q)| p.to_bits() == q.to_bits()),
-            "array {} differs between two runs",
+            "array {} differs {when}",
             x.0
         );
     }
+}
+
+#[test]
+fn resident_runs_are_bit_identical_and_resume_exactly() {
+    let Some(gpu) = gpu_device() else { return };
+    let c = case("hit-32-compare");
+    let dt = fixed_dt(&c);
+    // 7 steps: reinitialisations after steps 2, 4, 6, and an AB2 history at the end.
+    let a = state_after(&c, &gpu, 7);
+    assert_same_state(&state_after(&c, &gpu, 7), &a, "between two runs");
     // Stop after 3 steps (history present), restore into a fresh stepper, go on to 7.
     let (arrays, clock) = state_after(&c, &gpu, 3);
     assert!(clock.history_dt.is_some());
@@ -203,24 +194,12 @@ fn resident_runs_are_bit_identical_and_resume_exactly() {
     for _ in 3..7 {
         resumed.step(dt).unwrap();
     }
-    let r = resumed.state_arrays().unwrap();
-    assert_eq!(r.1, a.1);
-    for (x, y) in r.0.iter().zip(&a.0) {
-        assert!(
-            x.2.iter()
-                .zip(&y.2)
-                .all(|(p, q)| p.to_bits() == q.to_bits()),
-            "array {} differs after resume",
-            x.0
-        );
-    }
+    assert_same_state(&resumed.state_arrays().unwrap(), &a, "after resume");
 }
 
 #[test]
 fn resident_stepper_refuses_cg_and_reports_non_finite_states() {
-    let Some(gpu) = gpu_device("resident_stepper_refuses_cg_and_reports_non_finite_states") else {
-        return;
-    };
+    let Some(gpu) = gpu_device() else { return };
     let mut c = case("hit-32-compare");
     c.vortex.as_mut().unwrap().rbf = RbfSolver::DEFAULT;
     let p = initial(&case("hit-32-compare"));
@@ -246,9 +225,7 @@ fn resident_stepper_refuses_cg_and_reports_non_finite_states() {
 
 #[test]
 fn resident_stable_dt_matches_cpu() {
-    let Some(gpu) = gpu_device("resident_stable_dt_matches_cpu") else {
-        return;
-    };
+    let Some(gpu) = gpu_device() else { return };
     let c = case("hit-32-compare");
     let p = initial(&c);
     let mut cpu = stepper(&c, &Device::Cpu, p.clone());
@@ -271,9 +248,7 @@ fn gpu_lattice_vorticity_matches_cpu_separable_sum() {
     use vpm::device::buffer::DeviceBuffer;
     use vpm::summation::ewald::CudaEwald;
     use vpm::summation::{DeviceSources, Sources, Summation};
-    let Some(gpu) = verify::gpu_or_skip("gpu_lattice_vorticity_matches_cpu_separable_sum") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     let mut ew = CudaEwald::new(gpu, 1e-6).unwrap();
     for (n, count, smin, smax, seed) in [
         (32usize, 20_000usize, 0.1, 0.2, 1u64),
@@ -343,9 +318,7 @@ fn gpu_lattice_vorticity_matches_cpu_separable_sum() {
 /// lattice's) and 24³ (not a power of two), after a few steps of `hit-32-compare`.
 #[test]
 fn resident_grid_diagnostics_match_host() {
-    let Some(device) = gpu_device("resident_grid_diagnostics_match_host") else {
-        return;
-    };
+    let Some(device) = gpu_device() else { return };
     let c = case("hit-32-compare");
     let nu = c.flow.nu;
     let mut s = stepper(&c, &device, initial(&c));

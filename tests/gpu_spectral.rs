@@ -26,7 +26,7 @@ use vpm::spectral::{
     Fft3d, GpuSpectralSolver, SpectralError, SpectralGrid, SpectralSolver, SpectralStepper,
     VectorModes,
 };
-use vpm::summation::verify;
+use vpm::summation::verify::gpu_or_skip;
 
 const TG: InitialCondition = InitialCondition::TaylorGreen { amplitude: 1.0 };
 const RULES: [Dealias; 2] = [Dealias::ThreeHalves, Dealias::TwoThirds];
@@ -98,9 +98,7 @@ fn compare_runs(
 
 #[test]
 fn gpu_taylor_green_re100_matches_cpu() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_taylor_green_re100_matches_cpu") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     for rule in RULES {
         let grid = SpectralGrid::new(64, rule);
         let (wk, we) = compare_runs(&gpu, grid, 0.01, &TG, 0.01, 1000, 10);
@@ -111,9 +109,7 @@ fn gpu_taylor_green_re100_matches_cpu() {
 
 #[test]
 fn gpu_isotropic_matches_cpu() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_isotropic_matches_cpu") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     for n in [32, 64] {
         for rule in RULES {
             let grid = SpectralGrid::new(n, rule);
@@ -130,9 +126,7 @@ fn gpu_isotropic_matches_cpu() {
 
 #[test]
 fn gpu_inviscid_taylor_green_conserves_energy() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_inviscid_taylor_green_conserves_energy") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     for rule in RULES {
         let grid = SpectralGrid::new(32, rule);
         let mut g = gpu_solver(&gpu, grid, 0.0, &TG, TransformKind::Pruned);
@@ -154,9 +148,7 @@ fn gpu_inviscid_taylor_green_conserves_energy() {
 
 #[test]
 fn gpu_energy_balance_from_rhs() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_energy_balance_from_rhs") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     for rule in RULES {
         let nu = 0.02;
         let grid = SpectralGrid::new(24, rule);
@@ -198,9 +190,7 @@ fn host_diagnostics(
 
 #[test]
 fn gpu_diagnostics_match_host() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_diagnostics_match_host") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     let nu = 0.01;
     for (n, kind) in [
         (18, TransformKind::Pruned),
@@ -273,9 +263,7 @@ fn bits(m: &VectorModes) -> Vec<(u64, u64)> {
 
 #[test]
 fn gpu_runs_are_bit_identical_and_restore_exactly() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_runs_are_bit_identical_and_restore_exactly") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     for rule in RULES {
         let grid = SpectralGrid::new(32, rule);
         let ic = isotropic(5, 32);
@@ -303,14 +291,11 @@ fn gpu_runs_are_bit_identical_and_restore_exactly() {
 
 #[test]
 fn gpu_full_and_pruned_transforms_agree() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_full_and_pruned_transforms_agree") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     for rule in RULES {
-        let grid = SpectralGrid::new(32, rule);
-        let ic = isotropic(9, 32);
-        let mut p = gpu_solver(&gpu, grid, 0.01, &ic, TransformKind::Pruned);
-        let mut f = gpu_solver(&gpu, grid, 0.01, &ic, TransformKind::Full);
+        let (grid, ic) = (SpectralGrid::new(32, rule), isotropic(9, 32));
+        let solver = |kind| gpu_solver(&gpu, grid, 0.01, &ic, kind);
+        let (mut p, mut f) = (solver(TransformKind::Pruned), solver(TransformKind::Full));
         for _ in 0..20 {
             p.step(0.01).unwrap();
             f.step(0.01).unwrap();
@@ -331,9 +316,7 @@ fn gpu_full_and_pruned_transforms_agree() {
 
 #[test]
 fn gpu_nonfinite_step_is_not_committed() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_nonfinite_step_is_not_committed") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     let grid = SpectralGrid::new(16, Dealias::TwoThirds);
     let mut g = gpu_solver(&gpu, grid, 0.01, &TG, TransformKind::Pruned);
     let mut modes = g.velocity_modes().unwrap().clone();
@@ -353,9 +336,7 @@ fn gpu_nonfinite_step_is_not_committed() {
 
 #[test]
 fn gpu_spectral_memory_within_estimate() {
-    let Some(gpu) = verify::gpu_or_skip("gpu_spectral_memory_within_estimate") else {
-        return;
-    };
+    let Some(gpu) = gpu_or_skip() else { return };
     for (n, rule) in [
         (64, Dealias::ThreeHalves),
         (128, Dealias::TwoThirds),

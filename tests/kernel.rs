@@ -440,9 +440,11 @@ fn device_header_mirrors_the_cpu_series() {
     let (name, header) = vpm::summation::PAIR_KERNEL_HEADER;
     assert_eq!(name, "common.cuh");
     for family in [
-        vpm::summation::direct::all_pairs::SOURCE,
-        vpm::summation::ewald::engine::SOURCE,
+        vpm::summation::direct::all_pairs::KERNELS,
+        vpm::summation::ewald::engine::KERNELS,
+        vpm::summation::fmm::cuda::KERNELS,
     ] {
+        let family = family.text;
         assert!(family.contains("#include \"common.cuh\""));
     }
     // Horner literals of one precision: "T s = a_K;" then "s = s * x + a_k;" down to a_0.

@@ -210,37 +210,15 @@ fn adaptive_step_follows_the_particle_stability_limits() {
     }
 }
 
-/// A tiny two-ring case: R = 1 at z = 0 and z = 1, Γ = 1, core 0.3 on a coarse lattice (n = 32,
-/// about 3 000 particles, direct sum), 4 steps of 0.05 with an output and a checkpoint every
-/// step.
+/// A tiny two-ring case (tests/data/two-rings.toml: R = 1 at z = 0 and z = 1, Γ = 1, core 0.3,
+/// n = 32, about 3 000 particles) with the direct sum, 4 steps of 0.05 with an output and a
+/// checkpoint every step.
 fn two_ring_case() -> Case {
-    let text = r#"
-[flow]
-nu = 0.0
-
-[initial]
-kind = "coaxial-rings"
-rings = [
-  { radius = 1.0, z = 0.0, circulation = 1.0, core = 0.3 },
-  { radius = 1.0, z = 1.0, circulation = 1.0, core = 0.3 },
-]
-
-[time]
-t_end = 0.2
-dt = 0.05
-
-[output]
-every_steps = 1
-
-[checkpoint]
-every_steps = 1
-
-[vortex]
-n = 32
-overlap = 1.0
-evaluator = "direct"
-"#;
-    let mut case = Case::from_toml_str(text, "<two rings>").expect("two-ring case");
+    let text = format!(
+        "{}evaluator = \"direct\"\n\n[output]\nevery_steps = 1\n\n[checkpoint]\nevery_steps = 1\n",
+        include_str!("data/two-rings.toml")
+    );
+    let mut case = Case::from_toml_str(&text, "<two rings>").expect("two-ring case");
     case.device = vpm::config::DeviceRequest::Cpu;
     case
 }

@@ -6,6 +6,7 @@ use vpm::config::{Dealias, InitialCondition};
 use vpm::diagnostics::{flow_stats, max_divergence, shell_spectrum};
 use vpm::init::{initial_modes, IsotropicField};
 use vpm::spectral::{Fft3d, ModeLayout, SpectralGrid, SpectralSolver};
+use vpm::summation::verify;
 
 const TG: InitialCondition = InitialCondition::TaylorGreen { amplitude: 1.0 };
 
@@ -249,11 +250,7 @@ fn isotropic_field_is_grid_and_thread_independent() {
         }
     }
     let run_threads = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
+        verify::on_threads(threads, || {
             let mut s = solver(24, Dealias::ThreeHalves, 0.01, &ic);
             let init = s.velocity_modes().clone();
             for _ in 0..3 {

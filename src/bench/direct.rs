@@ -1,6 +1,6 @@
 //! `vpm bench direct`: the CPU all-pairs evaluator.
 
-use super::{cpu_banner, finish_report, time_velocity_and_stretching};
+use super::{cpu_banner, finish_report, print_header, time_velocity_and_stretching};
 use crate::summation::direct::DirectFreeSpace;
 use crate::summation::verify::Particles;
 use anyhow::Result;
@@ -30,13 +30,9 @@ pub fn bench_direct(
     json: Option<&Path>,
 ) -> Result<Vec<DirectBenchRow>> {
     cpu_banner("vpm bench direct (CPU, f64)", repeats);
-    crate::out!(
-        "{:>9} {:>12} {:>16} {:>12} {:>18}",
-        "N",
-        "s velocity",
-        "pairs/s velocity",
-        "s vel+str",
-        "pairs/s vel+str"
+    print_header(
+        "N|s velocity|pairs/s velocity|s vel+str|pairs/s vel+str",
+        &[9, 12, 16, 12, 18],
     );
     let mut rows = Vec::new();
     for &n in sizes {

@@ -2,13 +2,16 @@
 //! (f64, rayon, wall-clock medians) or a GPU (f32 sums, CUDA events, with an accuracy check
 //! against the CPU f64 evaluator on a random sample of particles).
 
-use super::{cpu_banner, finish_report, fmt_error, median, time_velocity_and_stretching};
+use super::{
+    cpu_banner, finish_report, fmt_error, median, print_header, time_velocity_and_stretching,
+    SampleCheck,
+};
 use crate::device::cuda::Gpu;
 use crate::device::Device;
 use crate::kernel::StretchingScheme;
 use crate::summation::ewald::engine::GpuEwaldTimings;
 use crate::summation::ewald::{CudaEwald, EwaldPeriodic};
-use crate::summation::verify::{self, Particles};
+use crate::summation::verify::Particles;
 use crate::summation::{Evaluation, Extra, Summation};
 use anyhow::Result;
 use serde::Serialize;
@@ -76,13 +79,9 @@ fn bench_ewald_cpu(
         &format!("vpm bench ewald (CPU, f64, accuracy {accuracy:e})"),
         repeats,
     );
-    crate::out!(
-        "{:>10} {:>12} {:>16} {:>12} {:>18}",
-        "particles",
-        "s velocity",
-        "particles/s vel",
-        "s vel+str",
-        "particles/s vel+str"
+    print_header(
+        "particles|s velocity|particles/s vel|s vel+str|particles/s vel+str",
+        &[10, 12, 16, 12, 18],
     );
     let mut rows = Vec::new();
     for &n in lattice {
@@ -132,12 +131,9 @@ pub struct EwaldGpuBenchRow {
     pub particles_per_second_velocity_stretching: f64,
     /// Device milliseconds per phase of the median velocity + stretching evaluation.
     pub phases_velocity_stretching: GpuEwaldTimings,
-    /// Relative L2 difference from the CPU f64 evaluator (same accuracy) on the sampled
-    /// particles, or null when not checked.
-    pub rel_l2_velocity: Option<f64>,
-    pub rel_l2_stretching: Option<f64>,
-    /// Particles in the accuracy sample (evenly strided).
-    pub accuracy_sample: usize,
+    /// Against the CPU f64 evaluator (same accuracy) on a random sample of the particles.
+    #[serde(flatten)]
+    pub check: SampleCheck,
     pub parameters: String,
     pub repeats: usize,
 }
@@ -161,17 +157,9 @@ fn bench_ewald_gpu(
          {repeats} after warm-up; accuracy vs CPU f64 on {sample} particles ({} CPU threads)",
         rayon::current_num_threads()
     );
-    crate::out!(
-        "{:>10} {:>5} {:>3} {:>9} {:>14} {:>9} {:>16} {:>10} {:>10}",
-        "particles",
-        "M",
-        "P",
-        "ms vel",
-        "particles/s",
-        "ms v+s",
-        "particles/s v+s",
-        "err vel",
-        "err str"
+    print_header(
+        "particles|M|P|ms vel|particles/s|ms v+s|particles/s v+s|err vel|err str",
+        &[10, 5, 3, 9, 14, 9, 16, 10, 10],
     );
     let mut rows = Vec::new();
     for &n in lattice {
@@ -203,21 +191,9 @@ fn bench_ewald_gpu(
         let params = ew.parameters().map_or(String::new(), |p| p.to_string());
         let (grid, support) = ew.parameters().map_or((0, 0), |p| (p.grid, p.support));
         // Accuracy on a random sample of the particles (the output of the last timed call).
-        let (ev, es) = if sample > 0 {
-            let idx = verify::sample(x.len(), sample, 0x5a3b1e ^ n as u64);
-            let e = verify::errors_on_sample(
-                &out,
-                &mut EwaldPeriodic::new(accuracy),
-                &src,
-                x,
-                stretching,
-                &idx,
-            )?;
-            (Some(e.velocity.rel_l2), e.extra.map(|s| s.rel_l2))
-        } else {
-            (None, None)
-        };
-        let ns = sample.min(x.len());
+        let seed = 0x5a3b1e ^ n as u64;
+        let mut reference = EwaldPeriodic::new(accuracy);
+        let (check, _) = SampleCheck::of_particles(&out, &mut reference, &p, (sample, seed))?;
         let row = EwaldGpuBenchRow {
             particles: x.len(),
             accuracy,
@@ -228,9 +204,7 @@ fn bench_ewald_gpu(
             particles_per_second_velocity: np / (tv * 1e-3),
             particles_per_second_velocity_stretching: np / (ts * 1e-3),
             phases_velocity_stretching: phases,
-            rel_l2_velocity: ev,
-            rel_l2_stretching: es,
-            accuracy_sample: ns,
+            check,
             parameters: params,
             repeats,
         };
@@ -243,8 +217,8 @@ fn bench_ewald_gpu(
             row.particles_per_second_velocity,
             ts,
             row.particles_per_second_velocity_stretching,
-            fmt_error(ev),
-            fmt_error(es)
+            fmt_error(check.rel_l2_velocity),
+            fmt_error(check.rel_l2_stretching)
         );
         crate::out!(
             "           v+s phases (ms): upload {:.2}, sort+spread {:.2}, FFTs {:.2}, gather {:.2}, \

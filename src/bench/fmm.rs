@@ -10,13 +10,13 @@
 //! spacing) and strengths uniform in [−1, 1]³, a seed per size. The GPU evaluator synchronises
 //! before it returns, so the wall clock is what a run sees on either device.
 
-use super::{cpu_banner, finish_report, fmt_error, median};
+use super::{cpu_banner, finish_report, fmt_error, median, print_header, SampleCheck};
 use crate::device::Device;
 use crate::kernel::StretchingScheme;
 use crate::summation::direct::DirectFreeSpace;
-use crate::summation::fmm::{CudaFmm, FmmFreeSpace, FmmParams, FmmStats};
-use crate::summation::verify::{self, Particles};
-use crate::summation::{Evaluation, Extra, Summation};
+use crate::summation::fmm::{CudaFmm, Fmm, FmmFreeSpace, FmmParams, FmmStats};
+use crate::summation::verify::Particles;
+use crate::summation::{Evaluation, Extra};
 use anyhow::Result;
 use serde::Serialize;
 use std::path::Path;
@@ -69,14 +69,12 @@ pub struct FmmBenchRow {
     /// The parameters planned for the accuracy, and their sentence.
     pub parameters: FmmParams,
     pub parameters_text: String,
-    /// Relative L2 error and largest error over the rms (docs/physics.md §8) against the f64
-    /// direct sum on the sampled targets; null when not checked.
-    pub rel_l2_velocity: Option<f64>,
+    /// Relative L2 error against the f64 direct sum on a random sample of the targets.
+    #[serde(flatten)]
+    pub check: SampleCheck,
+    /// The largest errors over the rms there (docs/physics.md §8); null when not checked.
     pub max_rel_velocity: Option<f64>,
-    pub rel_l2_stretching: Option<f64>,
     pub max_rel_stretching: Option<f64>,
-    /// Targets in the sample.
-    pub accuracy_sample: usize,
     /// Wall seconds of the CPU f64 all-pairs sum (velocity + stretching) on the sample, and
     /// scaled to all N targets (N² pairs).
     pub direct_seconds_sample: Option<f64>,
@@ -95,37 +93,6 @@ pub struct FmmBenchReport {
     /// k of t ∝ N^k, least squares on (ln N, ln t) over the rows in [`FIT_RANGE`] when there are
     /// at least two.
     pub scaling_exponent: Option<f64>,
-}
-
-/// The two FMM evaluators as the benchmark drives them.
-trait BenchedFmm: Summation {
-    fn planned(&self) -> FmmParams;
-    fn stats(&self) -> FmmStats;
-    fn checks_off(&mut self);
-}
-
-impl BenchedFmm for FmmFreeSpace {
-    fn planned(&self) -> FmmParams {
-        *self.params()
-    }
-    fn stats(&self) -> FmmStats {
-        *self.last_stats()
-    }
-    fn checks_off(&mut self) {
-        self.disable_checks()
-    }
-}
-
-impl BenchedFmm for CudaFmm {
-    fn planned(&self) -> FmmParams {
-        *self.params()
-    }
-    fn stats(&self) -> FmmStats {
-        *self.last_stats()
-    }
-    fn checks_off(&mut self) {
-        self.disable_checks()
-    }
 }
 
 /// Times the FMM of `device` on [`Particles::free_space`] sets of each size in `sizes` (module
@@ -168,22 +135,7 @@ pub fn bench_fmm(
         "issue targets (velocity + stretching): {}",
         targets.join("; ")
     );
-    crate::out!(
-        "{:>9} {:>10} {:>12} {:>3} {:>9} {:>9} {:>5} {:>11} {:>8} {:>9} {:>9} {:>11} {:>8}",
-        "N",
-        "s v+s",
-        "particles/s",
-        "p",
-        "cells",
-        "leaves",
-        "depth",
-        "M2L pairs",
-        "P2P/tgt",
-        "err vel",
-        "err str",
-        "s all pairs",
-        "speedup"
-    );
+    print_header("N|s v+s|particles/s|p|cells|leaves|depth|M2L pairs|P2P/tgt|err vel|err str|s all pairs|speedup", &[9, 10, 12, 3, 9, 9, 5, 11, 8, 9, 9, 11, 8]);
     let mut rows = Vec::new();
     for &n in sizes {
         let row = match device {
@@ -207,8 +159,8 @@ pub fn bench_fmm(
             s.depth,
             s.m2l_pairs,
             row.p2p_per_target,
-            fmt_error(row.rel_l2_velocity),
-            fmt_error(row.rel_l2_stretching),
+            fmt_error(row.check.rel_l2_velocity),
+            fmt_error(row.check.rel_l2_stretching),
             row.direct_seconds_all_pairs
                 .map_or("-".into(), |t| format!("{t:.3e}")),
             row.speedup_over_all_pairs
@@ -224,7 +176,7 @@ pub fn bench_fmm(
             s.p2p_seconds,
             fmt_error(row.max_rel_velocity),
             fmt_error(row.max_rel_stretching),
-            row.accuracy_sample,
+            row.check.accuracy_sample,
             row.target_seconds
                 .map_or(String::new(), |t| format!("; target ≤ {t} s")),
         );
@@ -275,12 +227,12 @@ pub fn bench_fmm(
 }
 
 fn bench_one(
-    fmm: &mut impl BenchedFmm,
+    fmm: &mut impl Fmm,
     backend: &str,
     n: usize,
     o: &FmmBenchOptions,
 ) -> Result<FmmBenchRow> {
-    fmm.checks_off();
+    fmm.disable_checks();
     let p = Particles::free_space(n, 0xf33 ^ n as u64);
     let src = p.sources();
     let extra = Extra::Stretching {
@@ -293,24 +245,20 @@ fn bench_one(
     for _ in 0..o.repeats.max(1) {
         let t = Instant::now();
         fmm.evaluate(&src, &p.x, extra, &mut out)?;
-        runs.push((t.elapsed().as_secs_f64(), fmm.stats()));
+        runs.push((t.elapsed().as_secs_f64(), *fmm.last_stats()));
     }
     let seconds = median(runs.iter().map(|r| r.0).collect());
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
     let stats = runs[runs.len() / 2].1;
-    let params = fmm.planned();
+    let params = *fmm.params();
 
     // The error on a sample of targets, and the all-pairs sum timed there.
     let budget = (SAMPLE_PAIR_BUDGET / n.max(1) as f64) as usize;
     let m = o.sample.min(budget.max(MIN_SAMPLE)).min(n);
-    let (errors, direct) = if m > 0 {
-        let idx = verify::sample(n, m, 0x5a3b ^ n as u64);
-        let t = Instant::now();
-        let e = verify::errors_on_sample(&out, &mut DirectFreeSpace, &src, &p.x, extra, &idx)?;
-        (Some(e), Some(t.elapsed().as_secs_f64()))
-    } else {
-        (None, None)
-    };
+    let t = Instant::now();
+    let seed = 0x5a3b ^ n as u64;
+    let (check, errors) = SampleCheck::of_particles(&out, &mut DirectFreeSpace, &p, (m, seed))?;
+    let direct = errors.map(|_| t.elapsed().as_secs_f64());
     let all_pairs = direct.map(|t| t * n as f64 / m as f64);
     let stretching = errors.as_ref().and_then(|e| e.extra);
     Ok(FmmBenchRow {
@@ -322,11 +270,9 @@ fn bench_one(
         p2p_per_target: stats.p2p_per_target(),
         parameters: params,
         parameters_text: params.to_string(),
-        rel_l2_velocity: errors.as_ref().map(|e| e.velocity.rel_l2),
+        check,
         max_rel_velocity: errors.as_ref().map(|e| e.velocity.max_rel),
-        rel_l2_stretching: stretching.map(|s| s.rel_l2),
         max_rel_stretching: stretching.map(|s| s.max_rel),
-        accuracy_sample: if errors.is_some() { m } else { 0 },
         direct_seconds_sample: direct,
         direct_seconds_all_pairs: all_pairs,
         speedup_over_all_pairs: all_pairs.map(|t| t / seconds),
@@ -386,10 +332,10 @@ mod tests {
         };
         let r = bench_fmm(&Device::Cpu, &[3000], &o, None).unwrap();
         let row = &r.rows[0];
-        assert_eq!((row.n, row.accuracy_sample), (3000, 50));
+        assert_eq!((row.n, row.check.accuracy_sample), (3000, 50));
         assert!(row.seconds > 0.0 && row.stats.targets == 3000, "{row:?}");
-        assert!(row.rel_l2_velocity.unwrap() < 1e-3, "{row:?}");
-        assert!(row.rel_l2_stretching.unwrap() < 1e-3, "{row:?}");
+        assert!(row.check.rel_l2_velocity.unwrap() < 1e-3, "{row:?}");
+        assert!(row.check.rel_l2_stretching.unwrap() < 1e-3, "{row:?}");
         assert!(row.direct_seconds_all_pairs.unwrap() > 0.0);
         assert_eq!(r.scaling_exponent, None);
     }

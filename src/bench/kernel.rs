@@ -1,11 +1,11 @@
 //! `vpm bench kernel`: the GPU all-pairs kernels (f32) on the GPU given, CUDA events, with an
 //! accuracy check against the CPU f64 evaluator on a random sample of targets.
 
-use super::{finish_report, fmt_error, median};
+use super::{finish_report, fmt_error, median, print_header, SampleCheck};
 use crate::device::cuda::Gpu;
 use crate::kernel::StretchingScheme;
 use crate::summation::direct::{AllPairs, DirectFreeSpace, KernelConfig, Mode};
-use crate::summation::verify::{self, Particles};
+use crate::summation::verify::Particles;
 use crate::summation::{Evaluation, Extra};
 use anyhow::Result;
 use serde::Serialize;
@@ -30,13 +30,10 @@ pub struct KernelBenchRow {
     /// Equivalent TFLOP/s of velocity + stretching at 133 flops per interaction (the seed's
     /// count).
     pub tflops_equivalent_velocity_stretching: f64,
-    /// Relative L2 difference from the CPU f64 evaluator on the sampled targets (velocity
-    /// kernel), or null when not checked.
-    pub rel_l2_velocity: Option<f64>,
-    /// The same for the stretching of the velocity + stretching kernel.
-    pub rel_l2_stretching: Option<f64>,
-    /// Targets in the accuracy sample.
-    pub accuracy_sample: usize,
+    /// Against the CPU f64 evaluator on a random sample of the targets (the velocity of the
+    /// velocity kernel, the stretching of the velocity + stretching kernel).
+    #[serde(flatten)]
+    pub check: SampleCheck,
     pub repeats: usize,
 }
 
@@ -99,26 +96,15 @@ pub fn bench_kernel(
         }
         crate::out!("wrote cubins and NVRTC logs to {}", dir.display());
     }
-    crate::out!(
-        "{:>9} {:>28} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10}",
-        "N",
-        "config",
-        "ms vel",
-        "G/s vel",
-        "ms vel+str",
-        "G/s v+s",
-        "TFLOP/s",
-        "relL2 vel",
-        "relL2 str"
+    print_header(
+        "N|config|ms vel|G/s vel|ms vel+str|G/s v+s|TFLOP/s|relL2 vel|relL2 str",
+        &[9, 28, 10, 10, 10, 10, 9, 10, 10],
     );
     let mut rows = Vec::new();
     for &n in sizes {
         let p = Particles::free_space(n, 0x6b65_726e ^ n as u64);
         let (x, alpha) = (&p.x, &p.alpha);
         let src = p.sources();
-        let ns = sample.min(n);
-        // The accuracy sample: random targets, the CPU f64 reference at them only.
-        let idx = verify::sample(n, ns, 0x5a3b1e ^ n as u64);
         let stretching = Extra::Stretching {
             alpha,
             scheme: StretchingScheme::Classical,
@@ -137,19 +123,10 @@ pub fn bench_kernel(
             for (i, w) in e.last_output().chunks_exact(6).enumerate() {
                 out.stretching[i] = [w[3] as f64, w[4] as f64, w[5] as f64];
             }
-            let (ev, es) = if ns > 0 {
-                let errors = verify::errors_on_sample(
-                    &out,
-                    &mut DirectFreeSpace,
-                    &src,
-                    x,
-                    stretching,
-                    &idx,
-                )?;
-                (Some(errors.velocity.rel_l2), errors.extra.map(|s| s.rel_l2))
-            } else {
-                (None, None)
-            };
+            // The accuracy sample: random targets, the CPU f64 reference at them only.
+            let seed = 0x5a3b1e ^ n as u64;
+            let (check, _) =
+                SampleCheck::of_particles(&out, &mut DirectFreeSpace, &p, (sample, seed))?;
             let pairs = (n as f64) * (n as f64);
             let gv = pairs / (tv * 1e-3) / 1e9;
             let gs = pairs / (ts * 1e-3) / 1e9;
@@ -161,9 +138,7 @@ pub fn bench_kernel(
                 ginteractions_per_s_velocity: gv,
                 ginteractions_per_s_velocity_stretching: gs,
                 tflops_equivalent_velocity_stretching: gs * FLOPS_PER_INTERACTION / 1e3,
-                rel_l2_velocity: ev,
-                rel_l2_stretching: es,
-                accuracy_sample: ns,
+                check,
                 repeats,
             };
             crate::out!(
@@ -175,8 +150,8 @@ pub fn bench_kernel(
                 ts,
                 gs,
                 row.tflops_equivalent_velocity_stretching,
-                fmt_error(ev),
-                fmt_error(es)
+                fmt_error(check.rel_l2_velocity),
+                fmt_error(check.rel_l2_stretching)
             );
             rows.push(row);
         }

@@ -19,8 +19,8 @@ pub use step::{bench_step, StepBenchOptions, StepBenchRow};
 
 use crate::kernel::StretchingScheme;
 use crate::output::{cpu_model, write_atomic};
-use crate::summation::verify::Particles;
-use crate::summation::{Evaluation, Extra, Summation};
+use crate::summation::verify::{self, Errors, Particles};
+use crate::summation::{Evaluation, Extra, Request, Summation};
 use anyhow::Result;
 use serde::Serialize;
 use std::path::Path;
@@ -99,6 +99,79 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
         v[n / 2]
     } else {
         0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+/// Prints a table's header line: the column names (separated by `|`) right-aligned to their
+/// widths, one space apart, as the rows print their values.
+pub(crate) fn print_header(names: &str, widths: &[usize]) {
+    let cells: Vec<String> = names
+        .split('|')
+        .zip(widths)
+        .map(|(name, &w)| format!("{name:>w$}"))
+        .collect();
+    crate::out!("{}", cells.join(" "));
+}
+
+/// The accuracy of a benchmarked evaluation on a random sample of its targets.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct SampleCheck {
+    /// Relative L2 difference of the velocity from the reference evaluator on the sampled
+    /// targets, or null when not checked.
+    pub rel_l2_velocity: Option<f64>,
+    /// The same for the stretching (or gradient).
+    pub rel_l2_stretching: Option<f64>,
+    /// Targets in the accuracy sample (0: not checked).
+    pub accuracy_sample: usize,
+}
+
+impl SampleCheck {
+    /// `out`, the evaluation of `extra` at `targets` from `sources`, against `reference` on
+    /// `sample` of the targets drawn with `seed`; not checked (and no errors) without a
+    /// reference or when `sample` is 0.
+    pub(crate) fn run(
+        out: &Evaluation,
+        reference: Option<&mut dyn Summation>,
+        request: Request,
+        (sample, seed): (usize, u64),
+    ) -> Result<(Self, Option<Errors>)> {
+        let Some(reference) = reference.filter(|_| sample > 0) else {
+            return Ok((Self::default(), None));
+        };
+        let idx = verify::sample(request.targets.len(), sample, seed);
+        let e = verify::errors_on_sample(
+            out,
+            reference,
+            request.sources,
+            request.targets,
+            request.extra,
+            &idx,
+        )?;
+        let check = SampleCheck {
+            rel_l2_velocity: Some(e.velocity.rel_l2),
+            rel_l2_stretching: e.extra.map(|s| s.rel_l2),
+            accuracy_sample: idx.len(),
+        };
+        Ok((check, Some(e)))
+    }
+
+    /// [`SampleCheck::run`] for velocity + classical stretching of the particles `p` at
+    /// themselves, what the evaluator benchmarks time.
+    pub(crate) fn of_particles(
+        out: &Evaluation,
+        reference: &mut dyn Summation,
+        p: &Particles,
+        sample: (usize, u64),
+    ) -> Result<(Self, Option<Errors>)> {
+        let request = Request {
+            sources: &p.sources(),
+            targets: &p.x,
+            extra: Extra::Stretching {
+                alpha: &p.alpha,
+                scheme: StretchingScheme::Classical,
+            },
+        };
+        Self::run(out, Some(reference), request, sample)
     }
 }
 

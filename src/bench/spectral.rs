@@ -1,7 +1,7 @@
 //! `vpm bench spectral`: RK4 steps and 3-D transforms of the pseudo-spectral solver, on the CPU
 //! or (`--device cuda`) the GPU, where it also times the device diagnostics and reports memory.
 
-use super::{cpu_banner, finish_report, median};
+use super::{cpu_banner, finish_report, median, print_header};
 use crate::config::InitialCondition;
 use crate::device::Device;
 use crate::init::initial_modes;
@@ -35,13 +35,9 @@ pub fn bench_spectral(
     json: Option<&Path>,
 ) -> Result<Vec<SpectralBenchRow>> {
     cpu_banner("vpm bench spectral", repeats);
-    crate::out!(
-        "{:>6} {:>7} {:>8} {:>16} {:>18}",
-        "N",
-        "dealias",
-        "grid",
-        "ms / RK4 step",
-        "ms / 3-D transform"
+    print_header(
+        "N|dealias|grid|ms / RK4 step|ms / 3-D transform",
+        &[6, 7, 8, 16, 18],
     );
     let mut rows = Vec::new();
     for &n in sizes {
@@ -146,18 +142,9 @@ pub fn bench_spectral_gpu(
         "vpm bench spectral: {} (f64), median of {repeats} after warm-up, CUDA events",
         device.describe()
     );
-    crate::out!(
-        "{:>6} {:>7} {:>6} {:>7} {:>14} {:>14} {:>6} {:>10} {:>10} {:>12}",
-        "N",
-        "dealias",
-        "grid",
-        "plan",
-        "ms / RK4 step",
-        "ms cuFFT/step",
-        "share",
-        "peak GB",
-        "est. GB",
-        "ms diagnost."
+    print_header(
+        "N|dealias|grid|plan|ms / RK4 step|ms cuFFT/step|share|peak GB|est. GB|ms diagnost.",
+        &[6, 7, 6, 7, 14, 14, 6, 10, 10, 12],
     );
     let mut rows = Vec::new();
     for &n in sizes {

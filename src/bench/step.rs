@@ -13,7 +13,7 @@
 //! Times are wall clock: each step ends synchronised with the GPU (its finite check reads a flag
 //! back), so a step's time is what a run sees. Medians over the timed steps after warm-up.
 
-use super::{finish_report, fmt_error, median};
+use super::{finish_report, fmt_error, median, print_header, SampleCheck};
 use crate::config::{InitialCondition, VortexConfig};
 use crate::device::Device;
 use crate::diagnostics::{flow_stats, shell_spectrum};
@@ -22,11 +22,12 @@ use crate::kernel::StretchingScheme;
 use crate::spectral::ModeLayout;
 use crate::summation::direct::DirectFreeSpace;
 use crate::summation::ewald::EwaldPeriodic;
-use crate::summation::verify;
-use crate::summation::{planner, Boundary, Evaluation, EvaluatorKind, Extra, Sources, Summation};
+use crate::summation::{
+    planner, Boundary, Evaluation, EvaluatorKind, Extra, Request, Sources, Summation,
+};
 use crate::vortex::field::{grid_kmax, particles_from_modes};
 use crate::vortex::planner::plan;
-use crate::vortex::stepper::ParticleStepper;
+use crate::vortex::stepper::{ParticleStepper, TransferBytes};
 use crate::vortex::{RbfSolver, VortexSettings};
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -79,17 +80,25 @@ pub struct StepBenchRow {
     /// Median milliseconds of the two parts of a reinitialisation.
     pub ms_reinit_vorticity: f64,
     pub ms_reinit_solve: f64,
+    #[serde(flatten)]
+    pub device: DeviceUse,
+    /// Velocity and stretching at the state after the output steps against the CPU f64 Ewald
+    /// evaluator in the box, the direct sum for the FMM (not checked for all pairs).
+    #[serde(flatten)]
+    pub check: SampleCheck,
+    pub timed_steps: usize,
+}
+
+/// What the stepper moves between host and device and takes on the device (null on the CPU).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DeviceUse {
     /// Bytes between host and device per step (timed steps, reinitialisations included), and
-    /// per output step (null on the CPU).
+    /// per output step.
     pub bytes_per_step: Option<f64>,
     pub bytes_per_output: Option<f64>,
     /// Device memory taken by the stepper, its evaluator and plans (free memory before it was
-    /// made minus the least free memory seen while it ran), bytes; null on the CPU.
+    /// made minus the least free memory seen while it ran), bytes.
     pub device_memory_bytes: Option<u64>,
-    pub rel_l2_velocity: Option<f64>,
-    pub rel_l2_stretching: Option<f64>,
-    pub accuracy_sample: usize,
-    pub timed_steps: usize,
 }
 
 /// ν of the benchmark on an n³ lattice: 1.28/n, the family of the named isotropic cases
@@ -152,22 +161,7 @@ pub fn bench_step(
         o.sample,
         rayon::current_num_threads()
     );
-    crate::out!(
-        "{:>5} {:>9} {:>7} {:>9} {:>9} {:>10} {:>9} {:>8} {:>8} {:>10} {:>8} {:>9} {:>9}",
-        "n",
-        "particles",
-        "overlap",
-        "ms step",
-        "ms reinit",
-        "ms amort.",
-        "ms output",
-        "ms eval",
-        "ms upd",
-        "B/step",
-        "dev GB",
-        "err vel",
-        "err str"
-    );
+    print_header("n|particles|overlap|ms step|ms reinit|ms amort.|ms output|ms eval|ms upd|B/step|dev GB|err vel|err str", &[5, 9, 7, 9, 9, 10, 9, 8, 8, 10, 8, 9, 9]);
     let mut rows = Vec::new();
     for &n in lattice {
         for &overlap in &o.overlaps {
@@ -184,17 +178,20 @@ pub fn bench_step(
                 row.ms_output,
                 row.ms_evaluation,
                 row.ms_update,
-                row.bytes_per_step.map_or("-".into(), |b| format!("{b:.0}")),
-                row.device_memory_bytes
+                row.device
+                    .bytes_per_step
+                    .map_or("-".into(), |b| format!("{b:.0}")),
+                row.device
+                    .device_memory_bytes
                     .map_or("-".into(), |b| format!("{:.2}", b as f64 / 1e9)),
-                fmt_error(row.rel_l2_velocity),
-                fmt_error(row.rel_l2_stretching)
+                fmt_error(row.check.rel_l2_velocity),
+                fmt_error(row.check.rel_l2_stretching)
             );
             crate::out!(
                 "      reinit: vorticity {:.2} ms, solve {:.2} ms; output {:.0} B; {}",
                 row.ms_reinit_vorticity,
                 row.ms_reinit_solve,
-                row.bytes_per_output.unwrap_or(0.0),
+                row.device.bytes_per_output.unwrap_or(0.0),
                 row.stepper
             );
             rows.push(row);
@@ -314,38 +311,33 @@ fn bench_one(
         EvaluatorKind::Fmm => Some(Box::new(DirectFreeSpace)),
         EvaluatorKind::Direct => None,
     };
-    let (ev, es, ns) = if let (true, Some(reference)) = (o.sample > 0, reference.as_mut()) {
-        let (u, st) = s.derivatives()?;
-        let p = s.particles()?.clone();
-        let idx = verify::sample(p.len(), o.sample, 0x5e7 ^ n as u64);
-        let out = Evaluation {
-            velocity: u,
-            stretching: st,
-            gradient: Vec::new(),
-        };
-        let e = verify::errors_on_sample(
-            &out,
-            reference.as_mut(),
-            &Sources::of(&p),
-            &p.x,
-            Extra::Stretching {
+    let (velocity, stretching) = s.derivatives()?;
+    let p = s.particles()?.clone();
+    let out = Evaluation {
+        velocity,
+        stretching,
+        gradient: Vec::new(),
+    };
+    let (check, _) = SampleCheck::run(
+        &out,
+        reference.as_mut().map(|r| r.as_mut() as &mut dyn Summation),
+        Request {
+            sources: &Sources::of(&p),
+            targets: &p.x,
+            extra: Extra::Stretching {
                 alpha: &p.alpha,
                 scheme: StretchingScheme::Classical,
             },
-            &idx,
-        )?;
-        (
-            Some(e.velocity.rel_l2),
-            e.extra.map(|x| x.rel_l2),
-            idx.len(),
-        )
-    } else {
-        (None, None, 0)
-    };
+        },
+        (o.sample, 0x5e7 ^ n as u64),
+    )?;
     let med = |v: Vec<f64>| if v.is_empty() { f64::NAN } else { median(v) };
     let ms_step = med(plain);
     let ms_reinit = med(reinit);
-    let steps = o.steps.max(1) as f64;
+    // Bytes moved between two snapshots of the stepper's traffic, per one of `count` steps.
+    let moved = |a: Option<TransferBytes>, b: Option<TransferBytes>, count: usize| {
+        Some((b?.total() - a?.total()) as f64 / count.max(1) as f64)
+    };
     Ok(StepBenchRow {
         lattice: n,
         particles: np,
@@ -361,26 +353,14 @@ fn bench_one(
         ms_update: med(update),
         ms_reinit_vorticity: med(reinit_w),
         ms_reinit_solve: med(reinit_s),
-        bytes_per_step: match (bytes0, bytes1) {
-            (Some(a), Some(b)) => {
-                Some(((b.to_device + b.to_host) - (a.to_device + a.to_host)) as f64 / steps)
-            }
-            _ => None,
+        device: DeviceUse {
+            bytes_per_step: moved(bytes0, bytes1, o.steps),
+            bytes_per_output: moved(bytes1, bytes2, o.outputs),
+            device_memory_bytes: free_before
+                .zip(least_free)
+                .map(|(a, b)| a.saturating_sub(b)),
         },
-        bytes_per_output: match (bytes1, bytes2) {
-            (Some(a), Some(b)) => Some(
-                ((b.to_device + b.to_host) - (a.to_device + a.to_host)) as f64
-                    / o.outputs.max(1) as f64,
-            ),
-            _ => None,
-        },
-        device_memory_bytes: match (free_before, least_free) {
-            (Some(a), Some(b)) => Some(a.saturating_sub(b)),
-            _ => None,
-        },
-        rel_l2_velocity: ev,
-        rel_l2_stretching: es,
-        accuracy_sample: ns,
+        check,
         timed_steps: o.steps,
     })
 }

@@ -714,7 +714,6 @@ fn parse_initial(
     spectral: Option<&SpectralConfig>,
 ) -> Result<InitialCondition, CaseError> {
     const AMPLITUDE: &str = "must be a finite number > 0";
-    const CIRCULATION: &str = "circulation Γ: must be a finite number ≠ 0";
     let kind = sec.string(doc, "kind", KINDS)?.ok_or_else(|| {
         sec.missing(
             doc,
@@ -866,14 +865,7 @@ fn parse_initial(
             const CORE: &str =
                 "core standard deviation σ0: must be a finite number > 0 and ≤ 1 (box [-π, π)³)";
             sec.check_keys(doc, &["kind", "circulation", "core"], &context)?;
-            let circulation = sec
-                .number(doc, "circulation", CIRCULATION)?
-                .ok_or_else(|| sec.missing(doc, "circulation", "the circulation Γ, ≠ 0"))?;
-            circulation.require(
-                doc,
-                circulation.value.is_finite() && circulation.value != 0.0,
-                CIRCULATION,
-            )?;
+            let circulation = circulation(doc, sec)?;
             let core = sec
                 .number(doc, "core", CORE)?
                 .ok_or_else(|| sec.missing(doc, "core", "the core's standard deviation σ0"))?;
@@ -883,12 +875,26 @@ fn parse_initial(
                 CORE,
             )?;
             Ok(InitialCondition::VortexTube {
-                circulation: circulation.value,
+                circulation,
                 core: core.value,
             })
         }
         _ => Err(kind.fail(doc, KINDS)),
     }
+}
+
+/// The required key `circulation` of `sec`: a finite number ≠ 0.
+fn circulation(doc: &Doc, sec: &Section) -> Result<f64, CaseError> {
+    const ALLOWED: &str = "circulation Γ: must be a finite number ≠ 0";
+    let circulation = sec
+        .number(doc, "circulation", ALLOWED)?
+        .ok_or_else(|| sec.missing(doc, "circulation", "the circulation Γ, ≠ 0"))?;
+    circulation.require(
+        doc,
+        circulation.value.is_finite() && circulation.value != 0.0,
+        ALLOWED,
+    )?;
+    Ok(circulation.value)
 }
 
 /// A ring's `circulation` (finite, ≠ 0) and `core` (finite, > 0, < radius/2) in `sec`: the
@@ -898,15 +904,7 @@ fn ring_circulation_and_core(
     sec: &Section,
     radius: f64,
 ) -> Result<(f64, f64), CaseError> {
-    const CIRCULATION: &str = "circulation Γ: must be a finite number ≠ 0";
-    let circulation = sec
-        .number(doc, "circulation", CIRCULATION)?
-        .ok_or_else(|| sec.missing(doc, "circulation", "the circulation Γ, ≠ 0"))?;
-    circulation.require(
-        doc,
-        circulation.value.is_finite() && circulation.value != 0.0,
-        CIRCULATION,
-    )?;
+    let circulation = circulation(doc, sec)?;
     let core_allowed = format!(
         "core standard deviation σ: must be a finite number > 0 and < radius/2 (= {})",
         radius / 2.0
@@ -919,7 +917,7 @@ fn ring_circulation_and_core(
         core.value.is_finite() && core.value > 0.0 && core.value < radius / 2.0,
         &core_allowed,
     )?;
-    Ok((circulation.value, core.value))
+    Ok((circulation, core.value))
 }
 
 /// `initial.rings` of `kind = "coaxial-rings"`: one or more tables `{ radius, z, circulation,

@@ -24,7 +24,8 @@
 //! `DIR/<file>` at run time instead of the copies embedded in the binary (no rebuild to try a
 //! change).
 
-use cudarc::driver::{CudaContext, CudaModule, DriverError};
+use cudarc::cufft::CudaFft;
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, DriverError};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -128,6 +129,15 @@ pub struct CompiledModule {
     pub log: String,
     /// The cubin (for `cuobjdump`/`nvdisasm` in performance work).
     pub cubin: Vec<u8>,
+}
+
+impl CompiledModule {
+    /// The kernel `name` of this module.
+    pub fn function(&self, name: &str) -> Result<CudaFunction, CudaError> {
+        self.module
+            .load_function(name)
+            .doing(format!("loading kernel {name}"))
+    }
 }
 
 /// Compiled modules by (source name, NVRTC options).
@@ -278,6 +288,13 @@ impl Gpu {
         &self.ctx
     }
 
+    /// A new CUDA event (default flags: timing on) for measuring device time.
+    pub fn event(&self) -> Result<CudaEvent, CudaError> {
+        self.ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .doing("creating an event")
+    }
+
     /// Free device memory now, in bytes, from the driver.
     pub fn free_memory(&self) -> Result<usize, CudaError> {
         self.ctx.bind_to_thread().doing("binding the context")?;
@@ -393,6 +410,35 @@ pub struct KernelSource {
     pub text: &'static str,
     pub headers: &'static [(&'static str, &'static str)],
 }
+
+/// The [`KernelSource`] of `kernels/<file>`, embedded in the binary, with the headers it
+/// includes: `kernel_source!("ewald.cu", PAIR_KERNEL_HEADER)`.
+macro_rules! kernel_source {
+    ($file:literal $(, $header:expr)* $(,)?) => {
+        $crate::device::cuda::KernelSource {
+            file: $file,
+            text: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/", $file)),
+            headers: &[$($header),*],
+        }
+    };
+}
+pub(crate) use kernel_source;
+
+/// A struct of the kernels of `module` (a [`CompiledModule`]), each field named as its kernel
+/// without the family's prefix, then any other fields after a `;`:
+/// `load_kernels!(module, "vp_", Kernels { euler, heun; order: 2 })` loads `vp_euler` and
+/// `vp_heun` (an error from the first that fails).
+macro_rules! load_kernels {
+    ($module:expr, $prefix:literal, $ty:ident {
+        $($field:ident),* $(,)? $(; $($name:ident: $value:expr),* $(,)?)?
+    }) => {
+        $ty {
+            $($field: $module.function(concat!($prefix, stringify!($field)))?,)*
+            $($($name: $value,)*)?
+        }
+    };
+}
+pub(crate) use load_kernels;
 
 /// The text of kernel file `file` from `VPM_KERNELS_DIR`, when that variable is set: (a name
 /// for the module cache and logs, the text).
@@ -568,6 +614,69 @@ pub fn cufft_available() -> Result<(), CudaError> {
                 .into(),
         ))
     }
+}
+
+/// One side of a batched cuFFT plan's data (cuFFT's advanced layout): the embedding dimensions
+/// (`None`: the transform's own, packed), the stride between elements and the distance between
+/// batches.
+#[derive(Debug, Clone, Copy)]
+pub struct FftLayout<'a> {
+    pub embed: Option<&'a [i32]>,
+    pub stride: i32,
+    pub dist: i32,
+}
+
+impl<'a> FftLayout<'a> {
+    pub fn new(embed: &'a [i32], stride: i32, dist: i32) -> Self {
+        FftLayout {
+            embed: Some(embed),
+            stride,
+            dist,
+        }
+    }
+
+    /// Packed batches `dist` values apart.
+    pub fn packed(dist: i32) -> Self {
+        FftLayout {
+            embed: None,
+            stride: 1,
+            dist,
+        }
+    }
+}
+
+/// A batched cuFFT plan (`cufftPlanMany`) of type `ty` over `dims` from `input` to `output`, on
+/// `stream`; `what` names the grid in the error.
+pub fn fft_plan(
+    what: &str,
+    dims: &[i32],
+    (input, output): (FftLayout, FftLayout),
+    ty: cudarc::cufft::sys::cufftType,
+    batch: i32,
+    stream: &Arc<CudaStream>,
+) -> Result<CudaFft, CudaError> {
+    CudaFft::plan_many(
+        dims,
+        input.embed,
+        input.stride,
+        input.dist,
+        output.embed,
+        output.stride,
+        output.dist,
+        ty,
+        batch,
+        stream.clone(),
+    )
+    .doing(format!("creating a cuFFT plan for {what}"))
+}
+
+/// The work area cuFFT allocated for `plan`, in bytes.
+pub fn fft_work_bytes(plan: &CudaFft) -> Result<u64, CudaError> {
+    // SAFETY: `plan` holds a live plan handle (destroyed only by its Drop); the call writes one
+    // size_t.
+    unsafe { cudarc::cufft::result::get_size(plan.handle()) }
+        .map(|b| b as u64)
+        .doing("reading a cuFFT work-area size")
 }
 
 /// Complex values of one half spectrum of a real n³ transform in cuFFT's layout: n·n·(n/2 + 1).

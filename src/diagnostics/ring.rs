@@ -130,25 +130,14 @@ mod tests {
     /// particle order.
     #[test]
     fn coaxial_rings_are_measured_one_by_one() {
-        let s = CoreSampling {
-            spacing: 0.1,
-            particle_sigma: 0.1,
-            core_extent: 3.0,
-        };
-        let rings = [
-            CoaxialRing {
-                radius: 1.0,
-                z: -0.5,
-                circulation: 1.0,
+        let s = CoreSampling::overlapping(0.1, 3.0);
+        let rings =
+            [(1.0, -0.5, 1.0), (0.7, 0.5, 2.0)].map(|(radius, z, circulation)| CoaxialRing {
+                radius,
+                z,
+                circulation,
                 core: 0.2,
-            },
-            CoaxialRing {
-                radius: 0.7,
-                z: 0.5,
-                circulation: 2.0,
-                core: 0.2,
-            },
-        ];
+            });
         let (p, ranges) = coaxial_rings(&rings, &[0.15, 0.15], &s);
         let members: Vec<RingMembers> = ranges
             .iter()

@@ -23,6 +23,19 @@ pub struct CoreSampling {
     pub core_extent: f64,
 }
 
+#[cfg(test)]
+impl CoreSampling {
+    /// Particles `h` apart with blobs of core `h` (overlap 1), out to `core_extent` standard
+    /// deviations: the tests' sampling.
+    pub(crate) fn overlapping(h: f64, core_extent: f64) -> Self {
+        CoreSampling {
+            spacing: h,
+            particle_sigma: h,
+            core_extent,
+        }
+    }
+}
+
 /// Standard deviation of the core the particles represent: √(σ_c² + σ_p²).
 pub fn effective_core(sampled_sigma: f64, particle_sigma: f64) -> f64 {
     (sampled_sigma * sampled_sigma + particle_sigma * particle_sigma).sqrt()
@@ -183,11 +196,7 @@ mod tests {
 
     #[test]
     fn ring_has_circulation_and_impulse() {
-        let s = CoreSampling {
-            spacing: 0.05,
-            particle_sigma: 0.05,
-            core_extent: 3.0,
-        };
+        let s = CoreSampling::overlapping(0.05, 3.0);
         let (r, g) = (1.0, 1.0);
         let p = vortex_ring(r, g, 0.08, [0.0; 3], &s);
         assert!(p.len() < 20_000, "{}", p.len());
@@ -207,25 +216,14 @@ mod tests {
 
     #[test]
     fn coaxial_rings_are_ring_after_ring() {
-        let s = CoreSampling {
-            spacing: 0.1,
-            particle_sigma: 0.1,
-            core_extent: 3.0,
-        };
-        let rings = [
-            CoaxialRing {
-                radius: 1.0,
-                z: 0.0,
-                circulation: 1.0,
+        let s = CoreSampling::overlapping(0.1, 3.0);
+        let rings =
+            [(1.0, 0.0, 1.0), (0.8, 1.0, 2.0)].map(|(radius, z, circulation)| CoaxialRing {
+                radius,
+                z,
+                circulation,
                 core: 0.15,
-            },
-            CoaxialRing {
-                radius: 0.8,
-                z: 1.0,
-                circulation: 2.0,
-                core: 0.15,
-            },
-        ];
+            });
         let sigma_c = [0.11, 0.12];
         let (p, ranges) = coaxial_rings(&rings, &sigma_c, &s);
         let lens = coaxial_rings_len(&rings, &sigma_c, &s);
@@ -251,11 +249,7 @@ mod tests {
 
     #[test]
     fn tube_strength_sums_to_circulation_times_length() {
-        let s = CoreSampling {
-            spacing: 0.1,
-            particle_sigma: 0.1,
-            core_extent: 4.0,
-        };
+        let s = CoreSampling::overlapping(0.1, 4.0);
         let p = vortex_tube(2.0, 0.2, [0.0, 0.0], TAU, &s);
         let t = p.total_strength();
         assert!((t[2] - 2.0 * TAU).abs() < 1e-12);

@@ -45,26 +45,18 @@ use super::solver::{NonFiniteState, SpectralGrid, VectorModes};
 use super::stepper::{SpectralError, SpectralStepper};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, half_spectrum_len, launch, CudaError, Doing, Gpu, KernelSource,
+    cufft_available, fft_plan, fft_work_bytes, half_spectrum_len, kernel_source, launch,
+    load_kernels, CudaError, Doing, FftLayout, Gpu, KernelSource,
 };
 use crate::device::Device;
 use crate::diagnostics::flow::{shell_count, FlowStats};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft, FftDirection};
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use num_complex::Complex64;
 use std::sync::Arc;
 
-/// Its name in logs and NVRTC messages.
-pub const SOURCE_NAME: &str = "spectral.cu";
-/// The kernel source, embedded in the binary.
-pub const SOURCE: &str = include_str!("../../kernels/spectral.cu");
 /// The family (no headers).
-pub const KERNELS: KernelSource = KernelSource {
-    file: SOURCE_NAME,
-    text: SOURCE,
-    headers: &[],
-};
+pub const KERNELS: KernelSource = kernel_source!("spectral.cu");
 
 /// Threads per block (`SP_THREADS` in spectral.cu).
 const THREADS: u32 = 256;
@@ -124,69 +116,22 @@ impl Transforms {
     ) -> Result<Self, CudaError> {
         let mi = m as i32;
         let mh = (m / 2 + 1) as i32;
-        #[allow(clippy::too_many_arguments)]
-        let plan = |n: &[i32],
-                    inembed: &[i32],
-                    istride,
-                    idist,
-                    onembed: &[i32],
-                    ostride,
-                    odist,
-                    ty,
-                    batch| {
-            CudaFft::plan_many(
-                n,
-                Some(inembed),
-                istride,
-                idist,
-                Some(onembed),
-                ostride,
-                odist,
-                ty,
-                batch,
-                stream.clone(),
-            )
-            .doing(format!("creating a cuFFT plan for the {m}^3 grid"))
-        };
+        let what = format!("the {m}^3 grid");
+        let plan = |n: &[i32], layouts, ty, batch| fft_plan(&what, n, layouts, ty, batch, stream);
         use cufft_sys::cufftType::{CUFFT_D2Z, CUFFT_Z2D, CUFFT_Z2Z};
         let (a, b, c) = match kind {
             TransformKind::Pruned => {
                 // x lines of K + 1 rows y (every k_z): element x of line b at b + x·M·M_h.
                 let plane = mi * mh;
-                let x = plan(
-                    &[mi],
-                    &[mi],
-                    plane,
-                    1,
-                    &[mi],
-                    plane,
-                    1,
-                    CUFFT_Z2Z,
-                    (kmax as i32 + 1) * mh,
-                )?;
+                let dims = [mi];
+                let line = FftLayout::new(&dims, plane, 1);
+                let x = plan(&dims, (line, line), CUFFT_Z2Z, (kmax as i32 + 1) * mh)?;
                 // (y, z) planes, one per x, contiguous.
-                let yz_inv = plan(
-                    &[mi, mi],
-                    &[mi, mh],
-                    1,
-                    plane,
-                    &[mi, mi],
-                    1,
-                    mi * mi,
-                    CUFFT_Z2D,
-                    mi,
-                )?;
-                let yz_fwd = plan(
-                    &[mi, mi],
-                    &[mi, mi],
-                    1,
-                    mi * mi,
-                    &[mi, mh],
-                    1,
-                    plane,
-                    CUFFT_D2Z,
-                    mi,
-                )?;
+                let (half_dims, real_dims) = ([mi, mh], [mi, mi]);
+                let half = FftLayout::new(&half_dims, 1, plane);
+                let real = FftLayout::new(&real_dims, 1, mi * mi);
+                let yz_inv = plan(&real_dims, (half, real), CUFFT_Z2D, mi)?;
+                let yz_fwd = plan(&real_dims, (real, half), CUFFT_D2Z, mi)?;
                 (x, yz_inv, Some(yz_fwd))
             }
             TransformKind::Full => {
@@ -194,21 +139,18 @@ impl Transforms {
                 let real = [mi, mi, mi];
                 let dist_c = half_spectrum_len(m) as i32;
                 let dist_r = mi * mi * mi;
-                let inv = plan(&real, &cplx, 1, dist_c, &real, 1, dist_r, CUFFT_Z2D, 1)?;
-                let fwd = plan(&real, &real, 1, dist_r, &cplx, 1, dist_c, CUFFT_D2Z, 1)?;
+                let (c, r) = (
+                    FftLayout::new(&cplx, 1, dist_c),
+                    FftLayout::new(&real, 1, dist_r),
+                );
+                let inv = plan(&real, (c, r), CUFFT_Z2D, 1)?;
+                let fwd = plan(&real, (r, c), CUFFT_D2Z, 1)?;
                 (inv, fwd, None)
             }
         };
-        let size = |p: &CudaFft| {
-            // SAFETY: p holds a live plan handle (made above, destroyed only by its Drop); the
-            // call writes one size_t.
-            unsafe { cufft_result::get_size(p.handle()) }
-                .map(|b| b as u64)
-                .doing("reading a cuFFT work-area size")
-        };
-        let mut work_bytes = size(&a)? + size(&b)?;
+        let mut work_bytes = fft_work_bytes(&a)? + fft_work_bytes(&b)?;
         if let Some(c) = &c {
-            work_bytes += size(c)?;
+            work_bytes += fft_work_bytes(c)?;
         }
         Ok(Transforms {
             m,
@@ -297,19 +239,12 @@ impl Kernels {
     /// Compiles (once per process and GPU) and loads spectral.cu on `gpu`.
     fn load(gpu: &Gpu) -> Result<Self, CudaError> {
         let module = gpu.module_from(&KERNELS, &[])?;
-        let md = &module.module;
-        Ok(Kernels {
-            gather: load(md, "sp_gather")?,
-            scatter: load(md, "sp_scatter")?,
-            cross: load(md, "sp_cross")?,
-            max_abs: load(md, "sp_max_abs")?,
-            rk_begin: load(md, "sp_rk_begin")?,
-            store: load(md, "sp_store")?,
-            hermitian: load(md, "sp_hermitian")?,
-            nonfinite: load(md, "sp_nonfinite")?,
-            mode_sums: load(md, "sp_mode_sums")?,
-            deinterleave: load(md, "sp_deinterleave")?,
-        })
+        #[rustfmt::skip]
+        let k = load_kernels!(module, "sp_", Kernels {
+            gather, scatter, cross, max_abs, rk_begin, store, hermitian, nonfinite, mode_sums,
+            deinterleave,
+        });
+        Ok(k)
     }
 }
 
@@ -540,12 +475,6 @@ fn cfg_for(n: usize) -> LaunchConfig {
     }
 }
 
-fn load(module: &Arc<cudarc::driver::CudaModule>, name: &str) -> Result<CudaFunction, CudaError> {
-    module
-        .load_function(name)
-        .doing(format!("loading kernel {name}"))
-}
-
 impl GpuSpectralSolver {
     /// A solver with zero velocity on `gpu`, with the pruned transforms (on an H100 4–7 % faster
     /// at 256³ with either rule and at 512³ with 2/3 truncation, within 4 % of the full ones
@@ -664,18 +593,6 @@ impl GpuSpectralSolver {
         let partials = self.red.bytes();
         let work = self.product.work_bytes + self.solution.as_ref().map_or(0, |t| t.work_bytes);
         modes + fields + partials + work
-    }
-
-    pub fn grid(&self) -> SpectralGrid {
-        self.grid
-    }
-
-    pub fn layout(&self) -> ModeLayout {
-        self.layout
-    }
-
-    pub fn nu(&self) -> f64 {
-        self.nu
     }
 
     pub fn gpu(&self) -> &Arc<Gpu> {
@@ -1027,11 +944,7 @@ impl GpuSpectralSolver {
             }
             Ok(())
         };
-        let ctx = self.gpu.context();
-        let ev = || {
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .doing("creating an event")
-        };
+        let ev = || self.gpu.event();
         let (start, stop) = (ev()?, ev()?);
         run(&self.product)?;
         let mut ms = Vec::new();
@@ -1050,11 +963,7 @@ impl GpuSpectralSolver {
     /// Milliseconds (CUDA events) of each of `repeats` RK4 steps of size `dt` after one warm-up
     /// step, each timed from the first launch to the finite flag's arrival; the state advances.
     pub fn time_steps(&mut self, dt: f64, repeats: usize) -> Result<Vec<f64>, SpectralError> {
-        let ctx = self.gpu.context().clone();
-        let ev = || {
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .doing("creating an event")
-        };
+        let ev = || self.gpu.event();
         let (start, stop) = (ev()?, ev()?);
         self.step(dt)?;
         let mut ms = Vec::new();
@@ -1071,10 +980,10 @@ impl GpuSpectralSolver {
 
 impl SpectralStepper for GpuSpectralSolver {
     fn grid(&self) -> SpectralGrid {
-        GpuSpectralSolver::grid(self)
+        self.grid
     }
     fn nu(&self) -> f64 {
-        GpuSpectralSolver::nu(self)
+        self.nu
     }
     fn set_velocity_modes(&mut self, uhat: VectorModes) -> Result<(), SpectralError> {
         Ok(GpuSpectralSolver::set_velocity_modes(self, uhat)?)

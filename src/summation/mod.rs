@@ -220,6 +220,13 @@ pub struct DeviceEvaluation {
     pub gradient: DeviceBuffer<f64>,
 }
 
+/// The sources and targets of a device-form sum, on the GPU.
+#[derive(Clone, Copy)]
+pub struct DevicePoints<'a> {
+    pub sources: &'a DeviceSources<'a>,
+    pub targets: &'a DeviceTargets<'a>,
+}
+
 /// One evaluation asked of a [`DeviceSummation`]: sources, targets and extra, all on the GPU.
 #[derive(Clone, Copy)]
 pub struct DeviceWork<'a> {
@@ -237,14 +244,10 @@ pub trait DeviceSummation {
     /// into `out`.
     fn evaluate_on_device(&mut self, work: DeviceWork, out: &mut DeviceEvaluation) -> SumResult;
 
-    /// Blob vorticity ω_h(x) = Σ_q α_q ζ_σq(x − x_q) at the targets (the device form of
-    /// [`Summation::vorticity`]), 3 f64 per target into `out` (grown as needed).
-    fn vorticity_on_device(
-        &mut self,
-        sources: &DeviceSources,
-        targets: &DeviceTargets,
-        out: &mut DeviceBuffer<f64>,
-    ) -> SumResult;
+    /// Blob vorticity ω_h(x) = Σ_q α_q ζ_σq(x − x_q) at the targets from the sources of `at`
+    /// (the device form of [`Summation::vorticity`]), 3 f64 per target into `out` (grown as
+    /// needed).
+    fn vorticity_on_device(&mut self, at: DevicePoints, out: &mut DeviceBuffer<f64>) -> SumResult;
 
     /// Blob vorticity at the nodes of the n³ lattice on [−π, π)³ ([`lattice::lattice_nodes`]
     /// order), 3 f64 per node into `out`, by a method that uses the lattice's structure (the

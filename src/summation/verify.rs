@@ -15,15 +15,21 @@ use rand_chacha::ChaCha8Rng;
 use std::f64::consts::{PI, TAU};
 
 /// GPU 0 when it is usable; otherwise `None`, so GPU tests pass on machines without one, after
-/// saying so: "`test`: skipped, no usable GPU: reason" (captured by the test harness), and once
-/// per process "`binary`: GPU tests skipped, no usable GPU: reason" written straight to the
-/// standard error, which the harness does not capture, so a plain `cargo test` shows it. Both
-/// hold the words scripts/gpu-check.sh looks for on a GPU machine.
-pub fn gpu_or_skip(test: &str) -> Option<std::sync::Arc<crate::device::cuda::Gpu>> {
+/// saying so: "`test`: skipped, no usable GPU: reason" (captured by the test harness; the test
+/// is named by its thread, as the harness names it), and once per process "`binary`: GPU tests
+/// skipped, no usable GPU: reason" written straight to the standard error, which the harness
+/// does not capture, so a plain `cargo test` shows it. Both hold the words
+/// scripts/gpu-check.sh looks for on a GPU machine.
+pub fn gpu_or_skip() -> Option<std::sync::Arc<crate::device::cuda::Gpu>> {
     static SAID: std::sync::Once = std::sync::Once::new();
     match crate::device::cuda::gpu_at(0) {
         Ok(g) => Some(g),
         Err(e) => {
+            let thread = std::thread::current();
+            let test = thread
+                .name()
+                .filter(|&n| n != "main")
+                .unwrap_or("a GPU test");
             eprintln!("{test}: skipped, no usable GPU: {e}");
             SAID.call_once(|| {
                 let exe = std::env::current_exe().unwrap_or_default();
@@ -287,6 +293,12 @@ impl ErrorStats {
             max_rel: max_rel(a, b),
         }
     }
+
+    /// Whether the relative L2 error is within `accuracy` and the largest within
+    /// `max_factor` × `accuracy`.
+    pub fn within(&self, accuracy: f64, max_factor: f64) -> bool {
+        self.rel_l2 <= accuracy && self.max_rel <= max_factor * accuracy
+    }
 }
 
 /// Errors of one evaluation: the velocity and, when asked, the stretching or the gradient.
@@ -364,6 +376,66 @@ pub fn compare(
     errors_on_sample(&out, reference, sources, targets, extra, &all)
 }
 
+/// Everything an evaluator computes besides the velocity, with its name: nothing ("velocity"),
+/// classical and transposed stretching of the target strengths `alpha`, the gradient.
+pub fn all_extras(alpha: &[[f64; 3]]) -> [(&'static str, Extra<'_>); 4] {
+    let stretching = |scheme| Extra::Stretching { alpha, scheme };
+    [
+        ("velocity", Extra::None),
+        ("classical", stretching(StretchingScheme::Classical)),
+        ("transposed", stretching(StretchingScheme::Transposed)),
+        ("gradient", Extra::Gradient),
+    ]
+}
+
+/// The FMM's test sets of `n` particles (seeds 1, 2, 3): uniform, clustered (Plummer-like) and
+/// sheet-like (a thin ring).
+pub fn fmm_sets(n: usize) -> [(&'static str, Particles); 3] {
+    [
+        ("uniform", Particles::free_space(n, 1)),
+        ("plummer", Particles::plummer(n, 0.3, 0.01, 2)),
+        ("ring", Particles::thin_ring(n, 3)),
+    ]
+}
+
+/// `candidate` against the direct sum on the set `p` (named `name`), at its sources and at
+/// `faces` targets on cell faces (target strengths the sources' in turn): `Err` with the
+/// errors unless, for velocity, both stretching schemes and the gradient, the relative L2
+/// error is within `accuracy` and the largest within 30× of it (docs/physics.md §8). Prints
+/// the errors.
+pub fn check_free_space_accuracy(
+    candidate: &mut dyn Summation,
+    (name, p): (&str, &Particles),
+    faces: usize,
+    accuracy: f64,
+) -> Result<(), String> {
+    for (where_, targets) in [
+        ("sources", p.x.clone()),
+        ("faces", cell_face_targets(p, faces, 9)),
+    ] {
+        let talpha: Vec<[f64; 3]> = (0..targets.len()).map(|i| p.alpha[i % p.len()]).collect();
+        let direct = &mut super::direct::DirectFreeSpace;
+        let (v, x, line) = compare_all_extras(candidate, direct, &p.sources(), &targets, &talpha)
+            .map_err(|e| e.to_string())?;
+        let line = format!("{name} {where_} {accuracy:e}: {line}");
+        println!("{line}");
+        if !(v.within(accuracy, 30.0) && x.within(accuracy, 30.0)) {
+            return Err(line);
+        }
+    }
+    Ok(())
+}
+
+/// `f` run on a pool of `threads` threads (for checks that results do not depend on the thread
+/// count).
+pub fn on_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("a thread pool")
+        .install(f)
+}
+
 /// The worst errors over velocity only, both stretching schemes (target strengths `talpha`) and
 /// the gradient: (worst velocity, worst stretching/gradient), each the largest of the four
 /// evaluations, and a line describing each.
@@ -377,25 +449,7 @@ pub fn compare_all_extras(
     let mut worst_v = ErrorStats::default();
     let mut worst_x = ErrorStats::default();
     let mut line = String::new();
-    let extras = [
-        ("velocity", Extra::None),
-        (
-            "classical",
-            Extra::Stretching {
-                alpha: talpha,
-                scheme: StretchingScheme::Classical,
-            },
-        ),
-        (
-            "transposed",
-            Extra::Stretching {
-                alpha: talpha,
-                scheme: StretchingScheme::Transposed,
-            },
-        ),
-        ("gradient", Extra::Gradient),
-    ];
-    for (name, extra) in extras {
+    for (name, extra) in all_extras(talpha) {
         let e = compare(candidate, reference, sources, targets, extra)?;
         worst_v.rel_l2 = worst_v.rel_l2.max(e.velocity.rel_l2);
         worst_v.max_rel = worst_v.max_rel.max(e.velocity.max_rel);

@@ -43,22 +43,15 @@ use super::rbf::LatticeGaussian;
 use super::reinit::{ConditioningReport, LatticeConditioning, LatticeFilter};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, half_spectrum_len, launch, CudaError, Doing, Gpu, KernelSource,
+    cufft_available, fft_plan, fft_work_bytes, half_spectrum_len, kernel_source, launch, CudaError,
+    Doing, FftLayout, Gpu, KernelSource,
 };
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
-/// Its name in logs and NVRTC messages.
-pub const SOURCE_NAME: &str = "lattice.cu";
-/// The kernel source, embedded in the binary.
-pub const SOURCE: &str = include_str!("../../kernels/lattice.cu");
 /// The family (no headers).
-pub const KERNELS: KernelSource = KernelSource {
-    file: SOURCE_NAME,
-    text: SOURCE,
-    headers: &[],
-};
+pub const KERNELS: KernelSource = kernel_source!("lattice.cu");
 
 /// Threads per block of `lat_condition` (`LAT_THREADS` in lattice.cu).
 const THREADS: u32 = 256;
@@ -131,10 +124,7 @@ impl DeviceRbfSolver {
     pub fn new(gpu: Arc<Gpu>, stream: Arc<CudaStream>) -> Result<Self, CudaError> {
         cufft_available()?;
         let module = gpu.module_from(&KERNELS, &[])?;
-        let condition = module
-            .module
-            .load_function("lat_condition")
-            .doing("loading kernel lat_condition")?;
+        let condition = module.function("lat_condition")?;
         Ok(DeviceRbfSolver {
             gpu,
             stream,
@@ -318,47 +308,14 @@ impl DeviceRbfSolver {
         let real_embed = [ni, ni, ni];
         let cplx_embed = [ni, ni, (n / 2 + 1) as i32];
         let cplx_dist = half_spectrum_len(n) as i32;
-        let plan = |ty, inembed: &[i32], istride, idist, onembed: &[i32], ostride, odist| {
-            CudaFft::plan_many(
-                &[ni, ni, ni],
-                Some(inembed),
-                istride,
-                idist,
-                Some(onembed),
-                ostride,
-                odist,
-                ty,
-                3,
-                self.stream.clone(),
-            )
-            .doing(format!("creating a cuFFT plan for the {n}^3 lattice"))
-        };
-        let d2z = plan(
-            cufft_sys::cufftType::CUFFT_D2Z,
-            &real_embed,
-            3,
-            1,
-            &cplx_embed,
-            1,
-            cplx_dist,
-        )?;
-        let z2d = plan(
-            cufft_sys::cufftType::CUFFT_Z2D,
-            &cplx_embed,
-            1,
-            cplx_dist,
-            &real_embed,
-            3,
-            1,
-        )?;
-        let work = |p: &CudaFft| {
-            // SAFETY: p holds a live plan handle (made above, destroyed only by its Drop); the
-            // call writes one size_t.
-            unsafe { cudarc::cufft::result::get_size(p.handle()) }
-                .map(|b| b as u64)
-                .doing("reading a cuFFT work-area size")
-        };
-        let work_bytes = work(&d2z)? + work(&z2d)?;
+        let what = format!("the {n}^3 lattice");
+        let dims = [ni, ni, ni];
+        let real = FftLayout::new(&real_embed, 3, 1);
+        let cplx = FftLayout::new(&cplx_embed, 1, cplx_dist);
+        use cufft_sys::cufftType::{CUFFT_D2Z, CUFFT_Z2D};
+        let d2z = fft_plan(&what, &dims, (real, cplx), CUFFT_D2Z, 3, &self.stream)?;
+        let z2d = fft_plan(&what, &dims, (cplx, real), CUFFT_Z2D, 3, &self.stream)?;
+        let work_bytes = fft_work_bytes(&d2z)? + fft_work_bytes(&z2d)?;
         self.plans = Some(Plans {
             n,
             d2z,

@@ -30,14 +30,16 @@ use super::{
     stable_step, NamedArray, PhaseTimes, RbfSolver, VortexClock, VortexError, VortexSettings,
 };
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{launch, CompiledModule, CudaError, Doing, KernelSource};
+use crate::device::cuda::{
+    kernel_source, launch, load_kernels, CompiledModule, CudaError, Doing, KernelSource,
+};
 use crate::device::Device;
 use crate::particles::ParticleSet;
 use crate::spectral::gpu::{DeviceGridDiagnostics, GridDiagnostics};
 use crate::spectral::{ModeLayout, VectorModes};
 use crate::summation::{
-    Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceTargets, DeviceWork, Evaluation,
-    Summation, SummationError,
+    Boundary, DeviceEvaluation, DeviceExtra, DevicePoints, DeviceSources, DeviceTargets,
+    DeviceWork, Evaluation, Summation, SummationError,
 };
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use std::f64::consts::TAU;
@@ -45,11 +47,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// The kernels of the particle update, embedded in the binary.
-pub const KERNELS: KernelSource = KernelSource {
-    file: "particles.cu",
-    text: include_str!("../../kernels/particles.cu"),
-    headers: &[],
-};
+pub const KERNELS: KernelSource = kernel_source!("particles.cu");
 
 /// Threads per block of the elementwise kernels and of `vp_max_norm` (VP_MAX_THREADS).
 const THREADS: u32 = 256;
@@ -157,6 +155,15 @@ fn derivatives_at(
     Ok(())
 }
 
+/// Where [`ResidentStepper::derivatives_at`] evaluates.
+#[derive(Debug, Clone, Copy)]
+enum At {
+    /// The current state.
+    State,
+    /// Heun's predictor.
+    Predictor,
+}
+
 /// σ after one step of core spreading, rounded as `vp_spread` rounds it.
 fn spread_core(sigma: f64, spread: f64) -> f64 {
     sigma.mul_add(sigma, spread).sqrt()
@@ -252,23 +259,21 @@ impl ResidentStepper {
             }
         }
         let module = gpu.module_from(&KERNELS, &[])?;
-        let load = |name: &str| {
-            module
-                .module
-                .load_function(name)
-                .doing(format!("loading kernel {name}"))
-        };
-        let k = Kernels {
-            euler: load("vp_euler")?,
-            heun: load("vp_heun")?,
-            ab2: load("vp_ab2")?,
-            spread: load("vp_spread")?,
-            wrap: load("vp_wrap")?,
-            lattice: load("vp_lattice")?,
-            nonfinite: load("vp_nonfinite")?,
-            max_norm: load("vp_max_norm")?,
-            summary: load("vp_summary")?,
-        };
+        let k = load_kernels!(
+            module,
+            "vp_",
+            Kernels {
+                euler,
+                heun,
+                ab2,
+                spread,
+                wrap,
+                lattice,
+                nonfinite,
+                max_norm,
+                summary
+            }
+        );
         let stream = gpu.context().new_stream().doing("creating a stream")?;
         let rbf = if settings.reinit_every.is_some() {
             Some(DeviceRbfSolver::new(gpu.clone(), stream.clone())?)
@@ -380,19 +385,24 @@ impl ResidentStepper {
             .doing("waiting for the particle update")?)
     }
 
+    /// Velocity and stretching (the evaluator's device form), once the stream's work is done, at
+    /// the current state into `eval` or at Heun's predictor into `eval_heun`.
+    fn derivatives_at(&mut self, at: At) -> Result<(), VortexError> {
+        self.sync()?;
+        let (state, out) = match at {
+            At::State => (&self.state, &mut self.eval),
+            At::Predictor => (&self.pred, &mut self.eval_heun),
+        };
+        derivatives_at(self.evaluator.as_mut(), state, self.settings.scheme, out)
+    }
+
     /// Velocity and stretching at the current state into `eval` (the evaluator's device form).
     fn ensure_derivatives(&mut self) -> Result<(), VortexError> {
         if self.derivatives_current {
             return Ok(());
         }
         let t0 = Instant::now();
-        self.sync()?;
-        derivatives_at(
-            self.evaluator.as_mut(),
-            &self.state,
-            self.settings.scheme,
-            &mut self.eval,
-        )?;
+        self.derivatives_at(At::State)?;
         self.derivatives_current = true;
         self.times.evaluation += t0.elapsed().as_secs_f64();
         Ok(())
@@ -499,13 +509,7 @@ impl ResidentStepper {
                 self.pred.n = n;
                 self.times.update += t0.elapsed().as_secs_f64();
                 let t1 = Instant::now();
-                self.sync()?;
-                derivatives_at(
-                    self.evaluator.as_mut(),
-                    &self.pred,
-                    self.settings.scheme,
-                    &mut self.eval_heun,
-                )?;
+                self.derivatives_at(At::Predictor)?;
                 self.times.evaluation += t1.elapsed().as_secs_f64();
                 // SAFETY: vp_heun(long long m, const double* y, const double* f,
                 // const double* f2, double dt, double* out): all hold 3·n doubles.
@@ -597,7 +601,11 @@ impl ResidentStepper {
                 .evaluator
                 .device_form()
                 .expect("checked at construction");
-            dev.vorticity_on_device(&self.state.sources(), &targets, &mut self.omega)?;
+            let at = DevicePoints {
+                sources: &self.state.sources(),
+                targets: &targets,
+            };
+            dev.vorticity_on_device(at, &mut self.omega)?;
         }
         self.times.reinit_vorticity += t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
@@ -727,11 +735,11 @@ impl ParticleStepper for ResidentStepper {
             .evaluator
             .device_form()
             .expect("checked at construction");
-        dev.vorticity_on_device(
-            &sources,
-            &DeviceTargets::Sources,
-            &mut self.vorticity_scratch,
-        )?;
+        let at = DevicePoints {
+            sources: &sources,
+            targets: &DeviceTargets::Sources,
+        };
+        dev.vorticity_on_device(at, &mut self.vorticity_scratch)?;
         let omega_max = self.max_norm(|s| &s.vorticity_scratch, n)?;
         self.times.evaluation += t0.elapsed().as_secs_f64();
         self.ensure_derivatives()?;

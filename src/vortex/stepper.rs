@@ -54,6 +54,13 @@ pub struct TransferBytes {
     pub to_host: u64,
 }
 
+impl TransferBytes {
+    /// Both directions together.
+    pub fn total(&self) -> u64 {
+        self.to_device + self.to_host
+    }
+}
+
 /// A vortex particle stepper (docs/physics.md §2–3).
 pub trait ParticleStepper: Send {
     /// The evaluator and device, for logs.

@@ -6,7 +6,7 @@
 //! [`super::CudaDirect`] puts the [`crate::summation::Summation`] trait on it.
 
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{CompiledModule, CudaError, Doing, Gpu, KernelSource};
+use crate::device::cuda::{kernel_source, CompiledModule, CudaError, Doing, Gpu, KernelSource};
 use crate::kernel::Real;
 use crate::summation::Sources;
 use cudarc::driver::{
@@ -14,16 +14,9 @@ use cudarc::driver::{
 };
 use std::sync::Arc;
 
-/// The kernel source, embedded in the binary.
-pub const SOURCE: &str = include_str!("../../../kernels/biot_savart.cu");
-/// Its name in logs and NVRTC messages.
-pub const SOURCE_NAME: &str = "biot_savart.cu";
 /// The family with the header it includes.
-pub const KERNELS: KernelSource = KernelSource {
-    file: SOURCE_NAME,
-    text: SOURCE,
-    headers: &[crate::summation::PAIR_KERNEL_HEADER],
-};
+pub const KERNELS: KernelSource =
+    kernel_source!("biot_savart.cu", crate::summation::PAIR_KERNEL_HEADER);
 
 /// A real type the kernels run in: `f32` (the production precision) or `f64` (the reference
 /// build, `-DVPM_DOUBLE`).
@@ -259,12 +252,7 @@ impl<T: GpuReal> AllPairs<T> {
         let mut options = T::precision_options();
         options.extend(config.options());
         let module = gpu.module_from(&KERNELS, &options)?;
-        let load = |name: &str| {
-            module
-                .module
-                .load_function(name)
-                .doing(format!("loading kernel {name}"))
-        };
+        let load = |name: &str| module.function(name);
         let functions = Mode::ALL
             .iter()
             .map(|m| load(m.kernel_name()))
@@ -713,12 +701,7 @@ impl<T: GpuReal> AllPairs<T> {
     /// output poisoning before each is outside), after one untimed warm-up; milliseconds per
     /// evaluation, in order.
     pub fn time_launches(&mut self, mode: Mode, repeats: usize) -> Result<Vec<f64>, CudaError> {
-        use cudarc::driver::sys::CUevent_flags;
-        let ctx = self.gpu.context().clone();
-        let ev = || {
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .doing("creating an event")
-        };
+        let ev = || self.gpu.event();
         let (start, stop) = (ev()?, ev()?);
         self.launch(mode)?;
         self.download()?;

@@ -11,8 +11,9 @@ use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
 use crate::summation::{
-    begin_vorticity, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceSummation,
-    DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult, Summation,
+    begin_vorticity, Boundary, DeviceEvaluation, DeviceExtra, DevicePoints, DeviceSources,
+    DeviceSummation, DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult,
+    Summation,
 };
 use std::sync::Arc;
 
@@ -117,12 +118,8 @@ impl<T: GpuReal> DeviceSummation for CudaDirectOf<T> {
     }
 
     /// The host form's vorticity launch ([`Summation::vorticity`]) on device buffers.
-    fn vorticity_on_device(
-        &mut self,
-        sources: &DeviceSources,
-        targets: &DeviceTargets,
-        out: &mut DeviceBuffer<f64>,
-    ) -> SumResult {
+    fn vorticity_on_device(&mut self, at: DevicePoints, out: &mut DeviceBuffer<f64>) -> SumResult {
+        let DevicePoints { sources, targets } = at;
         let e = &mut self.engine;
         let stream = e.stream().clone();
         let nt = targets.len(sources);

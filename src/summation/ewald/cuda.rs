@@ -12,7 +12,7 @@
 //! gain nothing).
 
 use super::engine::{
-    DevicePointers, EwaldDevice, EwaldInputs, GpuEwaldTimings, GpuExtra, GPU_COSTS,
+    DevicePointers, EwaldDevice, EwaldInputs, GpuEwaldTimings, GpuExtra, VorticityJob, GPU_COSTS,
 };
 use super::params::{
     evaluation_setup, max_grid_for_memory, plan, EwaldParameters, GPU_BYTES_PER_GRID_POINT,
@@ -22,9 +22,9 @@ use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
 use crate::summation::cells::VORTICITY_CUTOFF;
 use crate::summation::{
-    begin_vorticity, sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources,
-    DeviceSummation, DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult,
-    Summation, SummationError,
+    begin_vorticity, sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DevicePoints,
+    DeviceSources, DeviceSummation, DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources,
+    SumResult, Summation, SummationError,
 };
 use std::f64::consts::TAU;
 use std::sync::Arc;
@@ -211,12 +211,8 @@ impl DeviceSummation for CudaEwald {
     }
 
     /// The host form's vorticity sums ([`Summation::vorticity`]) on device buffers.
-    fn vorticity_on_device(
-        &mut self,
-        sources: &DeviceSources,
-        targets: &DeviceTargets,
-        out: &mut DeviceBuffer<f64>,
-    ) -> SumResult {
+    fn vorticity_on_device(&mut self, at: DevicePoints, out: &mut DeviceBuffer<f64>) -> SumResult {
+        let DevicePoints { sources, targets } = at;
         let nt = targets.len(sources);
         let sigma_max = sources.sigma_max;
         if !(sigma_max > 0.0 && sigma_max.is_finite()) {
@@ -236,9 +232,15 @@ impl DeviceSummation for CudaEwald {
         };
         let src = [x, sources.alpha.addr(&stream), sources.sigma.addr(&stream)];
         let w = out.addr(&stream);
-        Ok(self
-            .dev
-            .vorticity_device(src, sources.n, sigma_max, VORTICITY_CUTOFF, t, nt, w)?)
+        Ok(self.dev.vorticity_device(&VorticityJob {
+            sources: src,
+            ns: sources.n,
+            sigma_max,
+            cutoff: VORTICITY_CUTOFF,
+            targets: t,
+            nt,
+            w_out: w,
+        })?)
     }
 
     /// The separable lattice sum ([`EwaldDevice::lattice_vorticity_device`]), the GPU form of

@@ -11,23 +11,16 @@
 use super::params::{CostModel, EwaldParameters};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, launch, CompiledModule, CudaError, Doing, Gpu, KernelSource,
+    cufft_available, fft_plan, kernel_source, launch, load_kernels, CompiledModule, CudaError,
+    Doing, FftLayout, Gpu, KernelSource,
 };
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::f64::consts::{PI, TAU};
 use std::sync::Arc;
 
-/// Its name in logs and NVRTC messages.
-pub const SOURCE_NAME: &str = "ewald.cu";
-/// The kernel source, embedded in the binary.
-pub const SOURCE: &str = include_str!("../../../kernels/ewald.cu");
 /// The family with the header it includes.
-pub const KERNELS: KernelSource = KernelSource {
-    file: SOURCE_NAME,
-    text: SOURCE,
-    headers: &[crate::summation::PAIR_KERNEL_HEADER],
-};
+pub const KERNELS: KernelSource = kernel_source!("ewald.cu", crate::summation::PAIR_KERNEL_HEADER);
 
 /// Largest window support the gather kernel takes (`GA_PMAX` in ewald.cu). Reached only at
 /// accuracies far below what f32 delivers (P ≈ 19 at 1e-7).
@@ -168,6 +161,14 @@ pub struct EwaldInputs<'a> {
     pub n_selected: usize,
 }
 
+/// The bucket arrays a counting sort fills: the mesh's (`start`, `order`: sources by first
+/// support node) or the cell lists' (`cstart`, `corder`).
+#[derive(Debug, Clone, Copy)]
+enum Buckets {
+    Grid,
+    Cells,
+}
+
 /// Resident device state of the GPU Ewald evaluator.
 pub struct EwaldDevice {
     gpu: Arc<Gpu>,
@@ -219,47 +220,22 @@ impl EwaldDevice {
     pub fn new(gpu: Arc<Gpu>) -> Result<Self, CudaError> {
         cufft_available()?;
         let module = gpu.module_from(&KERNELS, &[])?;
-        let load = |name: &str| {
-            module
-                .module
-                .load_function(name)
-                .doing(format!("loading kernel {name}"))
+        let load = |name: &str| module.function(name);
+        // One kernel per extra, in GpuExtra's order.
+        let per_extra = |kind: &str| -> Result<[CudaFunction; 4], CudaError> {
+            let extras = ["velocity", "classical", "transposed", "gradient"];
+            let f = |i: usize| load(&format!("ew_{kind}_{}", extras[i]));
+            Ok([f(0)?, f(1)?, f(2)?, f(3)?])
         };
-        let k = Kernels {
-            grid_keys: load("ew_grid_keys")?,
-            cell_keys: load("ew_cell_keys")?,
-            scan_blocks: load("ew_scan_blocks")?,
-            scan_sums: load("ew_scan_sums")?,
-            scan_add: load("ew_scan_add")?,
-            scatter: load("ew_scatter")?,
-            sort_buckets: load("ew_sort_buckets")?,
-            pack_grid: load("ew_pack_grid")?,
-            pack_cells: load("ew_pack_cells")?,
-            spread: load("ew_spread")?,
-            multiply: load("ew_multiply")?,
-            gather: [
-                load("ew_gather_velocity")?,
-                load("ew_gather_classical")?,
-                load("ew_gather_transposed")?,
-                load("ew_gather_gradient")?,
-            ],
-            real: [
-                load("ew_real_velocity")?,
-                load("ew_real_classical")?,
-                load("ew_real_transposed")?,
-                load("ew_real_gradient")?,
-            ],
-            vorticity: load("ew_vorticity")?,
-            lattice_vorticity: load("ew_lattice_vorticity")?,
-        };
+        #[rustfmt::skip]
+        let k = load_kernels!(module, "ew_", Kernels {
+            grid_keys, cell_keys, scan_blocks, scan_sums, scan_add, scatter, sort_buckets,
+            pack_grid, pack_cells, spread, multiply, vorticity, lattice_vorticity;
+            gather: per_extra("gather")?,
+            real: per_extra("real")?,
+        });
         let stream = gpu.context().new_stream().doing("creating a stream")?;
-        let events = (0..7)
-            .map(|_| {
-                gpu.context()
-                    .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-                    .doing("creating an event")
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let events = (0..7).map(|_| gpu.event()).collect::<Result<Vec<_>, _>>()?;
         Ok(EwaldDevice {
             gpu,
             stream,
@@ -361,20 +337,21 @@ impl EwaldDevice {
         Ok(())
     }
 
-    /// Counting sort of `n` items by the keys in `keys`/`slots` (counts already in `start`, of
-    /// `nb` buckets): scan, scatter into `order`, order each bucket by item index.
-    #[allow(clippy::too_many_arguments)]
-    fn finish_sort(
-        stream: &Arc<CudaStream>,
-        k: &Kernels,
-        sums: &mut DeviceBuffer<i32>,
-        keys: &DeviceBuffer<i32>,
-        slots: &DeviceBuffer<i32>,
-        start: &mut DeviceBuffer<i32>,
-        order: &mut DeviceBuffer<i32>,
-        n: usize,
-        nb: usize,
-    ) -> Result<(), CudaError> {
+    /// Counting sort of `n` items by the keys in `keys`/`slots` (counts already in the
+    /// buckets' `start`, of `nb` buckets): scan, scatter into their `order`, order each bucket
+    /// by item index.
+    fn finish_sort(&mut self, buckets: Buckets, n: usize, nb: usize) -> Result<(), CudaError> {
+        let (stream, k, sums, keys, slots) = (
+            &self.stream,
+            &self.k,
+            &mut self.sums,
+            &self.keys,
+            &self.slots,
+        );
+        let (start, order) = match buckets {
+            Buckets::Grid => (&mut self.start, &mut self.order),
+            Buckets::Cells => (&mut self.cstart, &mut self.corder),
+        };
         Self::scan(stream, k, sums, start.get_mut(), nb + 1)?;
         order.ensure(stream, n)?;
         let (n_i, nb_i) = (n as i32, nb as i64);
@@ -398,20 +375,10 @@ impl EwaldDevice {
         let mi = m as i32;
         let real = (m * m * m) as i32;
         let cplx = (m * m * (m / 2 + 1)) as i32;
+        let what = format!("{m}^3");
         let plan = |ty, idist, odist| {
-            CudaFft::plan_many(
-                &[mi, mi, mi],
-                None,
-                1,
-                idist,
-                None,
-                1,
-                odist,
-                ty,
-                3,
-                self.stream.clone(),
-            )
-            .doing(format!("creating a cuFFT plan for {m}^3"))
+            let layouts = (FftLayout::packed(idist), FftLayout::packed(odist));
+            fft_plan(&what, &[mi, mi, mi], layouts, ty, 3, &self.stream)
         };
         let r2c = plan(cufft_sys::cufftType::CUFFT_R2C, real, cplx)?;
         let c2r = plan(cufft_sys::cufftType::CUFFT_C2R, cplx, real)?;
@@ -550,17 +517,7 @@ impl EwaldDevice {
         launch!(s, &self.k.grid_keys, "ew_grid_keys", cfg1(ns, 256);
             &x_addr, &ns_i, &mi, &pi, &h, self.keys.get_mut(), self.slots.get_mut(),
             self.start.get_mut())?;
-        Self::finish_sort(
-            &s,
-            &self.k,
-            &mut self.sums,
-            &self.keys,
-            &self.slots,
-            &mut self.start,
-            &mut self.order,
-            ns,
-            m3,
-        )?;
+        self.finish_sort(Buckets::Grid, ns, m3)?;
         self.sd.ensure(&s, ns)?;
         self.sa.ensure(&s, ns)?;
         // SAFETY: ew_pack_grid(const int* order, const double* x, const double* alpha, int n,
@@ -687,17 +644,7 @@ impl EwaldDevice {
         launch!(s, &self.k.cell_keys, "ew_cell_keys", cfg1(n, 256);
             &x_addr, &sel, &n_i, &cells_i, &side, self.keys.get_mut(),
             self.slots.get_mut(), self.cstart.get_mut())?;
-        Self::finish_sort(
-            &s,
-            &self.k,
-            &mut self.sums,
-            &self.keys,
-            &self.slots,
-            &mut self.cstart,
-            &mut self.corder,
-            n,
-            nb,
-        )?;
+        self.finish_sort(Buckets::Cells, n, nb)?;
         self.sp.ensure(&s, n)?;
         self.csa.ensure(&s, n)?;
         // SAFETY: ew_pack_cells(const int* order, const int* sel, const double* x,
@@ -744,7 +691,15 @@ impl EwaldDevice {
         let inputs = [self.x.addr(&s), self.alpha.addr(&s), self.sigma.addr(&s)];
         self.u.ensure(&s, 3 * nt)?;
         let out = self.u.addr(&s);
-        self.vorticity_sums(inputs, ns, sigma_max, cutoff, t, nt, out)?;
+        self.vorticity_sums(&VorticityJob {
+            sources: inputs,
+            ns,
+            sigma_max,
+            cutoff,
+            targets: t,
+            nt,
+            w_out: out,
+        })?;
         self.u.download(&s, &mut w_out[..3 * nt], "vorticity")?;
         self.record(6)?;
         s.synchronize().doing("waiting for the vorticity")?;
@@ -752,24 +707,12 @@ impl EwaldDevice {
         check_written(&w_out[..3 * nt], "vorticity")
     }
 
-    /// The same blob vorticity on inputs and outputs that live on this GPU (the device form):
-    /// sources at device addresses `[x, alpha, sigma]` (f64, 3, 3, 1 per source), `nt` targets
-    /// at `targets` (3 f64 each), 3 f64 per target written at `w_out` (poisoned first). Waits
-    /// for the GPU before returning.
-    #[allow(clippy::too_many_arguments)]
-    pub fn vorticity_device(
-        &mut self,
-        sources: [u64; 3],
-        ns: usize,
-        sigma_max: f64,
-        cutoff: f64,
-        targets: u64,
-        nt: usize,
-        w_out: u64,
-    ) -> Result<(), CudaError> {
+    /// The same blob vorticity on inputs and outputs that live on this GPU (the device form).
+    /// Waits for the GPU before returning.
+    pub fn vorticity_device(&mut self, job: &VorticityJob) -> Result<(), CudaError> {
         self.record(0)?;
         self.record(1)?;
-        self.vorticity_sums(sources, ns, sigma_max, cutoff, targets, nt, w_out)?;
+        self.vorticity_sums(job)?;
         self.record(6)?;
         self.stream
             .synchronize()
@@ -840,17 +783,16 @@ impl EwaldDevice {
     }
 
     /// The cell lists and the sums of [`EwaldDevice::vorticity`] (events 2 to 5).
-    #[allow(clippy::too_many_arguments)]
-    fn vorticity_sums(
-        &mut self,
-        sources: [u64; 3],
-        ns: usize,
-        sigma_max: f64,
-        cutoff: f64,
-        targets: u64,
-        nt: usize,
-        w_out: u64,
-    ) -> Result<(), CudaError> {
+    fn vorticity_sums(&mut self, job: &VorticityJob) -> Result<(), CudaError> {
+        let VorticityJob {
+            sources,
+            ns,
+            sigma_max,
+            cutoff,
+            targets,
+            nt,
+            w_out,
+        } = *job;
         let s = self.stream.clone();
         self.record(2)?;
         self.record(3)?;
@@ -875,6 +817,21 @@ impl EwaldDevice {
         self.record(5)?;
         Ok(())
     }
+}
+
+/// One blob-vorticity sum on arrays that live on the GPU: sources at device addresses
+/// `[x, alpha, sigma]` (f64, 3, 3, 1 per source), over sources within `cutoff`·σ_q
+/// (`cutoff`·σ_max for the cell search), at `nt` targets at `targets` (3 f64 each); 3 f64 per
+/// target written at `w_out` (poisoned first).
+#[derive(Debug, Clone, Copy)]
+pub struct VorticityJob {
+    pub sources: [u64; 3],
+    pub ns: usize,
+    pub sigma_max: f64,
+    pub cutoff: f64,
+    pub targets: u64,
+    pub nt: usize,
+    pub w_out: u64,
 }
 
 /// Device addresses of the inputs and outputs of one evaluation (f64 arrays: 3 per source for

@@ -6,7 +6,7 @@ use super::expansions::{coefficient_count, l2l, l2p, m2l, m2m, p2m, Workspace};
 use super::params::{plan_parameters, FmmBackend, FmmParams};
 use super::traversal::{build_lists, Criterion};
 use super::tree::Octree;
-use super::{AccuracyCheck, CheckSchedule, FmmStats, Structure};
+use super::{AccuracyCheck, Fmm, FmmState, FmmStats, Structure};
 use crate::kernel::{gaussian_zeta, pair_coefficients, singular_pair_coefficients};
 use crate::summation::{
     begin_vorticity, sigma_range, stretching_from_gradient, Boundary, Evaluation, Extra, Request,
@@ -23,9 +23,7 @@ pub const VORTICITY_CUTOFF: f64 = 9.0;
 /// The FMM in free space on the CPU (f64).
 #[derive(Debug, Clone)]
 pub struct FmmFreeSpace {
-    params: FmmParams,
-    schedule: CheckSchedule,
-    stats: FmmStats,
+    state: FmmState,
 }
 
 impl FmmFreeSpace {
@@ -42,24 +40,8 @@ impl FmmFreeSpace {
     /// With explicit parameters (tests and benchmarks).
     pub fn with_params(params: FmmParams, check_every: u64) -> Self {
         Self {
-            params,
-            schedule: CheckSchedule::new(check_every),
-            stats: FmmStats::default(),
+            state: FmmState::new(params, check_every),
         }
-    }
-
-    pub fn params(&self) -> &FmmParams {
-        &self.params
-    }
-
-    /// Counts and phase times of the last evaluation.
-    pub fn last_stats(&self) -> &FmmStats {
-        &self.stats
-    }
-
-    /// Turns the built-in check off (benchmarks time the evaluation alone).
-    pub fn disable_checks(&mut self) {
-        self.schedule.disable();
     }
 }
 
@@ -229,7 +211,7 @@ fn downward(
 
 impl Summation for FmmFreeSpace {
     fn name(&self) -> String {
-        format!("FMM free-space CPU f64, {}", self.params)
+        format!("FMM free-space CPU f64, {}", self.state.params)
     }
 
     fn boundary(&self) -> Boundary {
@@ -240,11 +222,11 @@ impl Summation for FmmFreeSpace {
         let (sources, targets, extra) = (req.sources, req.targets, req.extra);
         let (_, sigma_max) = sigma_range(sources)?;
         let gradient = !matches!(extra, Extra::None);
-        let p = self.params.order;
+        let p = self.state.params.order;
         let mut stats = FmmStats::default();
 
         let t0 = Instant::now();
-        let st = Structure::build(sources, targets, &self.params, gradient, sigma_max);
+        let st = Structure::build(sources, targets, &self.state.params, gradient, sigma_max);
         let src = SortedSources::new(sources, &st.sources);
         stats.tree_seconds = t0.elapsed().as_secs_f64();
 
@@ -256,7 +238,7 @@ impl Summation for FmmFreeSpace {
 
         // L2P and P2P per target leaf.
         let t2 = Instant::now();
-        let rho_cut = self.params.rho_cut(gradient);
+        let rho_cut = self.state.params.rho_cut(gradient);
         let stride = 3 * coefficient_count(p);
         let per_leaf: Vec<Vec<Answer>> = ttree
             .leaves
@@ -308,20 +290,20 @@ impl Summation for FmmFreeSpace {
         }
         stats.p2p_seconds = t2.elapsed().as_secs_f64();
         st.count(&mut stats, p);
-        self.stats = stats;
-        self.schedule.after_evaluation(
+        self.state.stats = stats;
+        self.state.schedule.after_evaluation(
             sources,
             targets,
             &extra,
             out,
             sigma_max,
-            &self.params,
+            &self.state.params,
             &stats,
         )
     }
 
     fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
-        self.schedule.take()
+        self.state.schedule.take()
     }
 
     fn vorticity(&mut self, src: &Sources, at: &[[f64; 3]], out: &mut Vec<[f64; 3]>) -> SumResult {
@@ -329,7 +311,7 @@ impl Summation for FmmFreeSpace {
             return Ok(());
         }
         let (_, sigma_max) = sigma_range(src)?;
-        let leaf = self.params.leaf_size;
+        let leaf = self.state.params.leaf_size;
         let min_side = 0.25 * VORTICITY_CUTOFF * sigma_max;
         let stree = Octree::build(src.x, Some(src.sigma), leaf, min_side);
         let ttree = Octree::build(at, None, leaf, min_side);
@@ -374,5 +356,14 @@ impl Summation for FmmFreeSpace {
             }
         }
         Ok(())
+    }
+}
+
+impl Fmm for FmmFreeSpace {
+    fn state(&self) -> &FmmState {
+        &self.state
+    }
+    fn state_mut(&mut self) -> &mut FmmState {
+        &mut self.state
     }
 }

@@ -11,28 +11,24 @@
 //! reduce across blocks, so the answer is deterministic, and both forms give the same bits.
 
 use super::params::{plan_parameters, FmmBackend, FmmParams};
-use super::{AccuracyCheck, CheckSchedule, FmmStats, Structure};
+use super::{AccuracyCheck, Fmm, FmmState, FmmStats, Structure};
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{launch, CudaError, Doing, Gpu, KernelSource};
+use crate::device::cuda::{
+    kernel_source, launch, load_kernels, CudaError, Doing, Gpu, KernelSource,
+};
 use crate::kernel::StretchingScheme;
 use crate::summation::{
-    sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DeviceSources, DeviceSummation,
+    sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DevicePoints, DeviceSummation,
     DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult, Summation,
     SummationError, PAIR_KERNEL_HEADER,
 };
-use cudarc::driver::{sys::CUevent_flags, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use rayon::prelude::*;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Its name in logs and NVRTC messages.
-pub const SOURCE_NAME: &str = "fmm.cu";
 /// The kernel family: fmm.cu with the shared pair kernel header.
-pub const KERNELS: KernelSource = KernelSource {
-    file: SOURCE_NAME,
-    text: include_str!("../../../kernels/fmm.cu"),
-    headers: &[PAIR_KERNEL_HEADER],
-};
+pub const KERNELS: KernelSource = kernel_source!("fmm.cu", PAIR_KERNEL_HEADER);
 /// Threads per block of `fmm_eval` (`EVAL_THREADS` in fmm.cu).
 const EVAL_THREADS: u32 = 128;
 /// The highest order the GPU kernels are built for (their shared tables hold order 2p).
@@ -87,9 +83,7 @@ struct Buffers {
 pub struct CudaFmm {
     gpu: Arc<Gpu>,
     stream: Arc<CudaStream>,
-    params: FmmParams,
-    schedule: CheckSchedule,
-    stats: FmmStats,
+    state: FmmState,
     kernels: Option<Kernels>,
     buf: Buffers,
 }
@@ -143,9 +137,7 @@ impl CudaFmm {
         let mut s = Self {
             gpu,
             stream,
-            params,
-            schedule: CheckSchedule::new(check_every),
-            stats: FmmStats::default(),
+            state: FmmState::new(params, check_every),
             kernels: None,
             buf: Buffers::default(),
         };
@@ -154,7 +146,7 @@ impl CudaFmm {
     }
 
     fn ensure_kernels(&mut self) -> Result<(), SummationError> {
-        let p = self.params.order;
+        let p = self.state.params.order;
         if p > GPU_MAX_ORDER {
             return Err(SummationError::Unsupported(format!(
                 "FMM on the GPU: order {p} above the kernels' largest, {GPU_MAX_ORDER}"
@@ -164,41 +156,16 @@ impl CudaFmm {
             return Ok(());
         }
         let module = self.gpu.module_from(&KERNELS, &[format!("-DFMM_P={p}")])?;
-        let load = |name: &str| {
-            module
-                .module
-                .load_function(name)
-                .doing(format!("loading kernel {name}"))
-        };
-        self.kernels = Some(Kernels {
-            order: p,
-            pack: load("fmm_pack")?,
-            p2m: load("fmm_p2m")?,
-            m2m: load("fmm_m2m")?,
-            m2l: load("fmm_m2l")?,
-            l2l: load("fmm_l2l")?,
-            eval: load("fmm_eval")?,
-            gather: load("fmm_gather")?,
+        #[rustfmt::skip]
+        let k = load_kernels!(module, "fmm_", Kernels {
+            pack, p2m, m2m, m2l, l2l, eval, gather; order: p
         });
+        self.kernels = Some(k);
         Ok(())
     }
 
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
-    }
-
-    pub fn params(&self) -> &FmmParams {
-        &self.params
-    }
-
-    /// Counts and phase times of the last evaluation (device phases from CUDA events; the tree
-    /// phase is the host's build and the uploads).
-    pub fn last_stats(&self) -> &FmmStats {
-        &self.stats
-    }
-
-    pub fn disable_checks(&mut self) {
-        self.schedule.disable();
     }
 
     /// One evaluation: the trees and lists from the host copies of the positions and cores
@@ -213,14 +180,14 @@ impl CudaFmm {
         outputs: Outputs,
     ) -> Result<(), CudaError> {
         let gradient = !matches!(extra, ExtraKind::Velocity);
-        let p = self.params.order;
+        let p = self.state.params.order;
         let stride = 3 * super::expansions::coefficient_count(p);
         let s = self.stream.clone();
         let (_, sigma_max) = sigma_range(sources).map_err(|e| CudaError::Invalid(e.to_string()))?;
         let mut stats = FmmStats::default();
 
         let t0 = Instant::now();
-        let st = Structure::build(sources, targets, &self.params, gradient, sigma_max);
+        let st = Structure::build(sources, targets, &self.state.params, gradient, sigma_max);
         let stree = &st.sources;
         let ttree = st.targets();
         let sc = CellArrays::of(stree);
@@ -330,11 +297,7 @@ impl CudaFmm {
         }
         stats.tree_seconds = t0.elapsed().as_secs_f64();
 
-        let ctx = self.gpu.context();
-        let ev = || {
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .doing("creating an event")
-        };
+        let ev = || self.gpu.event();
         let events = [ev()?, ev()?, ev()?, ev()?, ev()?];
         let record = |i: usize| events[i].record(&s).doing("recording an event");
         // Every coefficient and every column of the order-2p table has a thread.
@@ -395,7 +358,7 @@ impl CudaFmm {
         }
         record(3)?;
         let n_tleaves = ttree.leaves.len() as i32;
-        let rho_cut = self.params.rho_cut(gradient);
+        let rho_cut = self.state.params.rho_cut(gradient);
         let rho_cut2 = (rho_cut * rho_cut) as f32;
         let mode: i32 = match extra {
             ExtraKind::Velocity => 0,
@@ -447,7 +410,7 @@ impl CudaFmm {
         stats.downward_seconds = ms(2, 3)?;
         stats.p2p_seconds = ms(3, 4)?;
         st.count(&mut stats, p);
-        self.stats = stats;
+        self.state.stats = stats;
         Ok(())
     }
 
@@ -625,15 +588,15 @@ impl DeviceSummation for CudaFmm {
         // The built-in check, as in the host form: on a due evaluation the results, the
         // strengths and the target strengths come to the host for the sampled comparison.
         let sigma_max = sig.iter().copied().fold(0.0, f64::max);
-        let stats = self.stats;
-        if !self.schedule.next_is_due(sigma_max) {
-            return self.schedule.after_evaluation(
+        let stats = self.state.stats;
+        if !self.state.schedule.next_is_due(sigma_max) {
+            return self.state.schedule.after_evaluation(
                 &sources,
                 targets,
                 &Extra::None,
                 &Evaluation::default(),
                 sigma_max,
-                &self.params,
+                &self.state.params,
                 &stats,
             );
         }
@@ -673,13 +636,13 @@ impl DeviceSummation for CudaFmm {
             alpha: &alpha,
             sigma: &sig,
         };
-        self.schedule.after_evaluation(
+        self.state.schedule.after_evaluation(
             &full,
             targets,
             &host_extra,
             &host,
             sigma_max,
-            &self.params,
+            &self.state.params,
             &stats,
         )
     }
@@ -687,12 +650,8 @@ impl DeviceSummation for CudaFmm {
     /// The blob vorticity through the host (free-space runs do not reinitialise; this serves
     /// diagnostics): positions, strengths and cores come to the host, the CPU FMM's near sum
     /// runs there, and the result goes back.
-    fn vorticity_on_device(
-        &mut self,
-        sources: &DeviceSources,
-        targets: &DeviceTargets,
-        out: &mut DeviceBuffer<f64>,
-    ) -> SumResult {
+    fn vorticity_on_device(&mut self, at: DevicePoints, out: &mut DeviceBuffer<f64>) -> SumResult {
+        let DevicePoints { sources, targets } = at;
         let n = sources.n;
         let to3 =
             |v: Vec<f64>| -> Vec<[f64; 3]> { v.chunks(3).map(|c| [c[0], c[1], c[2]]).collect() };
@@ -724,7 +683,7 @@ impl Summation for CudaFmm {
     fn name(&self) -> String {
         format!(
             "FMM free-space GPU (f64 expansions, f32 near field), {}",
-            self.params
+            self.state.params
         )
     }
 
@@ -749,14 +708,14 @@ impl Summation for CudaFmm {
             Outputs::Staged,
         )?;
         self.download(req.targets.len(), &req.extra, out)?;
-        let stats = self.stats;
-        self.schedule.after_evaluation(
+        let stats = self.state.stats;
+        self.state.schedule.after_evaluation(
             req.sources,
             req.targets,
             &req.extra,
             out,
             sigma_max,
-            &self.params,
+            &self.state.params,
             &stats,
         )
     }
@@ -766,12 +725,21 @@ impl Summation for CudaFmm {
     }
 
     fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
-        self.schedule.take()
+        self.state.schedule.take()
     }
 
     /// The blob vorticity is a short-range sum: the CPU FMM's tree-based near sum (f64).
     fn vorticity(&mut self, src: &Sources, at: &[[f64; 3]], out: &mut Vec<[f64; 3]>) -> SumResult {
-        let mut cpu = super::FmmFreeSpace::with_params(self.params, 0);
+        let mut cpu = super::FmmFreeSpace::with_params(self.state.params, 0);
         cpu.vorticity(src, at, out)
+    }
+}
+
+impl Fmm for CudaFmm {
+    fn state(&self) -> &FmmState {
+        &self.state
+    }
+    fn state_mut(&mut self) -> &mut FmmState {
+        &mut self.state
     }
 }

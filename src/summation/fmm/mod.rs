@@ -121,6 +121,49 @@ impl Structure {
     }
 }
 
+/// What both FMM engines keep between evaluations: the parameters planned for the accuracy, the
+/// built-in check's schedule and the last evaluation's counts and times.
+#[derive(Debug, Clone)]
+pub struct FmmState {
+    pub params: FmmParams,
+    pub schedule: CheckSchedule,
+    pub stats: FmmStats,
+}
+
+impl FmmState {
+    /// Checked at the first evaluation and every `check_every` after (0: only the first).
+    pub fn new(params: FmmParams, check_every: u64) -> Self {
+        Self {
+            params,
+            schedule: CheckSchedule::new(check_every),
+            stats: FmmStats::default(),
+        }
+    }
+}
+
+/// What both FMM engines ([`FmmFreeSpace`], [`CudaFmm`]) offer besides [`Summation`], from
+/// their [`FmmState`].
+pub trait Fmm: crate::summation::Summation {
+    fn state(&self) -> &FmmState;
+    fn state_mut(&mut self) -> &mut FmmState;
+
+    /// The parameters planned for the accuracy.
+    fn params(&self) -> &FmmParams {
+        &self.state().params
+    }
+
+    /// Counts and phase times of the last evaluation (on the GPU, device phases from CUDA
+    /// events; the tree phase is the host's build and the uploads).
+    fn last_stats(&self) -> &FmmStats {
+        &self.state().stats
+    }
+
+    /// Turns the built-in check off (benchmarks time the evaluation alone).
+    fn disable_checks(&mut self) {
+        self.state_mut().schedule.disable();
+    }
+}
+
 /// When the built-in check runs (module [`check`]) and what it found.
 #[derive(Debug, Clone)]
 pub struct CheckSchedule {

@@ -226,12 +226,7 @@ mod tests {
     #[test]
     fn every_pair_is_covered_once() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-        let x: Vec<[f64; 3]> = (0..3000)
-            .map(|i| {
-                let s = if i % 3 == 0 { 4.0 } else { 0.5 };
-                [0, 1, 2].map(|_| s * (rng.random::<f64>() - 0.5))
-            })
-            .collect();
+        let x = crate::summation::fmm::tree::clustered_points(&mut rng, 3000, 3, 4.0, 0.5);
         let sigma = vec![0.02; x.len()];
         let y: Vec<[f64; 3]> = (0..500)
             .map(|_| [0, 1, 2].map(|_| 3.0 * (rng.random::<f64>() - 0.5)))

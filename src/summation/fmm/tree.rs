@@ -263,10 +263,28 @@ impl Octree {
     }
 }
 
+/// `n` points in cubes about the origin, every `every`-th in one of side `far` and the others in
+/// one of side `near`: the tests' clustered sets.
+#[cfg(test)]
+pub(crate) fn clustered_points(
+    rng: &mut impl rand::Rng,
+    n: usize,
+    every: usize,
+    far: f64,
+    near: f64,
+) -> Vec<[f64; 3]> {
+    (0..n)
+        .map(|i| {
+            let s = if i % every == 0 { far } else { near };
+            [0, 1, 2].map(|_| s * (rng.random::<f64>() - 0.5))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{Rng, SeedableRng};
+    use rand::SeedableRng;
 
     #[test]
     fn morton_key_interleaves_bits() {
@@ -281,12 +299,7 @@ mod tests {
     fn cells_partition_the_particles_and_contain_them() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
         // Clustered: most points in a small ball, a few far away.
-        let x: Vec<[f64; 3]> = (0..5000)
-            .map(|i| {
-                let s = if i % 10 == 0 { 3.0 } else { 0.05 };
-                [0, 1, 2].map(|_| s * (rng.random::<f64>() - 0.5))
-            })
-            .collect();
+        let x = clustered_points(&mut rng, 5000, 10, 3.0, 0.05);
         let sigma: Vec<f64> = (0..5000).map(|i| 0.01 + 1e-6 * i as f64).collect();
         let t = Octree::build(&x, Some(&sigma), 32, 0.0);
         let mut seen = vec![false; x.len()];
