@@ -582,6 +582,52 @@ pub fn resolve_case(arg: &str) -> Result<(Case, String), CaseError> {
     })
 }
 
+/// How far in wavenumber a field-defined initial condition reaches: a grid that keeps
+/// |k_i| ≤ K holds it when K ≥ `kmax`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reach {
+    /// The largest |k_i| of the field's modes.
+    pub kmax: usize,
+    /// The wavenumber as the case gives it (`k_cut` may have a fraction).
+    pub wavenumber: f64,
+    /// The key of `[initial]` that sets it (`kind`, `wavevector` or `k_cut`).
+    pub key: &'static str,
+}
+
+impl InitialCondition {
+    /// The [`Reach`] of an initial condition; `None` for the particle-defined flows.
+    pub fn reach(&self) -> Option<Reach> {
+        match *self {
+            InitialCondition::TaylorGreen { .. } => Some(Reach {
+                kmax: 1,
+                wavenumber: 1.0,
+                key: "kind",
+            }),
+            InitialCondition::ShearWave { wavevector, .. } => {
+                let kmax = wavevector
+                    .iter()
+                    .map(|k| k.unsigned_abs())
+                    .max()
+                    .unwrap_or(0) as usize;
+                Some(Reach {
+                    kmax,
+                    wavenumber: kmax as f64,
+                    key: "wavevector",
+                })
+            }
+            // Modes with |k| ≤ k_cut: their components reach ⌊k_cut⌋.
+            InitialCondition::Isotropic { k_cut, .. } => Some(Reach {
+                kmax: k_cut.floor() as usize,
+                wavenumber: k_cut,
+                key: "k_cut",
+            }),
+            InitialCondition::VortexRing { .. }
+            | InitialCondition::CoaxialRings { .. }
+            | InitialCondition::VortexTube { .. } => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

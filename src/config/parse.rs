@@ -535,7 +535,7 @@ fn check_resolved(
     spectral: Option<&SpectralConfig>,
     vortex: Option<&VortexConfig>,
 ) -> Result<(), CaseError> {
-    let Some(reach) = crate::init::reach(initial) else {
+    let Some(reach) = initial.reach() else {
         return Ok(());
     };
     let spectral = spectral.map(|s| {

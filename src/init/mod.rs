@@ -31,50 +31,6 @@ pub enum InitError {
     },
 }
 
-/// How far in wavenumber a field-defined initial condition reaches: a grid that keeps
-/// |k_i| ≤ K holds it when K ≥ `kmax`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Reach {
-    /// The largest |k_i| of the field's modes.
-    pub kmax: usize,
-    /// The wavenumber as the case gives it (`k_cut` may have a fraction).
-    pub wavenumber: f64,
-    /// The key of `[initial]` that sets it (`kind`, `wavevector` or `k_cut`).
-    pub key: &'static str,
-}
-
-/// The [`Reach`] of an initial condition; `None` for the particle-defined flows.
-pub fn reach(ic: &InitialCondition) -> Option<Reach> {
-    match *ic {
-        InitialCondition::TaylorGreen { .. } => Some(Reach {
-            kmax: 1,
-            wavenumber: 1.0,
-            key: "kind",
-        }),
-        InitialCondition::ShearWave { wavevector, .. } => {
-            let kmax = wavevector
-                .iter()
-                .map(|k| k.unsigned_abs())
-                .max()
-                .unwrap_or(0) as usize;
-            Some(Reach {
-                kmax,
-                wavenumber: kmax as f64,
-                key: "wavevector",
-            })
-        }
-        // Modes with |k| ≤ k_cut: their components reach ⌊k_cut⌋.
-        InitialCondition::Isotropic { k_cut, .. } => Some(Reach {
-            kmax: k_cut.floor() as usize,
-            wavenumber: k_cut,
-            key: "k_cut",
-        }),
-        InitialCondition::VortexRing { .. }
-        | InitialCondition::CoaxialRings { .. }
-        | InitialCondition::VortexTube { .. } => None,
-    }
-}
-
 /// Isotropic random-phase field: parameters of E(k) = 16 √(2/π) u0² k⁴/kp⁵ exp(−2k²/kp²).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct IsotropicField {
@@ -235,7 +191,9 @@ pub fn initial_modes(ic: &InitialCondition, layout: &ModeLayout) -> Result<Vecto
             }
         }
     };
-    let r = reach(ic).ok_or(InitError::ParticleDefined(ic.kind_str()))?;
+    let r = ic
+        .reach()
+        .ok_or(InitError::ParticleDefined(ic.kind_str()))?;
     if r.kmax > kept {
         return Err(InitError::NotResolved {
             needed: r.wavenumber,
