@@ -92,8 +92,8 @@ if step run; then
     src=$cases_dir/$c.toml
     [ -f "$src" ] || { note_fail "no case file $src"; continue; }
     f=$work/$c-gpu.toml
-    # Shorten: t_end, and drop spectra_times (the default is [0, t_end]).
-    sed -E -e "s/^t_end *=.*/t_end = $RUN_T_END/" -e "/^spectra_times *=/d" "$src" > "$f"
+    # Shorten: t_end, and drop spectra_times (the default is [0, t_end]) and fields_times.
+    sed -E -e "s/^t_end *=.*/t_end = $RUN_T_END/" -e "/^(spectra_times|fields_times) *=/d" "$src" > "$f"
     if ! grep -q '^\[vortex\]' "$f"; then
       n=$(awk '/^\[spectral\]/{s=1;next} /^\[/{s=0} s && /^n *=/{print $3; exit}' "$f")
       printf '\n[vortex]\nn = %s\n' "${n:-64}" >> "$f"
