@@ -131,6 +131,23 @@ fn an_edited_physical_key_is_refused_naming_both_values() {
 }
 
 #[test]
+fn an_end_edited_before_the_checkpoint_is_refused() {
+    let (_tmp, run_dir) = killed_run();
+    let case_toml = run_dir.join("case.toml");
+    edit(&case_toml, "t_end = 0.2", "t_end = 0.05");
+    edit(
+        &case_toml,
+        "spectra_times = [0.0, 0.2]",
+        "spectra_times = [0.0]",
+    );
+    let line = format!(
+        "{}: time.t_end = 0.05 is before the latest checkpoint's t = 0.1",
+        case_toml.display()
+    );
+    assert_refused(&run_dir, &[&line]);
+}
+
+#[test]
 fn changed_end_outputs_and_device_are_accepted_and_recorded() {
     let (_tmp, run_dir) = killed_run();
     let case_toml = run_dir.join("case.toml");

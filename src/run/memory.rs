@@ -20,7 +20,7 @@ const C64: u64 = 16;
 /// Host bytes per particle of the particle stepper: the set (x, α, σ, id: 64 B), the next and
 /// Heun-predictor copies (128 B), velocity and stretching now, at the predictor and in the AB2
 /// history (144 B). The evaluator's own memory comes from
-/// [`crate::summation::planner::estimate_bytes`].
+/// its [`crate::summation::planner::Recipe`] (`memory`).
 const HOST_BYTES_PER_PARTICLE: u64 = 336;
 
 /// Memory a case needs, by part.

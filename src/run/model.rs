@@ -130,8 +130,8 @@ pub trait Model: Sized {
     /// The particle solver, if the model has particles (snapshots).
     fn particles(&mut self) -> Option<&mut dyn ParticleStepper>;
 
-    /// Final outputs written once at t_end (e.g. the spectral field), stamped with `time`: the
-    /// run's time and step.
+    /// Final outputs written at t_end (e.g. the spectral field), stamped with `time`: the run's
+    /// time and step; a resume of a run stopped before they were all written writes them again.
     fn write_final(&mut self, run_dir: &Path, time: FieldTime) -> anyhow::Result<()>;
 
     /// Which device each solver runs on ("spectral" → "cpu", "vortex" → "cuda:0"), for the

@@ -23,11 +23,11 @@ pub struct RunOptions {
     /// this process, as a killed process would.
     pub abort_after_steps: Option<u64>,
     /// For tests of a signal at a chosen point: raise SIGINT as the N-th step of this process
-    /// begins (the handlers of [`install_signal_handlers`] must be in place).
+    /// begins (the handlers of [`crate::run::signals::install_signal_handlers`] must be in place).
     pub signal_in_step: Option<u64>,
 }
 
-/// How [`simulation::Simulation::run_to_end`] ended without an error.
+/// How [`crate::run::simulation::Simulation::run_to_end`] ended without an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunEnd {
     /// t_end reached; final outputs and plots written.

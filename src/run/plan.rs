@@ -49,8 +49,9 @@ impl RunDevices {
 pub struct RunPlan {
     /// The devices of the run's solvers.
     pub devices: RunDevices,
-    /// The particles at t = 0 (a case with `[vortex]`): n³ lattice particles for a
-    /// field-defined flow, the sampled set for a particle-defined one.
+    /// The particles the run starts from (a case with `[vortex]`): at t = 0, n³ lattice
+    /// particles for a field-defined flow or the sampled set for a particle-defined one; at a
+    /// resume, the checkpoint's.
     pub particle_count: usize,
     /// The particle evaluator, planned and not yet built (a case with `[vortex]`).
     pub evaluator: Option<Recipe>,

@@ -27,7 +27,7 @@ pub(crate) fn set_step_in_progress(step: u64) {
     STEP_IN_PROGRESS.store(step, Ordering::Relaxed);
 }
 
-/// Sends this process SIGINT, as a Ctrl-C would ([`RunOptions::signal_in_step`]).
+/// Sends this process SIGINT, as a Ctrl-C would ([`crate::run::options::RunOptions::signal_in_step`]).
 pub(crate) fn raise_interrupt() -> Result<()> {
     signal_hook::low_level::raise(signal_hook::consts::SIGINT).context("raising SIGINT")
 }

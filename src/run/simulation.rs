@@ -202,7 +202,15 @@ impl<M: Model> Simulation<M> {
             }
         };
         let mut sim = Simulation::assemble(case, run_dir, model, options, manifest, lock);
-        sim.logs = Logs::create(run_dir, &log_specs(&sim.callbacks))?;
+        match Logs::create(run_dir, &log_specs(&sim.callbacks)) {
+            Ok(logs) => sim.logs = logs,
+            Err(e) => {
+                let e = e.context("creating the CSV logs");
+                sim.manifest.set_status(format!("failed: {e:#}"));
+                sim.flush_manifest();
+                return Err(e);
+            }
+        }
         sim.record_devices();
         sim.add_time("setup", t0.elapsed().as_secs_f64());
         if let Err(e) = sim.events_or_stop(0.0) {
@@ -243,6 +251,16 @@ impl<M: Model> Simulation<M> {
         }
         // The changed case is written to case.toml only once the resume has been set up.
         let (case, changed_text) = apply_changes(case, run_dir, changes, meta.t)?;
+        if case.time.t_end < meta.t {
+            bail!(
+                "{}: time.t_end = {} is before the latest checkpoint's t = {}; a run cannot end \
+                 before the state it has reached: put t_end back to {} or later",
+                run_dir.join(postprocess::layout::CASE_TOML).display(),
+                crate::console::Short(case.time.t_end),
+                crate::console::Short(meta.t),
+                crate::console::Short(meta.t)
+            );
+        }
         let changed_keys = check_case(&case, &meta, run_dir, &options)?;
         let particles = arrays
             .get("particle_sigma")
@@ -287,7 +305,8 @@ impl<M: Model> Simulation<M> {
         }
         sim.checkpoints.next = counter(CHECKPOINT);
         sim.logs = Logs::reopen(run_dir, &log_specs(&sim.callbacks), &meta.csv)?;
-        if let Some(text) = changed_text {
+        // A finished run keeps the case it ran with (a `--device` alone changes nothing there).
+        if let (Some(text), false) = (changed_text, complete) {
             write_atomic(
                 &run_dir.join(postprocess::layout::CASE_TOML),
                 text.as_bytes(),

@@ -141,7 +141,7 @@ impl FmmState {
     }
 }
 
-/// What both FMM engines ([`FmmFreeSpace`], [`CudaFmm`]) offer besides [`Summation`], from
+/// What both FMM engines ([`FmmFreeSpace`], [`CudaFmm`]) offer besides [`crate::summation::Summation`], from
 /// their [`FmmState`].
 pub trait Fmm: crate::summation::Summation {
     fn state(&self) -> &FmmState;
