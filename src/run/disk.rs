@@ -77,8 +77,16 @@ pub fn estimate(case: &Case, particles: usize) -> Vec<(String, u64)> {
     ));
     if let Some(s) = &case.spectral {
         let o = &case.output;
-        let [energy, spectrum] = [postprocess::ENERGY_SIZE, postprocess::SPECTRUM_SIZE]
-            .map(|size| png_bound(size, LINE_PLOT_FRACTION));
+        // With both solvers each picture has its comparison panel.
+        let sizes = if case.vortex.is_some() {
+            [
+                postprocess::ENERGY_COMPARE_SIZE,
+                postprocess::SPECTRUM_COMPARE_SIZE,
+            ]
+        } else {
+            [postprocess::ENERGY_SIZE, postprocess::SPECTRUM_SIZE]
+        };
+        let [energy, spectrum] = sizes.map(|size| png_bound(size, LINE_PLOT_FRACTION));
         rows.push(("energy.png, spectrum.png".into(), energy + spectrum));
         if counts.fields > 0 {
             rows.push((

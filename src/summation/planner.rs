@@ -582,6 +582,27 @@ fn fmm_cells(accuracy: f64, backend: FmmBackend, n: u64) -> Result<FmmCellBytes,
 mod tests {
     use super::*;
 
+    const PERIODIC: Boundary = Boundary::Periodic {
+        length: std::f64::consts::TAU,
+    };
+
+    /// The method of each CPU row with its boundary.
+    const CPU_ROWS: [(Boundary, EvaluatorKind); 3] = [
+        (Boundary::FreeSpace, EvaluatorKind::Direct),
+        (PERIODIC, EvaluatorKind::Ewald),
+        (Boundary::FreeSpace, EvaluatorKind::Fmm),
+    ];
+
+    /// A problem of `particles` particles of core `sigma_max` and no lattice.
+    fn problem(boundary: Boundary, particles: usize, sigma_max: f64) -> Problem {
+        Problem {
+            boundary,
+            particles,
+            sigma_max,
+            lattice_n: 0,
+        }
+    }
+
     #[test]
     fn every_method_boundary_pair_has_one_row_per_device_at_most() {
         for (i, a) in REGISTRY.iter().enumerate() {
@@ -625,14 +646,7 @@ mod tests {
 
     #[test]
     fn cpu_evaluators_have_no_device_form() {
-        let periodic = Boundary::Periodic {
-            length: std::f64::consts::TAU,
-        };
-        for (b, k) in [
-            (Boundary::FreeSpace, EvaluatorKind::Direct),
-            (periodic, EvaluatorKind::Ewald),
-            (Boundary::FreeSpace, EvaluatorKind::Fmm),
-        ] {
+        for (b, k) in CPU_ROWS {
             let mut p = plan(b, k, &Device::Cpu, 1e-6).unwrap();
             assert!(p.evaluator.device_form().is_none(), "{}", p.description);
         }
@@ -764,21 +778,8 @@ mod tests {
 
     #[test]
     fn a_recipe_describes_what_it_builds_before_building_it() {
-        let periodic = Boundary::Periodic {
-            length: std::f64::consts::TAU,
-        };
-        for (boundary, kind) in [
-            (Boundary::FreeSpace, EvaluatorKind::Direct),
-            (periodic, EvaluatorKind::Ewald),
-            (Boundary::FreeSpace, EvaluatorKind::Fmm),
-        ] {
-            let problem = Problem {
-                boundary,
-                particles: 10_000,
-                sigma_max: 0.1,
-                lattice_n: 0,
-            };
-            let r = recipe(problem, kind, &Device::Cpu, 1e-5).unwrap();
+        for (boundary, kind) in CPU_ROWS {
+            let r = recipe(problem(boundary, 10_000, 0.1), kind, &Device::Cpu, 1e-5).unwrap();
             assert_eq!(r.method(), kind);
             let built = r.build().unwrap();
             // The recipe's words are the built evaluator's own name, with the device.
@@ -794,22 +795,21 @@ mod tests {
         }
         // All pairs grow as N², the FMM about as N.
         let time = |kind, particles| {
-            let problem = Problem {
-                boundary: Boundary::FreeSpace,
-                particles,
-                sigma_max: 0.1,
-                lattice_n: 0,
-            };
-            recipe(problem, kind, &Device::Cpu, 1e-4)
-                .unwrap()
-                .seconds_per_evaluation(1)
+            recipe(
+                problem(Boundary::FreeSpace, particles, 0.1),
+                kind,
+                &Device::Cpu,
+                1e-4,
+            )
+            .unwrap()
+            .seconds_per_evaluation(1)
         };
         let ratio = |kind| time(kind, 20_000) / time(kind, 10_000);
         assert!((ratio(EvaluatorKind::Direct) - 4.0).abs() < 1e-9);
         assert!((ratio(EvaluatorKind::Fmm) - 2.0).abs() < 1e-9);
         // An accuracy a row cannot deliver is refused when planning, before anything is built.
         let e = recipe(
-            Problem::unknown_size(periodic),
+            Problem::unknown_size(PERIODIC),
             EvaluatorKind::Ewald,
             &Device::Cpu,
             2.0,
@@ -824,12 +824,7 @@ mod tests {
     fn fmm_memory_estimate_follows_the_planned_order() {
         let n = 1_000_000;
         let at = |accuracy: f64| {
-            let problem = Problem {
-                boundary: Boundary::FreeSpace,
-                particles: n,
-                sigma_max: 0.06,
-                lattice_n: 0,
-            };
+            let problem = problem(Boundary::FreeSpace, n, 0.06);
             recipe(problem, EvaluatorKind::Fmm, &Device::Cpu, accuracy)
                 .unwrap()
                 .memory
