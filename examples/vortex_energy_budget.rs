@@ -54,15 +54,24 @@ fn energy(eval: &mut dyn Summation, p: &ParticleSet, n: usize, nu: f64) -> Resul
     })
 }
 
-/// Particles rebuilt at the lattice from `omega` with the given conditioning.
+/// Particles rebuilt at the n³ lattice from `omega` (sampled on the settings' sampling lattice)
+/// with the given conditioning.
 fn reinitialised(
     omega: &[[f64; 3]],
     n: usize,
     settings: &VortexSettings,
     conditioning: LatticeConditioning,
 ) -> (ParticleSet, f64) {
-    let (alpha, _, report) =
-        solve_strengths(omega, n, settings.sigma0, settings.rbf, conditioning, true);
+    let m = settings.sampling_lattice();
+    let (alpha, _, report) = solve_strengths(
+        omega,
+        m,
+        n,
+        settings.sigma0,
+        settings.rbf,
+        conditioning,
+        true,
+    );
     (
         particles_on_lattice(n, &alpha, settings.sigma0),
         report.longitudinal_fraction,
@@ -170,7 +179,8 @@ fn main() -> Result<()> {
         let p5 = solver.particles().clone();
         let k5 = energy(probe.as_mut(), &p5, n, nu)?.k;
         let mut omega = Vec::new();
-        probe.vorticity_on_lattice(&Sources::of(&p5), n, &mut omega)?;
+        let m = solver.settings().sampling_lattice();
+        probe.vorticity_on_lattice(&Sources::of(&p5), m, &mut omega)?;
         let mut dk = [0.0; 3];
         let mut longitudinal = 0.0;
         let variants = [

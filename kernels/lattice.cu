@@ -143,3 +143,51 @@ extern "C" __global__ void lat_condition(double2 *__restrict__ spec, const doubl
         partials[3 * blockIdx.x + 2] = s_fil[0];
     }
 }
+
+// The band |q_d| ≤ N/2 of the spectra of a field sampled on a finer M³ lattice, as N³ lattice
+// spectra (reinit.rs `band_of_spectrum`): coarse mode q takes the fine mode q; a Nyquist
+// component (even N) takes the sum of the fine modes +N/2 and −N/2. Fine modes with a negative
+// z wavenumber are not stored: the value at (q_x, q_y, q_z < 0) is conj of (−q_x, −q_y, −q_z).
+// fine: 3·M·M·(M/2+1) double2; spec: 3·N·N·(N/2+1) double2; any grid (threads stride).
+__device__ __forceinline__ int lat_band_axis(int d, int n, int q[2])
+{
+    if (n % 2 == 0 && 2 * d == n) {
+        q[0] = d;
+        q[1] = -d;
+        return 2;
+    }
+    q[0] = d <= n / 2 ? d : d - n;
+    return 1;
+}
+
+extern "C" __global__ void lat_band(const double2 *__restrict__ fine, int m,
+                                    double2 *__restrict__ spec, int n)
+{
+    const int nh = n / 2 + 1, mh = m / 2 + 1;
+    const long long len = (long long)n * n * nh, flen = (long long)m * m * mh;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < len;
+         t += (long long)gridDim.x * blockDim.x) {
+        const int iz = (int)(t % nh);
+        const long long ixy = t / nh;
+        const int iy = (int)(ixy % n), ix = (int)(ixy / n);
+        int qx[2], qy[2], qz[2];
+        const int cx = lat_band_axis(ix, n, qx), cy = lat_band_axis(iy, n, qy),
+                  cz = lat_band_axis(iz, n, qz);
+        for (int d = 0; d < 3; d++) {
+            double2 sum = make_double2(0.0, 0.0);
+            for (int a = 0; a < cx; a++) {
+                for (int b = 0; b < cy; b++) {
+                    for (int c = 0; c < cz; c++) {
+                        const int sgn = qz[c] < 0 ? -1 : 1;
+                        const int fx = ((sgn * qx[a]) % m + m) % m;
+                        const int fy = ((sgn * qy[b]) % m + m) % m;
+                        const double2 v = fine[d * flen + ((long long)fx * m + fy) * mh + sgn * qz[c]];
+                        sum.x += v.x;
+                        sum.y += sgn * v.y;
+                    }
+                }
+            }
+            spec[d * len + t] = sum;
+        }
+    }
+}

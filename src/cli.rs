@@ -204,6 +204,13 @@ pub enum EvaluatorArg {
     Fmm,
 }
 
+/// `vpm bench step --rbf`: the GPU-resident stepper's reinitialisation solves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RbfArg {
+    Spectral,
+    Exact,
+}
+
 #[derive(Debug, Args)]
 pub struct BenchStepArgs {
     /// Lattice sizes n (n³ particles each; comma separated; even, ≥ 8).
@@ -225,6 +232,10 @@ pub struct BenchStepArgs {
     /// Reinitialise every this many steps.
     #[arg(long, default_value_t = 10)]
     pub reinit_every: u64,
+    /// How reinitialisation solves for the strengths (`[vortex] rbf`): `spectral` (the default)
+    /// or `exact` interpolation at the nodes.
+    #[arg(long, value_enum, default_value = "spectral")]
+    pub rbf: RbfArg,
     /// Particles checked against the CPU f64 evaluator per size (0: no accuracy check).
     #[arg(long, default_value_t = 2000)]
     pub sample: usize,

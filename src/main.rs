@@ -331,6 +331,10 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
                 steps: a.steps,
                 warmup: a.warmup,
                 reinit_every: a.reinit_every,
+                rbf: match a.rbf {
+                    vpm::cli::RbfArg::Spectral => vpm::vortex::RbfSolver::Spectral,
+                    vpm::cli::RbfArg::Exact => vpm::vortex::RbfSolver::Exact,
+                },
                 sample: a.sample,
                 outputs: repeats.unwrap_or(3),
             };

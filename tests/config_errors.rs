@@ -925,10 +925,7 @@ fn vortex_defaults() {
         overlap: 1.0,
         stretching: StretchingScheme::Classical,
         reinit_every: Some(10),
-        rbf: RbfSolver::ConjugateGradient {
-            tolerance: 1e-8,
-            max_iterations: 200,
-        },
+        rbf: RbfSolver::Spectral,
         conditioning: LatticeConditioning {
             solenoidal: true,
             filter: LatticeFilter::None,
@@ -954,8 +951,7 @@ fn vortex_defaults() {
     let section = resolved.split("[vortex]\n").nth(1).unwrap();
     assert_eq!(
         section,
-        "n = 16\noverlap = 1.0\nstretching = \"classical\"\nreinit_every = 10\nrbf = \"cg\"\n\
-         rbf_tolerance = 0.00000001\nrbf_max_iterations = 200\n\
+        "n = 16\noverlap = 1.0\nstretching = \"classical\"\nreinit_every = 10\nrbf = \"spectral\"\n\
          reinit_projection = \"solenoidal\"\nreinit_filter = \"none\"\n\
          evaluator = \"ewald\"\naccuracy = 0.000001\n",
         "{resolved}"
@@ -978,7 +974,8 @@ fn vortex_spellings() {
     assert_eq!(DeviceRequest::Cuda(None).to_string(), "cuda");
     assert_eq!(DeviceRequest::Cuda(Some(1)).to_string(), "cuda:1");
     assert_eq!(RbfSolver::Exact.as_str(), "exact");
-    assert_eq!(RbfSolver::DEFAULT.as_str(), "cg");
+    assert_eq!(RbfSolver::Spectral.as_str(), "spectral");
+    assert_eq!(RbfSolver::DEFAULT.as_str(), "spectral");
 }
 
 #[test]
@@ -1152,7 +1149,7 @@ fn vortex_bad_reinit_conditioning() {
 fn vortex_bad_rbf() {
     rejects_vortex(
         "rbf = \"lu\"\n",
-        &["`vortex.rbf`", "\"lu\"", r#""cg", "exact""#],
+        &["`vortex.rbf`", "\"lu\"", r#""spectral", "exact", "cg""#],
     );
     // CG-only keys with the exact solve: both keys named, on the line of the CG-only key.
     let m = error(&with_vortex("rbf = \"exact\"\nrbf_tolerance = 1e-6\n"));
@@ -1160,7 +1157,7 @@ fn vortex_bad_rbf() {
         m,
         format!(
             "{ORIGIN}:{}: key `vortex.rbf_tolerance` = 1e-6: only allowed with `vortex.rbf` = \
-             \"cg\" (conjugate gradients); with rbf = \"exact\" leave it out",
+             \"cg\" (conjugate gradients); with rbf = \"spectral\" or \"exact\" leave it out",
             VORTEX_LINE + 1
         )
     );
@@ -1802,4 +1799,19 @@ fn cases_built_in_code_round_trip_bit_exactly() {
     case.description = "quotes \" and \\ and\nnew lines, tabs\t, unicode ε".into();
     case.name = "odd 'name'".into();
     round_trip(&case.to_toml_string());
+}
+
+#[test]
+fn vortex_rbf_defaults_to_spectral_and_old_cg_keys_keep_conjugate_gradients() {
+    let case = round_trip(&with_vortex(""));
+    assert_eq!(case.vortex.unwrap().rbf, RbfSolver::Spectral);
+    // A case written when conjugate gradients were the default, with their keys and no `rbf`.
+    let case = round_trip(&with_vortex("rbf_tolerance = 1e-6\n"));
+    assert_eq!(
+        case.vortex.unwrap().rbf,
+        RbfSolver::ConjugateGradient {
+            tolerance: 1e-6,
+            max_iterations: RbfSolver::DEFAULT_MAX_ITERATIONS
+        }
+    );
 }

@@ -26,7 +26,8 @@ use vpm::summation::verify::gpu_or_skip;
 use vpm::vortex::rbf::LatticeGaussian;
 use vpm::vortex::rbf_device::DeviceRbfSolver;
 use vpm::vortex::reinit::{
-    condition_lattice_vorticity, ConditioningReport, LatticeConditioning, LatticeFilter,
+    condition_lattice_vorticity, sampling_lattice, ConditioningReport, LatticeConditioning,
+    LatticeFilter,
 };
 use vpm::vortex::{solve_strengths, RbfSolver};
 
@@ -128,10 +129,24 @@ impl Fixture {
         host
     }
 
-    /// Solves the uploaded ω into `beta` (poisoned first) and returns the strengths and report.
+    /// The exact solve of the uploaded ω on its own lattice n ([`Fixture::solve_from`]).
     fn solve(
         &mut self,
         n: usize,
+        sigma0: f64,
+        conditioning: LatticeConditioning,
+        zero_total: bool,
+    ) -> (Vec<f64>, ConditioningReport) {
+        self.solve_from(n, n, RbfSolver::Exact, sigma0, conditioning, zero_total)
+    }
+
+    /// Solves the uploaded ω, sampled on the m³ lattice, for the n³ lattice's strengths by
+    /// `solver` into `beta` (poisoned first), and returns the strengths and report.
+    fn solve_from(
+        &mut self,
+        m: usize,
+        n: usize,
+        solver: RbfSolver,
         sigma0: f64,
         conditioning: LatticeConditioning,
         zero_total: bool,
@@ -141,8 +156,10 @@ impl Fixture {
             .solver
             .solve(
                 &self.omega,
+                m,
                 n,
                 sigma0,
+                solver,
                 conditioning,
                 zero_total,
                 &mut self.beta,
@@ -165,8 +182,15 @@ fn cpu_exact(
     conditioning: LatticeConditioning,
     zero_total: bool,
 ) -> (Vec<f64>, ConditioningReport) {
-    let (beta, _, report) =
-        solve_strengths(omega, n, sigma0, RbfSolver::Exact, conditioning, zero_total);
+    let (beta, _, report) = solve_strengths(
+        omega,
+        n,
+        n,
+        sigma0,
+        RbfSolver::Exact,
+        conditioning,
+        zero_total,
+    );
     (flat(&beta), report)
 }
 
@@ -232,7 +256,7 @@ fn gpu_rbf_matches_cpu_exact_solve() {
         assert!(bits(&back) == bits(&flat_omega), "n = {n}: ω was changed");
         // Memory within the estimate (sizes ascend, so the grow-only buffers are this n's).
         let resident = fx.solver.resident_bytes() + (3 * n * n * n * 8) as u64;
-        let estimate = DeviceRbfSolver::device_bytes(n);
+        let estimate = DeviceRbfSolver::device_bytes(n, n);
         eprintln!("n = {n}: resident {resident} B (with β), estimate {estimate} B");
         assert!(
             resident <= estimate,
@@ -303,6 +327,48 @@ fn gpu_rbf_strengths_satisfy_the_rbf_equations() {
     }
 }
 
+/// The spectral solve from a finer sampling lattice (the band restriction of kernels/lattice.cu
+/// `lat_band`, then the conditioned division by the band's Gaussian) against the CPU's, on white
+/// noise sampled on m³ = `sampling_lattice(n)`³, even and odd n; also from the particle lattice
+/// itself (m = n).
+#[test]
+fn gpu_spectral_solve_matches_cpu() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    let mut fx = Fixture::new(&gpu);
+    let mut worst = 0.0f64;
+    for (seed, &n) in [12usize, 15, 16, 32].iter().enumerate() {
+        for m in [sampling_lattice(n), n] {
+            let omega = random_vorticity(m, 300 + seed as u64);
+            fx.upload(&omega);
+            for overlap in OVERLAPS {
+                let sigma0 = overlap * TAU / n as f64;
+                for (name, conditioning) in conditionings() {
+                    let (cpu, _, cpu_report) = solve_strengths(
+                        &omega,
+                        m,
+                        n,
+                        sigma0,
+                        RbfSolver::Spectral,
+                        conditioning,
+                        true,
+                    );
+                    let cpu = flat(&cpu);
+                    let (beta, report) =
+                        fx.solve_from(m, n, RbfSolver::Spectral, sigma0, conditioning, true);
+                    let rel = max_diff(&beta, &cpu) / max_abs(&cpu);
+                    let dl =
+                        (report.longitudinal_fraction - cpu_report.longitudinal_fraction).abs();
+                    eprintln!("n = {n}, m = {m}, σ0 = {overlap}h, {name}: strengths {rel:.2e}");
+                    assert!(rel <= TOL_STRENGTHS, "n = {n}, m = {m}, {name}: {rel:e}");
+                    assert!(dl <= TOL_REPORT, "n = {n}, m = {m}, {name}: report {dl:e}");
+                    worst = worst.max(rel);
+                }
+            }
+        }
+    }
+    eprintln!("spectral solve, worst GPU − CPU: {worst:.2e}");
+}
+
 #[test]
 fn gpu_rbf_rejects_bad_inputs() {
     let Some(gpu) = gpu_or_skip() else { return };
@@ -314,7 +380,16 @@ fn gpu_rbf_rejects_bad_inputs() {
     let mut out = DeviceBuffer::new();
     let mut solves = |n: usize, sigma0: f64| {
         fx.solver
-            .solve(&fx.omega, n, sigma0, none, false, &mut out)
+            .solve(
+                &fx.omega,
+                n,
+                n,
+                sigma0,
+                RbfSolver::Exact,
+                none,
+                false,
+                &mut out,
+            )
             .is_ok()
     };
     // ω holds 3·8³ values: too few for n = 9.
@@ -323,6 +398,20 @@ fn gpu_rbf_rejects_bad_inputs() {
     }
     // And a good solve still works after the refusals.
     assert!(solves(n, h));
+    let cg = RbfSolver::ConjugateGradient {
+        tolerance: 1e-8,
+        max_iterations: 10,
+    };
+    for (m, n, solver) in [
+        (8, 6, RbfSolver::Exact), // interpolation needs the particle lattice's own samples
+        (8, 8, cg),               // no GPU conjugate gradients
+        (6, 8, RbfSolver::Spectral), // a sampling lattice coarser than the particles'
+    ] {
+        let r = fx
+            .solver
+            .solve(&fx.omega, m, n, h, solver, none, false, &mut out);
+        assert!(r.is_err(), "m = {m}, n = {n}, {solver:?} accepted");
+    }
 }
 
 /// n ≤ 200 (the kernel's fixed grid is smaller than the modes: its threads stride) against the
@@ -343,12 +432,21 @@ fn large_lattices(sizes: &[usize]) {
         // The solve alone (it waits for the GPU before returning), tables and plans in place.
         let t0 = std::time::Instant::now();
         fx.solver
-            .solve(&fx.omega, n, sigma0, conditioning, true, &mut fx.beta)
+            .solve(
+                &fx.omega,
+                n,
+                n,
+                sigma0,
+                RbfSolver::Exact,
+                conditioning,
+                true,
+                &mut fx.beta,
+            )
             .unwrap();
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         if n <= 200 {
             let (cpu, _, cpu_report) =
-                solve_strengths(&omega, n, sigma0, RbfSolver::Exact, conditioning, true);
+                solve_strengths(&omega, n, n, sigma0, RbfSolver::Exact, conditioning, true);
             let cpu = flat(&cpu);
             let rel = max_diff(&beta, &cpu) / max_abs(&cpu);
             let dl = (report.longitudinal_fraction - cpu_report.longitudinal_fraction).abs();
@@ -358,7 +456,7 @@ fn large_lattices(sizes: &[usize]) {
             assert!(dl <= TOL_REPORT && df <= TOL_REPORT, "n = {n}: {report:?}");
         }
         let resident = fx.solver.resident_bytes() + (3 * n * n * n * 8) as u64;
-        let estimate = DeviceRbfSolver::device_bytes(n);
+        let estimate = DeviceRbfSolver::device_bytes(n, n);
         // What the driver saw go (ω, which the estimate leaves out, taken off), whatever cuFFT
         // reports for its work areas.
         let used = (free_before.saturating_sub(gpu.free_memory().unwrap()) as u64)

@@ -47,6 +47,8 @@ pub struct StepBenchOptions {
     /// reinitialisation (and its cuFFT plans) is made before timing.
     pub warmup: usize,
     pub reinit_every: u64,
+    /// How reinitialisation solves for the strengths.
+    pub rbf: RbfSolver,
     /// Particles checked against the CPU f64 evaluator (0: none).
     pub sample: usize,
     /// Timed output steps.
@@ -123,7 +125,7 @@ fn turbulence_particles(n: usize, overlap: f64) -> Result<crate::particles::Part
         &modes,
         n,
         overlap,
-        RbfSolver::Exact,
+        RbfSolver::DEFAULT,
         VortexConfig::DEFAULT_CONDITIONING,
     );
     Ok(p)
@@ -145,7 +147,7 @@ pub fn bench_step(
 ) -> Result<Vec<StepBenchRow>> {
     crate::out!(
         "vpm bench step: {} on {}; {} evaluator, accuracy {:e}; {} timed steps after {} warm-up, \
-         reinitialisation every {}; wall clock, steps synchronised; accuracy vs CPU f64 Ewald on \
+         reinitialisation every {} (rbf = {}); wall clock, steps synchronised; accuracy vs CPU f64 Ewald on \
          {} particles ({} CPU threads)",
         if device.gpu().is_some() {
             "GPU-resident stepper"
@@ -158,6 +160,7 @@ pub fn bench_step(
         o.steps,
         o.warmup,
         o.reinit_every,
+        o.rbf.as_str(),
         o.sample,
         rayon::current_num_threads()
     );
@@ -231,7 +234,7 @@ fn bench_one(
         reinit_every: periodic.then_some(o.reinit_every),
         lattice_n: n,
         sigma0: overlap * TAU / n as f64,
-        rbf: RbfSolver::Exact,
+        rbf: o.rbf,
         conditioning: VortexConfig::DEFAULT_CONDITIONING,
         zero_total_strength: true,
     };

@@ -367,6 +367,17 @@ impl VortexConfig {
         self.overlap * self.spacing()
     }
 
+    /// The reinitialisation lattices (n, m): the particle lattice n and the lattice m the blob
+    /// vorticity is sampled on (finer for `rbf = "spectral"`); `None` when never reinitialised.
+    pub fn reinit_lattices(&self) -> Option<(usize, usize)> {
+        self.reinit_every?;
+        let m = match self.rbf {
+            RbfSolver::Spectral => crate::vortex::reinit::sampling_lattice(self.n),
+            _ => self.n,
+        };
+        Some((self.n, m))
+    }
+
     /// What the summation planner is given: the accuracy and the FMM's check cadence.
     pub fn evaluator_options(&self) -> crate::summation::planner::EvaluatorOptions {
         crate::summation::planner::EvaluatorOptions {

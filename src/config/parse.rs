@@ -1239,7 +1239,7 @@ fn parse_vortex(
                             check against the direct sum); the other evaluators need no check, \
                             leave it out";
     const ONLY_CG: &str = "only allowed with `vortex.rbf` = \"cg\" (conjugate gradients); with \
-                           rbf = \"exact\" leave it out";
+                           rbf = \"spectral\" or \"exact\" leave it out";
     let ring = initial.is_free_space();
     if sec.table.is_none() {
         if initial.is_particle_defined() {
@@ -1366,10 +1366,32 @@ fn parse_vortex(
         },
     };
 
-    let exact = sec.choice(doc, "rbf", &[("cg", false), ("exact", true)], false)?;
+    #[derive(Clone, Copy, PartialEq)]
+    enum Rbf {
+        Spectral,
+        Exact,
+        Cg,
+    }
     let tolerance = sec.number(doc, "rbf_tolerance", TOLERANCE)?;
     let max_iterations = sec.integer(doc, "rbf_max_iterations", MAX_ITERATIONS)?;
-    let rbf = if exact {
+    // Conjugate gradients were the default before the spectral solve: a case that sets their
+    // keys without `rbf` keeps them.
+    let default = if tolerance.is_some() || max_iterations.is_some() {
+        Rbf::Cg
+    } else {
+        Rbf::Spectral
+    };
+    let chosen = sec.choice(
+        doc,
+        "rbf",
+        &[
+            ("spectral", Rbf::Spectral),
+            ("exact", Rbf::Exact),
+            ("cg", Rbf::Cg),
+        ],
+        default,
+    )?;
+    let rbf = if chosen != Rbf::Cg {
         // The first of the CG-only keys in the file is reported.
         let conflicts = [
             tolerance.map(|t| (t.line, t.fail(doc, ONLY_CG))),
@@ -1382,7 +1404,11 @@ fn parse_vortex(
         {
             return Err(e);
         }
-        RbfSolver::Exact
+        if chosen == Rbf::Exact {
+            RbfSolver::Exact
+        } else {
+            RbfSolver::Spectral
+        }
     } else {
         let tolerance = match tolerance {
             Some(t) => {

@@ -129,13 +129,13 @@ pub fn estimate(case: &Case, plan: &RunPlan) -> Result<MemoryEstimate> {
             format!("{np} particles"),
             np as u64 * HOST_BYTES_PER_PARTICLE,
         ));
-        let lattice_n = if vc.reinit_every.is_some() { vc.n } else { 0 };
-        if lattice_n > 0 {
-            // Blob vorticity and the RBF solve on the n³ lattice: three complex fields and a
-            // real copy.
-            let lattice = (vc.n as u64).pow(3);
-            e.host
-                .push(("reinitialisation lattice".into(), lattice * (3 * C64 + 24)));
+        let lattice = vc.reinit_lattices();
+        if let Some((n, m)) = lattice {
+            // Blob vorticity sampled on the m³ lattice, its three complex spectra, the band's
+            // on the n³ lattice and the strengths.
+            let (n3, m3) = ((n as u64).pow(3), (m as u64).pow(3));
+            let bytes = m3 * (3 * C64 + 24) + if m == n { 0 } else { n3 * (3 * C64 + 24) };
+            e.host.push(("reinitialisation lattice".into(), bytes));
         }
         if let Some(s) = &case.spectral {
             // The particle velocity at the N³ nodes and its modes, for the shared diagnostics.
@@ -158,7 +158,7 @@ pub fn estimate(case: &Case, plan: &RunPlan) -> Result<MemoryEstimate> {
                 "particles resident on the GPU".into(),
                 crate::vortex::resident::device_bytes(
                     np,
-                    (lattice_n > 0).then_some(lattice_n),
+                    lattice,
                     case.spectral.as_ref().map(|s| s.n),
                 ),
             ));

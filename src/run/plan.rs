@@ -145,7 +145,7 @@ pub fn evaluator_recipe(case: &Case, device: &Device, particles: usize) -> Resul
         boundary: boundary_of(case),
         particles,
         sigma_max: vc.sigma0(),
-        lattice_n: if vc.reinit_every.is_some() { vc.n } else { 0 },
+        lattice_n: vc.reinit_lattices().map_or(0, |(_, m)| m),
     };
     recipe(problem, vc.evaluator, device, vc.evaluator_options())
         .with_context(|| evaluator_context(case, device))

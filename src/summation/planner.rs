@@ -283,7 +283,7 @@ pub fn cpu_fmm_seconds_per_particle(accuracy: f64) -> Result<f64, SummationError
 
 /// What the planner knows of the sums before any is built: the boundary, the particles
 /// evaluated at themselves (velocity and stretching, each step), their largest core, and the
-/// reinitialisation lattice (blob vorticity at `lattice_n`³ nodes; 0 without one).
+/// lattice reinitialisation samples the blob vorticity on (`lattice_n`³ nodes; 0 without one).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Problem {
     pub boundary: Boundary,

@@ -59,7 +59,7 @@ pub fn particles_from_modes(
 ) -> (ParticleSet, Option<SolveReport>) {
     let omega = vorticity_on_lattice(layout, modes, n);
     let sigma0 = overlap * TAU / n as f64;
-    let (alpha, report, _) = solve_strengths(&omega, n, sigma0, rbf, conditioning, true);
+    let (alpha, report, _) = solve_strengths(&omega, n, n, sigma0, rbf, conditioning, true);
     (particles_on_lattice(n, &alpha, sigma0), report)
 }
 

@@ -32,7 +32,11 @@ use std::f64::consts::TAU;
 /// How reinitialisation solves Σ_j β_j ζ_σ0(x_i − x_j) = ω_h(x_i) for the strengths.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RbfSolver {
-    /// `rbf = "exact"`: by FFT on the periodic lattice.
+    /// `rbf = "spectral"` (default): no interpolation at the nodes; the new strengths give the
+    /// blob field the old one's Fourier coefficients at every lattice wavenumber, from the blob
+    /// vorticity sampled on a finer lattice ([`reinit::sampling_lattice`]); docs/physics.md §3.6.
+    Spectral,
+    /// `rbf = "exact"`: interpolation at the nodes, by FFT on the periodic lattice.
     Exact,
     /// `rbf = "cg"`: conjugate gradients.
     ConjugateGradient {
@@ -48,15 +52,13 @@ impl RbfSolver {
     pub const DEFAULT_TOLERANCE: f64 = 1e-8;
     /// Default `rbf_max_iterations`.
     pub const DEFAULT_MAX_ITERATIONS: usize = 200;
-    /// The default: conjugate gradients to a relative residual of 1e-8, at most 200 iterations.
-    pub const DEFAULT: RbfSolver = RbfSolver::ConjugateGradient {
-        tolerance: Self::DEFAULT_TOLERANCE,
-        max_iterations: Self::DEFAULT_MAX_ITERATIONS,
-    };
+    /// The default: spectral reinitialisation.
+    pub const DEFAULT: RbfSolver = RbfSolver::Spectral;
 
-    /// The TOML spelling of `rbf`: `"exact"` or `"cg"`.
+    /// The TOML spelling of `rbf`: `"spectral"`, `"exact"` or `"cg"`.
     pub fn as_str(&self) -> &'static str {
         match self {
+            RbfSolver::Spectral => "spectral",
             RbfSolver::Exact => "exact",
             RbfSolver::ConjugateGradient { .. } => "cg",
         }
@@ -80,6 +82,18 @@ pub struct VortexSettings {
     pub conditioning: LatticeConditioning,
     /// Keep Σα = 0 after reinitialisation (periodic flows; not for a single tube).
     pub zero_total_strength: bool,
+}
+
+impl VortexSettings {
+    /// The lattice on which reinitialisation samples the blob vorticity: finer than the particle
+    /// lattice for `rbf = "spectral"` ([`reinit::sampling_lattice`]), the particle lattice itself
+    /// for interpolation.
+    pub fn sampling_lattice(&self) -> usize {
+        match self.rbf {
+            RbfSolver::Spectral => reinit::sampling_lattice(self.lattice_n),
+            _ => self.lattice_n,
+        }
+    }
 }
 
 /// Why a vortex step failed.
@@ -443,14 +457,19 @@ impl VortexSolver {
             return Err(VortexError::ReinitNeedsPeriodicBox);
         }
         let n = self.settings.lattice_n;
+        let sampled_on = self.settings.sampling_lattice();
         let mut omega = Vec::new();
         let t0 = std::time::Instant::now();
-        self.evaluator
-            .vorticity_on_lattice(&Sources::of(&self.particles), n, &mut omega)?;
+        self.evaluator.vorticity_on_lattice(
+            &Sources::of(&self.particles),
+            sampled_on,
+            &mut omega,
+        )?;
         self.times.reinit_vorticity += t0.elapsed().as_secs_f64();
         let t0 = std::time::Instant::now();
         let (alpha, report, conditioning) = solve_strengths(
             &omega,
+            sampled_on,
             n,
             self.settings.sigma0,
             self.settings.rbf,
@@ -582,22 +601,38 @@ pub fn particles_on_lattice(n: usize, alpha: &[[f64; 3]], sigma0: f64) -> Partic
     p
 }
 
-/// Strengths β (one vector per node) with Σ_j β_j ζ_σ0(x_i − x_j) = ω'_i on the periodic
-/// lattice, ω' the lattice vorticity `omega` conditioned as `conditioning` asks
-/// (docs/physics.md §3.5); optionally with Σβ = 0. The exact solve conditions and divides in one
-/// pass over the lattice spectrum; CG solves each component of the conditioned field. Returns
-/// the CG report (worst of the three components) when CG was used, and what the conditioning
-/// found.
+/// Strengths β of particles at the nodes of the periodic `n`³ lattice for the vorticity `omega`
+/// sampled on the `sampled_on`³ lattice, conditioned as `conditioning` asks (docs/physics.md
+/// §3.5), optionally with Σβ = 0:
+/// - `Spectral`: the blob field Σ_j β_j ζ_σ0(x − x_j) has the sampled field's Fourier
+///   coefficients at every lattice wavenumber (§3.6; `sampled_on` = [`reinit::sampling_lattice`]
+///   for a blob field, or n for a field band-limited below n/2);
+/// - `Exact`, `ConjugateGradient`: it interpolates ω'_i at the nodes, Σ_j β_j ζ_σ0(x_i − x_j) =
+///   ω'_i (§3.3; `sampled_on` must be n). The exact solve conditions and divides in one pass over
+///   the lattice spectrum; CG solves each component of the conditioned field.
+///
+/// Returns the CG report (worst of the three components) when CG was used, and what the
+/// conditioning found.
 pub fn solve_strengths(
     omega: &[[f64; 3]],
+    sampled_on: usize,
     n: usize,
     sigma0: f64,
     solver: RbfSolver,
     conditioning: LatticeConditioning,
     zero_total: bool,
 ) -> (Vec<[f64; 3]>, Option<SolveReport>, ConditioningReport) {
+    assert!(
+        sampled_on == n || solver == RbfSolver::Spectral,
+        "interpolation needs the vorticity at the particle lattice's own nodes"
+    );
     let g = LatticeGaussian::new(n, sigma0);
     let (mut out, report, conditioned) = match solver {
+        RbfSolver::Spectral => {
+            let (beta, conditioned) =
+                reinit::condition_and_solve_spectral(omega, sampled_on, n, sigma0, conditioning);
+            (beta, None, conditioned)
+        }
         RbfSolver::Exact => {
             let (beta, conditioned) =
                 reinit::condition_and_solve_exact(omega, n, &g.spectrum(), conditioning);

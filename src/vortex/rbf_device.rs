@@ -40,7 +40,8 @@
 //!   it describes the vorticity before the solve).
 
 use super::rbf::LatticeGaussian;
-use super::reinit::{ConditioningReport, LatticeConditioning, LatticeFilter};
+use super::reinit::{band_gaussian_symbol, ConditioningReport, LatticeConditioning, LatticeFilter};
+use super::RbfSolver;
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
     cufft_available, fft_plan, fft_work_bytes, half_spectrum_len, kernel_source, launch, CudaError,
@@ -59,10 +60,13 @@ const THREADS: u32 = 256;
 /// on n alone, so the partial sums do too.
 const MAX_BLOCKS: usize = 1024;
 
-/// cuFFT plans for one lattice size.
+/// cuFFT plans for one pair of lattice sizes.
 struct Plans {
+    /// The particle lattice.
     n: usize,
-    /// Node-major ω (stride 3, one batch per component) → 3 half spectra.
+    /// The lattice the vorticity is sampled on (n, or finer for the spectral solve).
+    m: usize,
+    /// Node-major ω on the m³ lattice (stride 3, one batch per component) → 3 half spectra.
     d2z: CudaFft,
     /// 3 half spectra → node-major β (stride 3).
     z2d: CudaFft,
@@ -77,14 +81,18 @@ pub struct DeviceRbfSolver {
     gpu: Arc<Gpu>,
     stream: Arc<CudaStream>,
     condition: CudaFunction,
+    band: CudaFunction,
     plans: Option<Plans>,
-    /// (n, σ0 bits) of the symbol ĉ on the device.
-    symbol_key: Option<(usize, u64)>,
+    /// (n, σ0 bits, spectral) of the symbol on the device: ĉ for interpolation, the band's
+    /// Gaussian ĝ for the spectral solve.
+    symbol_key: Option<(usize, u64, bool)>,
     /// (n, filter) of the filter table on the device.
     filter_key: Option<(usize, LatticeFilter)>,
     sym: DeviceBuffer<f64>,
     filt: DeviceBuffer<f64>,
     spec: DeviceBuffer<cufft_sys::double2>,
+    /// The half spectra on the sampling lattice (spectral solve on a finer lattice only).
+    fine: DeviceBuffer<cufft_sys::double2>,
     partials: DeviceBuffer<f64>,
     host_partials: Vec<f64>,
     /// A solve has succeeded (every buffer is allocated).
@@ -125,16 +133,19 @@ impl DeviceRbfSolver {
         cufft_available()?;
         let module = gpu.module_from(&KERNELS, &[])?;
         let condition = module.function("lat_condition")?;
+        let band = module.function("lat_band")?;
         Ok(DeviceRbfSolver {
             gpu,
             stream,
             condition,
+            band,
             plans: None,
             symbol_key: None,
             filter_key: None,
             sym: DeviceBuffer::new(),
             filt: DeviceBuffer::new(),
             spec: DeviceBuffer::new(),
+            fine: DeviceBuffer::new(),
             partials: DeviceBuffer::new(),
             host_partials: Vec::new(),
             solved: false,
@@ -146,16 +157,22 @@ impl DeviceRbfSolver {
         &self.stream
     }
 
-    /// Device memory that [`DeviceRbfSolver::solve`] allocates for lattice `n`, in bytes: the
-    /// three half spectra (3·n²·(n/2 + 1) complex f64), the strengths it writes (3·n³ f64, the
-    /// caller's `alpha_out`, sized by `solve`), the 1-D tables and the block partials, and an
-    /// allowance for cuFFT of half the spectra plus 64 MiB. The input ω (3·n³ f64) is the
-    /// caller's and not counted. Measured on an H100 (libcufft.so.12 of CUDA 13.0) at n = 128,
+    /// Device memory that [`DeviceRbfSolver::solve`] allocates for particle lattice `n` and
+    /// sampling lattice `m`, in bytes: the three half spectra (3·n²·(n/2 + 1) complex f64, and
+    /// 3·m²·(m/2 + 1) more when m ≠ n), the strengths it writes (3·n³ f64, the caller's
+    /// `alpha_out`, sized by `solve`), the 1-D tables and the block partials, and an allowance
+    /// for cuFFT of half the spectra plus 64 MiB. The input ω (3·m³ f64) is the caller's and not
+    /// counted. Measured on an H100 (libcufft.so.12 of CUDA 13.0) at n = 128,
     /// 200, 256, 384 and 512: cuFFT reported no work area for these out-of-place plans, and the
     /// driver saw at most 33 MB beyond the buffers (tests/gpu_rbf.rs prints both).
-    pub fn device_bytes(n: usize) -> u64 {
+    pub fn device_bytes(n: usize, m: usize) -> u64 {
         let n64 = n as u64;
-        let spectra = 3 * half_spectrum_len(n) as u64 * 16;
+        let fine = if m == n {
+            0
+        } else {
+            3 * half_spectrum_len(m) as u64 * 16
+        };
+        let spectra = 3 * half_spectrum_len(n) as u64 * 16 + fine;
         let strengths = 3 * n64 * n64 * n64 * 8;
         let tables = 2 * n64 * 8;
         let partials = 3 * blocks(n) as u64 * 8;
@@ -172,53 +189,71 @@ impl DeviceRbfSolver {
         }
         let work = self.plans.as_ref().map_or(0, |p| p.work_bytes);
         let complex = std::mem::size_of::<cufft_sys::double2>() as u64;
-        self.spec.get().len() as u64 * complex
+        (self.spec.get().len() + self.fine.get().len()) as u64 * complex
             + 8 * (self.sym.get().len() + self.filt.get().len() + self.partials.get().len()) as u64
             + work
     }
 
-    /// The strengths β of the exact RBF solve of `omega` (3·n³ f64 on this GPU, node-major in
-    /// [`super::lattice_nodes`] order, components x, y, z per node) conditioned as
-    /// `conditioning` asks, with Σβ = 0 per component when `zero_total`: the device form of
-    /// [`super::solve_strengths`] with [`super::RbfSolver::Exact`] (same strengths to round-off,
-    /// same report). `alpha_out` is resized ([`DeviceBuffer::ensure`]) to at least 3·n³ values
-    /// and its first 3·n³ are written, in the layout of `omega`; `omega` is not changed. Waits
-    /// for the GPU before returning (the report is read back).
+    /// The strengths β on the `n`³ particle lattice for the vorticity `omega` sampled on the
+    /// `m`³ lattice (3·m³ f64 on this GPU, node-major in [`super::lattice_nodes`] order,
+    /// components x, y, z per node), conditioned as `conditioning` asks, with Σβ = 0 per
+    /// component when `zero_total`: the device form of [`super::solve_strengths`] with
+    /// `solver` = [`RbfSolver::Spectral`] (m from [`super::reinit::sampling_lattice`], or n) or
+    /// [`RbfSolver::Exact`] (m = n), same strengths to round-off, same report. `alpha_out` is
+    /// resized ([`DeviceBuffer::ensure`]) to at least 3·n³ values and its first 3·n³ are
+    /// written, in the layout of `omega`; `omega` is not changed. Waits for the GPU before
+    /// returning (the report is read back).
     ///
-    /// Errors: n = 0, 3·n³ beyond 32-bit indexing, σ0 not positive and finite, `omega` shorter
-    /// than 3·n³, or a CUDA/cuFFT failure. Panics if `omega` was never allocated (a
-    /// [`DeviceBuffer`] used before `ensure`).
+    /// Errors: n = 0, m < n, 3·m³ beyond 32-bit indexing, σ0 not positive and finite, `omega`
+    /// shorter than 3·m³, conjugate gradients or interpolation from another lattice asked for,
+    /// or a CUDA/cuFFT failure. Panics if `omega` was never allocated (a [`DeviceBuffer`] used
+    /// before `ensure`).
+    #[allow(clippy::too_many_arguments)]
     pub fn solve(
         &mut self,
         omega: &DeviceBuffer<f64>,
+        m: usize,
         n: usize,
         sigma0: f64,
+        solver: RbfSolver,
         conditioning: LatticeConditioning,
         zero_total: bool,
         alpha_out: &mut DeviceBuffer<f64>,
     ) -> Result<ConditioningReport, CudaError> {
-        if n == 0 || 3 * (n as u128).pow(3) > i32::MAX as u128 {
+        if n == 0 || m < n || 3 * (m as u128).pow(3) > i32::MAX as u128 {
             return Err(CudaError::Invalid(format!(
-                "GPU RBF solve: lattice n = {n} (1 to {}: 32-bit cuFFT plans)",
+                "GPU RBF solve: lattice n = {n} sampled on m = {m} (1 ≤ n ≤ m ≤ {}: 32-bit \
+                 cuFFT plans)",
                 ((i32::MAX / 3) as f64).cbrt().floor()
             )));
         }
+        let spectral = match solver {
+            RbfSolver::Spectral => true,
+            RbfSolver::Exact if m == n => false,
+            _ => {
+                return Err(CudaError::Invalid(format!(
+                    "GPU RBF solve: rbf = \"{}\" from a {m}³ sampling of an {n}³ lattice (the \
+                     GPU offers \"spectral\" and, on the particle lattice itself, \"exact\")",
+                    solver.as_str()
+                )))
+            }
+        };
         if !(sigma0 > 0.0 && sigma0.is_finite()) {
             return Err(CudaError::Invalid(format!(
                 "GPU RBF solve: core radius σ0 = {sigma0} (positive and finite)"
             )));
         }
-        let n3 = n * n * n;
+        let (n3, m3) = (n * n * n, m * m * m);
         let have = omega.get().len();
-        if have < 3 * n3 {
+        if have < 3 * m3 {
             return Err(CudaError::Invalid(format!(
-                "GPU RBF solve: the lattice vorticity holds {have} values, {} needed for n = {n}",
-                3 * n3
+                "GPU RBF solve: the lattice vorticity holds {have} values, {} needed for m = {m}",
+                3 * m3
             )));
         }
         let s = self.stream.clone();
-        self.ensure_tables(n, sigma0, conditioning.filter)?;
-        self.ensure_plans(n)?;
+        self.ensure_tables(n, sigma0, spectral, conditioning.filter)?;
+        self.ensure_plans(n, m)?;
         let nc = half_spectrum_len(n);
         self.spec.ensure(&s, 3 * nc)?;
         alpha_out.ensure(&s, 3 * n3)?;
@@ -226,10 +261,28 @@ impl DeviceRbfSolver {
         self.partials.ensure(&s, 3 * nb)?;
 
         let plans = self.plans.as_ref().expect("plans were just made");
-        plans
-            .d2z
-            .exec_d2z(omega.get(), self.spec.get_mut())
-            .doing("cuFFT D2Z of the lattice vorticity")?;
+        if m == n {
+            plans
+                .d2z
+                .exec_d2z(omega.get(), self.spec.get_mut())
+                .doing("cuFFT D2Z of the lattice vorticity")?;
+        } else {
+            self.fine.ensure(&s, 3 * half_spectrum_len(m))?;
+            plans
+                .d2z
+                .exec_d2z(omega.get(), self.fine.get_mut())
+                .doing("cuFFT D2Z of the sampled vorticity")?;
+            let (m_i, n_i) = (m as i32, n as i32);
+            // SAFETY: lat_band(const double2* fine, int m, double2* spec, int n): fine holds
+            // the 3 half spectra of m·m·(m/2+1) (ensured above, written by the D2Z), spec those
+            // of n·n·(n/2+1) (ensured to 3·nc); threads stride over the n-modes.
+            launch!(s, &self.band, "lat_band", LaunchConfig {
+                    grid_dim: (blocks(n) as u32, 1, 1),
+                    block_dim: (THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                self.fine.get(), &m_i, self.spec.get_mut(), &n_i)?;
+        }
         let cfg = LaunchConfig {
             grid_dim: (nb as u32, 1, 1),
             block_dim: (THREADS, 1, 1),
@@ -238,12 +291,13 @@ impl DeviceRbfSolver {
         let n_i = n as i32;
         let solenoidal = i32::from(conditioning.solenoidal);
         let zero = i32::from(zero_total);
-        let scale = 1.0 / n3 as f64;
+        // The D2Z is unnormalised on the m³ lattice.
+        let scale = 1.0 / m3 as f64;
         // SAFETY: lat_condition(double2* spec, const double* sym, const double* filt, int n,
         // int solenoidal, int zero_total, double scale, double* partials): spec holds the 3 half
-        // spectra of n·n·(n/2+1) double2 each (ensured to 3·nc above, written by the D2Z), sym
-        // and filt n doubles each (ensure_tables), partials 3·nb doubles for the nb blocks of
-        // the grid; blockDim is LAT_THREADS (256), which its shared arrays assume.
+        // spectra of n·n·(n/2+1) double2 each (ensured to 3·nc above, written by the D2Z or
+        // lat_band), sym and filt n doubles each (ensure_tables), partials 3·nb doubles for the
+        // nb blocks of the grid; blockDim is LAT_THREADS (256), which its shared arrays assume.
         launch!(s, &self.condition, "lat_condition", cfg;
             self.spec.get_mut(), self.sym.get(), self.filt.get(), &n_i, &solenoidal, &zero,
             &scale, self.partials.get_mut())?;
@@ -271,20 +325,27 @@ impl DeviceRbfSolver {
         })
     }
 
-    /// Uploads ĉ(d) = [`LatticeGaussian::spectrum`] for (n, σ0) and f(d) =
+    /// Uploads the 1-D symbol for (n, σ0) — ĉ(d) = [`LatticeGaussian::spectrum`] for
+    /// interpolation, ĝ(d) = [`band_gaussian_symbol`] for the spectral solve — and f(d) =
     /// [`LatticeFilter::factor`] at (q_d, 0, 0) for (n, filter), d = 0..n, when they changed.
     fn ensure_tables(
         &mut self,
         n: usize,
         sigma0: f64,
+        spectral: bool,
         filter: LatticeFilter,
     ) -> Result<(), CudaError> {
         let s = &self.stream;
-        if self.symbol_key != Some((n, sigma0.to_bits())) {
+        let key = (n, sigma0.to_bits(), spectral);
+        if self.symbol_key != Some(key) {
             self.symbol_key = None;
-            let symbol = LatticeGaussian::new(n, sigma0).spectrum();
+            let symbol = if spectral {
+                band_gaussian_symbol(n, sigma0)
+            } else {
+                LatticeGaussian::new(n, sigma0).spectrum()
+            };
             self.sym.upload(s, &symbol, "the RBF symbol")?;
-            self.symbol_key = Some((n, sigma0.to_bits()));
+            self.symbol_key = Some(key);
         }
         if self.filter_key != Some((n, filter)) {
             self.filter_key = None;
@@ -297,27 +358,43 @@ impl DeviceRbfSolver {
         Ok(())
     }
 
-    /// The D2Z and Z2D plans for lattice n (made once per n): 3 batches, real data node-major
-    /// with stride 3 (batch b at offset b), spectra contiguous per component.
-    fn ensure_plans(&mut self, n: usize) -> Result<(), CudaError> {
-        if self.plans.as_ref().is_some_and(|p| p.n == n) {
+    /// The D2Z plan on the sampling lattice m and the Z2D plan on the particle lattice n (made
+    /// once per (n, m)): 3 batches, real data node-major with stride 3 (batch b at offset b),
+    /// spectra contiguous per component.
+    fn ensure_plans(&mut self, n: usize, m: usize) -> Result<(), CudaError> {
+        if self.plans.as_ref().is_some_and(|p| p.n == n && p.m == m) {
             return Ok(());
         }
         self.plans = None;
-        let ni = n as i32;
-        let real_embed = [ni, ni, ni];
-        let cplx_embed = [ni, ni, (n / 2 + 1) as i32];
-        let cplx_dist = half_spectrum_len(n) as i32;
-        let what = format!("the {n}^3 lattice");
-        let dims = [ni, ni, ni];
-        let real = FftLayout::new(&real_embed, 3, 1);
-        let cplx = FftLayout::new(&cplx_embed, 1, cplx_dist);
         use cufft_sys::cufftType::{CUFFT_D2Z, CUFFT_Z2D};
-        let d2z = fft_plan(&what, &dims, (real, cplx), CUFFT_D2Z, 3, &self.stream)?;
-        let z2d = fft_plan(&what, &dims, (cplx, real), CUFFT_Z2D, 3, &self.stream)?;
+        let (mi, ni) = (m as i32, n as i32);
+        let (embed_m, embed_n) = ([mi; 3], [ni; 3]);
+        let half_m = [mi, mi, (m / 2 + 1) as i32];
+        let half_n = [ni, ni, (n / 2 + 1) as i32];
+        let real_m = FftLayout::new(&embed_m, 3, 1);
+        let real_n = FftLayout::new(&embed_n, 3, 1);
+        let cplx_m = FftLayout::new(&half_m, 1, half_spectrum_len(m) as i32);
+        let cplx_n = FftLayout::new(&half_n, 1, half_spectrum_len(n) as i32);
+        let d2z = fft_plan(
+            &format!("the {m}^3 lattice"),
+            &embed_m,
+            (real_m, cplx_m),
+            CUFFT_D2Z,
+            3,
+            &self.stream,
+        )?;
+        let z2d = fft_plan(
+            &format!("the {n}^3 lattice"),
+            &embed_n,
+            (cplx_n, real_n),
+            CUFFT_Z2D,
+            3,
+            &self.stream,
+        )?;
         let work_bytes = fft_work_bytes(&d2z)? + fft_work_bytes(&z2d)?;
         self.plans = Some(Plans {
             n,
+            m,
             d2z,
             z2d,
             work_bytes,

@@ -60,19 +60,25 @@ const THREADS: u32 = 256;
 pub const DEVICE_F64_PER_PARTICLE: u64 = 7 + 7 + 7 + 6 + 6 + 6 + 3 + 1;
 
 /// Device bytes of the stepper itself for `particles` particles, a reinitialisation lattice of
-/// `lattice_n`³ nodes (`None`: never reinitialised) and diagnostics on a `grid_n`³ grid
-/// (`None`: none): the per-particle arrays, the lattice nodes and vorticity with the RBF
-/// solve's spectra, and the grid nodes with their velocities. The evaluator's own buffers
-/// (mesh, cell lists, packed sources) are estimated by the summation planner.
-pub fn device_bytes(particles: usize, lattice_n: Option<usize>, grid_n: Option<usize>) -> u64 {
+/// `n`³ nodes whose vorticity is sampled on `m`³ nodes (`lattice` = (n, m); `None`: never
+/// reinitialised) and diagnostics on a `grid_n`³ grid (`None`: none): the per-particle arrays,
+/// the sampling nodes and vorticity with the RBF solve's spectra, and the grid nodes with their
+/// velocities. The evaluator's own buffers (mesh, cell lists, packed sources) are estimated by
+/// the summation planner.
+pub fn device_bytes(
+    particles: usize,
+    lattice: Option<(usize, usize)>,
+    grid_n: Option<usize>,
+) -> u64 {
     let mut bytes = 8 * DEVICE_F64_PER_PARTICLE * particles as u64;
-    if let Some(n) = lattice_n {
+    if let Some((n, m)) = lattice {
         let n3 = (n * n * n) as u64;
-        // lattice vorticity and nodes (3 + 3 f64 per node; the nodes only for an evaluator
+        // sampled vorticity and nodes (3 + 3 f64 per node; the nodes only for an evaluator
         // without a lattice method, counted anyway), the particles after the solve are
         // the state arrays above (sized for max(particles, n³))
         // (the RBF solve's estimate includes its output, the strengths: counted above)
-        bytes += 8 * 6 * n3 + DeviceRbfSolver::device_bytes(n).saturating_sub(24 * n3);
+        bytes += 8 * 6 * (m * m * m) as u64
+            + DeviceRbfSolver::device_bytes(n, m).saturating_sub(24 * n3);
         bytes += 8 * DEVICE_F64_PER_PARTICLE * n3.saturating_sub(particles as u64);
     }
     if let Some(n) = grid_n {
@@ -252,8 +258,9 @@ impl ResidentStepper {
             if let RbfSolver::ConjugateGradient { .. } = settings.rbf {
                 return Err(VortexError::Unsupported(
                     "[vortex] rbf = \"cg\" has no GPU version: the GPU-resident stepper solves \
-                     the RBF system exactly by FFT on the lattice; set rbf = \"exact\" (or run \
-                     the particles on the CPU with device = \"cpu\")"
+                     for the strengths by FFT on the lattice; set rbf = \"spectral\" (the \
+                     default) or \"exact\" (or run the particles on the CPU with device = \
+                     \"cpu\")"
                         .into(),
                 ));
             }
@@ -582,6 +589,8 @@ impl ResidentStepper {
     fn reinitialise(&mut self) -> Result<(), VortexError> {
         let n = self.settings.lattice_n;
         let n3 = n * n * n;
+        // The lattice ω is sampled on: finer than n for the spectral solve.
+        let m = self.settings.sampling_lattice();
         let t0 = Instant::now();
         self.sync()?;
         let dev = self
@@ -590,12 +599,12 @@ impl ResidentStepper {
             .expect("checked at construction");
         // The evaluator's lattice method where it has one (GPU Ewald: separable weights),
         // else its pair sums at the nodes (made only then).
-        if !dev.vorticity_on_lattice_device(&self.state.sources(), n, &mut self.omega)? {
-            self.lattice_nodes_into(false, n)?;
+        if !dev.vorticity_on_lattice_device(&self.state.sources(), m, &mut self.omega)? {
+            self.lattice_nodes_into(false, m)?;
             self.sync()?;
             let targets = DeviceTargets::Points {
                 x: &self.lattice_x,
-                n: n3,
+                n: m * m * m,
             };
             let dev = self
                 .evaluator
@@ -615,8 +624,10 @@ impl ResidentStepper {
         // of it succeeded, so a failure leaves the state as it was (and a checkpoint of it good).
         let report = rbf.solve(
             &self.omega,
+            m,
             n,
             self.settings.sigma0,
+            self.settings.rbf,
             self.settings.conditioning,
             self.settings.zero_total_strength,
             &mut self.next.alpha,
