@@ -82,6 +82,14 @@ pub struct VortexSettings {
     pub zero_total_strength: bool,
 }
 
+impl VortexSettings {
+    /// Whether a reinitialisation is due after `steps_since_reinit` steps since the last one.
+    pub fn reinit_due(&self, steps_since_reinit: u64) -> bool {
+        self.reinit_every
+            .is_some_and(|every| steps_since_reinit >= every)
+    }
+}
+
 /// Why a vortex step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum VortexError {
@@ -349,6 +357,15 @@ impl VortexSolver {
     /// [`VortexSolver::prepare_step`], refreshes the AB2 history with this step's derivatives
     /// and reinitialises when due.
     pub fn commit_step(&mut self, prepared: PreparedStep) -> Result<(), VortexError> {
+        if self.commit_state(prepared) {
+            self.reinitialise()?;
+        }
+        Ok(())
+    }
+
+    /// [`VortexSolver::commit_step`] without the reinitialisation: returns whether one is due
+    /// ([`VortexSettings::reinit_due`]).
+    pub fn commit_state(&mut self, prepared: PreparedStep) -> bool {
         let PreparedStep { next, dt } = prepared;
         // `eval` no longer matches the committed state afterwards.
         self.derivatives_current = false;
@@ -359,12 +376,7 @@ impl VortexSolver {
             dt,
         });
         self.steps_since_reinit += 1;
-        if let Some(every) = self.settings.reinit_every {
-            if self.steps_since_reinit >= every {
-                self.reinitialise()?;
-            }
-        }
-        Ok(())
+        self.settings.reinit_due(self.steps_since_reinit)
     }
 
     /// The particle velocity at the nodes of an n^3 grid as retained modes, for the shared
