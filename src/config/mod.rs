@@ -338,8 +338,8 @@ impl VortexConfig {
     /// Default `accuracy` (every evaluator that takes one, the FMM on the CPU included).
     pub const DEFAULT_ACCURACY: f64 = 1e-6;
     /// The steps the default `dissipation_every` spans at least: a measurement costs at most
-    /// three evaluations of the particle velocity at the grid's nodes, which with one every
-    /// 50 steps (each step evaluates the particles at least twice) is about 3 % of a run.
+    /// three evaluations of the particle velocity at the grid's nodes, each less than a step's
+    /// evaluation at the particles, so one every 50 steps costs a few per cent of a run.
     pub const DISSIPATION_STEPS: u64 = 50;
 
     /// Default `dissipation_every` for a reinitialisation every `reinit_every` steps: the

@@ -381,40 +381,15 @@ impl Reductions {
         t.inverse(spec, real)
     }
 
-    /// max |∇·u| over the nodes of the grid of `t` for the retained modes at `u`.
-    ///
-    /// # Safety
-    /// As [`Reductions::field_on_grid`].
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn max_divergence(
-        &self,
-        k: &Kernels,
-        s: &Arc<CudaStream>,
-        t: &Transforms,
-        u: u64,
-        layout: &ModeLayout,
-        spec: u64,
-        real: u64,
-    ) -> Result<f64, CudaError> {
-        Self::field_on_grid(k, s, t, u, layout, 3, spec, real)?;
-        let n3 = t.m.pow(3);
-        self.zero_word(s, 2)?;
-        let out = self.word(s, 2);
-        let n3_i = n3 as i64;
-        // SAFETY: sp_max_abs(const double* r, long long n, unsigned long long* out): the m³
-        // values of `real` just written, word 2; blockDim = SP_THREADS.
-        launch!(s, &k.max_abs, "sp_max_abs", cfg_for(n3); &real, &n3_i, &out)?;
-        self.read_word(s, 2, "the divergence maximum")
-    }
-
-    /// max |ω| over the nodes of the grid of `t` for the retained modes at `u`: the three
-    /// components into real fields `rs` apart, then the largest |ω|².
+    /// A maximum over the nodes of the grid of `t` for the retained modes at `u`: max |∇·u|
+    /// (`sp_max_abs` of the divergence in the first field of `real`), or max |ω| (the three
+    /// components in three fields `rs` apart, `sp_max_norm2`, the root taken here).
     ///
     /// # Safety
     /// As [`Reductions::field_on_grid`], with `real` holding three fields of `rs` ≥ t.m³ f64,
     /// each 256-byte aligned.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn max_vorticity(
+    unsafe fn grid_max(
         &self,
         k: &Kernels,
         s: &Arc<CudaStream>,
@@ -423,32 +398,44 @@ impl Reductions {
         layout: &ModeLayout,
         spec: u64,
         (real, rs): (u64, usize),
+        which: GridMax,
     ) -> Result<f64, CudaError> {
-        for c in 0..3 {
-            // SAFETY: field c of `real` (the caller's contract).
-            unsafe {
-                Self::field_on_grid(
-                    k,
-                    s,
-                    t,
-                    u,
-                    layout,
-                    4 + c as i32,
-                    spec,
-                    real + (c * rs * 8) as u64,
-                )?
-            };
-        }
         let n3 = t.m.pow(3);
         self.zero_word(s, 2)?;
         let out = self.word(s, 2);
         let (n3_i, rs_i) = (n3 as i64, rs as i64);
-        // SAFETY: sp_max_norm2(const double* r, long long n, long long rs, unsigned long long*
-        // out): the three fields of m³ values just written, rs apart; word 2; blockDim =
-        // SP_THREADS.
-        launch!(s, &k.max_norm2, "sp_max_norm2", cfg_for(n3); &real, &n3_i, &rs_i, &out)?;
-        Ok(self.read_word(s, 2, "the vorticity maximum")?.sqrt())
+        match which {
+            GridMax::Divergence => {
+                // SAFETY: the caller's contract.
+                unsafe { Self::field_on_grid(k, s, t, u, layout, 3, spec, real)? };
+                // SAFETY: sp_max_abs(const double* r, long long n, unsigned long long* out):
+                // the m³ values of `real` just written, word 2; blockDim = SP_THREADS.
+                launch!(s, &k.max_abs, "sp_max_abs", cfg_for(n3); &real, &n3_i, &out)?;
+                self.read_word(s, 2, "the divergence maximum")
+            }
+            GridMax::Vorticity => {
+                for c in 0..3 {
+                    let field = real + (c * rs * 8) as u64;
+                    // SAFETY: field c of `real` (the caller's contract).
+                    unsafe { Self::field_on_grid(k, s, t, u, layout, 4 + c as i32, spec, field)? };
+                }
+                // SAFETY: sp_max_norm2(const double* r, long long n, long long rs, unsigned long
+                // long* out): the three fields of m³ values just written, rs apart; word 2;
+                // blockDim = SP_THREADS.
+                launch!(s, &k.max_norm2, "sp_max_norm2", cfg_for(n3); &real, &n3_i, &rs_i, &out)?;
+                Ok(self.read_word(s, 2, "the vorticity maximum")?.sqrt())
+            }
+        }
     }
+}
+
+/// A maximum over the grid nodes that [`Reductions::grid_max`] reduces on the device.
+#[derive(Clone, Copy)]
+enum GridMax {
+    /// max |∇·u|.
+    Divergence,
+    /// max |ω|.
+    Vorticity,
 }
 
 /// Which mode buffer a right-hand side reads.
@@ -932,42 +919,35 @@ impl GpuSpectralSolver {
 
     /// max |∇·u| over the N³ nodes, on the device.
     pub fn max_divergence(&mut self) -> Result<f64, CudaError> {
-        let (u, spec, real) = (
-            self.addr(&self.uhat),
-            self.addr(&self.spec),
-            self.addr(&self.real),
-        );
-        // SAFETY: as in `field_on_grid`.
-        unsafe {
-            self.red.max_divergence(
-                &self.k,
-                &self.stream,
-                self.solution_transforms(),
-                u,
-                &self.layout,
-                spec,
-                real,
-            )
-        }
+        self.grid_max(GridMax::Divergence)
     }
 
     /// max |ω| over the N³ nodes, on the device.
     pub fn max_vorticity(&mut self) -> Result<f64, CudaError> {
+        self.grid_max(GridMax::Vorticity)
+    }
+
+    /// [`Reductions::grid_max`] of the state on the N grid (real fields 0–2 of
+    /// real_stride(N)).
+    fn grid_max(&mut self, which: GridMax) -> Result<f64, CudaError> {
         let (u, spec, real) = (
             self.addr(&self.uhat),
             self.addr(&self.spec),
             self.addr(&self.real),
         );
-        // SAFETY: as in `field_on_grid` (slots 0–2 of real_stride(N)).
+        let rs = real_stride(self.grid.n);
+        // SAFETY: u holds 3·L double2; the spectra buffer ≥ N²·(N/2+1) double2 and the real
+        // buffer 6 fields of real_stride(M) ≥ real_stride(N) f64, all of this context.
         unsafe {
-            self.red.max_vorticity(
+            self.red.grid_max(
                 &self.k,
                 &self.stream,
                 self.solution_transforms(),
                 u,
                 &self.layout,
                 spec,
-                (real, real_stride(self.grid.n)),
+                (real, rs),
+                which,
             )
         }
     }
@@ -1216,23 +1196,21 @@ impl DeviceGridDiagnostics {
         let sums = self
             .red
             .mode_sums(&self.k, &s, modes, 0, &self.layout, nu)?;
-        // SAFETY: modes holds 3·len double2; spec ≥ n²·(n/2+1) double2 and real three fields
-        // of rs ≥ n³ f64, 256-byte aligned, of this context.
-        let (max_divergence, max_vorticity) = unsafe {
-            let t = &self.transforms;
-            (
+        let (t, layout) = (&self.transforms, &self.layout);
+        let max = |which| {
+            // SAFETY: modes holds 3·len double2; spec ≥ n²·(n/2+1) double2 and real three
+            // fields of rs ≥ n³ f64, 256-byte aligned, of this context.
+            unsafe {
                 self.red
-                    .max_divergence(&self.k, &s, t, modes, &self.layout, spec, real)?,
-                self.red
-                    .max_vorticity(&self.k, &s, t, modes, &self.layout, spec, (real, rs))?,
-            )
+                    .grid_max(&self.k, &s, t, modes, layout, spec, (real, rs), which)
+            }
         };
         Ok(GridDiagnostics {
             layout: self.layout,
             stats: FlowStats::from_mode_sums(sums.sums[0], sums.sums[1], sums.sums[2], nu),
             spectrum: sums.spectrum,
-            max_divergence,
-            max_vorticity,
+            max_divergence: max(GridMax::Divergence)?,
+            max_vorticity: max(GridMax::Vorticity)?,
         })
     }
 }
