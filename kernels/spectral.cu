@@ -105,7 +105,8 @@ extern "C" __global__ void sp_gather(const double2 *__restrict__ v, long long le
 }
 
 // One half spectrum on the m grid from the retained modes v̂: what = 0, 1, 2: component `what`;
-// what = 3: the divergence i k·v̂. Zero at every other position; every position written.
+// what = 3: the divergence i k·v̂; what = 4, 5, 6: vorticity component what − 4 of i k × v̂.
+// Zero at every other position; every position written.
 extern "C" __global__ void sp_scatter(const double2 *__restrict__ v, long long len,
                                       double2 *__restrict__ h, int m, int kmax, int what)
 {
@@ -118,11 +119,18 @@ extern "C" __global__ void sp_scatter(const double2 *__restrict__ v, long long l
         if (i >= 0) {
             if (what < 3) {
                 out = v[what * len + i];
-            } else {
+            } else if (what == 3) {
                 // i (k·v̂), as flow.rs `max_divergence` forms it.
                 const double2 a = v[i], b = v[len + i], c = v[2 * len + i];
                 const double2 d = sp_add(sp_add(sp_scale(a, k[0]), sp_scale(b, k[1])), sp_scale(c, k[2]));
                 out = make_double2(-d.y, d.x);
+            } else {
+                // ω̂ component what − 4, as flow.rs `vorticity_mode` forms it.
+                double2 u[3], w[3];
+#pragma unroll
+                for (int c = 0; c < 3; c++) u[c] = v[c * len + i];
+                sp_curl(k, u, w);
+                out = w[what - 4];
             }
         }
         h[p] = out;
@@ -170,6 +178,20 @@ extern "C" __global__ void sp_max_abs(const double *__restrict__ r, long long n,
     for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < n;
          p += (long long)gridDim.x * blockDim.x)
         m = fmax(m, fabs(r[p]));
+    sp_block_max(m, out);
+}
+
+// max of a² + b² + c² over n nodes of three fields `rs` apart (|ω|², the host takes the root),
+// to *out (bits, atomicMax). blockDim = SP_THREADS.
+extern "C" __global__ void sp_max_norm2(const double *__restrict__ r, long long n, long long rs,
+                                        unsigned long long *__restrict__ out)
+{
+    double m = 0.0;
+    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < n;
+         p += (long long)gridDim.x * blockDim.x) {
+        const double a = r[p], b = r[rs + p], c = r[2 * rs + p];
+        m = fmax(m, a * a + b * b + c * c);
+    }
     sp_block_max(m, out);
 }
 

@@ -887,6 +887,7 @@ evaluator = "ewald"
 accuracy = 1e-12
 backend = "cuda"
 snapshot_every_time = 0.1
+dissipation_every = 3
 "#;
 
 /// Parses `text`, checks that its resolved form parses back to the same case and resolves to the
@@ -935,6 +936,7 @@ fn vortex_defaults() {
         accuracy_check_every: None,
         device: None,
         snapshots: None,
+        dissipation_every: Some(5),
     };
     assert_eq!(VortexConfig::with_defaults(16), expected);
     assert_eq!(RbfSolver::DEFAULT, expected.rbf);
@@ -953,7 +955,7 @@ fn vortex_defaults() {
         section,
         "n = 16\noverlap = 1.0\nstretching = \"classical\"\nreinit_every = 10\nrbf = \"spectral\"\n\
          reinit_projection = \"solenoidal\"\nreinit_filter = \"none\"\n\
-         evaluator = \"ewald\"\naccuracy = 0.000001\n",
+         evaluator = \"ewald\"\naccuracy = 0.000001\ndissipation_every = 5\n",
         "{resolved}"
     );
     // Lattice spacing and core radius.
@@ -1001,6 +1003,7 @@ fn vortex_round_trip_with_every_key() {
             accuracy_check_every: None,
             device: Some(DeviceRequest::Cuda(None)),
             snapshots: Some(Cadence::Time(0.1)),
+            dissipation_every: Some(3),
         })
     );
     // The other spellings: exact solve, a step count, snapshots in steps, the range ends.
@@ -1126,6 +1129,40 @@ fn vortex_bad_reinit_every() {
     rejects_vortex(
         "reinit_every = 99999999999999999999\n",
         &["`vortex.reinit_every`", "out of range"],
+    );
+}
+
+#[test]
+fn vortex_dissipation_every() {
+    // The default spans at least 50 steps of reinitialisations; 1 without them.
+    let every = |keys: &str| {
+        round_trip(&with_vortex(keys))
+            .vortex
+            .unwrap()
+            .dissipation_every
+    };
+    assert_eq!(every(""), Some(5));
+    assert_eq!(every("reinit_every = 5\n"), Some(10));
+    assert_eq!(every("reinit_every = 7\n"), Some(8));
+    assert_eq!(every("reinit_every = 100\n"), Some(1));
+    assert_eq!(every("reinit_every = \"never\"\n"), Some(1));
+    assert_eq!(every("dissipation_every = 1\n"), Some(1));
+    rejects_vortex(
+        "dissipation_every = 0\n",
+        &["`vortex.dissipation_every`", "= 0", "integer ≥ 1"],
+    );
+    rejects_vortex(
+        "dissipation_every = 2.5\n",
+        &["`vortex.dissipation_every`", "found a float"],
+    );
+    // The particle-defined flows have no grid to measure on: none, and the key refused.
+    assert_eq!(round_trip(RING).vortex.unwrap().dissipation_every, None);
+    let m = error(&format!("{RING}dissipation_every = 2\n"));
+    assert!(
+        m.starts_with("cases/bad.toml:19:")
+            && m.contains("`vortex.dissipation_every`")
+            && m.contains("no spectral grid"),
+        "{m}"
     );
 }
 

@@ -362,5 +362,11 @@ fn resident_grid_diagnostics_match_host() {
             "{n}³: max|∇·u| {} vs {div}",
             d.max_divergence
         );
+        let w = vpm::diagnostics::max_vorticity(&mut fft, &modes);
+        assert!(
+            rel(d.max_vorticity, w) <= 1e-12,
+            "{n}³: max|ω| {} vs {w}",
+            d.max_vorticity
+        );
     }
 }

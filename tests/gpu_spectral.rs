@@ -240,6 +240,9 @@ fn gpu_diagnostics_match_host() {
                 gdiv < 1e-11 && div < 1e-11,
                 "{label}: divergence {gdiv:e} / {div:e}"
             );
+            // max |ω| on the N³ grid.
+            let (a, b) = (g.max_vorticity().unwrap(), c.max_vorticity());
+            assert!(rel(a, b) <= 1e-12, "{label}: max|ω| {a} vs {b}");
             // The velocity on the N³ grid.
             let gu = g.velocity_on_grid().unwrap();
             let cu = c.velocity_on_grid();

@@ -960,7 +960,8 @@ fn benchmarks_print_a_table_and_write_json() {
 
 /// A small Taylor–Green case run by both solvers: the vortex method's K(t) follows the spectral
 /// K(t), every file of both solvers is written, and kill-and-resume reproduces the run exactly
-/// (particles, AB2 history and reinitialisation counter come back from the checkpoint).
+/// (particles, AB2 history and reinitialisation counter come back from the checkpoint, and the
+/// sums of the numerical-dissipation measurements, here at every reinitialisation).
 #[test]
 fn both_solvers_run_compare_and_resume_exactly() {
     let dir = tempfile::tempdir().unwrap();
@@ -971,7 +972,7 @@ fn both_solvers_run_compare_and_resume_exactly() {
          [flow]\nnu = 0.05\n[initial]\nkind = \"taylor-green\"\n\
          [time]\nt_end = 0.3\ndt = 0.02\n[output]\nevery_steps = 2\nspectra_times = [0.0, 0.3]\n\
          [checkpoint]\nevery_steps = 4\n[spectral]\nn = 16\ndealias = \"3/2\"\n\
-         [vortex]\nreinit_every = 5\nsnapshot_every_time = 0.1\n",
+         [vortex]\nreinit_every = 5\nsnapshot_every_time = 0.1\ndissipation_every = 1\n",
     )
     .unwrap();
     let a = dir.path().join("a");
@@ -1030,7 +1031,104 @@ fn both_solvers_run_compare_and_resume_exactly() {
                 "{f} differs after a kill at step {abort} and resume"
             );
         }
+        let summary = |d: &Path| manifest(d)["numerical_dissipation"].clone();
+        assert_eq!(summary(&a), summary(&b), "after a kill at step {abort}");
     }
+}
+
+/// Every run with particles beside the spectral solver measures their numerical dissipation
+/// (here at every reinitialisation, every 2 steps): K just before and just after each, the
+/// stretches of steps between them against ∫2νZ dt, −dK/dt over the rows, max|ω| of both
+/// fields; a summary in the manifest and the run log. The K measured before a
+/// reinitialisation is the K an output reports for that state: a run that reinitialises a step
+/// later writes it in its row of that step. And measuring changes no state.
+#[test]
+fn numerical_dissipation_is_measured_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_with = |name: &str, vortex: &str| -> (PathBuf, Output) {
+        let case = dir.path().join(format!("{name}.toml"));
+        fs::write(
+            &case,
+            format!(
+                "[flow]\nnu = 0.05\n[initial]\nkind = \"taylor-green\"\n\
+                 [time]\nt_end = 0.12\ndt = 0.02\n[output]\nevery_steps = 1\n\
+                 [checkpoint]\nevery_steps = 100\n[spectral]\nn = 16\n[vortex]\n{vortex}"
+            ),
+        )
+        .unwrap();
+        let out = dir.path().join(name);
+        let o = run(&["run", s(&case), "--out", s(&out), "--threads", "2"]);
+        assert_ok(&o, name);
+        (out, o)
+    };
+    let (a, log) = run_with("every", "reinit_every = 2\ndissipation_every = 1\n");
+    let (later, _) = run_with("later", "reinit_every = 3\n");
+    let (rarely, _) = run_with("rarely", "reinit_every = 2\ndissipation_every = 1000\n");
+    let (va, vl, vr) = (
+        Csv::read(&a.join("vortex/energy.csv")),
+        Csv::read(&later.join("vortex/energy.csv")),
+        Csv::read(&rarely.join("vortex/energy.csv")),
+    );
+    let (k, k_before) = (va.col("K"), va.col("K_before_reinit"));
+    assert_eq!(k.len(), 7, "rows at steps 0 … 6");
+    // Step 2: "later" has not reinitialised yet; its K is that of the state "every" measured.
+    assert_eq!(k_before[2], vl.col("K")[2]);
+    // Measuring changes nothing: K as without measurements.
+    assert_eq!(k, vr.col("K"));
+    assert_eq!(vr.col("reinits_measured"), [0.0; 7]);
+    assert_eq!(vr.col("reinits"), [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]);
+    // Reinitialised and measured at steps 2, 4 and 6: K_after (the row's K) − K_before.
+    let (dk, rel) = (va.col("reinit_dK"), va.col("reinit_dK_rel"));
+    let excess = va.col("stepping_dK_excess_rel");
+    for step in [2, 4, 6] {
+        assert_eq!(va.col("reinits")[step], 1.0);
+        assert_eq!(va.col("reinits_measured")[step], 1.0);
+        assert_rel_close(dk[step], k[step] - k_before[step], 1e-12, "reinit_dK");
+        assert_rel_close(rel[step], dk[step] / k_before[step], 1e-12, "reinit_dK_rel");
+        assert!(dk[step].abs() < 1e-5 * k[step], "{}", dk[step]);
+    }
+    // The stretches from step 2 to 4 and 4 to 6.
+    assert!(excess[4].is_finite() && excess[6].is_finite(), "{excess:?}");
+    assert!(excess[2].is_nan() && k_before[3].is_nan());
+    // −dK/dt over the rows: finite from the second row on, near ε = 2νZ of this viscous flow.
+    let (minus_dkdt, eps) = (va.col("minus_dKdt"), va.col("eps"));
+    assert!(minus_dkdt[0].is_nan());
+    for i in 1..7 {
+        assert_rel_close(minus_dkdt[i], eps[i], 0.05, "−dK/dt against ε");
+    }
+    // max|ω| of both: 2 for Taylor–Green at t = 0 on the spectral grid, near it for particles.
+    let spectral = Csv::read(&a.join("spectral/energy.csv"));
+    assert_rel_close(
+        spectral.col("max_vorticity")[0],
+        2.0,
+        1e-12,
+        "spectral max|ω|",
+    );
+    assert_rel_close(va.col("max_vorticity")[0], 2.0, 1e-3, "particle max|ω|");
+    // The summary: 3 reinitialisations, all measured, 2 stretches; in the log too.
+    let m = &manifest(&a)["numerical_dissipation"];
+    assert_eq!(
+        (
+            &m["reinitialisations"],
+            &m["measured"],
+            &m["stepping_stretches"]
+        ),
+        (&3.into(), &3.into(), &2.into()),
+        "{m}"
+    );
+    for key in [
+        "reinit_change",
+        "stepping_excess",
+        "total_change",
+        "viscous_change",
+    ] {
+        assert!(m[key].as_f64().is_some_and(f64::is_finite), "{key}: {m}");
+    }
+    assert!(
+        stderr(&log).contains("numerical dissipation"),
+        "{}",
+        stderr(&log)
+    );
 }
 
 /// Q of a fields npz (f32), flat in C order.

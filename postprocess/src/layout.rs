@@ -49,8 +49,10 @@ pub const LAMB_OSEEN_CSV: &str = "vortex/lamb_oseen.csv";
 /// The final spectral velocity field.
 pub const FINAL_NPZ: &str = "spectral/final.npz";
 
-/// Columns of `energy.csv` (both solvers; the vortex file adds [`VORTEX_EXTRA_COLUMNS`]).
-pub const ENERGY_COLUMNS: [&str; 13] = [
+/// Columns of `energy.csv` (both solvers; the vortex file adds [`VORTEX_EXTRA_COLUMNS`] and
+/// [`VORTEX_DISSIPATION_COLUMNS`]). `max_vorticity` is max |ω| over the nodes of the spectral
+/// grid (for the particles: of their velocity sampled there, as every particle diagnostic).
+pub const ENERGY_COLUMNS: [&str; 14] = [
     "t",
     "step",
     "dt",
@@ -64,11 +66,15 @@ pub const ENERGY_COLUMNS: [&str; 13] = [
     "lambda",
     "Re_lambda",
     "max_div",
+    "max_vorticity",
 ];
 /// Columns of `spectra.csv`.
 pub const SPECTRA_COLUMNS: [&str; 3] = ["t", "k", "E"];
 /// Extra columns of `vortex/energy.csv` (after the [`ENERGY_COLUMNS`]; there `minus_dKdt` is
-/// `nan`: the particle method has no right-hand side in Fourier space to take it from).
+/// the backward difference over the output rows, (K_{i−1} − K_i)/(t_i − t_{i−1}): the central
+/// difference at the midpoint (t_{i−1} + t_i)/2, since an append-only row cannot wait for the
+/// next one; `nan` in the first row. The particle method has no right-hand side in Fourier
+/// space to take it from, as the spectral solver does).
 pub const VORTEX_EXTRA_COLUMNS: [&str; 8] = [
     "sigma_max_over_sigma0",
     "rbf_iterations",
@@ -78,6 +84,24 @@ pub const VORTEX_EXTRA_COLUMNS: [&str; 8] = [
     "impulse_y",
     "impulse_z",
     "particles",
+];
+/// The numerical-dissipation columns of `vortex/energy.csv` (after [`VORTEX_EXTRA_COLUMNS`]),
+/// each over the steps since the previous row (docs/physics.md §3.6): `reinits`, the
+/// reinitialisations done; `reinits_measured`, those measured (every `vortex.dissipation_every`-th):
+/// K of the particle velocity on the spectral grid just before and just after; `reinit_dK`,
+/// Σ (K_after − K_before) over them; `reinit_dK_rel`, their mean (K_after − K_before)/K_before;
+/// `K_before_reinit`, K just before the last of them; `stepping_dK_excess_rel`, over the
+/// stretches of steps from a measured reinitialisation to the next reinitialisation that ended
+/// since the previous row, the mean of (K_end − K_start + ∫2νZ dt)/K_start (∫ by the trapezoid
+/// of its two ends): the change by stepping beyond the viscous loss. Means are `nan` when there
+/// is nothing to average.
+pub const VORTEX_DISSIPATION_COLUMNS: [&str; 6] = [
+    "reinits",
+    "reinits_measured",
+    "reinit_dK",
+    "reinit_dK_rel",
+    "K_before_reinit",
+    "stepping_dK_excess_rel",
 ];
 /// Columns of `comparison.csv`: `quantity` is `K` (k = 0) or `E` (shell k); rel_diff =
 /// (vortex − spectral)/spectral.
@@ -128,11 +152,13 @@ pub const RINGS_COLUMNS: [&str; 17] = [
 /// Columns of `vortex/lamb_oseen.csv` (one row per output time and radius).
 pub const LAMB_OSEEN_COLUMNS: [&str; 5] = ["t", "r", "u_theta", "u_exact", "rel_err"];
 
-/// The columns of `vortex/energy.csv`: [`ENERGY_COLUMNS`] then [`VORTEX_EXTRA_COLUMNS`].
+/// The columns of `vortex/energy.csv`: [`ENERGY_COLUMNS`], [`VORTEX_EXTRA_COLUMNS`], then
+/// [`VORTEX_DISSIPATION_COLUMNS`].
 pub fn vortex_energy_columns() -> Vec<&'static str> {
     ENERGY_COLUMNS
         .iter()
         .chain(VORTEX_EXTRA_COLUMNS.iter())
+        .chain(VORTEX_DISSIPATION_COLUMNS.iter())
         .copied()
         .collect()
 }

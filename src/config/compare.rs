@@ -15,8 +15,8 @@ use super::Case;
 /// The keys that may change when a run is resumed: a dotted key, or `section.*` for every key
 /// of a section. They change what is written, when the run ends and where it runs, never the
 /// state's numbers: the name and description (labels of the plots and the manifest), `t_end`
-/// and `max_steps`, `[output]`, `[checkpoint]`, the particle snapshots (outputs, though in
-/// `[vortex]`), and the devices.
+/// and `max_steps`, `[output]`, `[checkpoint]`, the particle snapshots and the cadence of the
+/// numerical-dissipation measurements (outputs, though in `[vortex]`), and the devices.
 pub const CHANGEABLE: &[&str] = &[
     "name",
     "description",
@@ -29,6 +29,7 @@ pub const CHANGEABLE: &[&str] = &[
     "vortex.device",
     "vortex.snapshot_every_steps",
     "vortex.snapshot_every_time",
+    "vortex.dissipation_every",
 ];
 
 /// Whether the dotted `key` may change in a resumed run ([`CHANGEABLE`]).
@@ -350,7 +351,14 @@ mod tests {
             .filter(|c| c.is_changeable())
             .map(|c| c.key.as_str())
             .collect();
-        assert_eq!(changeable, ["vortex.device", "vortex.snapshot_every_steps"]);
+        assert_eq!(
+            changeable,
+            [
+                "vortex.device",
+                "vortex.dissipation_every",
+                "vortex.snapshot_every_steps"
+            ]
+        );
         assert!(check_resumed_case(&quick(), &case, "c", 0, 0.0).is_err());
         // with only those two keys differing, the resume is accepted
         let mut before = case.clone();

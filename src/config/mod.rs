@@ -322,6 +322,12 @@ pub struct VortexConfig {
     /// `None` (the default): never.
     #[serde(flatten, serialize_with = "write::snapshot_keys")]
     pub snapshots: Option<Cadence>,
+    /// `dissipation_every`: K of the particle field is measured just before and just after
+    /// every this many reinitialisations (docs/physics.md §3.6); ≥ 1; default
+    /// [`VortexConfig::default_dissipation_every`]. `None` for the particle-defined flows,
+    /// which have no spectral grid to measure on (the key is refused there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dissipation_every: Option<u64>,
 }
 
 impl VortexConfig {
@@ -331,6 +337,18 @@ impl VortexConfig {
     pub const DEFAULT_REINIT_EVERY: u64 = 10;
     /// Default `accuracy` (every evaluator that takes one, the FMM on the CPU included).
     pub const DEFAULT_ACCURACY: f64 = 1e-6;
+    /// The steps the default `dissipation_every` spans at least: a measurement costs at most
+    /// three evaluations of the particle velocity at the grid's nodes, each less than a step's
+    /// evaluation at the particles, so one every 50 steps costs a few per cent of a run.
+    pub const DISSIPATION_STEPS: u64 = 50;
+
+    /// Default `dissipation_every` for a reinitialisation every `reinit_every` steps: the
+    /// fewest reinitialisations that span [`VortexConfig::DISSIPATION_STEPS`] steps (10 for
+    /// `reinit_every = 5`); 1 without reinitialisation (nothing to measure).
+    pub fn default_dissipation_every(reinit_every: Option<u64>) -> u64 {
+        reinit_every.map_or(1, |r| Self::DISSIPATION_STEPS.div_ceil(r.max(1)))
+    }
+
     /// Default `accuracy_check_every` (with `evaluator = "fmm"`).
     pub const DEFAULT_ACCURACY_CHECK_EVERY: u64 = crate::summation::planner::DEFAULT_CHECK_EVERY;
     /// Default `reinit_projection` and `reinit_filter`.
@@ -354,6 +372,9 @@ impl VortexConfig {
             accuracy_check_every: None,
             device: None,
             snapshots: None,
+            dissipation_every: Some(Self::default_dissipation_every(Some(
+                Self::DEFAULT_REINIT_EVERY,
+            ))),
         }
     }
 

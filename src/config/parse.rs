@@ -1213,6 +1213,7 @@ const VORTEX_KEYS: &[&str] = &[
     "backend",
     "snapshot_every_steps",
     "snapshot_every_time",
+    "dissipation_every",
 ];
 
 /// The optional `[vortex]` section: `None` when absent, otherwise every default filled in.
@@ -1240,6 +1241,8 @@ fn parse_vortex(
                             leave it out";
     const ONLY_CG: &str = "only allowed with `vortex.rbf` = \"cg\" (conjugate gradients); with \
                            rbf = \"spectral\" or \"exact\" leave it out";
+    const DISSIPATION_EVERY: &str = "reinitialisations between measurements of the numerical \
+                                     dissipation: must be an integer ≥ 1 (1: every one)";
     let ring = initial.is_free_space();
     if sec.table.is_none() {
         if initial.is_particle_defined() {
@@ -1520,6 +1523,24 @@ fn parse_vortex(
         _ => sec.device(doc, "device")?,
     };
     let snapshots = parse_cadence_keys(doc, sec, "snapshot_every_steps", "snapshot_every_time")?;
+    let dissipation_every = match sec.integer(doc, "dissipation_every", DISSIPATION_EVERY)? {
+        Some(k) if initial.is_particle_defined() => {
+            return Err(k.fail(
+                doc,
+                &format!(
+                    "initial.kind = \"{}\" is carried by particles alone: there is no spectral \
+                     grid to measure their K on; leave it out",
+                    initial.kind_str()
+                ),
+            ))
+        }
+        Some(k) => {
+            k.require(doc, k.value >= 1, DISSIPATION_EVERY)?;
+            Some(k.value as u64)
+        }
+        None => (!initial.is_particle_defined())
+            .then(|| VortexConfig::default_dissipation_every(reinit_every)),
+    };
 
     Ok(Some(VortexConfig {
         n,
@@ -1533,5 +1554,6 @@ fn parse_vortex(
         accuracy_check_every,
         device,
         snapshots,
+        dissipation_every,
     }))
 }

@@ -10,4 +10,6 @@ pub mod lamb_oseen;
 pub mod ring;
 pub mod structures;
 
-pub use flow::{flow_stats, max_divergence, shell_count, shell_of, shell_spectrum, FlowStats};
+pub use flow::{
+    flow_stats, max_divergence, max_vorticity, shell_count, shell_of, shell_spectrum, FlowStats,
+};

@@ -16,6 +16,7 @@
 //! For any field whose product A_ij A_ji is resolved on the grid (Taylor–Green at t = 0, say)
 //! Q at the nodes is exact to round-off.
 
+use crate::diagnostics::flow::vorticity_mode;
 use crate::spectral::{Fft3d, VectorModes};
 use num_complex::Complex64;
 
@@ -91,13 +92,8 @@ pub fn grid_fields(fft: &mut Fft3d, modes: &VectorModes) -> GridFields {
     let times_i = |z: Complex64| Complex64::new(-z.im, z.re);
 
     let velocity: [Vec<f64>; 3] = std::array::from_fn(|c| inverse(fft, &|i, _| modes[c][i]));
-    let vorticity: [Vec<f64>; 3] = std::array::from_fn(|c| {
-        let (a, b) = ((c + 1) % 3, (c + 2) % 3);
-        // ω_c = ∂_a u_b − ∂_b u_a ↔ i (k_a û_b − k_b û_a).
-        inverse(fft, &|i, k| {
-            times_i(modes[b][i] * k[a] - modes[a][i] * k[b])
-        })
-    });
+    let vorticity: [Vec<f64>; 3] =
+        std::array::from_fn(|c| inverse(fft, &|i, k| vorticity_mode(modes, c, i, k)));
     // A_ij = ∂u_i/∂x_j ↔ i k_j û_i.
     let mut gradient =
         |fft: &mut Fft3d, i: usize, j: usize| inverse(fft, &|m, k| times_i(modes[i][m] * k[j]));

@@ -4,7 +4,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use super::{format_f64, parent_dir, sync_dir_best_effort, OutputError};
+use super::{format_f64, parent_dir, sync_dir_best_effort, write_atomic, OutputError};
 
 /// An append-only CSV log.
 ///
@@ -29,6 +29,28 @@ fn escape(field: &str) -> String {
     } else {
         field.to_string()
     }
+}
+
+/// How a header `old` becomes `new` when `new` only adds columns (`old`'s names, in their
+/// order, with others between or after them): for each column of `new`, its index in `old` or
+/// `None`. `None` when `new` is not such an extension of `old`.
+fn added_columns(old: &[&str], new: &[&str]) -> Option<Vec<Option<usize>>> {
+    if old.len() >= new.len() {
+        return None;
+    }
+    let mut next = 0;
+    let map = new
+        .iter()
+        .map(|c| {
+            if old.get(next) == Some(c) {
+                next += 1;
+                Some(next - 1)
+            } else {
+                None
+            }
+        })
+        .collect();
+    (next == old.len()).then_some(map)
 }
 
 /// One CSV line of `fields` (quoted as needed), ending in a line break.
@@ -79,7 +101,9 @@ impl CsvLog {
     /// `len_bytes` bytes ending with a complete line, that its header is
     /// `header`, truncate it to `len_bytes` (the length recorded in the
     /// checkpoint, dropping any rows and partial line written afterwards) and
-    /// continue appending.
+    /// continue appending. A log written by an older vpm, whose header lacks
+    /// some of `header`'s columns, gets them first, `nan` in its rows
+    /// ([`CsvLog::reopen_with_added_columns`]).
     pub fn reopen_truncated(
         path: &Path,
         header: &[&str],
@@ -111,10 +135,15 @@ impl CsvLog {
             .map_err(|e| OutputError::io("read", path, e))?;
         if found != expected.as_bytes() {
             let found = String::from_utf8_lossy(&found);
+            let found = found.trim_end_matches(['\n', '\r']);
+            let old: Vec<&str> = found.split(',').collect();
+            if let Some(map) = added_columns(&old, header) {
+                return Self::reopen_with_added_columns(path, header, &map, len_bytes);
+            }
             return Err(OutputError::CsvHeaderMismatch {
                 path: path.to_path_buf(),
                 expected: expected.trim_end_matches('\n').to_string(),
-                found: found.trim_end_matches(['\n', '\r']).to_string(),
+                found: found.to_string(),
             });
         }
         if len_bytes < expected.len() as u64 {
@@ -156,6 +185,72 @@ impl CsvLog {
             path: path.to_path_buf(),
             columns: header.len(),
             len: len_bytes,
+        })
+    }
+
+    /// [`CsvLog::reopen_truncated`] of a log whose header lacks columns of `header` (`map`:
+    /// [`added_columns`]): its first `len_bytes` bytes are written again, atomically, under
+    /// `header`, `nan` in the added columns of every row; appending continues after them.
+    fn reopen_with_added_columns(
+        path: &Path,
+        header: &[&str],
+        map: &[Option<usize>],
+        len_bytes: u64,
+    ) -> Result<CsvLog, OutputError> {
+        let bytes = fs::read(path).map_err(|e| OutputError::io("read", path, e))?;
+        let kept = usize::try_from(len_bytes)
+            .ok()
+            .and_then(|n| bytes.get(..n))
+            .filter(|k| k.ends_with(b"\n"))
+            .ok_or_else(|| {
+                OutputError::invalid(
+                    path,
+                    format!("recorded length {len_bytes} does not end a line of the file"),
+                )
+            })?;
+        let text = std::str::from_utf8(kept)
+            .map_err(|_| OutputError::invalid(path, "the file is not UTF-8 text"))?;
+        let old_columns = map.iter().flatten().count();
+        let mut out = csv_line(header);
+        let mut rows = 0;
+        for (i, line) in text.lines().enumerate().skip(1) {
+            let fields: Vec<&str> = line.split(',').collect();
+            if fields.len() != old_columns || line.contains('"') {
+                return Err(OutputError::invalid(
+                    path,
+                    format!(
+                        "line {}: {} fields under a header of {old_columns}: cannot add the \
+                         columns this vpm writes",
+                        i + 1,
+                        fields.len()
+                    ),
+                ));
+            }
+            let row: Vec<&str> = map.iter().map(|m| m.map_or("nan", |j| fields[j])).collect();
+            out.push_str(&csv_line(&row));
+            rows += 1;
+        }
+        write_atomic(path, out.as_bytes())?;
+        let added: Vec<&str> = header
+            .iter()
+            .zip(map)
+            .filter(|(_, m)| m.is_none())
+            .map(|(c, _)| *c)
+            .collect();
+        tracing::info!(
+            "{}: written by an older vpm; added the columns {} (nan in its {rows} rows)",
+            path.display(),
+            added.join(", ")
+        );
+        let file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| OutputError::io("open", path, e))?;
+        Ok(CsvLog {
+            file,
+            path: path.to_path_buf(),
+            columns: header.len(),
+            len: out.len() as u64,
         })
     }
 
@@ -356,5 +451,42 @@ mod tests {
         // missing file
         let err = CsvLog::reopen_truncated(&tmp.path().join("no.csv"), H, 9).unwrap_err();
         assert!(err.to_string().contains("no.csv"));
+    }
+
+    #[test]
+    fn reopen_adds_the_columns_an_older_header_lacks() {
+        assert_eq!(
+            added_columns(&["t", "K"], &["t", "dt", "K", "Z"]),
+            Some(vec![Some(0), None, Some(1), None])
+        );
+        // Not an extension: a column renamed, reordered or dropped.
+        assert_eq!(added_columns(&["t", "K"], &["K", "t", "Z"]), None);
+        assert_eq!(added_columns(&["t", "E"], &["t", "K", "Z"]), None);
+        assert_eq!(added_columns(H, H), None);
+
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("energy.csv");
+        let mut old = CsvLog::create(&p, &["step", "K"]).unwrap();
+        old.append_rows(&[[0.0, 1.0], [1.0, 0.9]]).unwrap();
+        let len = old.len_bytes();
+        old.append_row(&[2.0, 0.8]).unwrap();
+        drop(old);
+        let mut log = CsvLog::reopen_truncated(&p, H, len).unwrap();
+        log.append_row(&[2.0, 0.2, 0.75]).unwrap();
+        assert_eq!(log.len_bytes(), fs::metadata(&p).unwrap().len());
+        let text = fs::read_to_string(&p).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "step,t,K");
+        assert_eq!(lines[1], "0.0000000000000000e0,nan,1.0000000000000000e0");
+        assert_eq!(lines[2], "1.0000000000000000e0,nan,9.0000000000000002e-1");
+        assert_eq!(lines.len(), 4, "{text}");
+        // A row that does not fit its header is an error naming the file, which is left alone.
+        fs::write(&p, "step,K\n1,2,3\n").unwrap();
+        let err = CsvLog::reopen_truncated(&p, H, 13).unwrap_err().to_string();
+        assert!(
+            err.contains("energy.csv") && err.contains("line 2"),
+            "{err}"
+        );
+        assert_eq!(fs::read_to_string(&p).unwrap(), "step,K\n1,2,3\n");
     }
 }

@@ -16,8 +16,10 @@ pub const MANIFEST_FILE: &str = postprocess::layout::MANIFEST_JSON;
 /// to those files that another vpm could not resume bumps it.
 /// 1: checkpoints before the run core (no `format` in their `meta.json`); 2: checkpoints without
 /// the case they were computed with, and no `format` in `manifest.json`; 3: each checkpoint holds
-/// its resolved case.
-pub const RUN_DIR_FORMAT: u32 = 3;
+/// its resolved case; 4: `energy.csv` has `max_vorticity` and `vortex/energy.csv` the
+/// numerical-dissipation columns (a resume of an older run directory adds them to its logs,
+/// `nan` in the rows written before: [`super::CsvLog::reopen_truncated`]).
+pub const RUN_DIR_FORMAT: u32 = 4;
 /// The oldest run-directory format this vpm resumes.
 pub const OLDEST_RUN_DIR_FORMAT: u32 = 1;
 /// The format of a `manifest.json` written before it had the field.
@@ -94,6 +96,66 @@ impl CflSteps {
     }
 }
 
+/// The particle method's numerical dissipation as the run measured it (docs/physics.md §3.6),
+/// over its outputs from `t_start` to `t`; every change is a fraction of `initial_energy`, the
+/// particle K at `t_start` (the first output of the run, or of its resume when the checkpoint
+/// predates these measurements). A value that could not be formed (nothing measured) is absent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NumericalDissipation {
+    /// `vortex.dissipation_every`: every this many reinitialisations were measured.
+    pub dissipation_every: u64,
+    /// The first output the summary covers.
+    pub t_start: f64,
+    /// The last output it covers.
+    pub t: f64,
+    /// The particle K at `t_start`.
+    pub initial_energy: Option<f64>,
+    /// Reinitialisations done.
+    pub reinitialisations: u64,
+    /// Reinitialisations measured: K just before and just after.
+    pub measured: u64,
+    /// The mean (K_after − K_before)/K_before of the measured reinitialisations.
+    pub mean_change_per_reinit: Option<f64>,
+    /// The K change by every reinitialisation, estimated: the mean measured K_after − K_before
+    /// times the count done.
+    pub reinit_change: Option<f64>,
+    /// Stretches of steps measured: from a measured reinitialisation to the next one.
+    pub stepping_stretches: u64,
+    /// Their mean (K_end − K_start + ∫2νZ dt)/K_start (K_start: K after the reinitialisation).
+    pub mean_stepping_excess_per_stretch: Option<f64>,
+    /// K(t) − K(t_start).
+    pub total_change: Option<f64>,
+    /// −∫2νZ dt from `t_start` to `t` (trapezoid over the outputs): the viscous loss.
+    pub viscous_change: Option<f64>,
+    /// The change by stepping beyond the viscous loss: `total_change` − `reinit_change` −
+    /// `viscous_change`.
+    pub stepping_excess: Option<f64>,
+}
+
+impl std::fmt::Display for NumericalDissipation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = |x: Option<f64>| x.map_or("n/a".to_string(), |x| format!("{x:+.3e}"));
+        write!(
+            f,
+            "numerical dissipation of the particles from t = {} to {}, as fractions of their \
+             K at the start: {} reinitialisations, {} measured (every {}), mean change {} per \
+             reinitialisation, {} by all of them (estimated); by stepping beyond ∫2νZ dt {} \
+             ({} per measured stretch); total {}, viscous {}",
+            self.t_start,
+            self.t,
+            self.reinitialisations,
+            self.measured,
+            self.dissipation_every,
+            v(self.mean_change_per_reinit),
+            v(self.reinit_change),
+            v(self.stepping_excess),
+            v(self.mean_stepping_excess_per_stretch),
+            v(self.total_change),
+            v(self.viscous_change),
+        )
+    }
+}
+
 /// Contents of `manifest.json`. Serialized with `serde_json` (pretty).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -141,6 +203,9 @@ pub struct Manifest {
     /// evaluated.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accuracy_checks: Vec<serde_json::Value>,
+    /// With particles alongside the spectral solver: their numerical dissipation, measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numerical_dissipation: Option<NumericalDissipation>,
 }
 
 /// The CPU model: the first "model name" of `/proc/cpuinfo`, else `"unknown"`.
@@ -188,6 +253,7 @@ impl Manifest {
             cfl_steps: None,
             evaluators: BTreeMap::new(),
             accuracy_checks: Vec::new(),
+            numerical_dissipation: None,
         }
     }
 
@@ -268,6 +334,29 @@ mod tests {
         m.add_stage_time("bad", f64::NAN);
         m.record_resume(1200, vec!["time.t_end: 0.5 → 1.0".into()]);
         m.set_status("stopped: SIGINT");
+        let d = NumericalDissipation {
+            dissipation_every: 10,
+            t_start: 0.0,
+            t: 2.5,
+            initial_energy: Some(0.125),
+            reinitialisations: 50,
+            measured: 5,
+            mean_change_per_reinit: Some(-1e-4),
+            reinit_change: Some(-5e-3),
+            stepping_stretches: 5,
+            mean_stepping_excess_per_stretch: None,
+            total_change: Some(-0.5),
+            viscous_change: Some(-0.49),
+            stepping_excess: Some(-5e-3),
+        };
+        let line = d.to_string();
+        assert!(
+            line.contains("50 reinitialisations, 5 measured (every 10)")
+                && line.contains("-5.000e-3 by all of them")
+                && line.contains("(n/a per measured stretch)"),
+            "{line}"
+        );
+        m.numerical_dissipation = Some(d);
         m.write(tmp.path()).unwrap();
         let back = Manifest::read(tmp.path()).unwrap();
         assert_eq!(back, m);
@@ -311,6 +400,7 @@ mod tests {
         fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
         let old = Manifest::read(tmp.path()).unwrap();
         assert_eq!(old.format, 2);
+        assert_eq!(old.numerical_dissipation, None);
         assert!(old.resumes[0].changes.is_empty());
         old.check_format(tmp.path()).unwrap();
         // A resume writes this vpm's format.

@@ -4,6 +4,9 @@
 //! Δt; the particle velocity is sampled at the spectral grid's nodes and handed to the same
 //! diagnostics, so K, ε and E(k) mean the same thing in `spectral/` and `vortex/`.
 //!
+//! Every reinitialisation of the particles that falls due with a step is done here, measured
+//! as the run's [`DissipationMeter`] asks (K just before and after: docs/physics.md §3.6).
+//!
 //! Writers: `output` (a row of `spectral/energy.csv`, and of `vortex/energy.csv` with the K row
 //! of `comparison.csv`), `spectra` (the shell spectra of both and the E rows of
 //! `comparison.csv`) at the listed times, and `fields` (velocity, vorticity and Q of both on the
@@ -13,14 +16,16 @@ use crate::config::Case;
 use crate::device::Device;
 use crate::diagnostics::compare::relative_difference;
 use crate::diagnostics::structures::{grid_fields, GridFields};
-use crate::diagnostics::{flow_stats, max_divergence, shell_spectrum, FlowStats};
+use crate::diagnostics::{flow_stats, max_divergence, max_vorticity, shell_spectrum, FlowStats};
 use crate::init::initial_modes;
+use crate::output::NumericalDissipation;
 use crate::output::{
     format_f64, write_fields, write_velocity_npz, CheckpointArrays, FieldPrecision, FieldTime,
     FieldsFrame,
 };
 use crate::particles::ParticleSet;
 use crate::run::callbacks::{CallContext, Callback, LogSpec, ScheduledCallback};
+use crate::run::dissipation::{DissipationMeter, Measure};
 use crate::run::model::{Model, ModelState, StepFailure};
 use crate::run::plan::RunPlan;
 use crate::run::schedule::{Schedule, Scheduled};
@@ -48,6 +53,8 @@ struct VortexSide {
     sigma0: f64,
     /// The initial RBF solve, reported until the first reinitialisation.
     initial_solve: Option<SolveReport>,
+    /// The numerical dissipation measured so far.
+    meter: DissipationMeter,
 }
 
 /// Diagnostics of the particle field on the spectral grid.
@@ -56,6 +63,54 @@ struct VortexStats {
     stats: FlowStats,
     spectrum: Vec<f64>,
     max_div: f64,
+    max_vorticity: f64,
+}
+
+impl VortexStats {
+    /// Diagnostics of the particle velocity at the nodes of the n³ grid with viscosity ν, the
+    /// same code as the spectral side's: reduced where the particles live when the stepper can
+    /// (the GPU-resident one), else from the velocity's modes on the host; there, without
+    /// `full`, the flow statistics only (the spectrum empty, the maxima NaN).
+    fn of(
+        solver: &mut dyn ParticleStepper,
+        n: usize,
+        nu: f64,
+        full: bool,
+    ) -> Result<VortexStats, VortexError> {
+        if let Some(d) = solver.grid_diagnostics(n, nu)? {
+            return Ok(VortexStats {
+                stats: d.stats,
+                spectrum: d.spectrum,
+                max_div: d.max_divergence,
+                max_vorticity: d.max_vorticity,
+            });
+        }
+        let (layout, modes) = solver.velocity_modes_on_grid(n)?;
+        let stats = flow_stats(&layout, &modes, nu);
+        if !full {
+            return Ok(VortexStats {
+                stats,
+                spectrum: Vec::new(),
+                max_div: f64::NAN,
+                max_vorticity: f64::NAN,
+            });
+        }
+        let mut fft = Fft3d::new(n, layout);
+        Ok(VortexStats {
+            stats,
+            spectrum: shell_spectrum(&layout, &modes),
+            max_div: max_divergence(&mut fft, &modes),
+            max_vorticity: max_vorticity(&mut fft, &modes),
+        })
+    }
+
+    /// K and ε, for the dissipation meter.
+    fn measure(&self) -> Measure {
+        Measure {
+            energy: self.stats.energy,
+            dissipation: self.stats.dissipation,
+        }
+    }
 }
 
 /// The spectral solver ± the particle solver (module docs).
@@ -100,6 +155,7 @@ impl FieldModel {
                     solver,
                     sigma0: vc.sigma0(),
                     initial_solve,
+                    meter: DissipationMeter::new(vc.dissipation_every.unwrap_or(1)),
                 })
             }
             _ => None,
@@ -119,7 +175,7 @@ impl FieldModel {
     }
 
     /// Diagnostics of the particle field on the spectral solver's N³ grid (the same code as the
-    /// spectral side): stats, shell spectrum, max |∇·u|; computed once per state.
+    /// spectral side): stats, shell spectrum, max |∇·u|, max |ω|; computed once per state.
     fn vortex_stats(&mut self) -> Result<Option<VortexStats>> {
         if self.vortex_stats.is_none() {
             let n = self.spectral.grid().n;
@@ -128,23 +184,7 @@ impl FieldModel {
                 return Ok(None);
             };
             let t0 = Instant::now();
-            self.vortex_stats = Some(match v.solver.grid_diagnostics(n, nu)? {
-                // Reduced where the particles live (the GPU-resident stepper).
-                Some(d) => VortexStats {
-                    stats: d.stats,
-                    spectrum: d.spectrum,
-                    max_div: d.max_divergence,
-                },
-                None => {
-                    let (layout, modes) = v.solver.velocity_modes_on_grid(n)?;
-                    let mut fft = Fft3d::new(n, layout);
-                    VortexStats {
-                        stats: flow_stats(&layout, &modes, nu),
-                        spectrum: shell_spectrum(&layout, &modes),
-                        max_div: max_divergence(&mut fft, &modes),
-                    }
-                }
-            });
+            self.vortex_stats = Some(VortexStats::of(v.solver.as_mut(), n, nu, true)?);
             self.add_time("vortex_diagnostics", t0);
         }
         Ok(self.vortex_stats.clone())
@@ -251,8 +291,9 @@ impl Model for FieldModel {
     }
 
     /// Both solvers or neither: the particle step is prepared first and committed only when
-    /// the spectral step succeeded. Only the reinitialisation that may follow the commit can
-    /// fail afterwards; that failure says the step was committed.
+    /// the spectral step succeeded. Only the reinitialisation that may follow the commit (and
+    /// its measurement, [`reinitialise_measured`]) can fail afterwards; that failure says the
+    /// step was committed.
     fn step(&mut self, dt: f64) -> Result<(), StepFailure> {
         self.vortex_stats = None;
         self.last_energy = f64::NAN;
@@ -274,14 +315,21 @@ impl Model for FieldModel {
             }
             return Err(StepFailure::new(format!("spectral solver: {e}")));
         }
+        let n = self.spectral.grid().n;
         if let Some(v) = &mut self.vortex {
             let t0 = Instant::now();
-            let committed = v.solver.commit_step();
+            let committed = v.solver.commit_step_deferring_reinit();
             *self.timings.entry("vortex_time_stepping").or_insert(0.0) +=
                 t0.elapsed().as_secs_f64();
-            committed.map_err(|e| {
+            let after_commit = |e: VortexError| {
                 StepFailure::after_commit(format!("vortex solver, after the step: {e}"))
-            })?;
+            };
+            let due = committed.map_err(after_commit)?;
+            v.meter.advance(dt);
+            if due {
+                self.vortex_stats = reinitialise_measured(v, n, self.nu, &mut self.timings)
+                    .map_err(after_commit)?;
+            }
         }
         Ok(())
     }
@@ -304,6 +352,7 @@ impl Model for FieldModel {
             // first reinitialisation), so that a resumed run writes the same rows.
             state.meta["rbf_report"] =
                 serde_json::to_value(v.solver.last_solve().or(v.initial_solve))?;
+            state.meta["numerical_dissipation"] = serde_json::to_value(&v.meter)?;
         }
         Ok(state)
     }
@@ -340,6 +389,11 @@ impl Model for FieldModel {
                 Some(r) => serde_json::from_value(r.clone()).context("checkpoint `rbf_report`")?,
                 None => None,
             };
+            // Checkpoints written before the measurements have none: they start afresh.
+            if let Some(m) = state.meta.get("numerical_dissipation") {
+                v.meter = DissipationMeter::restored(m.clone(), v.meter.every())
+                    .context("checkpoint `numerical_dissipation`")?;
+            }
         }
         self.vortex_stats = None;
         Ok(())
@@ -380,6 +434,10 @@ impl Model for FieldModel {
         Ok(())
     }
 
+    fn numerical_dissipation(&self) -> Option<NumericalDissipation> {
+        self.vortex.as_ref()?.meter.summary()
+    }
+
     fn devices(&self) -> Vec<(&'static str, Device)> {
         let mut d = vec![("spectral", self.spectral.device())];
         if let Some(v) = &self.vortex {
@@ -389,6 +447,37 @@ impl Model for FieldModel {
     }
 }
 
+/// The reinitialisation that fell due with a step, measured as the meter plans it: the particle
+/// field's diagnostics on the n³ grid just before and just after ([`VortexStats::of`]). Returns
+/// those after it when measured: the outputs of this state use them. The measurements' wall
+/// time goes to `vortex_dissipation`, the reinitialisation's to `vortex_time_stepping`.
+fn reinitialise_measured(
+    v: &mut VortexSide,
+    n: usize,
+    nu: f64,
+    timings: &mut BTreeMap<&'static str, f64>,
+) -> Result<Option<VortexStats>, VortexError> {
+    let plan = v.meter.plan();
+    let mut measure = |on: bool, full: bool, solver: &mut dyn ParticleStepper| {
+        let t0 = Instant::now();
+        let stats = on.then(|| VortexStats::of(solver, n, nu, full)).transpose();
+        *timings.entry("vortex_dissipation").or_insert(0.0) += t0.elapsed().as_secs_f64();
+        stats
+    };
+    let before = measure(plan.before, false, v.solver.as_mut())?;
+    let t0 = Instant::now();
+    let reinitialised = v.solver.reinitialise();
+    let seconds = t0.elapsed().as_secs_f64();
+    reinitialised?;
+    let after = measure(plan.after, true, v.solver.as_mut())?;
+    *timings.entry("vortex_time_stepping").or_insert(0.0) += seconds;
+    v.meter.record(
+        before.as_ref().map(VortexStats::measure),
+        after.as_ref().map(VortexStats::measure),
+    );
+    Ok(after)
+}
+
 /// Interleaved (re, im) values of a vector field, component-major.
 fn flatten_modes(m: &VectorModes) -> Vec<f64> {
     m.iter()
@@ -396,8 +485,14 @@ fn flatten_modes(m: &VectorModes) -> Vec<f64> {
         .collect()
 }
 
-/// The fields of an `energy.csv` row after (t, step): Δt, the flow statistics, −dK/dt, max|∇·u|.
-fn energy_fields(dt: f64, st: &FlowStats, minus_dkdt: f64, div: f64) -> Vec<String> {
+/// The fields of an `energy.csv` row after (t, step): Δt, the flow statistics, −dK/dt, max|∇·u|,
+/// max|ω|.
+fn energy_fields(
+    dt: f64,
+    st: &FlowStats,
+    minus_dkdt: f64,
+    [div, max_vorticity]: [f64; 2],
+) -> Vec<String> {
     [
         dt,
         st.energy,
@@ -410,6 +505,7 @@ fn energy_fields(dt: f64, st: &FlowStats, minus_dkdt: f64, div: f64) -> Vec<Stri
         st.taylor_microscale,
         st.re_lambda,
         div,
+        max_vorticity,
     ]
     .map(format_f64)
     .to_vec()
@@ -435,9 +531,9 @@ impl Callback<FieldModel> for EnergyWriter {
         let t0 = Instant::now();
         let st = m.spectral.flow_stats()?;
         let minus_dkdt = -m.spectral.dkdt_from_rhs()?;
-        let div = m.spectral.max_divergence()?;
+        let maxima = [m.spectral.max_divergence()?, m.spectral.max_vorticity()?];
         let mut fields = ctx.time_fields();
-        fields.extend(energy_fields(ctx.dt, &st, minus_dkdt, div));
+        fields.extend(energy_fields(ctx.dt, &st, minus_dkdt, maxima));
         ctx.logs.row_fmt(SPECTRAL_ENERGY_CSV, &fields)?;
         m.last_energy = st.energy;
         m.add_time("diagnostics", t0);
@@ -450,8 +546,15 @@ impl Callback<FieldModel> for EnergyWriter {
         let summary = v.solver.summary()?;
         let (sigma_max, total, impulse) =
             (summary.sigma_max, summary.total_strength, summary.impulse);
+        let report = v.meter.row(ctx.t, vs.measure());
+        tracing::debug!("{}", v.meter.summary().expect("a row was just added"));
         let mut fields = ctx.time_fields();
-        fields.extend(energy_fields(ctx.dt, &vs.stats, f64::NAN, vs.max_div));
+        fields.extend(energy_fields(
+            ctx.dt,
+            &vs.stats,
+            report.minus_dkdt,
+            [vs.max_div, vs.max_vorticity],
+        ));
         fields.push(format_f64(sigma_max / sigma0));
         fields.push(solve.map_or("nan".into(), |r| r.iterations.to_string()));
         fields.push(solve.map_or("nan".into(), |r| format_f64(r.relative_residual)));
@@ -465,6 +568,7 @@ impl Callback<FieldModel> for EnergyWriter {
             .map(format_f64),
         );
         fields.push(summary.count.to_string());
+        fields.extend(report.dissipation_fields());
         ctx.logs.row_fmt(VORTEX_ENERGY_CSV, &fields)?;
         ctx.logs.row_fmt(
             COMPARISON_CSV,

@@ -12,6 +12,7 @@
 
 pub mod callbacks;
 pub mod disk;
+pub mod dissipation;
 pub mod field;
 pub mod memory;
 pub mod model;

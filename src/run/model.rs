@@ -134,6 +134,12 @@ pub trait Model: Sized {
     /// time and step; a resume of a run stopped before they were all written writes them again.
     fn write_final(&mut self, run_dir: &Path, time: FieldTime) -> anyhow::Result<()>;
 
+    /// The numerical dissipation the model measured, for the manifest and the run log (`None`:
+    /// it measures none).
+    fn numerical_dissipation(&self) -> Option<crate::output::NumericalDissipation> {
+        None
+    }
+
     /// Which device each solver runs on ("spectral" → "cpu", "vortex" → "cuda:0"), for the
     /// manifest and the checkpoint.
     fn devices(&self) -> Vec<(&'static str, crate::device::Device)>;

@@ -803,6 +803,9 @@ impl<M: Model> Simulation<M> {
             let m = &mut self.manifest.peak_device_memory_bytes;
             *m = Some(m.unwrap_or(0).max(p));
         }
+        if let Some(d) = self.model.numerical_dissipation() {
+            self.manifest.numerical_dissipation = Some(d);
+        }
         self.manifest.write(&self.run_dir)
     }
 
@@ -830,6 +833,9 @@ impl<M: Model> Simulation<M> {
         );
         self.add_time("plots", tp.elapsed().as_secs_f64());
         self.unfinished_if_failed(plots.map(drop), "drawing the plots")?;
+        if let Some(d) = self.model.numerical_dissipation() {
+            tracing::info!("{d}");
+        }
         self.manifest.set_status("finished");
         let written = self.write_manifest().map_err(anyhow::Error::from);
         self.unfinished_if_failed(written, "writing the manifest")

@@ -227,6 +227,7 @@ struct Kernels {
     scatter: CudaFunction,
     cross: CudaFunction,
     max_abs: CudaFunction,
+    max_norm2: CudaFunction,
     rk_begin: CudaFunction,
     store: CudaFunction,
     hermitian: CudaFunction,
@@ -241,8 +242,8 @@ impl Kernels {
         let module = gpu.module_from(&KERNELS, &[])?;
         #[rustfmt::skip]
         let k = load_kernels!(module, "sp_", Kernels {
-            gather, scatter, cross, max_abs, rk_begin, store, hermitian, nonfinite, mode_sums,
-            deinterleave,
+            gather, scatter, cross, max_abs, max_norm2, rk_begin, store, hermitian, nonfinite,
+            mode_sums, deinterleave,
         });
         Ok(k)
     }
@@ -250,13 +251,14 @@ impl Kernels {
 
 /// The device reductions of the diagnostics, shared by [`GpuSpectralSolver`] and
 /// [`DeviceGridDiagnostics`]: the mode sums and shell spectrum (`sp_mode_sums`, row partials
-/// added on the host in row order) and max |∇·u| (`sp_scatter`, an inverse transform,
-/// `sp_max_abs`), with their buffers.
+/// added on the host in row order), max |∇·u| (`sp_scatter`, an inverse transform,
+/// `sp_max_abs`) and max |ω| (`sp_scatter` and an inverse transform per component,
+/// `sp_max_norm2`), with their buffers.
 struct Reductions {
     scalars: DeviceBuffer<f64>,
     shells: DeviceBuffer<f64>,
     /// Maxima (bits): [0] the speed at the current state, [1] the speed at the RK4 stages (not
-    /// read), [2] the divergence.
+    /// read), [2] the divergence or |ω|².
     words: DeviceBuffer<u64>,
 }
 
@@ -350,7 +352,8 @@ impl Reductions {
         Ok(StateSums { sums, spectrum })
     }
 
-    /// Enqueues the real field `what` (0–2: component, 3: divergence) of the retained modes at
+    /// Enqueues the real field `what` (0–2: component, 3: divergence, 4–6: vorticity component
+    /// `what` − 4) of the retained modes at
     /// `u` on the grid of `t` into `real`, through the half spectrum at `spec`.
     ///
     /// # Safety
@@ -378,12 +381,15 @@ impl Reductions {
         t.inverse(spec, real)
     }
 
-    /// max |∇·u| over the nodes of the grid of `t` for the retained modes at `u`.
+    /// A maximum over the nodes of the grid of `t` for the retained modes at `u`: max |∇·u|
+    /// (`sp_max_abs` of the divergence in the first field of `real`), or max |ω| (the three
+    /// components in three fields `rs` apart, `sp_max_norm2`, the root taken here).
     ///
     /// # Safety
-    /// As [`Reductions::field_on_grid`].
+    /// As [`Reductions::field_on_grid`], with `real` holding three fields of `rs` ≥ t.m³ f64,
+    /// each 256-byte aligned.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn max_divergence(
+    unsafe fn grid_max(
         &self,
         k: &Kernels,
         s: &Arc<CudaStream>,
@@ -391,18 +397,45 @@ impl Reductions {
         u: u64,
         layout: &ModeLayout,
         spec: u64,
-        real: u64,
+        (real, rs): (u64, usize),
+        which: GridMax,
     ) -> Result<f64, CudaError> {
-        Self::field_on_grid(k, s, t, u, layout, 3, spec, real)?;
         let n3 = t.m.pow(3);
         self.zero_word(s, 2)?;
         let out = self.word(s, 2);
-        let n3_i = n3 as i64;
-        // SAFETY: sp_max_abs(const double* r, long long n, unsigned long long* out): the m³
-        // values of `real` just written, word 2; blockDim = SP_THREADS.
-        launch!(s, &k.max_abs, "sp_max_abs", cfg_for(n3); &real, &n3_i, &out)?;
-        self.read_word(s, 2, "the divergence maximum")
+        let (n3_i, rs_i) = (n3 as i64, rs as i64);
+        match which {
+            GridMax::Divergence => {
+                // SAFETY: the caller's contract.
+                unsafe { Self::field_on_grid(k, s, t, u, layout, 3, spec, real)? };
+                // SAFETY: sp_max_abs(const double* r, long long n, unsigned long long* out):
+                // the m³ values of `real` just written, word 2; blockDim = SP_THREADS.
+                launch!(s, &k.max_abs, "sp_max_abs", cfg_for(n3); &real, &n3_i, &out)?;
+                self.read_word(s, 2, "the divergence maximum")
+            }
+            GridMax::Vorticity => {
+                for c in 0..3 {
+                    let field = real + (c * rs * 8) as u64;
+                    // SAFETY: field c of `real` (the caller's contract).
+                    unsafe { Self::field_on_grid(k, s, t, u, layout, 4 + c as i32, spec, field)? };
+                }
+                // SAFETY: sp_max_norm2(const double* r, long long n, long long rs, unsigned long
+                // long* out): the three fields of m³ values just written, rs apart; word 2;
+                // blockDim = SP_THREADS.
+                launch!(s, &k.max_norm2, "sp_max_norm2", cfg_for(n3); &real, &n3_i, &rs_i, &out)?;
+                Ok(self.read_word(s, 2, "the vorticity maximum")?.sqrt())
+            }
+        }
     }
+}
+
+/// A maximum over the grid nodes that [`Reductions::grid_max`] reduces on the device.
+#[derive(Clone, Copy)]
+enum GridMax {
+    /// max |∇·u|.
+    Divergence,
+    /// max |ω|.
+    Vorticity,
 }
 
 /// Which mode buffer a right-hand side reads.
@@ -886,21 +919,35 @@ impl GpuSpectralSolver {
 
     /// max |∇·u| over the N³ nodes, on the device.
     pub fn max_divergence(&mut self) -> Result<f64, CudaError> {
+        self.grid_max(GridMax::Divergence)
+    }
+
+    /// max |ω| over the N³ nodes, on the device.
+    pub fn max_vorticity(&mut self) -> Result<f64, CudaError> {
+        self.grid_max(GridMax::Vorticity)
+    }
+
+    /// [`Reductions::grid_max`] of the state on the N grid (real fields 0–2 of
+    /// real_stride(N)).
+    fn grid_max(&mut self, which: GridMax) -> Result<f64, CudaError> {
         let (u, spec, real) = (
             self.addr(&self.uhat),
             self.addr(&self.spec),
             self.addr(&self.real),
         );
-        // SAFETY: as in `field_on_grid`.
+        let rs = real_stride(self.grid.n);
+        // SAFETY: u holds 3·L double2; the spectra buffer ≥ N²·(N/2+1) double2 and the real
+        // buffer 6 fields of real_stride(M) ≥ real_stride(N) f64, all of this context.
         unsafe {
-            self.red.max_divergence(
+            self.red.grid_max(
                 &self.k,
                 &self.stream,
                 self.solution_transforms(),
                 u,
                 &self.layout,
                 spec,
-                real,
+                (real, rs),
+                which,
             )
         }
     }
@@ -1012,6 +1059,9 @@ impl SpectralStepper for GpuSpectralSolver {
     fn max_divergence(&mut self) -> Result<f64, SpectralError> {
         Ok(GpuSpectralSolver::max_divergence(self)?)
     }
+    fn max_vorticity(&mut self) -> Result<f64, SpectralError> {
+        Ok(GpuSpectralSolver::max_vorticity(self)?)
+    }
     fn velocity_on_grid(&mut self) -> Result<[Vec<f64>; 3], SpectralError> {
         Ok(GpuSpectralSolver::velocity_on_grid(self)?)
     }
@@ -1028,14 +1078,15 @@ pub struct GridDiagnostics {
     pub stats: FlowStats,
     pub spectrum: Vec<f64>,
     pub max_divergence: f64,
+    pub max_vorticity: f64,
 }
 
 /// The shared diagnostics (§6) of a velocity field that lives on the GPU as values at the nodes
 /// of an N³ grid (the particle velocity at the spectral grid's nodes): three forward transforms
 /// of the pruned kind, the retained modes |k_i| ≤ K picked and scaled by 1/N³ (`sp_store`, stage
 /// 0), then the solver's own reductions (`Reductions`). What `modes_from_node_velocities`
-/// and the host's `flow_stats`, `shell_spectrum` and `max_divergence` give, to round-off, with
-/// only the scalars and the spectrum's row partials crossing to the host.
+/// and the host's `flow_stats`, `shell_spectrum`, `max_divergence` and `max_vorticity` give,
+/// to round-off, with only the scalars and the spectrum's row partials crossing to the host.
 pub struct DeviceGridDiagnostics {
     stream: Arc<CudaStream>,
     k: Kernels,
@@ -1145,24 +1196,21 @@ impl DeviceGridDiagnostics {
         let sums = self
             .red
             .mode_sums(&self.k, &s, modes, 0, &self.layout, nu)?;
-        // SAFETY: modes holds 3·len double2; spec ≥ n²·(n/2+1) double2 and real ≥ n³ f64,
-        // 256-byte aligned, of this context.
-        let max_divergence = unsafe {
-            self.red.max_divergence(
-                &self.k,
-                &s,
-                &self.transforms,
-                modes,
-                &self.layout,
-                spec,
-                real,
-            )?
+        let (t, layout) = (&self.transforms, &self.layout);
+        let max = |which| {
+            // SAFETY: modes holds 3·len double2; spec ≥ n²·(n/2+1) double2 and real three
+            // fields of rs ≥ n³ f64, 256-byte aligned, of this context.
+            unsafe {
+                self.red
+                    .grid_max(&self.k, &s, t, modes, layout, spec, (real, rs), which)
+            }
         };
         Ok(GridDiagnostics {
             layout: self.layout,
             stats: FlowStats::from_mode_sums(sums.sums[0], sums.sums[1], sums.sums[2], nu),
             spectrum: sums.spectrum,
-            max_divergence,
+            max_divergence: max(GridMax::Divergence)?,
+            max_vorticity: max(GridMax::Vorticity)?,
         })
     }
 }

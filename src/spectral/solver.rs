@@ -379,9 +379,21 @@ impl SpectralSolver {
 
     /// max |∇·u| over the N³ nodes of the solution grid ([`crate::diagnostics::max_divergence`]).
     pub fn max_divergence(&mut self) -> f64 {
+        let (fft, u) = self.grid_transform();
+        crate::diagnostics::max_divergence(fft, u)
+    }
+
+    /// max |ω| over the N³ nodes of the solution grid ([`crate::diagnostics::max_vorticity`]).
+    pub fn max_vorticity(&mut self) -> f64 {
+        let (fft, u) = self.grid_transform();
+        crate::diagnostics::max_vorticity(fft, u)
+    }
+
+    /// The transform of the N³ solution grid (made on first use), with the state's modes.
+    fn grid_transform(&mut self) -> (&mut Fft3d, &VectorModes) {
         let (n, layout) = (self.grid.n, self.layout);
         let fft = self.grid_fft.get_or_insert_with(|| Fft3d::new(n, layout));
-        crate::diagnostics::max_divergence(fft, &self.uhat)
+        (fft, &self.uhat)
     }
 
     /// Velocity on the N^3 solution grid (nodes x_i = −π + i·h), components in `[i][j][k]` order.

@@ -44,6 +44,8 @@ pub trait SpectralStepper: Send {
     fn shell_spectrum(&mut self) -> Result<Vec<f64>, SpectralError>;
     /// max |∇·u| over the N³ nodes.
     fn max_divergence(&mut self) -> Result<f64, SpectralError>;
+    /// max |ω| over the N³ nodes.
+    fn max_vorticity(&mut self) -> Result<f64, SpectralError>;
     /// The velocity on the N³ solution grid (the final field).
     fn velocity_on_grid(&mut self) -> Result<[Vec<f64>; 3], SpectralError>;
     /// The device the state lives on.
@@ -97,6 +99,9 @@ impl SpectralStepper for SpectralSolver {
     }
     fn max_divergence(&mut self) -> Result<f64, SpectralError> {
         Ok(SpectralSolver::max_divergence(self))
+    }
+    fn max_vorticity(&mut self) -> Result<f64, SpectralError> {
+        Ok(SpectralSolver::max_vorticity(self))
     }
     fn velocity_on_grid(&mut self) -> Result<[Vec<f64>; 3], SpectralError> {
         Ok(SpectralSolver::velocity_on_grid(self))

@@ -34,7 +34,7 @@ use std::f64::consts::TAU;
 pub enum RbfSolver {
     /// `rbf = "spectral"` (default): no interpolation at the nodes; the new strengths give the
     /// blob field the old one's Fourier coefficients at every lattice wavenumber, from the blob
-    /// vorticity sampled on a finer lattice ([`reinit::sampling_lattice`]); docs/physics.md §3.6.
+    /// vorticity sampled on a finer lattice ([`reinit::sampling_lattice`]); docs/physics.md §3.7.
     Spectral,
     /// `rbf = "exact"`: interpolation at the nodes, by FFT on the periodic lattice.
     Exact,
@@ -93,6 +93,12 @@ impl VortexSettings {
             RbfSolver::Spectral => reinit::sampling_lattice(self.lattice_n),
             _ => self.lattice_n,
         }
+    }
+
+    /// Whether a reinitialisation is due after `steps_since_reinit` steps since the last one.
+    pub fn reinit_due(&self, steps_since_reinit: u64) -> bool {
+        self.reinit_every
+            .is_some_and(|every| steps_since_reinit >= every)
     }
 }
 
@@ -363,6 +369,15 @@ impl VortexSolver {
     /// [`VortexSolver::prepare_step`], refreshes the AB2 history with this step's derivatives
     /// and reinitialises when due.
     pub fn commit_step(&mut self, prepared: PreparedStep) -> Result<(), VortexError> {
+        if self.commit_state(prepared) {
+            self.reinitialise()?;
+        }
+        Ok(())
+    }
+
+    /// [`VortexSolver::commit_step`] without the reinitialisation: returns whether one is due
+    /// ([`VortexSettings::reinit_due`]).
+    pub fn commit_state(&mut self, prepared: PreparedStep) -> bool {
         let PreparedStep { next, dt } = prepared;
         // `eval` no longer matches the committed state afterwards.
         self.derivatives_current = false;
@@ -373,12 +388,7 @@ impl VortexSolver {
             dt,
         });
         self.steps_since_reinit += 1;
-        if let Some(every) = self.settings.reinit_every {
-            if self.steps_since_reinit >= every {
-                self.reinitialise()?;
-            }
-        }
-        Ok(())
+        self.settings.reinit_due(self.steps_since_reinit)
     }
 
     /// The particle velocity at the nodes of an n^3 grid as retained modes, for the shared
@@ -605,7 +615,7 @@ pub fn particles_on_lattice(n: usize, alpha: &[[f64; 3]], sigma0: f64) -> Partic
 /// sampled on the `sampled_on`³ lattice, conditioned as `conditioning` asks (docs/physics.md
 /// §3.5), optionally with Σβ = 0:
 /// - `Spectral`: the blob field Σ_j β_j ζ_σ0(x − x_j) has the sampled field's Fourier
-///   coefficients at every lattice wavenumber (§3.6; `sampled_on` = [`reinit::sampling_lattice`]
+///   coefficients at every lattice wavenumber (§3.7; `sampled_on` = [`reinit::sampling_lattice`]
 ///   for a blob field, or n for a field band-limited below n/2);
 /// - `Exact`, `ConjugateGradient`: it interpolates ω'_i at the nodes, Σ_j β_j ζ_σ0(x_i − x_j) =
 ///   ω'_i (§3.3; `sampled_on` must be n). The exact solve conditions and divides in one pass over

@@ -118,7 +118,7 @@ pub fn condition_and_solve_exact(
 /// the blob vorticity for an `n`³ particle lattice: the even number nearest above 3n/2. On it a
 /// mode q of the band |q_d| ≤ n/2 meets its nearest alias at q ± m, where the Gaussian of core σ
 /// has fallen by exp(−((m − n/2)² − (n/2)²)σ²/2) relative to q (per axis, at the band's edge):
-/// exp(−0.75·2π²·overlap²), 2.4e-4 at overlap 0.75 and 3.7e-7 at 1 (docs/physics.md §3.6).
+/// exp(−0.75·2π²·overlap²), 2.4e-4 at overlap 0.75 and 3.7e-7 at 1 (docs/physics.md §3.7).
 pub fn sampling_lattice(n: usize) -> usize {
     let m = n + n.div_ceil(2);
     m + m % 2
@@ -128,7 +128,7 @@ pub fn sampling_lattice(n: usize) -> usize {
 /// lattice of spacing h = 2π/n: ĝ(d) = (1/h) Σ_q exp(−q²σ0²/2) over the wavenumbers q of the band
 /// |q| ≤ n/2 that index d stands for (q_d alone, and both ±n/2 at the Nyquist index of even n).
 /// It replaces the circulant's DFT ĉ(d) = (1/h) Σ_j exp(−(q_d + jn)²σ0²/2) (all aliases) in the
-/// spectral solve (docs/physics.md §3.6).
+/// spectral solve (docs/physics.md §3.7).
 pub fn band_gaussian_symbol(n: usize, sigma0: f64) -> Vec<f64> {
     let h = std::f64::consts::TAU / n as f64;
     (0..n)
@@ -197,7 +197,7 @@ pub fn band_of_spectrum(
     })
 }
 
-/// Spectral reinitialisation's solve (docs/physics.md §3.6): from the blob vorticity sampled on
+/// Spectral reinitialisation's solve (docs/physics.md §3.7): from the blob vorticity sampled on
 /// the `m`³ lattice ([`sampling_lattice`], or m = n for a field band-limited below n/2), the
 /// strengths on the `n`³ lattice whose blob field of core σ0 has the sampled field's Fourier
 /// coefficients at every lattice wavenumber, conditioned as `conditioning` asks:

@@ -544,9 +544,9 @@ impl ResidentStepper {
         Ok(())
     }
 
-    /// Makes the prepared state current, the step's derivatives the AB2 history, and
-    /// reinitialises when due.
-    fn commit(&mut self, dt: f64) -> Result<(), VortexError> {
+    /// Makes the prepared state current, the step's derivatives the AB2 history; returns
+    /// whether a reinitialisation is due ([`VortexSettings::reinit_due`]).
+    fn commit(&mut self, dt: f64) -> bool {
         std::mem::swap(&mut self.state, &mut self.next);
         std::mem::swap(&mut self.history_u, &mut self.eval.velocity);
         std::mem::swap(&mut self.history_s, &mut self.eval.stretching);
@@ -554,12 +554,7 @@ impl ResidentStepper {
         self.derivatives_current = false;
         self.host = None;
         self.steps_since_reinit += 1;
-        if let Some(every) = self.settings.reinit_every {
-            if self.steps_since_reinit >= every {
-                self.reinitialise()?;
-            }
-        }
-        Ok(())
+        self.settings.reinit_due(self.steps_since_reinit)
     }
 
     /// The n³ lattice nodes into `buf` (once per n: `ready` remembers), and σ0 into `sigma`.
@@ -769,11 +764,12 @@ impl ParticleStepper for ResidentStepper {
         Ok(())
     }
 
-    fn commit_step(&mut self) -> Result<(), VortexError> {
-        match self.pending.take() {
-            Some(dt) => self.commit(dt),
-            None => Ok(()),
-        }
+    fn commit_step_deferring_reinit(&mut self) -> Result<bool, VortexError> {
+        Ok(self.pending.take().is_some_and(|dt| self.commit(dt)))
+    }
+
+    fn reinitialise(&mut self) -> Result<(), VortexError> {
+        ResidentStepper::reinitialise(self)
     }
 
     fn discard_step(&mut self) {

@@ -8,7 +8,10 @@
 //! at output, snapshot, checkpoint and progress times.
 //!
 //! A step is prepared, then committed or discarded ([`ParticleStepper::prepare_step`]), so a
-//! run stepping several solvers together commits all of them or none.
+//! run stepping several solvers together commits all of them or none. A reinitialisation that
+//! falls due with a step can be left to the caller
+//! ([`ParticleStepper::commit_step_deferring_reinit`], then [`ParticleStepper::reinitialise`]),
+//! which may measure the particle field just before and after it.
 
 use super::rbf::SolveReport;
 use super::{NamedArray, PhaseTimes, VortexClock, VortexError, VortexSettings, VortexSolver};
@@ -74,7 +77,19 @@ pub trait ParticleStepper: Send {
     /// Computes the next state without committing it (see the module docs).
     fn prepare_step(&mut self, dt: f64) -> Result<(), VortexError>;
     /// Commits the prepared step (and reinitialises when due).
-    fn commit_step(&mut self) -> Result<(), VortexError>;
+    fn commit_step(&mut self) -> Result<(), VortexError> {
+        if self.commit_step_deferring_reinit()? {
+            self.reinitialise()?;
+        }
+        Ok(())
+    }
+    /// Commits the prepared step without the reinitialisation that may fall due with it, and
+    /// says whether one is due: the caller then calls [`ParticleStepper::reinitialise`] before
+    /// the next step.
+    fn commit_step_deferring_reinit(&mut self) -> Result<bool, VortexError>;
+    /// Reinitialises now (docs/physics.md §3.3): the particles back on the lattice with σ0,
+    /// the AB2 history restarted.
+    fn reinitialise(&mut self) -> Result<(), VortexError>;
     /// Drops the prepared step: the state stays as it was.
     fn discard_step(&mut self);
     /// The particles, on the host.
@@ -154,11 +169,14 @@ impl ParticleStepper for VortexSolver {
         self.pending = Some(p);
         Ok(())
     }
-    fn commit_step(&mut self) -> Result<(), VortexError> {
-        match self.pending.take() {
-            Some(p) => VortexSolver::commit_step(self, p),
-            None => Ok(()),
-        }
+    fn commit_step_deferring_reinit(&mut self) -> Result<bool, VortexError> {
+        Ok(self
+            .pending
+            .take()
+            .is_some_and(|p| VortexSolver::commit_state(self, p)))
+    }
+    fn reinitialise(&mut self) -> Result<(), VortexError> {
+        VortexSolver::reinitialise(self)
     }
     fn discard_step(&mut self) {
         self.pending = None;
