@@ -1,9 +1,12 @@
-// The exact RBF solve of reinitialisation on the GPU, in f64 (docs/physics.md §3.3 and §3.5): the
+// The RBF solves of reinitialisation on the GPU, in f64 (docs/physics.md §3.3, §3.5, §3.7): the
 // device side of src/vortex/rbf_device.rs, which reproduces `solve_strengths` with
 // `RbfSolver::Exact` (src/vortex/mod.rs; its one pass over the lattice spectrum is
 // `condition_and_solve_exact` in src/vortex/reinit.rs). Compiled by NVRTC at run time.
 //
-//   (cuFFT D2Z, batch of 3: the node-major lattice vorticity ω, stride 3, into 3 half spectra)
+//   (cuFFT D2Z, batch of 3: the node-major lattice vorticity ω, stride 3, into 3 half spectra;
+//    for the spectral solve, `RbfSolver::Spectral`, ω is sampled on a finer M³ lattice and
+//    lat_band, at the end of this file, takes the band |q_d| ≤ N/2 of its spectra, D2Z(ω)/M³,
+//    with the symbol ĉ below replaced by the band's Gaussian ĝ: docs/physics.md §3.7)
 //   lat_condition  per stored mode m of the half spectrum, ω̂ = D2Z(ω)/N³ and
 //                    β̂(m) = ½ [M(q_m) + M(q_m')] ω̂(m),
 //                    M(q) ω̂ = F(q) P(q) ω̂ / (ĉ(m_x) ĉ(m_y) ĉ(m_z)),

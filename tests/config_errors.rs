@@ -923,7 +923,7 @@ fn vortex_section_is_optional() {
 fn vortex_defaults() {
     let expected = VortexConfig {
         n: 16,
-        overlap: 1.0,
+        overlap: 0.75,
         stretching: StretchingScheme::Classical,
         reinit_every: Some(10),
         rbf: RbfSolver::Spectral,
@@ -953,7 +953,7 @@ fn vortex_defaults() {
     let section = resolved.split("[vortex]\n").nth(1).unwrap();
     assert_eq!(
         section,
-        "n = 16\noverlap = 1.0\nstretching = \"classical\"\nreinit_every = 10\nrbf = \"spectral\"\n\
+        "n = 16\noverlap = 0.75\nstretching = \"classical\"\nreinit_every = 10\nrbf = \"spectral\"\n\
          reinit_projection = \"solenoidal\"\nreinit_filter = \"none\"\n\
          evaluator = \"ewald\"\naccuracy = 0.000001\ndissipation_every = 5\n",
         "{resolved}"

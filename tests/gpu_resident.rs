@@ -201,7 +201,10 @@ fn resident_runs_are_bit_identical_and_resume_exactly() {
 fn resident_stepper_refuses_cg_and_reports_non_finite_states() {
     let Some(gpu) = gpu_device() else { return };
     let mut c = case("hit-32-compare");
-    c.vortex.as_mut().unwrap().rbf = RbfSolver::DEFAULT;
+    c.vortex.as_mut().unwrap().rbf = RbfSolver::ConjugateGradient {
+        tolerance: RbfSolver::DEFAULT_TOLERANCE,
+        max_iterations: RbfSolver::DEFAULT_MAX_ITERATIONS,
+    };
     let p = initial(&case("hit-32-compare"));
     let recipe = vpm::run::plan::evaluator_recipe(&c, &gpu, p.len()).unwrap();
     let e = vpm::run::particle_stepper(&c, &recipe, p, true)
@@ -209,7 +212,7 @@ fn resident_stepper_refuses_cg_and_reports_non_finite_states() {
         .expect("cg on a GPU is refused");
     let msg = format!("{e:#}");
     assert!(
-        msg.contains("rbf = \"cg\"") && msg.contains("exact"),
+        msg.contains("rbf = \"cg\"") && msg.contains("spectral") && msg.contains("exact"),
         "{msg}"
     );
     // A NaN strength: the step is refused, the state kept.

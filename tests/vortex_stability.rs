@@ -1,7 +1,9 @@
 //! The vortex method where the flow outgrows its particles (docs/physics.md §3.5,
 //! docs/validation.md "Under-resolved flows"): Taylor–Green at Re = 1600 and without viscosity,
-//! 32³ particles beside a 32³ spectral grid, with the `[vortex]` defaults for the conditioning
-//! of reinitialisation. Before the solenoidal projection the viscous run below grew K by 31 %
+//! 32³ particles beside a 32³ spectral grid, with the `[vortex]` defaults (overlap 0.75, the
+//! spectral reinitialisation every 10 steps, the solenoidal projection: docs/physics.md §3.7).
+//! The inviscid run bounds the energy the particles lose (the blobs' smoothing floor) and what
+//! each reinitialisation changes; the viscous runs check that K never grows. Before the solenoidal projection the viscous run below grew K by 31 %
 //! at t = 6 and stopped on NaN at t = 6.46; the strength-based CFL estimate made its step fall
 //! from 0.05 to below 0.005.
 
@@ -11,7 +13,8 @@ use std::fs;
 use std::path::Path;
 
 /// Taylor–Green at 32³ by both solvers; `step` is the `[time]` step line. The `[vortex]`
-/// section leaves the reinitialisation's conditioning at its defaults.
+/// section gives only n: overlap, reinitialisation (spectral, every 10 steps) and its
+/// conditioning, evaluator and accuracy are the defaults, so these tests guard them.
 fn taylor_green_32(nu: f64, t_end: f64, step: &str) -> String {
     format!(
         r#"description = "Taylor–Green, 32³, both solvers"
@@ -32,12 +35,6 @@ n = 32
 dealias = "2/3"
 [vortex]
 n = 32
-overlap = 0.75
-stretching = "classical"
-reinit_every = 5
-rbf = "exact"
-evaluator = "ewald"
-accuracy = 1e-6
 "#
     )
 }
@@ -114,16 +111,55 @@ fn taylor_green_re1600_at_32_cubed_decays_to_t10_under_cfl() {
 
 #[test]
 fn inviscid_taylor_green_at_32_cubed_does_not_gain_energy() {
-    let (_dir, energy) = run_case("tgv-inviscid-32", &taylor_green_32(0.0, 3.0, "dt = 0.01"));
+    // Every reinitialisation measured (K just before and after).
+    let case = taylor_green_32(0.0, 3.0, "dt = 0.01") + "dissipation_every = 1\n";
+    let (dir, energy) = run_case("tgv-inviscid-32", &case);
     assert_eq!(energy.len(), 31);
     let (rise, at) = largest_rise(&energy);
     assert!(
         rise <= 1e-6,
         "inviscid particle K rose by {rise:e} (relative) at t = {at}: {energy:?}"
     );
-    // What the blobs' smoothing costs at this resolution (docs/validation.md): 3.4 % by t = 3
-    // (the spectral solver conserves K to round-off). The issue's 1e-3 needs finer particles.
+    // What the blobs' smoothing costs at this resolution (docs/physics.md §3.7,
+    // docs/validation.md "Energy lost at reinitialisation"): 3.31 % by t = 3 at overlap 0.75
+    // whatever the reinitialisation interval and Δt, while the spectral solver conserves K to
+    // round-off. The exact interpolating reinitialisation lost 3.42 %, and more at finer
+    // particles where the smoothing is smaller: the bound fails if resampling loses energy again.
     let k0 = energy[0].1;
     let lost = (k0 - energy.last().unwrap().1) / k0;
-    assert!(lost > 0.0 && lost < 0.04, "inviscid K lost {lost} by t = 3");
+    assert!(
+        lost > 0.0 && lost < 0.0335,
+        "inviscid K lost {lost} by t = 3"
+    );
+    // Each reinitialisation keeps K: the spectral solve changes it by about 1e-7 here, the
+    // exact interpolating one by −3e-5 on average (docs/validation.md).
+    let m = manifest(&dir.path().join("run"));
+    let d = &m["numerical_dissipation"];
+    let per_reinit = d["mean_change_per_reinit"]
+        .as_f64()
+        .expect("mean_change_per_reinit");
+    assert_eq!(d["reinitialisations"].as_u64(), Some(30), "{d}");
+    assert_eq!(d["measured"].as_u64(), Some(30), "{d}");
+    assert!(
+        per_reinit.abs() < 3e-6,
+        "a reinitialisation changed K by {per_reinit:e} on average"
+    );
+}
+
+/// The `[vortex]` defaults at a fixed step (the issue's report: K rose by 1.2e-3 between two
+/// outputs with the defaults of the time, Δt = 0.01, 32³, Re = 1600): an unforced viscous flow
+/// never gains energy, whatever the step control. To t = 5 for CI time (the run to t = 10 was
+/// checked by hand: K falls at every output, docs/validation.md).
+#[test]
+fn taylor_green_re1600_at_32_cubed_never_gains_energy_at_a_fixed_step() {
+    let (_dir, energy) = run_case(
+        "tgv-re1600-32-fixed",
+        &taylor_green_32(1.0 / 1600.0, 5.0, "dt = 0.01"),
+    );
+    assert_eq!(energy.len(), 51, "{energy:?}");
+    let (rise, at) = largest_rise(&energy);
+    assert!(
+        rise < 0.0,
+        "particle K rose by {rise:e} (relative) at t = {at}: {energy:?}"
+    );
 }

@@ -332,7 +332,7 @@ pub struct VortexConfig {
 
 impl VortexConfig {
     /// Default `overlap`.
-    pub const DEFAULT_OVERLAP: f64 = 1.0;
+    pub const DEFAULT_OVERLAP: f64 = 0.75;
     /// Default `reinit_every`.
     pub const DEFAULT_REINIT_EVERY: u64 = 10;
     /// Default `accuracy` (every evaluator that takes one, the FMM on the CPU included).

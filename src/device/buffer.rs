@@ -34,6 +34,11 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
         Ok(())
     }
 
+    /// Values allocated (0 before the first [`DeviceBuffer::ensure`]).
+    pub fn capacity(&self) -> usize {
+        self.buf.as_ref().map_or(0, |b| b.len())
+    }
+
     pub fn get(&self) -> &CudaSlice<T> {
         self.buf
             .as_ref()

@@ -189,7 +189,7 @@ impl DeviceRbfSolver {
         }
         let work = self.plans.as_ref().map_or(0, |p| p.work_bytes);
         let complex = std::mem::size_of::<cufft_sys::double2>() as u64;
-        (self.spec.get().len() + self.fine.get().len()) as u64 * complex
+        (self.spec.capacity() + self.fine.capacity()) as u64 * complex
             + 8 * (self.sym.get().len() + self.filt.get().len() + self.partials.get().len()) as u64
             + work
     }
