@@ -7,7 +7,8 @@
 //    for the spectral solve, `RbfSolver::Spectral`, ω is sampled on a finer M³ lattice and
 //    lat_band, at the end of this file, takes the band |q_d| ≤ N/2 of its spectra, D2Z(ω)/M³,
 //    with the symbol ĉ below replaced by the band's Gaussian ĝ: docs/physics.md §3.7)
-//   lat_condition  per stored mode m of the half spectrum, ω̂ = D2Z(ω)/N³ and
+//   lat_condition  per stored mode m of the half spectrum, ω̂ = D2Z(ω)/N³ (the band's D2Z(ω)/M³
+//                  for the spectral solve: `scale`) and
 //                    β̂(m) = ½ [M(q_m) + M(q_m')] ω̂(m),
 //                    M(q) ω̂ = F(q) P(q) ω̂ / (ĉ(m_x) ĉ(m_y) ĉ(m_z)),
 //                  with P(q) ω̂ = ω̂ − q (q·ω̂)/|q|² (solenoidal, q ≠ 0; identity otherwise),
@@ -75,7 +76,8 @@ __device__ __forceinline__ void lat_apply(const double q[3], int ix, int iy, int
 
 // Conditions and divides the 3 half spectra in place (see the top of this file) and writes the
 // block's partial sums (Σ|ω̂|², Σ|q·ω̂|²/|q|², Σ(1 − F²)|Pω̂|²) to partials[3·block ..].
-// spec: 3·N·N·(N/2+1) double2; sym, filt: N doubles (ĉ(d), f(d) for DFT index d); scale = 1/N³;
+// spec: 3·N·N·(N/2+1) double2; sym, filt: N doubles (ĉ(d) or ĝ(d), f(d) for DFT index d);
+// scale = 1/M³, M the lattice ω was sampled on (M = N for the exact solve);
 // blockDim.x must be LAT_THREADS; any gridDim.x (threads stride over the modes).
 extern "C" __global__ void lat_condition(double2 *__restrict__ spec, const double *__restrict__ sym,
                                          const double *__restrict__ filt, int n, int solenoidal,

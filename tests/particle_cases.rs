@@ -422,10 +422,11 @@ fn coaxial_ring_errors_name_the_ring() {
             assert!(err.contains(e), "expected {e:?} in: {err}\n--- case\n{text}");
         }
     }
-    // The blob radius must resolve the smallest core (here ring 2's).
+    // The blob radius must resolve the smallest core (here ring 2's): σ_p = 0.75·2π/64 = 0.0736
+    // (the default overlap) against 0.9 × 0.08.
     let text = case(&format!(
         "rings = [\n  {good},\n  {},\n]",
-        ring("1.0", "1.0", "0.1")
+        ring("1.0", "1.0", "0.08")
     ));
     let err = Case::from_toml_str(&text, "f.toml")
         .unwrap_err()

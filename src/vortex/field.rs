@@ -4,7 +4,8 @@
 //! - [`vorticity_on_lattice`]: ω = ∇ × u at the N^3 lattice nodes x_i = −π + i·h, from retained
 //!   Fourier modes (ω̂ = ik × û, inverse transform).
 //! - [`particles_from_modes`]: particles at the lattice nodes, σ0 = overlap·h, strengths from the
-//!   RBF solve so that the blob vorticity reproduces ω at the nodes.
+//!   reinitialisation's solve: the blob vorticity has ω's Fourier modes (spectral, the default)
+//!   or reproduces ω at the nodes (exact, CG).
 //! - [`velocity_modes_from_particles`]: the particle velocity evaluated at the N^3 grid nodes by a
 //!   [`Summation`], transformed to retained modes; feed them to [`crate::diagnostics`] exactly as
 //!   the spectral solver's modes.

@@ -636,7 +636,6 @@ pub fn solve_strengths(
         sampled_on == n || solver == RbfSolver::Spectral,
         "interpolation needs the vorticity at the particle lattice's own nodes"
     );
-    let g = LatticeGaussian::new(n, sigma0);
     let (mut out, report, conditioned) = match solver {
         RbfSolver::Spectral => {
             let (beta, conditioned) =
@@ -644,14 +643,16 @@ pub fn solve_strengths(
             (beta, None, conditioned)
         }
         RbfSolver::Exact => {
+            let symbol = LatticeGaussian::new(n, sigma0).spectrum();
             let (beta, conditioned) =
-                reinit::condition_and_solve_exact(omega, n, &g.spectrum(), conditioning);
+                reinit::condition_and_solve_exact(omega, n, &symbol, conditioning);
             (beta, None, conditioned)
         }
         RbfSolver::ConjugateGradient {
             tolerance,
             max_iterations,
         } => {
+            let g = LatticeGaussian::new(n, sigma0);
             let mut w = omega.to_vec();
             let conditioned = condition_lattice_vorticity(&mut w, n, conditioning);
             let mut out = vec![[0.0; 3]; w.len()];

@@ -1,7 +1,9 @@
-//! The exact RBF solve of reinitialisation on the GPU, in f64 (docs/physics.md §3.3, with the
+//! The solves of reinitialisation on the GPU, in f64 (docs/physics.md §3.3 and §3.7, with the
 //! conditioning of §3.5): the device form of [`super::solve_strengths`] with
-//! [`super::RbfSolver::Exact`], for a particle stepper whose lattice vorticity already lives on
-//! the GPU. Kernels: `kernels/lattice.cu`; transforms: cuFFT (D2Z and Z2D, batched over the three
+//! [`super::RbfSolver::Exact`] and [`super::RbfSolver::Spectral`], for a particle stepper whose
+//! lattice vorticity already lives on the GPU. The exact solve is described below; the spectral
+//! one samples ω on a finer m³ lattice, takes the band |q_d| ≤ n/2 of its spectrum
+//! (`lat_band`) and divides by the band's Gaussian ĝ instead of ĉ, in the same pass. Kernels: `kernels/lattice.cu`; transforms: cuFFT (D2Z and Z2D, batched over the three
 //! components, plans kept per lattice size), all on the stream given to [`DeviceRbfSolver::new`].
 //!
 //! On the n³ lattice (nodes x_i = −π + i·h, h = 2π/n, [`super::lattice_nodes`] order) the

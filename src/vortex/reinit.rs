@@ -1,8 +1,9 @@
-//! Conditioning of the lattice vorticity before the RBF solve of reinitialisation
-//! (docs/physics.md §3).
+//! Reinitialisation's spectral solve and the conditioning of the lattice vorticity before any
+//! solve (docs/physics.md §3).
 //!
-//! Reinitialisation samples the blob vorticity ω_h at the N³ lattice nodes and solves for new
-//! strengths. Two things in those samples are not the flow's: a longitudinal (divergent) part,
+//! Reinitialisation samples the blob vorticity ω_h at the N³ lattice nodes (interpolation) or at
+//! the nodes of a finer lattice whose band it keeps ([`condition_and_solve_spectral`],
+//! docs/physics.md §3.7), and solves for new strengths. Two things in those samples are not the flow's: a longitudinal (divergent) part,
 //! which a Lagrangian field with classical stretching builds up and which induces no velocity,
 //! and content at the lattice scale, where the exact RBF inverse divides by the tiny symbol
 //! ŝ(k) of the Gaussian circulant. In the lattice spectrum ω̂(k) (integer wavenumbers,
@@ -115,13 +116,28 @@ pub fn condition_and_solve_exact(
 }
 
 /// The lattice size on which spectral reinitialisation ([`super::RbfSolver::Spectral`]) samples
-/// the blob vorticity for an `n`³ particle lattice: the even number nearest above 3n/2. On it a
+/// the blob vorticity for an `n`³ particle lattice: the smallest multiple of 8 at or above 3n/2
+/// with no prime factor above 7 (the GPU's separable lattice sum needs a multiple of 8, and
+/// cuFFT and rustfft are fast on such sizes: 384 for n = 256, 72 for 48, 24 for 12). On it a
 /// mode q of the band |q_d| ≤ n/2 meets its nearest alias at q ± m, where the Gaussian of core σ
-/// has fallen by exp(−((m − n/2)² − (n/2)²)σ²/2) relative to q (per axis, at the band's edge):
-/// exp(−0.75·2π²·overlap²), 2.4e-4 at overlap 0.75 and 3.7e-7 at 1 (docs/physics.md §3.7).
+/// has fallen by at least exp(−((m − n/2)² − (n/2)²)σ²/2) relative to q (per axis, at the band's
+/// edge): exp(−0.75·2π²·overlap²) for m = 3n/2, 2.4e-4 at overlap 0.75 and 3.7e-7 at 1
+/// (docs/physics.md §3.7).
 pub fn sampling_lattice(n: usize) -> usize {
-    let m = n + n.div_ceil(2);
-    m + m % 2
+    let smooth = |m: usize| {
+        let mut r = m;
+        for p in [2, 3, 5, 7] {
+            while r.is_multiple_of(p) {
+                r /= p;
+            }
+        }
+        r == 1
+    };
+    let mut m = (3 * n).div_ceil(2).next_multiple_of(8);
+    while !smooth(m) {
+        m += 8;
+    }
+    m
 }
 
 /// The 1-D symbol of the lattice Gaussian without its aliases, per DFT index d of an `n`-point
@@ -214,6 +230,7 @@ pub fn condition_and_solve_spectral(
     let mut spectrum = if m == n {
         fine
     } else {
+        // The fine spectra (48·m³ bytes) are dropped here, before the n³ transforms.
         band_of_spectrum(&fine, m, n)
     };
     let symbol = band_gaussian_symbol(n, sigma0);
@@ -451,7 +468,7 @@ mod tests {
             .collect();
         let sigma = vec![1.1 * sigma0; x.len()];
         let m = sampling_lattice(n);
-        assert_eq!(m, 18);
+        assert_eq!(m, 24);
         let mut omega = Vec::new();
         let sources = Sources {
             x: &x,
@@ -504,5 +521,33 @@ mod tests {
         );
         // Interpolation changes the moved particles' modes by percents near the band's edge.
         assert!(worst_interp > 1e-2, "interpolation: {worst_interp:e}");
+    }
+
+    #[test]
+    fn sampling_lattices_are_multiples_of_8_with_small_prime_factors() {
+        for (n, m) in [
+            (12, 24),
+            (16, 24),
+            (24, 40),
+            (32, 48),
+            (40, 64),
+            (48, 72),
+            (62, 96),
+            (64, 96),
+            (128, 192),
+            (254, 384),
+            (256, 384),
+            (510, 768),
+            (512, 768),
+        ] {
+            assert_eq!(sampling_lattice(n), m, "n = {n}");
+        }
+        for n in (8..=512).step_by(2) {
+            let m = sampling_lattice(n);
+            assert!(
+                m % 8 == 0 && 2 * m >= 3 * n && m < 2 * n + 16,
+                "n = {n}: m = {m}"
+            );
+        }
     }
 }
