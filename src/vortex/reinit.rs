@@ -545,7 +545,7 @@ mod tests {
         for n in (8..=512).step_by(2) {
             let m = sampling_lattice(n);
             assert!(
-                m % 8 == 0 && 2 * m >= 3 * n && m < 2 * n + 16,
+                m.is_multiple_of(8) && 2 * m >= 3 * n && m < 2 * n + 16,
                 "n = {n}: m = {m}"
             );
         }
