@@ -3,8 +3,9 @@
 //! [`super::RbfSolver::Exact`] and [`super::RbfSolver::Spectral`], for a particle stepper whose
 //! lattice vorticity already lives on the GPU. The exact solve is described below; the spectral
 //! one samples ω on a finer m³ lattice, takes the band |q_d| ≤ n/2 of its spectrum
-//! (`lat_band`) and divides by the band's Gaussian ĝ instead of ĉ, in the same pass. Kernels: `kernels/lattice.cu`; transforms: cuFFT (D2Z and Z2D, batched over the three
-//! components, plans kept per lattice size), all on the stream given to [`DeviceRbfSolver::new`].
+//! (`lat_band`) and divides by the band's Gaussian ĝ instead of ĉ, in the same pass. Kernels:
+//! `kernels/lattice.cu`; transforms: cuFFT (D2Z and Z2D, batched over the three components,
+//! plans kept per pair of lattice sizes), all on the stream given to [`DeviceRbfSolver::new`].
 //!
 //! On the n³ lattice (nodes x_i = −π + i·h, h = 2π/n, [`super::lattice_nodes`] order) the
 //! strengths β solve Σ_j β_j ζ_σ0(x_i − x_j) = ω'_i, ω' the lattice vorticity ω conditioned as
