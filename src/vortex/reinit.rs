@@ -4,9 +4,9 @@
 //! Reinitialisation samples the blob vorticity ω_h at the N³ lattice nodes (interpolation) or at
 //! the nodes of a finer lattice whose band it keeps ([`condition_and_solve_spectral`],
 //! docs/physics.md §3.7), and solves for new strengths. Two things in those samples are not the
-//! flow's: a longitudinal (divergent) part, which a Lagrangian field with classical stretching builds up and which induces no velocity,
-//! and content at the lattice scale, where the exact RBF inverse divides by the tiny symbol
-//! ŝ(k) of the Gaussian circulant. In the lattice spectrum ω̂(k) (integer wavenumbers,
+//! flow's: a longitudinal (divergent) part, which a Lagrangian field with classical stretching
+//! builds up and which induces no velocity, and content at the lattice scale, where the exact RBF
+//! inverse divides by the tiny symbol ŝ(k) of the Gaussian circulant. In the lattice spectrum ω̂(k) (integer wavenumbers,
 //! |k_d| ≤ N/2):
 //!
 //! * solenoidal projection (Cottet & Koumoutsakos 2000; the lattice form of the relaxation toward
