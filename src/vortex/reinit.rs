@@ -6,8 +6,8 @@
 //! docs/physics.md §3.7), and solves for new strengths. Two things in those samples are not the
 //! flow's: a longitudinal (divergent) part, which a Lagrangian field with classical stretching
 //! builds up and which induces no velocity, and content at the lattice scale, where the exact RBF
-//! inverse divides by the tiny symbol ŝ(k) of the Gaussian circulant. In the lattice spectrum ω̂(k) (integer wavenumbers,
-//! |k_d| ≤ N/2):
+//! inverse divides by the tiny symbol ŝ(k) of the Gaussian circulant. In the lattice spectrum
+//! ω̂(k) (integer wavenumbers, |k_d| ≤ N/2):
 //!
 //! * solenoidal projection (Cottet & Koumoutsakos 2000; the lattice form of the relaxation toward
 //!   a divergence-free field that Winckelmans & Leonard 1993 describe): ω̂ ← ω̂ − k (k·ω̂)/|k|²;
