@@ -183,7 +183,7 @@ impl LatticeGaussian {
 
 /// Signed integer wavenumber of DFT index `m` on an `n`-point line: m for m ≤ n/2, m − n above
 /// (the Nyquist index n/2 is taken as +n/2).
-fn signed_wavenumber(m: usize, n: usize) -> f64 {
+pub(crate) fn signed_wavenumber(m: usize, n: usize) -> f64 {
     if m <= n / 2 {
         m as f64
     } else {

@@ -42,7 +42,7 @@
 //!   the mean of the inverse transform is β̂(0) exactly. The report is unaffected (as on the CPU,
 //!   it describes the vorticity before the solve).
 
-use super::rbf::LatticeGaussian;
+use super::rbf::{signed_wavenumber, LatticeGaussian};
 use super::reinit::{band_gaussian_symbol, ConditioningReport, LatticeConditioning, LatticeFilter};
 use super::RbfSolver;
 use crate::device::buffer::DeviceBuffer;
@@ -108,16 +108,6 @@ impl std::fmt::Debug for DeviceRbfSolver {
             .field("gpu", &self.gpu.info().name)
             .field("lattice", &self.plans.as_ref().map(|p| p.n))
             .finish()
-    }
-}
-
-/// Signed integer wavenumber of DFT index `d` on an `n`-point line (rbf.rs
-/// `signed_wavenumber`): d for d ≤ n/2, d − n above.
-fn signed_wavenumber(d: usize, n: usize) -> f64 {
-    if d <= n / 2 {
-        d as f64
-    } else {
-        d as f64 - n as f64
     }
 }
 

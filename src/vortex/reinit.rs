@@ -16,7 +16,7 @@
 //! docs/physics.md §3.5 gives the equations and why; docs/validation.md ("Under-resolved flows")
 //! the measurements behind the default.
 
-use super::rbf::{for_each_lattice_mode, lattice_field, lattice_spectrum};
+use super::rbf::{for_each_lattice_mode, lattice_field, lattice_spectrum, signed_wavenumber};
 
 /// The spectral filter applied to the lattice vorticity at reinitialisation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -149,11 +149,7 @@ pub fn band_gaussian_symbol(n: usize, sigma0: f64) -> Vec<f64> {
     let h = std::f64::consts::TAU / n as f64;
     (0..n)
         .map(|d| {
-            let q = if d <= n / 2 {
-                d as f64
-            } else {
-                d as f64 - n as f64
-            };
+            let q = signed_wavenumber(d, n);
             let images = if n.is_multiple_of(2) && d == n / 2 {
                 2.0
             } else {
@@ -171,12 +167,8 @@ fn band_indices(d: usize, n: usize, m: usize) -> ([usize; 2], usize) {
     if n.is_multiple_of(2) && d == n / 2 {
         ([fine(d as i64), fine(-(d as i64))], 2)
     } else {
-        let q = if d <= n / 2 {
-            d as i64
-        } else {
-            d as i64 - n as i64
-        };
-        ([fine(q), 0], 1)
+        // Integer-valued: the conversion is exact.
+        ([fine(signed_wavenumber(d, n) as i64), 0], 1)
     }
 }
 
