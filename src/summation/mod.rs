@@ -34,6 +34,7 @@ pub mod cells;
 pub mod direct;
 pub mod ewald;
 pub mod fmm;
+pub mod interaction;
 pub mod lattice;
 pub mod oracle;
 pub mod planner;
