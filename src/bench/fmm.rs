@@ -227,7 +227,7 @@ pub fn bench_fmm(
 }
 
 fn bench_one(
-    fmm: &mut impl Fmm,
+    fmm: &mut (impl Fmm + crate::summation::Summation),
     backend: &str,
     n: usize,
     o: &FmmBenchOptions,

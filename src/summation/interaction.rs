@@ -12,12 +12,241 @@
 //! The Biot–Savart law keeps its own seam ([`super::Sources`], [`super::Evaluation`],
 //! [`super::Summation`]), which the vortex solver talks to. Gravity's seam is here:
 //! [`Bodies`], [`GravityEvaluation`] and [`GravitySummation`].
+//!
+//! # The pair interaction
+//!
+//! [`PairInteraction`] is what the engines are written over (the all-pairs loop of
+//! [`super::direct::cpu`] and the CPU FMM of [`super::fmm::cpu`]): the charges a source carries
+//! (K Laplace charges: Biot–Savart 3, gravity 1), the exact pair, the far field from the
+//! derivatives of the K Laplace potentials φ_c(x) = Σ_q q_c/|x − x_q| ([`PotentialDerivatives`]),
+//! and how the kernel departs from the singular one, which fixes the near-field radius at a
+//! requested accuracy (docs/physics.md §8 and "Pair interactions"). Implementations:
+//! [`BiotSavart`] (delegating to [`crate::kernel`]) and [`PlummerGravity`].
 
 use super::{SumResult, SummationError};
+use crate::kernel::{pair_coefficients, singular_pair_coefficients, Real};
+
+/// Values and derivatives at one point of one Laplace potential φ(x) = Σ_q q/|x − x_q| (from a
+/// local expansion, [`super::fmm::expansions::l2p`]): only the orders asked for are filled.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PotentialDerivatives {
+    /// φ.
+    pub potential: f64,
+    /// ∂φ/∂x_i.
+    pub gradient: [f64; 3],
+    /// ∂²φ/∂x_i∂x_j (symmetric, trace free).
+    pub hessian: [[f64; 3]; 3],
+}
+
+/// A pair interaction with `K` Laplace charges per source (module docs): what a summation
+/// engine needs to know of the physics. An instance carries what one evaluation asks (e.g.
+/// whether the velocity gradient is wanted).
+pub trait PairInteraction<const K: usize>: Sync {
+    /// What one source carries besides its position (Biot–Savart: strength and core; gravity:
+    /// the mass).
+    type Source: Copy + Send + Sync;
+    /// The results at one target, summed over pairs.
+    type Answer: Copy + Default + Send + Sync;
+
+    /// The source's K Laplace charges (Biot–Savart: α; gravity: m).
+    fn charges(&self, source: &Self::Source) -> [f64; K];
+
+    /// Adds to `acc` the exact near-field contribution of one source at `r` = x_target −
+    /// x_source.
+    fn add_pair(&self, r: [f64; 3], source: &Self::Source, acc: &mut Self::Answer);
+
+    /// The lowest and highest derivative order of the potentials the far field needs (0: the
+    /// potential, 1: its gradient, 2: its Hessian).
+    fn derivative_orders(&self) -> (usize, usize);
+
+    /// The answer at a target from the derivatives there of the K Laplace potentials of the
+    /// far sources (the Newtonian, singular kernel).
+    fn far_field(&self, d: &[PotentialDerivatives; K]) -> Self::Answer;
+
+    /// The length a source's kernel departs from the singular one on (Biot–Savart: its core
+    /// σ; gravity: 1, its softening being one length for all).
+    fn source_scale(&self, source: &Self::Source) -> f64;
+
+    /// The relative departure of the kernel from the singular one at distance `r` in units of
+    /// [`PairInteraction::source_scale`] (for the outputs this instance evaluates).
+    fn departure(&self, r: f64) -> f64;
+
+    /// The smallest distance, in units of [`PairInteraction::source_scale`], beyond which
+    /// [`PairInteraction::departure`] ≤ `bound`: pairs farther apart may use the singular
+    /// kernel's expansions, closer ones go to the near field with the exact kernel.
+    fn near_field_radius(&self, bound: f64) -> f64;
+}
+
+/// A vortex particle's source data: strength α and core σ.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Vortex {
+    pub alpha: [f64; 3],
+    pub sigma: f64,
+}
+
+/// The regularised Biot–Savart law (docs/physics.md §2) as a [`PairInteraction`] of three
+/// charges (the components of α): the answer is the velocity and its gradient ∂u_i/∂x_j; the
+/// far field is the curl of the first derivatives of the three potentials and the gradient
+/// comes from their second derivatives (docs/physics.md §8). The pair delegates to
+/// [`crate::kernel`], so results are those of the kernel's functions bit for bit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BiotSavart {
+    /// Whether the velocity gradient is evaluated besides the velocity.
+    pub gradient: bool,
+    /// Pairs farther apart than this many cores use the singular kernel 1/(4πr³) (equal to the
+    /// regularised one there to the accuracy, and cheaper); `f64::INFINITY` for the exact
+    /// kernel everywhere.
+    pub singular_beyond: f64,
+}
+
+impl BiotSavart {
+    /// The exact kernel everywhere, velocity and (when `gradient`) its gradient.
+    pub fn exact(gradient: bool) -> Self {
+        Self {
+            gradient,
+            singular_beyond: f64::INFINITY,
+        }
+    }
+}
+
+impl PairInteraction<3> for BiotSavart {
+    type Source = Vortex;
+    /// Velocity and its gradient `[i][j]` = ∂u_i/∂x_j (zero unless asked).
+    type Answer = ([f64; 3], [[f64; 3]; 3]);
+
+    fn charges(&self, source: &Vortex) -> [f64; 3] {
+        source.alpha
+    }
+
+    #[inline(always)]
+    fn add_pair(&self, r: [f64; 3], source: &Vortex, acc: &mut Self::Answer) {
+        let r2 = r[0] * r[0] + r[1] * r[1] + r[2] * r[2];
+        let s = source.sigma;
+        let rc2 = self.singular_beyond * self.singular_beyond;
+        let (k, l) = if r2 > rc2 * s * s {
+            singular_pair_coefficients(r2)
+        } else {
+            pair_coefficients(r2, s)
+        };
+        let a = source.alpha;
+        let c = [
+            a[1] * r[2] - a[2] * r[1],
+            a[2] * r[0] - a[0] * r[2],
+            a[0] * r[1] - a[1] * r[0],
+        ];
+        acc.0[0] += k * c[0];
+        acc.0[1] += k * c[1];
+        acc.0[2] += k * c[2];
+        if self.gradient {
+            // ∂u_i/∂x_j = k ε_ikj α_k − l c_i r_j.
+            let m = [[0.0, -a[2], a[1]], [a[2], 0.0, -a[0]], [-a[1], a[0], 0.0]];
+            for i in 0..3 {
+                for j in 0..3 {
+                    acc.1[i][j] += k * m[i][j] - l * c[i] * r[j];
+                }
+            }
+        }
+    }
+
+    fn derivative_orders(&self) -> (usize, usize) {
+        (1, if self.gradient { 2 } else { 1 })
+    }
+
+    /// Velocity (1/4π) ∇ × φ and its gradient (1/4π) ε_ikl ∂_j ∂_k φ_l from the derivatives of
+    /// the three potentials φ_c = Σ α_c/|x − y| (docs/physics.md §8).
+    fn far_field(&self, d: &[PotentialDerivatives; 3]) -> Self::Answer {
+        let f = <f64 as Real>::FRAC_1_4PI;
+        let (g, h) = (d.map(|c| c.gradient), d.map(|c| c.hessian));
+        let u = [
+            f * (g[2][1] - g[1][2]),
+            f * (g[0][2] - g[2][0]),
+            f * (g[1][0] - g[0][1]),
+        ];
+        let mut du = [[0.0; 3]; 3];
+        for j in 0..3 {
+            du[0][j] = f * (h[2][1][j] - h[1][2][j]);
+            du[1][j] = f * (h[0][2][j] - h[2][0][j]);
+            du[2][j] = f * (h[1][0][j] - h[0][1][j]);
+        }
+        (u, du)
+    }
+
+    fn source_scale(&self, source: &Vortex) -> f64 {
+        source.sigma
+    }
+
+    /// The Gaussian tail at ρ = r/σ: 1 − g(ρ) for the velocity, (ρg' + 3(1 − g))/3 with the
+    /// gradient (docs/physics.md §8).
+    fn departure(&self, rho: f64) -> f64 {
+        use super::fmm::params::{gradient_tail, velocity_tail};
+        if self.gradient {
+            gradient_tail(rho)
+        } else {
+            velocity_tail(rho)
+        }
+    }
+
+    /// ρ_c (to 0.01) of [`super::fmm::params::rho_cut`].
+    fn near_field_radius(&self, bound: f64) -> f64 {
+        use super::fmm::params::{gradient_tail, rho_cut, velocity_tail};
+        rho_cut(
+            if self.gradient {
+                gradient_tail
+            } else {
+                velocity_tail
+            },
+            bound,
+        )
+    }
+}
+
+/// Plummer gravity as a [`PairInteraction`] of one charge (the mass): the answer is
+/// (φ, a); the far field is φ = −Φ and a = ∇Φ of the Newtonian potential Φ = Σ m/|x − y| of
+/// the far masses. The near field (exact softened pairs) reaches
+/// [`PlummerGravity::newtonian_radius`], an absolute length (the source scale is 1).
+impl PairInteraction<1> for PlummerGravity {
+    type Source = f64;
+    /// Potential φ and acceleration a.
+    type Answer = (f64, [f64; 3]);
+
+    fn charges(&self, mass: &f64) -> [f64; 1] {
+        [*mass]
+    }
+
+    #[inline(always)]
+    fn add_pair(&self, r: [f64; 3], mass: &f64, acc: &mut Self::Answer) {
+        let (phi, a) = self.pair([-r[0], -r[1], -r[2]], *mass);
+        acc.0 += phi;
+        acc.1[0] += a[0];
+        acc.1[1] += a[1];
+        acc.1[2] += a[2];
+    }
+
+    fn derivative_orders(&self) -> (usize, usize) {
+        (0, 1)
+    }
+
+    fn far_field(&self, d: &[PotentialDerivatives; 1]) -> Self::Answer {
+        (-d[0].potential, d[0].gradient)
+    }
+
+    fn source_scale(&self, _mass: &f64) -> f64 {
+        1.0
+    }
+
+    fn departure(&self, r: f64) -> f64 {
+        PlummerGravity::departure(self, r)
+    }
+
+    fn near_field_radius(&self, bound: f64) -> f64 {
+        self.newtonian_radius(bound)
+    }
+}
 
 /// Which pair interaction a summation computes (the option of `vpm bench direct|fmm
 /// --interaction`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum InteractionKind {
     /// `"biot-savart"`: the regularised Biot–Savart law of vortex particles.
     BiotSavart,
@@ -216,6 +445,43 @@ pub trait GravitySummation: Send {
         targets: Option<&[[f64; 3]]>,
         out: &mut GravityEvaluation,
     ) -> SumResult;
+}
+
+/// The common start of every [`GravitySummation::evaluate_gravity`]: checks the bodies (and,
+/// when the targets are the bodies at ε = 0, that no two coincide), sizes `out` for the targets
+/// and, without bodies, writes the answer (zeros). The targets when there is something left to
+/// compute, else `None`.
+pub(crate) fn begin_gravity<'a>(
+    gravity: &PlummerGravity,
+    bodies: &Bodies<'a>,
+    targets: Option<&'a [[f64; 3]]>,
+    out: &mut GravityEvaluation,
+) -> Result<Option<&'a [[f64; 3]]>, SummationError> {
+    bodies.check()?;
+    if targets.is_none() {
+        gravity.check_bodies(bodies.x)?;
+    }
+    let targets = targets.unwrap_or(bodies.x);
+    out.resize(targets.len());
+    if bodies.is_empty() {
+        out.potential.fill(0.0);
+        out.acceleration.fill([0.0; 3]);
+        return Ok(None);
+    }
+    Ok(Some(targets))
+}
+
+/// Splits (φ, a) answers into `out` (sized for them).
+pub(crate) fn store_gravity(answers: &[(f64, [f64; 3])], out: &mut GravityEvaluation) {
+    for ((phi, acc), (p, a)) in out
+        .potential
+        .iter_mut()
+        .zip(out.acceleration.iter_mut())
+        .zip(answers)
+    {
+        *phi = *p;
+        *acc = *a;
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 //!
 //! with the stretching or the velocity gradient from the same pair kernel
 //! ([`crate::kernel`]); O(N_targets · N_sources). [`cpu`] is the exact f64 reference every
-//! faster free-space evaluator is checked against; [`cuda`] puts the trait on the GPU engine of
+//! faster free-space evaluator is checked against, for softened gravity too
+//! ([`cpu::DirectGravity`]); [`cuda`] puts the trait on the GPU engine of
 //! [`all_pairs`] (`kernels/biot_savart.cu`).
 
 pub mod all_pairs;
@@ -14,5 +15,5 @@ pub mod cpu;
 pub mod cuda;
 
 pub use all_pairs::{AllPairs, GpuReal, KernelConfig, Mode};
-pub use cpu::DirectFreeSpace;
+pub use cpu::{DirectFreeSpace, DirectGravity};
 pub use cuda::{CudaDirect, CudaDirectOf};

@@ -2,10 +2,19 @@
 //! (f64, all pairs) and compared with the FMM's answer there, sized to cost at most a tenth of an
 //! evaluation, at the first evaluation and every so many after. Errors follow docs/physics.md §8:
 //! relative L2 over the sample and the largest component error over the rms component of the
-//! reference ([`verify::rel_l2`], [`verify::max_rel`]).
+//! reference ([`verify::rel_l2`], [`verify::max_rel`]), per output: the velocity and the
+//! stretching or gradient of the Biot–Savart law ([`check_sample`]), the acceleration and the
+//! potential of gravity ([`check_gravity_sample`]).
 
-use crate::summation::direct::DirectFreeSpace;
+use crate::summation::direct::{DirectFreeSpace, DirectGravity};
+use crate::summation::interaction::{Bodies, GravityEvaluation, GravitySummation, PlummerGravity};
+use crate::summation::verify::ErrorStats;
 use crate::summation::{verify, Evaluation, Extra, Sources, SummationError};
+
+/// The outputs a Biot–Savart check compares: the velocity, then the stretching or gradient.
+pub const BIOT_SAVART_OUTPUTS: [&str; 2] = ["velocity", "stretching or gradient"];
+/// The outputs a gravity check compares: the acceleration, then the potential.
+pub const GRAVITY_OUTPUTS: [&str; 2] = ["acceleration", "potential"];
 
 /// One comparison with the direct sum.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -16,12 +25,15 @@ pub struct AccuracyCheck {
     pub sample: usize,
     /// The requested relative accuracy.
     pub requested: f64,
-    /// The largest core radius at the check.
+    /// The largest core radius at the check (0 for gravity).
     pub sigma_max: f64,
-    /// Velocity: relative L2 and max |error| / rms.
+    /// The names of the two outputs compared ([`BIOT_SAVART_OUTPUTS`], [`GRAVITY_OUTPUTS`]).
+    pub outputs: [&'static str; 2],
+    /// The first output (velocity; gravity: acceleration): relative L2 and max |error| / rms.
     pub velocity_l2: f64,
     pub velocity_max: f64,
-    /// Stretching or gradient (whichever was evaluated; 0 for velocity-only evaluations).
+    /// The second (stretching or gradient, whichever was evaluated, 0 for velocity-only
+    /// evaluations; gravity: the potential).
     pub derivative_l2: f64,
     pub derivative_max: f64,
 }
@@ -40,10 +52,15 @@ impl AccuracyCheck {
     pub fn failure(&self) -> SummationError {
         SummationError::AccuracyCheck(format!(
             "the FMM's check at evaluation {} missed the requested accuracy {:e} by more than \
-             {FAILURE_FACTOR}×: relative L2 error {:.2e} (velocity), {:.2e} (stretching or \
-             gradient) on {} sampled targets; ask for a finer `accuracy` or use evaluator = \
-             \"direct\"",
-            self.evaluation, self.requested, self.velocity_l2, self.derivative_l2, self.sample
+             {FAILURE_FACTOR}×: relative L2 error {:.2e} ({}), {:.2e} ({}) on {} sampled \
+             targets; ask for a finer `accuracy` or use the direct sum (evaluator = \"direct\")",
+            self.evaluation,
+            self.requested,
+            self.velocity_l2,
+            self.outputs[0],
+            self.derivative_l2,
+            self.outputs[1],
+            self.sample
         ))
     }
 }
@@ -52,13 +69,15 @@ impl std::fmt::Display for AccuracyCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "FMM check at evaluation {} ({} targets, σ_max {:.4}): velocity L2 {:.2e}, max {:.2e}; \
-             derivative L2 {:.2e}, max {:.2e} (requested {:e})",
+            "FMM check at evaluation {} ({} targets, σ_max {:.4}): {} L2 {:.2e}, max {:.2e}; \
+             {} L2 {:.2e}, max {:.2e} (requested {:e})",
             self.evaluation,
             self.sample,
             self.sigma_max,
+            self.outputs[0],
             self.velocity_l2,
             self.velocity_max,
+            self.outputs[1],
             self.derivative_l2,
             self.derivative_max,
             self.requested
@@ -88,4 +107,31 @@ pub fn check_sample(
     let e = verify::errors_on_sample(result, &mut DirectFreeSpace, sources, targets, *extra, &idx)?;
     let d = e.extra.unwrap_or_default();
     Ok([e.velocity.rel_l2, e.velocity.max_rel, d.rel_l2, d.max_rel])
+}
+
+/// The gravity form of [`check_sample`]: `result` (the FMM's φ and a at `targets`, or at the
+/// bodies when `None`) against [`DirectGravity`] on `sample` targets drawn with `seed`:
+/// [acceleration L2, acceleration max, potential L2, potential max].
+pub fn check_gravity_sample(
+    gravity: PlummerGravity,
+    bodies: &Bodies,
+    targets: Option<&[[f64; 3]]>,
+    result: &GravityEvaluation,
+    sample: usize,
+    seed: u64,
+) -> Result<[f64; 4], SummationError> {
+    let all = targets.unwrap_or(bodies.x);
+    let idx = verify::sample(all.len(), sample, seed);
+    let pick = |i: &usize| all[*i];
+    let tx: Vec<[f64; 3]> = idx.iter().map(pick).collect();
+    let mut want = GravityEvaluation::default();
+    DirectGravity::new(gravity).evaluate_gravity(bodies, Some(&tx), &mut want)?;
+    let acc: Vec<[f64; 3]> = idx.iter().map(|&i| result.acceleration[i]).collect();
+    let phi: Vec<[f64; 1]> = idx.iter().map(|&i| [result.potential[i]]).collect();
+    let want_phi: Vec<[f64; 1]> = want.potential.iter().map(|&p| [p]).collect();
+    let (a, p) = (
+        ErrorStats::of(&acc, &want.acceleration),
+        ErrorStats::of(&phi, &want_phi),
+    );
+    Ok([a.rel_l2, a.max_rel, p.rel_l2, p.max_rel])
 }

@@ -1,16 +1,23 @@
 //! The FMM on the CPU: f64 throughout, rayon over cells and leaves, deterministic for any number
 //! of threads (every sum runs in a fixed order: lists in traversal order, children in cell
-//! order).
+//! order). One engine ([`evaluate_tree`]) generic in the pair interaction and its number of
+//! charges K; [`FmmFreeSpace`] runs it for the Biot–Savart law, [`FmmGravity`] for Plummer
+//! gravity.
 
+use super::check::{self, GRAVITY_OUTPUTS};
 use super::expansions::{coefficient_count, l2l, l2p, m2l, m2m, p2m, Workspace};
-use super::params::{plan_parameters, FmmBackend, FmmParams};
+use super::params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams};
 use super::traversal::{build_lists, Criterion};
 use super::tree::Octree;
 use super::{AccuracyCheck, Fmm, FmmState, FmmStats, Structure};
-use crate::kernel::{gaussian_zeta, pair_coefficients, singular_pair_coefficients};
+use crate::kernel::gaussian_zeta;
+use crate::summation::interaction::{
+    begin_gravity, store_gravity, BiotSavart, Bodies, GravityEvaluation, GravitySummation,
+    PairInteraction, PlummerGravity, Vortex,
+};
 use crate::summation::{
     begin_vorticity, sigma_range, stretching_from_gradient, Boundary, Evaluation, Extra, Request,
-    Sources, SumResult, Summation,
+    Sources, SumResult, Summation, SummationError,
 };
 use num_complex::Complex64 as C64;
 use rayon::prelude::*;
@@ -30,7 +37,7 @@ impl FmmFreeSpace {
     /// Plans the parameters for `accuracy` (an error when the CPU cannot deliver it); checks
     /// against the direct sum at the first evaluation and every `check_every` after (0: only
     /// the first).
-    pub fn new(accuracy: f64, check_every: u64) -> Result<Self, crate::summation::SummationError> {
+    pub fn new(accuracy: f64, check_every: u64) -> Result<Self, SummationError> {
         Ok(Self::with_params(
             plan_parameters(accuracy, FmmBackend::Cpu)?,
             check_every,
@@ -45,92 +52,36 @@ impl FmmFreeSpace {
     }
 }
 
-/// Per-target results in tree order: velocity and gradient of the velocity.
-type Answer = ([f64; 3], [[f64; 3]; 3]);
-
-/// Velocity (1/4π) ∇ × φ and its gradient (1/4π) ε_ikl ∂_j ∂_k φ_l from the derivatives of the
-/// three potentials φ_c = Σ α_c/|x − y| (docs/physics.md §8).
-fn curl_of_potentials(g: &[[f64; 3]; 3], h: &[[[f64; 3]; 3]; 3]) -> Answer {
-    let f = <f64 as crate::kernel::Real>::FRAC_1_4PI;
-    let u = [
-        f * (g[2][1] - g[1][2]),
-        f * (g[0][2] - g[2][0]),
-        f * (g[1][0] - g[0][1]),
-    ];
-    let mut du = [[0.0; 3]; 3];
-    for j in 0..3 {
-        du[0][j] = f * (h[2][1][j] - h[1][2][j]);
-        du[1][j] = f * (h[0][2][j] - h[2][0][j]);
-        du[2][j] = f * (h[1][0][j] - h[0][1][j]);
-    }
-    (u, du)
-}
-
-/// P2P: adds to `acc` the velocity (and gradient when `gradient`) at `x` of the sources `ys`,
-/// exact kernel within ρ_c σ_q, singular beyond (docs/physics.md §8).
-#[inline]
-fn p2p(
-    x: [f64; 3],
-    ys: &[[f64; 3]],
-    alphas: &[[f64; 3]],
-    sigmas: &[f64],
-    rho_cut: f64,
-    gradient: bool,
-    acc: &mut Answer,
-) {
-    let rc2 = rho_cut * rho_cut;
-    for q in 0..ys.len() {
-        let r = [x[0] - ys[q][0], x[1] - ys[q][1], x[2] - ys[q][2]];
-        let r2 = r[0] * r[0] + r[1] * r[1] + r[2] * r[2];
-        let s = sigmas[q];
-        let (k, l) = if r2 > rc2 * s * s {
-            singular_pair_coefficients(r2)
-        } else {
-            pair_coefficients(r2, s)
-        };
-        let a = alphas[q];
-        let c = [
-            a[1] * r[2] - a[2] * r[1],
-            a[2] * r[0] - a[0] * r[2],
-            a[0] * r[1] - a[1] * r[0],
-        ];
-        acc.0[0] += k * c[0];
-        acc.0[1] += k * c[1];
-        acc.0[2] += k * c[2];
-        if gradient {
-            // ∂u_i/∂x_j = k ε_ikj α_k − l c_i r_j.
-            let m = [[0.0, -a[2], a[1]], [a[2], 0.0, -a[0]], [-a[1], a[0], 0.0]];
-            for i in 0..3 {
-                for j in 0..3 {
-                    acc.1[i][j] += k * m[i][j] - l * c[i] * r[j];
-                }
-            }
-        }
-    }
-}
-
-/// Sources in tree order (contiguous per cell).
-struct SortedSources {
+/// Sources in tree order (contiguous per cell): positions, the interaction's source data and
+/// its K charges.
+struct SortedSources<S, const K: usize> {
     x: Vec<[f64; 3]>,
-    alpha: Vec<[f64; 3]>,
-    sigma: Vec<f64>,
+    src: Vec<S>,
+    charges: Vec<[f64; K]>,
 }
 
-impl SortedSources {
-    fn new(s: &Sources, tree: &Octree) -> Self {
+impl<S: Copy + Send + Sync, const K: usize> SortedSources<S, K> {
+    /// The sources at `x` with data `source(i)` in the order of `tree`.
+    fn new<I: PairInteraction<K, Source = S>>(
+        interaction: &I,
+        x: &[[f64; 3]],
+        tree: &Octree,
+        source: impl Fn(usize) -> S + Sync,
+    ) -> Self {
         let order = &tree.order;
+        let src: Vec<S> = order.par_iter().map(|&i| source(i as usize)).collect();
         Self {
-            x: order.par_iter().map(|&i| s.x[i as usize]).collect(),
-            alpha: order.par_iter().map(|&i| s.alpha[i as usize]).collect(),
-            sigma: order.par_iter().map(|&i| s.sigma[i as usize]).collect(),
+            x: order.par_iter().map(|&i| x[i as usize]).collect(),
+            charges: src.par_iter().map(|s| interaction.charges(s)).collect(),
+            src,
         }
     }
 }
 
 /// Multipole expansions of every source cell: leaves by P2M, the others by M2M from their
 /// children, deepest level first.
-fn upward(tree: &Octree, src: &SortedSources, p: usize) -> Vec<C64> {
-    let stride = 3 * coefficient_count(p);
+fn upward<S: Sync, const K: usize>(tree: &Octree, src: &SortedSources<S, K>, p: usize) -> Vec<C64> {
+    let stride = K * coefficient_count(p);
     let mut mult = vec![C64::new(0.0, 0.0); tree.cells.len() * stride];
     for l in (0..tree.depth()).rev() {
         let range = tree.levels[l].clone();
@@ -146,13 +97,13 @@ fn upward(tree: &Octree, src: &SortedSources, p: usize) -> Vec<C64> {
                     let cell = &tree.cells[range.start + i];
                     if cell.is_leaf() {
                         let r = cell.particles();
-                        p2m(ws, cell.center, &src.x[r.clone()], &src.alpha[r], m);
+                        p2m(ws, cell.center, &src.x[r.clone()], &src.charges[r], m);
                     } else {
                         for ch in cell.children() {
                             let child = &tree.cells[ch];
                             let d = [0, 1, 2].map(|k| cell.center[k] - child.center[k]);
                             let o = (ch - deeper_start) * stride;
-                            m2m(ws, d, &deeper[o..o + stride], m);
+                            m2m::<K>(ws, d, &deeper[o..o + stride], m);
                         }
                     }
                 },
@@ -163,15 +114,14 @@ fn upward(tree: &Octree, src: &SortedSources, p: usize) -> Vec<C64> {
 
 /// Local expansions of every target cell: M2L from its list, then L2L from its parent, top
 /// level first.
-fn downward(
-    targets: &Octree,
-    sources: &Octree,
+fn downward<const K: usize>(
     st: &Structure,
     mult: &[C64],
     p: usize,
     stats: &mut FmmStats,
 ) -> Vec<C64> {
-    let stride = 3 * coefficient_count(p);
+    let (targets, sources) = (st.targets(), &st.sources);
+    let stride = K * coefficient_count(p);
     let t0 = Instant::now();
     let mut local = vec![C64::new(0.0, 0.0); targets.cells.len() * stride];
     local.par_chunks_mut(stride).enumerate().for_each_init(
@@ -182,7 +132,7 @@ fn downward(
                 let b = &sources.cells[sc as usize];
                 let d = [0, 1, 2].map(|k| a.center[k] - b.center[k]);
                 let o = sc as usize * stride;
-                m2l(ws, d, &mult[o..o + stride], l);
+                m2l::<K>(ws, d, &mult[o..o + stride], l);
             }
         },
     );
@@ -201,12 +151,71 @@ fn downward(
                     let parent = &targets.cells[cell.parent as usize];
                     let d = [0, 1, 2].map(|k| cell.center[k] - parent.center[k]);
                     let o = cell.parent as usize * stride;
-                    l2l(ws, d, &upper[o..o + stride], l);
+                    l2l::<K>(ws, d, &upper[o..o + stride], l);
                 },
             );
     }
     stats.downward_seconds = t1.elapsed().as_secs_f64();
     local
+}
+
+/// The FMM of one interaction on built trees and lists: upward pass, M2L and L2L, then per
+/// target leaf L2P (the interaction's far field from the potentials' derivatives) and P2P (its
+/// exact pair). The answers in the order of `targets`; the phase times into `stats`.
+fn evaluate_tree<I: PairInteraction<K>, const K: usize>(
+    interaction: &I,
+    st: &Structure,
+    src: &SortedSources<I::Source, K>,
+    targets: &[[f64; 3]],
+    p: usize,
+    stats: &mut FmmStats,
+) -> Vec<I::Answer> {
+    let t1 = Instant::now();
+    let mult = upward(&st.sources, src, p);
+    stats.upward_seconds = t1.elapsed().as_secs_f64();
+    let local = downward::<K>(st, &mult, p, stats);
+
+    let t2 = Instant::now();
+    let ttree = st.targets();
+    let orders = interaction.derivative_orders();
+    let stride = K * coefficient_count(p);
+    let per_leaf: Vec<Vec<I::Answer>> = ttree
+        .leaves
+        .par_iter()
+        .enumerate()
+        .map_init(
+            || Workspace::new(p),
+            |ws, (li, &leaf)| {
+                let cell = &ttree.cells[leaf as usize];
+                let l = &local[leaf as usize * stride..(leaf as usize + 1) * stride];
+                let near = st.lists.p2p_of(li);
+                cell.particles()
+                    .map(|i| {
+                        let x = targets[ttree.order[i] as usize];
+                        let d = [0, 1, 2].map(|k| x[k] - cell.center[k]);
+                        let mut acc = interaction.far_field(&l2p::<K>(ws, d, l, orders));
+                        for &sl in near {
+                            for q in st.sources.cells[sl as usize].particles() {
+                                let y = src.x[q];
+                                let r = [x[0] - y[0], x[1] - y[1], x[2] - y[2]];
+                                interaction.add_pair(r, &src.src[q], &mut acc);
+                            }
+                        }
+                        acc
+                    })
+                    .collect()
+            },
+        )
+        .collect();
+    let mut answers = vec![I::Answer::default(); targets.len()];
+    for (&leaf, leaf_answers) in ttree.leaves.iter().zip(&per_leaf) {
+        let cell = &ttree.cells[leaf as usize];
+        for (i, a) in cell.particles().zip(leaf_answers) {
+            answers[ttree.order[i] as usize] = *a;
+        }
+    }
+    stats.p2p_seconds = t2.elapsed().as_secs_f64();
+    answers
 }
 
 impl Summation for FmmFreeSpace {
@@ -224,71 +233,32 @@ impl Summation for FmmFreeSpace {
         let gradient = !matches!(extra, Extra::None);
         let p = self.state.params.order;
         let mut stats = FmmStats::default();
+        let interaction = BiotSavart {
+            gradient,
+            singular_beyond: self.state.params.rho_cut(gradient),
+        };
 
         let t0 = Instant::now();
         let st = Structure::build(sources, targets, &self.state.params, gradient, sigma_max);
-        let src = SortedSources::new(sources, &st.sources);
+        let src = SortedSources::new(&interaction, sources.x, &st.sources, |i| Vortex {
+            alpha: sources.alpha[i],
+            sigma: sources.sigma[i],
+        });
         stats.tree_seconds = t0.elapsed().as_secs_f64();
 
-        let t1 = Instant::now();
-        let mult = upward(&st.sources, &src, p);
-        stats.upward_seconds = t1.elapsed().as_secs_f64();
-        let ttree = st.targets();
-        let local = downward(ttree, &st.sources, &st, &mult, p, &mut stats);
-
-        // L2P and P2P per target leaf.
+        let answers = evaluate_tree(&interaction, &st, &src, targets, p, &mut stats);
         let t2 = Instant::now();
-        let rho_cut = self.state.params.rho_cut(gradient);
-        let stride = 3 * coefficient_count(p);
-        let per_leaf: Vec<Vec<Answer>> = ttree
-            .leaves
-            .par_iter()
-            .enumerate()
-            .map_init(
-                || Workspace::new(p),
-                |ws, (li, &leaf)| {
-                    let cell = &ttree.cells[leaf as usize];
-                    let l = &local[leaf as usize * stride..(leaf as usize + 1) * stride];
-                    let near = st.lists.p2p_of(li);
-                    cell.particles()
-                        .map(|i| {
-                            let x = targets[ttree.order[i] as usize];
-                            let d = [0, 1, 2].map(|k| x[k] - cell.center[k]);
-                            let pd = l2p(ws, d, l, gradient);
-                            let mut acc = curl_of_potentials(&pd.gradient, &pd.hessian);
-                            for &sl in near {
-                                let r = st.sources.cells[sl as usize].particles();
-                                p2p(
-                                    x,
-                                    &src.x[r.clone()],
-                                    &src.alpha[r.clone()],
-                                    &src.sigma[r],
-                                    rho_cut,
-                                    gradient,
-                                    &mut acc,
-                                );
-                            }
-                            acc
-                        })
-                        .collect()
-                },
-            )
-            .collect();
-        for (&leaf, answers) in ttree.leaves.iter().zip(&per_leaf) {
-            let cell = &ttree.cells[leaf as usize];
-            for (i, a) in cell.particles().zip(answers) {
-                let t = ttree.order[i] as usize;
-                out.velocity[t] = a.0;
-                match extra {
-                    Extra::None => {}
-                    Extra::Gradient => out.gradient[t] = a.1,
-                    Extra::Stretching { alpha, scheme } => {
-                        out.stretching[t] = stretching_from_gradient(&a.1, &alpha[t], scheme)
-                    }
+        for (t, a) in answers.iter().enumerate() {
+            out.velocity[t] = a.0;
+            match extra {
+                Extra::None => {}
+                Extra::Gradient => out.gradient[t] = a.1,
+                Extra::Stretching { alpha, scheme } => {
+                    out.stretching[t] = stretching_from_gradient(&a.1, &alpha[t], scheme)
                 }
             }
         }
-        stats.p2p_seconds = t2.elapsed().as_secs_f64();
+        stats.p2p_seconds += t2.elapsed().as_secs_f64();
         st.count(&mut stats, p);
         self.state.stats = stats;
         self.state.schedule.after_evaluation(
@@ -322,7 +292,11 @@ impl Summation for FmmFreeSpace {
                 cutoff: VORTICITY_CUTOFF,
             },
         );
-        let sorted = SortedSources::new(src, &stree);
+        let bs = BiotSavart::exact(false);
+        let sorted = SortedSources::new(&bs, src.x, &stree, |i| Vortex {
+            alpha: src.alpha[i],
+            sigma: src.sigma[i],
+        });
         let per_leaf: Vec<Vec<[f64; 3]>> = ttree
             .leaves
             .par_iter()
@@ -339,8 +313,8 @@ impl Summation for FmmFreeSpace {
                                 let r2 = (x[0] - y[0]).powi(2)
                                     + (x[1] - y[1]).powi(2)
                                     + (x[2] - y[2]).powi(2);
-                                let z = gaussian_zeta(r2, sorted.sigma[q]);
-                                for (a, w) in acc.iter_mut().zip(sorted.alpha[q]) {
+                                let z = gaussian_zeta(r2, sorted.src[q].sigma);
+                                for (a, w) in acc.iter_mut().zip(sorted.src[q].alpha) {
                                     *a += w * z;
                                 }
                             }
@@ -360,6 +334,108 @@ impl Summation for FmmFreeSpace {
 }
 
 impl Fmm for FmmFreeSpace {
+    fn state(&self) -> &FmmState {
+        &self.state
+    }
+    fn state_mut(&mut self) -> &mut FmmState {
+        &mut self.state
+    }
+}
+
+/// Softened gravity by the FMM on the CPU (f64): the engine of [`FmmFreeSpace`] with
+/// [`PlummerGravity`] as the interaction (one charge, the mass); Newtonian expansions beyond the
+/// radius where the softened kernel agrees with the Newtonian one to the accuracy, exact
+/// softened pairs within it (docs/physics.md, "Pair interactions"). Checks itself against
+/// [`crate::summation::direct::DirectGravity`] on a sample, as the Biot–Savart FMM does.
+#[derive(Debug, Clone)]
+pub struct FmmGravity {
+    state: FmmState,
+    gravity: PlummerGravity,
+}
+
+impl FmmGravity {
+    /// Plans the parameters for `accuracy` and the softening of `gravity` (an error when the CPU
+    /// cannot deliver it); checks at the first evaluation and every `check_every` after (0:
+    /// only the first).
+    pub fn new(
+        gravity: PlummerGravity,
+        accuracy: f64,
+        check_every: u64,
+    ) -> Result<Self, SummationError> {
+        let params = plan_gravity_parameters(accuracy, FmmBackend::Cpu, gravity)?;
+        Ok(Self::with_params(gravity, params, check_every))
+    }
+
+    /// With explicit parameters (tests and benchmarks).
+    pub fn with_params(gravity: PlummerGravity, params: FmmParams, check_every: u64) -> Self {
+        Self {
+            state: FmmState::new(params, check_every),
+            gravity,
+        }
+    }
+
+    /// The built-in checks since the last call.
+    pub fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
+        self.state.schedule.take()
+    }
+}
+
+impl GravitySummation for FmmGravity {
+    fn name(&self) -> String {
+        format!(
+            "gravity FMM CPU f64 (softening {:e}), {}",
+            self.gravity.softening, self.state.params
+        )
+    }
+
+    fn gravity(&self) -> PlummerGravity {
+        self.gravity
+    }
+
+    fn evaluate_gravity(
+        &mut self,
+        bodies: &Bodies,
+        targets: Option<&[[f64; 3]]>,
+        out: &mut GravityEvaluation,
+    ) -> SumResult {
+        let Some(tx) = begin_gravity(&self.gravity, bodies, targets, out)? else {
+            return Ok(());
+        };
+        let params = self.state.params;
+        let mut stats = FmmStats::default();
+        let t0 = Instant::now();
+        // The near-field radius is absolute: every body's length scale is 1.
+        let scale = vec![1.0; bodies.len()];
+        let near = (params.rho_cut_velocity, 1.0);
+        let st = Structure::build_scaled((bodies.x, &scale), tx, &params, near);
+        let src = SortedSources::new(&self.gravity, bodies.x, &st.sources, |i| bodies.mass[i]);
+        stats.tree_seconds = t0.elapsed().as_secs_f64();
+        let answers = evaluate_tree(&self.gravity, &st, &src, tx, params.order, &mut stats);
+        store_gravity(&answers, out);
+        st.count(&mut stats, params.order);
+        self.state.stats = stats;
+        let schedule = &mut self.state.schedule;
+        if schedule.count_evaluation(0.0).is_none() {
+            return Ok(());
+        }
+        let sample = check::sample_size(stats.p2p_pairs, bodies.len(), tx.len());
+        let seed = schedule.evaluations();
+        let e = check::check_gravity_sample(self.gravity, bodies, targets, out, sample, seed)?;
+        schedule.record(AccuracyCheck {
+            evaluation: seed,
+            sample,
+            requested: params.accuracy,
+            sigma_max: 0.0,
+            outputs: GRAVITY_OUTPUTS,
+            velocity_l2: e[0],
+            velocity_max: e[1],
+            derivative_l2: e[2],
+            derivative_max: e[3],
+        })
+    }
+}
+
+impl Fmm for FmmGravity {
     fn state(&self) -> &FmmState {
         &self.state
     }

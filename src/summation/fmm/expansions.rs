@@ -36,9 +36,11 @@
 //! ```
 //!
 //! L2P is L2L to the point itself keeping n ≤ 2: L'_0^0 is φ, the n = 1 terms its gradient and
-//! the n = 2 terms its Hessian (see [`l2p`]). Expansions of three potentials (the three
-//! components of the vortex strengths, docs/physics.md §8) are stored together,
-//! coefficient-major: `coef[3 * index(n, m) + component]`.
+//! the n = 2 terms its Hessian (see [`l2p`]). Expansions of the K potentials of one
+//! interaction (K charges per source, [`crate::summation::interaction::PairInteraction`]: the
+//! three components of the vortex strengths, docs/physics.md §8, or the mass) are stored
+//! together, coefficient-major: `coef[K * index(n, m) + component]`; every operator is generic
+//! in K.
 
 // The operators index three components and (n, m) tables side by side; index loops read like
 // the equations.
@@ -73,13 +75,13 @@ fn signed(table: &[C64], n: usize, m: isize) -> C64 {
     }
 }
 
-/// The same for a three-component expansion, component `c`.
+/// The same for a K-component expansion, component `c`.
 #[inline(always)]
-fn signed3(coef: &[C64], n: usize, m: isize, c: usize) -> C64 {
+fn signed_k<const K: usize>(coef: &[C64], n: usize, m: isize, c: usize) -> C64 {
     if m >= 0 {
-        coef[3 * index(n, m as usize) + c]
+        coef[K * index(n, m as usize) + c]
     } else {
-        let v = coef[3 * index(n, (-m) as usize) + c].conj();
+        let v = coef[K * index(n, (-m) as usize) + c].conj();
         if m & 1 == 1 {
             -v
         } else {
@@ -149,16 +151,22 @@ impl Workspace {
     }
 }
 
-/// P2M: adds to the multipole expansion `m` (order p, centre c) the charges `q` (three
+/// P2M: adds to the multipole expansion `m` (order p, centre c) the charges `q` (K
 /// components) at `y`: M_n^m += q conj(R_n^m(y − c)).
-pub fn p2m(ws: &mut Workspace, c: [f64; 3], y: &[[f64; 3]], q: &[[f64; 3]], m: &mut [C64]) {
+pub fn p2m<const K: usize>(
+    ws: &mut Workspace,
+    c: [f64; 3],
+    y: &[[f64; 3]],
+    q: &[[f64; K]],
+    m: &mut [C64],
+) {
     let p = ws.p;
     for (yi, qi) in y.iter().zip(q) {
         regular_harmonics([yi[0] - c[0], yi[1] - c[1], yi[2] - c[2]], p, &mut ws.table);
         for i in 0..coefficient_count(p) {
             let r = ws.table[i].conj();
-            for k in 0..3 {
-                m[3 * i + k] += r * qi[k];
+            for k in 0..K {
+                m[K * i + k] += r * qi[k];
             }
         }
     }
@@ -166,28 +174,28 @@ pub fn p2m(ws: &mut Workspace, c: [f64; 3], y: &[[f64; 3]], q: &[[f64; 3]], m: &
 
 /// M2M: adds to the parent's multipole expansion `parent` (centre c') the child's `child`
 /// (centre c): M'_n^m += Σ_{j,k} M_j^k conj(R_{n−j}^{m−k}(c − c')).
-pub fn m2m(ws: &mut Workspace, child_to_parent: [f64; 3], child: &[C64], parent: &mut [C64]) {
+pub fn m2m<const K: usize>(ws: &mut Workspace, child_to_parent: [f64; 3], child: &[C64], parent: &mut [C64]) {
     let p = ws.p;
     let d = child_to_parent;
     regular_harmonics([-d[0], -d[1], -d[2]], p, &mut ws.table);
     let r = &ws.table;
     for n in 0..=p {
         for m in 0..=n as isize {
-            let mut acc = [C64::new(0.0, 0.0); 3];
+            let mut acc = [C64::new(0.0, 0.0); K];
             for j in 0..=n {
                 let nj = (n - j) as isize;
                 let k_lo = (-(j as isize)).max(m - nj);
                 let k_hi = (j as isize).min(m + nj);
                 for k in k_lo..=k_hi {
                     let t = signed(r, n - j, m - k).conj();
-                    for c in 0..3 {
-                        acc[c] += signed3(child, j, k, c) * t;
+                    for c in 0..K {
+                        acc[c] += signed_k::<K>(child, j, k, c) * t;
                     }
                 }
             }
             let i = index(n, m as usize);
-            for c in 0..3 {
-                parent[3 * i + c] += acc[c];
+            for c in 0..K {
+                parent[K * i + c] += acc[c];
             }
         }
     }
@@ -196,25 +204,25 @@ pub fn m2m(ws: &mut Workspace, child_to_parent: [f64; 3], child: &[C64], parent:
 /// M2L: adds to the local expansion `local` (centre c_L) the field of the multipole expansion
 /// `multipole` (centre c), with `b` = c_L − c:
 /// L_n^m += (−1)^{n+m} Σ_{j,k} M_j^k I_{j+n}^{k−m}(b).
-pub fn m2l(ws: &mut Workspace, b: [f64; 3], multipole: &[C64], local: &mut [C64]) {
+pub fn m2l<const K: usize>(ws: &mut Workspace, b: [f64; 3], multipole: &[C64], local: &mut [C64]) {
     let p = ws.p;
     irregular_harmonics(b, 2 * p, &mut ws.table);
     let t = &ws.table;
     for n in 0..=p {
         for m in 0..=n as isize {
-            let mut acc = [C64::new(0.0, 0.0); 3];
+            let mut acc = [C64::new(0.0, 0.0); K];
             for j in 0..=p {
                 for k in -(j as isize)..=j as isize {
                     let h = signed(t, j + n, k - m);
-                    for c in 0..3 {
-                        acc[c] += signed3(multipole, j, k, c) * h;
+                    for c in 0..K {
+                        acc[c] += signed_k::<K>(multipole, j, k, c) * h;
                     }
                 }
             }
             let sign = if (n as isize + m) & 1 == 1 { -1.0 } else { 1.0 };
             let i = index(n, m as usize);
-            for c in 0..3 {
-                local[3 * i + c] += acc[c] * sign;
+            for c in 0..K {
+                local[K * i + c] += acc[c] * sign;
             }
         }
     }
@@ -222,15 +230,15 @@ pub fn m2l(ws: &mut Workspace, b: [f64; 3], multipole: &[C64], local: &mut [C64]
 
 /// L2L: adds to the child's local expansion `child` (centre c') the parent's `parent` (centre
 /// c), with `d` = c' − c: L'_n^m += Σ_{j ≥ n, k} L_j^k R_{j−n}^{k−m}(d).
-pub fn l2l(ws: &mut Workspace, d: [f64; 3], parent: &[C64], child: &mut [C64]) {
+pub fn l2l<const K: usize>(ws: &mut Workspace, d: [f64; 3], parent: &[C64], child: &mut [C64]) {
     let p = ws.p;
     regular_harmonics(d, p, &mut ws.table);
     for n in 0..=p {
         for m in 0..=n {
-            let acc = shifted_local(&ws.table, p, parent, n, m);
+            let acc = shifted_local::<K>(&ws.table, p, parent, n, m);
             let i = index(n, m);
             for (c, a) in acc.iter().enumerate() {
-                child[3 * i + c] += a;
+                child[K * i + c] += a;
             }
         }
     }
@@ -238,76 +246,85 @@ pub fn l2l(ws: &mut Workspace, d: [f64; 3], parent: &[C64], child: &mut [C64]) {
 
 /// One coefficient of a shifted local expansion: Σ_{j ≥ n, k} L_j^k R_{j−n}^{k−m}(d), the
 /// regular harmonics of d in `r` (the sum of [`l2l`] and [`l2p`]).
-fn shifted_local(r: &[C64], p: usize, local: &[C64], n: usize, m: usize) -> [C64; 3] {
+fn shifted_local<const K: usize>(
+    r: &[C64],
+    p: usize,
+    local: &[C64],
+    n: usize,
+    m: usize,
+) -> [C64; K] {
     let m = m as isize;
-    let mut acc = [C64::new(0.0, 0.0); 3];
+    let mut acc = [C64::new(0.0, 0.0); K];
     for j in n..=p {
         let jn = (j - n) as isize;
         let k_lo = (-(j as isize)).max(m - jn);
         let k_hi = (j as isize).min(m + jn);
         for k in k_lo..=k_hi {
             let t = signed(r, j - n, k - m);
-            for c in 0..3 {
-                acc[c] += signed3(local, j, k, c) * t;
+            for c in 0..K {
+                acc[c] += signed_k::<K>(local, j, k, c) * t;
             }
         }
     }
     acc
 }
 
-/// Gradient and Hessian of the three potentials at one point, from a local expansion.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct PotentialDerivatives {
-    /// ∂φ_c/∂x_i at `[c][i]`.
-    pub gradient: [[f64; 3]; 3],
-    /// ∂²φ_c/∂x_i∂x_j at `[c][i][j]` (symmetric, trace free).
-    pub hessian: [[[f64; 3]; 3]; 3],
-}
+pub use crate::summation::interaction::PotentialDerivatives;
 
-/// L2P: the first (and, with `hessian`, second) derivatives of the three potentials at the
-/// point c_L + d, from the local expansion `local` (centre c_L).
+/// L2P: the derivatives of orders `lo..=hi` (0: the potential, 1: the gradient, 2: the Hessian;
+/// hi ≤ 2) of the K potentials at the point c_L + d, from the local expansion `local` (centre
+/// c_L); the other orders are left zero.
 ///
 /// The expansion is shifted to the point (L2L with outputs n ≤ 2). With L_1^1 = a + ib and
 /// L_2^2 = c + id there, R_1^0 = z, R_1^1 = −(x+iy)/2, R_2^0 = (3z² − r²)/4, R_2^1 = −z(x+iy)/2
-/// and R_2^2 = (x+iy)²/8 give ∇φ = (−a, b, L_1^0) and the Hessian
+/// and R_2^2 = (x+iy)²/8 give φ = L_0^0, ∇φ = (−a, b, L_1^0) and the Hessian
 /// H_xx = (c − L_2^0)/2, H_yy = −(c + L_2^0)/2, H_zz = L_2^0, H_xy = −d/2, H_xz = −Re L_2^1,
 /// H_yz = Im L_2^1 (the m < 0 terms are the conjugates, so each m > 0 term counts twice).
-pub fn l2p(ws: &mut Workspace, d: [f64; 3], local: &[C64], hessian: bool) -> PotentialDerivatives {
+pub fn l2p<const K: usize>(
+    ws: &mut Workspace,
+    d: [f64; 3],
+    local: &[C64],
+    (lo, hi): (usize, usize),
+) -> [PotentialDerivatives; K] {
     let p = ws.p;
     regular_harmonics(d, p, &mut ws.table);
-    let top = if hessian { 2 } else { 1 };
-    // Shifted coefficients L'_n^m for 1 ≤ n ≤ top, m ≥ 0.
-    let mut shifted = [[C64::new(0.0, 0.0); 3]; 6];
-    for n in 1..=top {
+    // Shifted coefficients L'_n^m for lo ≤ n ≤ hi, m ≥ 0.
+    let mut shifted = [[C64::new(0.0, 0.0); K]; 6];
+    for n in lo..=hi.min(2) {
         for m in 0..=n {
-            shifted[index(n, m)] = shifted_local(&ws.table, p, local, n, m);
+            shifted[index(n, m)] = shifted_local::<K>(&ws.table, p, local, n, m);
         }
     }
-    let mut out = PotentialDerivatives::default();
-    for c in 0..3 {
-        let l10 = shifted[index(1, 0)][c].re;
-        let l11 = shifted[index(1, 1)][c];
-        out.gradient[c] = [-l11.re, l11.im, l10];
-        if hessian {
+    let mut out = [PotentialDerivatives::default(); K];
+    for c in 0..K {
+        if lo == 0 {
+            out[c].potential = shifted[index(0, 0)][c].re;
+        }
+        if lo <= 1 && hi >= 1 {
+            let l10 = shifted[index(1, 0)][c].re;
+            let l11 = shifted[index(1, 1)][c];
+            out[c].gradient = [-l11.re, l11.im, l10];
+        }
+        if hi >= 2 {
             let l20 = shifted[index(2, 0)][c].re;
             let l21 = shifted[index(2, 1)][c];
             let l22 = shifted[index(2, 2)][c];
             let (hxx, hyy, hzz) = ((l22.re - l20) / 2.0, -(l22.re + l20) / 2.0, l20);
             let (hxy, hxz, hyz) = (-l22.im / 2.0, -l21.re, l21.im);
-            out.hessian[c] = [[hxx, hxy, hxz], [hxy, hyy, hyz], [hxz, hyz, hzz]];
+            out[c].hessian = [[hxx, hxy, hxz], [hxy, hyy, hyz], [hxz, hyz, hzz]];
         }
     }
     out
 }
 
-/// Σ_{n,m} X_n^m H_n^m of three expansions X against the table H already in `ws`.
-fn contract(ws: &Workspace, coef: &[C64]) -> [f64; 3] {
-    let mut out = [0.0; 3];
+/// Σ_{n,m} X_n^m H_n^m of K expansions X against the table H already in `ws`.
+fn contract<const K: usize>(ws: &Workspace, coef: &[C64]) -> [f64; K] {
+    let mut out = [0.0; K];
     for n in 0..=ws.p {
         for m in -(n as isize)..=n as isize {
             let h = signed(&ws.table, n, m);
             for (c, o) in out.iter_mut().enumerate() {
-                *o += (signed3(coef, n, m, c) * h).re;
+                *o += (signed_k::<K>(coef, n, m, c) * h).re;
             }
         }
     }
@@ -315,15 +332,23 @@ fn contract(ws: &Workspace, coef: &[C64]) -> [f64; 3] {
 }
 
 /// Potentials Σ_n,m M_n^m I_n^m(x − c) of a multipole expansion at a point (for tests and checks).
-pub fn m2p_potential(ws: &mut Workspace, d: [f64; 3], multipole: &[C64]) -> [f64; 3] {
+pub fn m2p_potential<const K: usize>(
+    ws: &mut Workspace,
+    d: [f64; 3],
+    multipole: &[C64],
+) -> [f64; K] {
     irregular_harmonics(d, ws.p, &mut ws.table);
-    contract(ws, multipole)
+    contract::<K>(ws, multipole)
 }
 
 /// Potentials Σ_n,m L_n^m R_n^m(x − c_L) of a local expansion at a point (for tests).
-pub fn l2p_potential(ws: &mut Workspace, d: [f64; 3], local: &[C64]) -> [f64; 3] {
+pub fn l2p_potential<const K: usize>(
+    ws: &mut Workspace,
+    d: [f64; 3],
+    local: &[C64],
+) -> [f64; K] {
     regular_harmonics(d, ws.p, &mut ws.table);
-    contract(ws, local)
+    contract::<K>(ws, local)
 }
 
 #[cfg(test)]
@@ -341,9 +366,9 @@ mod tests {
             .collect()
     }
 
-    fn direct(x: [f64; 3], y: &[[f64; 3]], q: &[[f64; 3]]) -> PotentialDerivatives {
+    fn direct(x: [f64; 3], y: &[[f64; 3]], q: &[[f64; 3]]) -> [PotentialDerivatives; 3] {
         // Potential 1/|x − y|: gradient −r/r³, Hessian (3 r_i r_j − r² δ_ij)/r⁵.
-        let mut out = PotentialDerivatives::default();
+        let mut out = [PotentialDerivatives::default(); 3];
         for (yi, qi) in y.iter().zip(q) {
             let r = [x[0] - yi[0], x[1] - yi[1], x[2] - yi[2]];
             let r2 = r[0] * r[0] + r[1] * r[1] + r[2] * r[2];
@@ -352,10 +377,10 @@ mod tests {
             let inv5 = inv3 / r2;
             for c in 0..3 {
                 for i in 0..3 {
-                    out.gradient[c][i] -= qi[c] * r[i] * inv3;
+                    out[c].gradient[i] -= qi[c] * r[i] * inv3;
                     for j in 0..3 {
                         let delta = if i == j { r2 } else { 0.0 };
-                        out.hessian[c][i][j] += qi[c] * (3.0 * r[i] * r[j] - delta) * inv5;
+                        out[c].hessian[i][j] += qi[c] * (3.0 * r[i] * r[j] - delta) * inv5;
                     }
                 }
             }
@@ -406,7 +431,7 @@ mod tests {
             let mut ws = Workspace::new(p);
             let mut m = zeros(p);
             p2m(&mut ws, c, &y, &q, &mut m);
-            let got = m2p_potential(&mut ws, [x[0] - c[0], x[1] - c[1], x[2] - c[2]], &m);
+            let got = m2p_potential::<3>(&mut ws, [x[0] - c[0], x[1] - c[1], x[2] - c[2]], &m);
             let err = (0..3).map(|k| (got[k] - want[k]).abs()).fold(0.0, f64::max);
             assert!(err < last, "p = {p}: error {err} not below {last}");
             last = err;
@@ -429,15 +454,12 @@ mod tests {
         let x = [4.4, 0.6, -0.9];
         let want = direct(x, &y, &q);
         let scale = want
-            .hessian
             .iter()
-            .flatten()
-            .flatten()
+            .flat_map(|w| w.hessian.into_iter().flatten())
             .fold(0.0f64, |a, v| a.max(v.abs()));
         let gscale = want
-            .gradient
             .iter()
-            .flatten()
+            .flat_map(|w| w.gradient)
             .fold(0.0f64, |a, v| a.max(v.abs()));
         let mut last = (f64::INFINITY, f64::INFINITY);
         for p in [4, 8, 12, 16, 20] {
@@ -446,34 +468,34 @@ mod tests {
             p2m(&mut ws, child, &y, &q, &mut mc);
             let mut mp = zeros(p);
             let d = [0, 1, 2].map(|i| parent[i] - child[i]);
-            m2m(&mut ws, d, &mc, &mut mp);
+            m2m::<3>(&mut ws, d, &mc, &mut mp);
             let mut lp = zeros(p);
-            m2l(
+            m2l::<3>(
                 &mut ws,
                 [0, 1, 2].map(|i| target_parent[i] - parent[i]),
                 &mp,
                 &mut lp,
             );
             let mut lc = zeros(p);
-            l2l(
+            l2l::<3>(
                 &mut ws,
                 [0, 1, 2].map(|i| target_child[i] - target_parent[i]),
                 &lp,
                 &mut lc,
             );
-            let got = l2p(
+            let got: [PotentialDerivatives; 3] = l2p(
                 &mut ws,
                 [0, 1, 2].map(|i| x[i] - target_child[i]),
                 &lc,
-                true,
+                (1, 2),
             );
             let mut eg = 0.0f64;
             let mut eh = 0.0f64;
             for c in 0..3 {
                 for i in 0..3 {
-                    eg = eg.max((got.gradient[c][i] - want.gradient[c][i]).abs() / gscale);
+                    eg = eg.max((got[c].gradient[i] - want[c].gradient[i]).abs() / gscale);
                     for j in 0..3 {
-                        eh = eh.max((got.hessian[c][i][j] - want.hessian[c][i][j]).abs() / scale);
+                        eh = eh.max((got[c].hessian[i][j] - want[c].hessian[i][j]).abs() / scale);
                     }
                 }
             }
@@ -499,8 +521,8 @@ mod tests {
         let mut m = zeros(p);
         p2m(&mut ws, c, &y, &q, &mut m);
         let mut l = zeros(p);
-        m2l(&mut ws, cl, &m, &mut l);
-        let got = l2p_potential(&mut ws, [x[0] - cl[0], x[1] - cl[1], x[2] - cl[2]], &l);
+        m2l::<3>(&mut ws, cl, &m, &mut l);
+        let got = l2p_potential::<3>(&mut ws, [x[0] - cl[0], x[1] - cl[1], x[2] - cl[2]], &l);
         let want = direct_potential(x, &y, &q);
         for k in 0..3 {
             assert!(
@@ -508,5 +530,37 @@ mod tests {
                 "{got:?} {want:?}"
             );
         }
+    }
+
+    /// One charge (the mass): the potential and its gradient from L2P with orders (0, 1), after
+    /// P2M and M2L, match the direct sums Σ m/r and Σ −m r/r³.
+    #[test]
+    fn one_charge_potential_and_gradient_match_direct() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+        let y = random_cloud(&mut rng, 15, [0.0; 3], 0.5);
+        let q: Vec<[f64; 1]> = (0..15).map(|_| [rng.random::<f64>()]).collect();
+        let cl = [2.5, -1.0, 2.0];
+        let x = [2.7, -1.2, 1.9];
+        let p = 20;
+        let mut ws = Workspace::new(p);
+        let mut m = vec![C64::new(0.0, 0.0); coefficient_count(p)];
+        p2m(&mut ws, [0.0; 3], &y, &q, &mut m);
+        let mut l = vec![C64::new(0.0, 0.0); coefficient_count(p)];
+        m2l::<1>(&mut ws, cl, &m, &mut l);
+        let [got] = l2p::<1>(&mut ws, [0, 1, 2].map(|i| x[i] - cl[i]), &l, (0, 1));
+        let (mut phi, mut g) = (0.0, [0.0; 3]);
+        for (yi, qi) in y.iter().zip(&q) {
+            let r = [0, 1, 2].map(|i| x[i] - yi[i]);
+            let r2: f64 = r.iter().map(|v| v * v).sum();
+            phi += qi[0] / r2.sqrt();
+            for i in 0..3 {
+                g[i] -= qi[0] * r[i] / (r2 * r2.sqrt());
+            }
+        }
+        assert!((got.potential - phi).abs() < 1e-12 * phi.abs(), "{got:?} {phi}");
+        for i in 0..3 {
+            assert!((got.gradient[i] - g[i]).abs() < 1e-11 * phi.abs(), "{got:?} {g:?}");
+        }
+        assert_eq!(got.hessian, [[0.0; 3]; 3]);
     }
 }

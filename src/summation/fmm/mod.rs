@@ -1,19 +1,25 @@
-//! Fast multipole method for the regularised Biot–Savart law in free space (docs/physics.md §8),
-//! in exafmm's vocabulary: an adaptive octree ([`tree`]), a dual-tree traversal that yields the
-//! interaction lists ([`traversal`]), the solid-harmonic operators P2M, M2M, M2L, L2L and L2P
-//! ([`expansions`]), the near field P2P with the exact Gaussian-cutoff kernel of
-//! [`crate::kernel`], and accuracy in → parameters out ([`params`]). A built-in check compares a
-//! sample of targets with the direct sum ([`check`]).
+//! Fast multipole method in free space for a pair interaction (docs/physics.md §8), in exafmm's
+//! vocabulary: an adaptive octree ([`tree`]), a dual-tree traversal that yields the interaction
+//! lists ([`traversal`]), the solid-harmonic operators P2M, M2M, M2L, L2L and L2P, generic in the
+//! number of Laplace charges per source ([`expansions`]), the near field P2P with the
+//! interaction's exact pair, and accuracy in → parameters out ([`params`]). A built-in check
+//! compares a sample of targets with the direct sum ([`check`]).
 //!
-//! The three components of the vortex strengths are three Laplace charges sharing one tree and
-//! one set of translations; the velocity is the curl of the local expansions' first derivatives
-//! and the velocity gradient (the stretching) comes from their second derivatives. Cells interact
-//! through expansions only when every source–target distance between them exceeds ρ_c σ_max, so
-//! the answer converges to the regularised direct sum, not the singular one.
+//! The interaction ([`crate::summation::interaction::PairInteraction`]) says what the charges
+//! are and what the answer is made of: for the regularised Biot–Savart law the three components
+//! of the vortex strengths are three Laplace charges sharing one tree and one set of
+//! translations, the velocity is the curl of the local expansions' first derivatives and the
+//! velocity gradient (the stretching) comes from their second derivatives; for Plummer gravity
+//! the mass is one charge, and φ and a come from the potential and its gradient. Cells interact
+//! through expansions only when every source–target distance between them exceeds the
+//! interaction's near-field radius (ρ_c σ_max; for gravity the radius where the softened kernel
+//! is Newtonian to the accuracy), so the answer converges to the exact direct sum, not the
+//! singular one.
 //!
-//! Implementations: [`FmmFreeSpace`] (CPU, f64, rayon) and [`CudaFmm`] (one GPU: f64
-//! expansions, f32 near-field sums, tree and lists built on the host). The design leaves room
-//! for the periodic box (a sum of the root's images, §8), not built yet.
+//! Implementations: [`FmmFreeSpace`] (Biot–Savart, CPU, f64, rayon), [`FmmGravity`] (gravity,
+//! CPU, f64) and [`CudaFmm`] (Biot–Savart on one GPU: f64 expansions, f32 near-field sums, tree
+//! and lists built on the host). The design leaves room for the periodic box (a sum of the
+//! root's images, §8), not built yet.
 
 pub mod check;
 pub mod cpu;
@@ -24,9 +30,9 @@ pub mod traversal;
 pub mod tree;
 
 pub use check::AccuracyCheck;
-pub use cpu::FmmFreeSpace;
+pub use cpu::{FmmFreeSpace, FmmGravity};
 pub use cuda::CudaFmm;
-pub use params::{plan_parameters, FmmBackend, FmmParams};
+pub use params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams};
 
 use crate::summation::{Evaluation, Extra, Sources, SumResult};
 use traversal::{build_lists, Criterion, InteractionLists};
@@ -83,11 +89,25 @@ impl Structure {
         gradient: bool,
         sigma_max: f64,
     ) -> Self {
-        let rho_cut = params.rho_cut(gradient);
-        let min_side = 0.25 * rho_cut * sigma_max;
-        let stree = Octree::build(sources.x, Some(sources.sigma), params.leaf_size, min_side);
-        let same =
-            std::ptr::eq(targets.as_ptr(), sources.x.as_ptr()) && targets.len() == sources.x.len();
+        let near = (params.rho_cut(gradient), sigma_max);
+        Self::build_scaled((sources.x, sources.sigma), targets, params, near)
+    }
+
+    /// Trees and lists for `targets` and the sources at `x` whose kernels depart from the
+    /// singular one on the lengths `scale` (one per source, [`PairInteraction::source_scale`]):
+    /// expansions only beyond `rho_cut` × the scale, `scale_max` the largest. Leaves are not
+    /// split below a side of `rho_cut` × `scale_max` / 4.
+    ///
+    /// [`PairInteraction::source_scale`]: crate::summation::interaction::PairInteraction::source_scale
+    pub fn build_scaled(
+        (x, scale): (&[[f64; 3]], &[f64]),
+        targets: &[[f64; 3]],
+        params: &FmmParams,
+        (rho_cut, scale_max): (f64, f64),
+    ) -> Self {
+        let min_side = 0.25 * rho_cut * scale_max;
+        let stree = Octree::build(x, Some(scale), params.leaf_size, min_side);
+        let same = std::ptr::eq(targets.as_ptr(), x.as_ptr()) && targets.len() == x.len();
         let target_tree = (!same).then(|| Octree::build(targets, None, params.leaf_size, min_side));
         let lists = build_lists(
             target_tree.as_ref().unwrap_or(&stree),
@@ -141,9 +161,9 @@ impl FmmState {
     }
 }
 
-/// What both FMM engines ([`FmmFreeSpace`], [`CudaFmm`]) offer besides [`crate::summation::Summation`], from
-/// their [`FmmState`].
-pub trait Fmm: crate::summation::Summation {
+/// What the FMM engines ([`FmmFreeSpace`], [`FmmGravity`], [`CudaFmm`]) offer besides their
+/// summation trait, from their [`FmmState`].
+pub trait Fmm {
     fn state(&self) -> &FmmState;
     fn state_mut(&mut self) -> &mut FmmState;
 
@@ -205,6 +225,33 @@ impl CheckSchedule {
                 || (self.checked_sigma > 0.0 && sigma_max > 1.01 * self.checked_sigma))
     }
 
+    /// Counts an evaluation (with this largest core radius; 0 when the sources have none) and
+    /// says whether it is to be checked: `None` when not, else whether the core radius grew.
+    pub fn count_evaluation(&mut self, sigma_max: f64) -> Option<bool> {
+        self.evaluations += 1;
+        if self.disabled {
+            return None;
+        }
+        let grown = self.checked_sigma > 0.0 && sigma_max > 1.01 * self.checked_sigma;
+        let due = self.evaluations == 1
+            || (self.every > 0 && (self.evaluations - 1).is_multiple_of(self.every))
+            || grown;
+        due.then_some(grown)
+    }
+
+    /// Logs and keeps a check of the evaluation just counted; an error when it misses the
+    /// request by more than [`check::FAILURE_FACTOR`].
+    pub fn record(&mut self, c: AccuracyCheck) -> SumResult {
+        tracing::info!("{c}");
+        self.checked_sigma = c.sigma_max;
+        self.pending.push(c);
+        if c.passed() {
+            Ok(())
+        } else {
+            Err(c.failure())
+        }
+    }
+
     /// Counts an evaluation and, when due, checks its result `out` against the direct sum; an
     /// error when the check misses the request by more than [`check::FAILURE_FACTOR`].
     #[allow(clippy::too_many_arguments)]
@@ -218,17 +265,9 @@ impl CheckSchedule {
         params: &FmmParams,
         stats: &FmmStats,
     ) -> SumResult {
-        self.evaluations += 1;
-        if self.disabled {
+        let Some(grown) = self.count_evaluation(sigma_max) else {
             return Ok(());
-        }
-        let grown = self.checked_sigma > 0.0 && sigma_max > 1.01 * self.checked_sigma;
-        let due = self.evaluations == 1
-            || (self.every > 0 && (self.evaluations - 1).is_multiple_of(self.every))
-            || grown;
-        if !due {
-            return Ok(());
-        }
+        };
         if grown {
             tracing::info!(
                 "FMM: the largest core radius grew from {:.5} to {:.5}; near field re-planned \
@@ -240,23 +279,21 @@ impl CheckSchedule {
         }
         let sample = check::sample_size(stats.p2p_pairs, sources.len(), targets.len());
         let e = check::check_sample(sources, targets, extra, out, sample, self.evaluations)?;
-        let c = AccuracyCheck {
+        self.record(AccuracyCheck {
             evaluation: self.evaluations,
             sample,
             requested: params.accuracy,
             sigma_max,
+            outputs: check::BIOT_SAVART_OUTPUTS,
             velocity_l2: e[0],
             velocity_max: e[1],
             derivative_l2: e[2],
             derivative_max: e[3],
-        };
-        tracing::info!("{c}");
-        self.checked_sigma = sigma_max;
-        self.pending.push(c);
-        if c.passed() {
-            Ok(())
-        } else {
-            Err(c.failure())
-        }
+        })
+    }
+
+    /// Which evaluation was counted last (1 = the first).
+    pub fn evaluations(&self) -> u64 {
+        self.evaluations
     }
 }

@@ -5,7 +5,10 @@
 //!   ones may use 1/(4πr). ρ_c is the smallest ρ whose kernel tail is below `TAIL_SHARE` × the
 //!   accuracy: for the velocity 1 − g(ρ), for the gradient (stretching) (ρg' + 3(1 − g))/3, about
 //!   ten times larger (§8). The tail is a bound per pair; most of a target's velocity comes from
-//!   farther away, so the sum's relative error is smaller still.
+//!   farther away, so the sum's relative error is smaller still. For gravity
+//!   ([`plan_gravity_parameters`]) the radius is absolute: the distance beyond which the Plummer
+//!   kernel agrees with the Newtonian one to [`NEWTONIAN_SHARE`] × the accuracy
+//!   ([`PairInteraction::near_field_radius`], about 122 ε at 1e-4; 0 at ε = 0).
 //! * **Order p and opening angle θ.** A well-separated pair (r_A + r_B ≤ θd) truncated at order p
 //!   errs by about θ^{p+1} relative to that pair's contribution, second derivatives by about
 //!   (p+1) times more. The traversal accepts most pairs well inside the criterion, so measured
@@ -17,6 +20,7 @@
 //!   are never split below a side of ρ_c σ_max / 4 (§8: leaves much smaller than the near field
 //!   only add lists).
 
+use crate::summation::interaction::{InteractionKind, PairInteraction, PlummerGravity};
 use crate::summation::SummationError;
 
 /// Which implementation the parameters are for.
@@ -42,10 +46,17 @@ pub const TAIL_SHARE: f64 = 0.1;
 pub const ORDER_MARGIN: f64 = 0.2;
 /// The highest order planned.
 pub const MAX_ORDER: usize = 30;
+/// Gravity: fraction of the requested accuracy the Plummer kernel may depart from the Newtonian
+/// one at the near-field radius. The departure 1.5 (ε/r)² falls with the distance and most of
+/// the field comes from farther away; measured errors stay well below the request
+/// (tests/gravity.rs).
+pub const NEWTONIAN_SHARE: f64 = 1.0;
 
 /// The chosen parameters; `Display` gives the sentence for the run log and the manifest.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct FmmParams {
+    /// The interaction the parameters are planned for.
+    pub interaction: InteractionKind,
     /// The requested relative accuracy.
     pub accuracy: f64,
     pub backend: FmmBackend,
@@ -53,7 +64,9 @@ pub struct FmmParams {
     pub order: usize,
     /// Opening angle θ: cells interact by expansions when r_A + r_B ≤ θ d.
     pub theta: f64,
-    /// ρ_c for the velocity alone and for velocity and gradient.
+    /// ρ_c for the velocity alone and for velocity and gradient, in units of each source's
+    /// length scale ([`PairInteraction::source_scale`]: σ for Biot–Savart; for gravity both are
+    /// the absolute near-field radius).
     pub rho_cut_velocity: f64,
     pub rho_cut_gradient: f64,
     /// Largest number of particles in a leaf.
@@ -73,6 +86,14 @@ impl FmmParams {
 
 impl std::fmt::Display for FmmParams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.interaction == InteractionKind::Gravity {
+            return write!(
+                f,
+                "accuracy {:e}: order p = {}, θ = {}, leaves ≤ {} bodies, exact softened kernel \
+                 within {:.4e}",
+                self.accuracy, self.order, self.theta, self.leaf_size, self.rho_cut_velocity
+            );
+        }
         write!(
             f,
             "accuracy {:e}: order p = {}, θ = {}, leaves ≤ {} particles, exact kernel within \
@@ -131,8 +152,45 @@ pub fn truncation_error(order: usize, theta: f64, gradient: bool) -> f64 {
     }
 }
 
-/// Plans the parameters for `accuracy` on `backend`, or says why it cannot.
+/// Plans the parameters of the Biot–Savart FMM for `accuracy` on `backend`, or says why it
+/// cannot.
 pub fn plan_parameters(accuracy: f64, backend: FmmBackend) -> Result<FmmParams, SummationError> {
+    let tails = |gradient| {
+        crate::summation::interaction::BiotSavart::exact(gradient)
+            .near_field_radius(TAIL_SHARE * accuracy)
+    };
+    Ok(FmmParams {
+        rho_cut_velocity: tails(false),
+        rho_cut_gradient: tails(true),
+        ..plan_expansions(accuracy, backend, true)?
+    })
+}
+
+/// Plans the parameters of the gravity FMM for `accuracy` on `backend`: the order for first
+/// derivatives (the acceleration; the potential converges faster) and the near field out to the
+/// radius where `gravity`'s softened kernel is Newtonian to [`NEWTONIAN_SHARE`] × the accuracy.
+pub fn plan_gravity_parameters(
+    accuracy: f64,
+    backend: FmmBackend,
+    gravity: PlummerGravity,
+) -> Result<FmmParams, SummationError> {
+    let radius = PairInteraction::near_field_radius(&gravity, NEWTONIAN_SHARE * accuracy);
+    Ok(FmmParams {
+        interaction: InteractionKind::Gravity,
+        rho_cut_velocity: radius,
+        rho_cut_gradient: radius,
+        ..plan_expansions(accuracy, backend, false)?
+    })
+}
+
+/// The accuracy checked against `backend`'s floor, θ and the leaf size of the device, and the
+/// order for the error model of first (`gradient` false) or second derivatives; the near-field
+/// radii left 0.
+fn plan_expansions(
+    accuracy: f64,
+    backend: FmmBackend,
+    gradient: bool,
+) -> Result<FmmParams, SummationError> {
     let floor = match backend {
         FmmBackend::Cpu => CPU_ACCURACY_FLOOR,
         FmmBackend::Cuda => GPU_ACCURACY_FLOOR,
@@ -159,17 +217,18 @@ pub fn plan_parameters(accuracy: f64, backend: FmmBackend) -> Result<FmmParams, 
         FmmBackend::Cuda => (0.5, 128),
     };
     let order = (1..=MAX_ORDER)
-        .find(|&p| truncation_error(p, theta, true) <= ORDER_MARGIN * accuracy)
+        .find(|&p| truncation_error(p, theta, gradient) <= ORDER_MARGIN * accuracy)
         .ok_or_else(|| {
             SummationError::Unsupported(format!("FMM: accuracy {accuracy:e} needs p > {MAX_ORDER}"))
         })?;
     Ok(FmmParams {
+        interaction: InteractionKind::BiotSavart,
         accuracy,
         backend,
         order,
         theta,
-        rho_cut_velocity: rho_cut(velocity_tail, TAIL_SHARE * accuracy),
-        rho_cut_gradient: rho_cut(gradient_tail, TAIL_SHARE * accuracy),
+        rho_cut_velocity: 0.0,
+        rho_cut_gradient: 0.0,
         leaf_size,
     })
 }
