@@ -125,8 +125,9 @@ pub enum BenchCommand {
     /// Milliseconds per full vortex step, reinitialisation and output step of a turbulence run
     /// (the GPU-resident stepper with a GPU).
     Step(BenchStepArgs),
-    /// Seconds per velocity + stretching evaluation of the fast multipole method in free space,
-    /// its phases, parameters and error against the direct sum, and its scaling with N.
+    /// Seconds per velocity + stretching evaluation (or, with `--interaction gravity`, per
+    /// potential + acceleration evaluation) of the fast multipole method in free space, its
+    /// phases, parameters and error against the direct sum, and its scaling with N.
     Fmm(BenchFmmArgs),
 }
 
@@ -147,6 +148,11 @@ pub struct BenchFmmArgs {
     /// it) or `auto`. `--backend` is another name for it.
     #[arg(long, alias = "backend", default_value = "cpu", value_name = "DEVICE")]
     pub device: crate::device::DeviceRequest,
+    /// The pair interaction: `biot-savart` (velocity + stretching of vortex particles) or
+    /// `gravity` (potential and acceleration of bodies in the unit cube, softening a tenth of
+    /// the mean spacing; CPU only).
+    #[arg(long, default_value = "biot-savart", value_parser = crate::summation::interaction::InteractionKind::parse)]
+    pub interaction: crate::summation::interaction::InteractionKind,
     #[command(flatten)]
     pub common: BenchCommon,
 }

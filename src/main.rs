@@ -361,6 +361,7 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
                 accuracy: a.accuracy,
                 repeats: repeats.unwrap_or(3),
                 sample: a.sample,
+                interaction: a.interaction,
             };
             vpm::bench::bench_fmm(&device, &sizes, &options, json)?;
             Ok(())

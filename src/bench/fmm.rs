@@ -9,15 +9,26 @@
 //! Particles: [`Particles::free_space`], uniform in [−π, π]³ with σ = 2π/N^{1/3} (about one
 //! spacing) and strengths uniform in [−1, 1]³, a seed per size. The GPU evaluator synchronises
 //! before it returns, so the wall clock is what a run sees on either device.
+//!
+//! `--interaction gravity` (CPU): [`gravity_bodies`], N bodies of mass 1/N uniform in the unit
+//! cube, softening ε a tenth of the mean spacing N^{−1/3}; one evaluation is φ and a at the
+//! bodies, checked against [`crate::summation::direct::DirectGravity`] (f64 all pairs) on the sample. The rows keep the
+//! Biot–Savart field names: the velocity's fields hold the acceleration, the stretching's the
+//! potential.
 
 use super::{cpu_banner, finish_report, fmt_error, median, print_header, SampleCheck};
 use crate::device::Device;
 use crate::kernel::StretchingScheme;
 use crate::summation::direct::DirectFreeSpace;
-use crate::summation::fmm::{CudaFmm, Fmm, FmmFreeSpace, FmmParams, FmmStats};
+use crate::summation::fmm::check::check_gravity_sample;
+use crate::summation::fmm::{CudaFmm, Fmm, FmmFreeSpace, FmmGravity, FmmParams, FmmStats};
+use crate::summation::interaction::{
+    Bodies, GravityEvaluation, GravitySummation, InteractionKind, PlummerGravity,
+};
 use crate::summation::verify::Particles;
-use crate::summation::{Evaluation, Extra};
-use anyhow::Result;
+use crate::summation::{Evaluation, Extra, Summation};
+use anyhow::{bail, Result};
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::path::Path;
 use std::time::Instant;
@@ -50,6 +61,19 @@ pub struct FmmBenchOptions {
     /// Targets checked against the direct sum per size (fewer where the pairs would exceed
     /// [`SAMPLE_PAIR_BUDGET`]; 0: no check and no all-pairs estimate).
     pub sample: usize,
+    /// The pair interaction: Biot–Savart (velocity + stretching) or gravity (φ and a, CPU).
+    pub interaction: InteractionKind,
+}
+
+/// `n` bodies of `--interaction gravity` (module docs), seeded: positions uniform in the unit
+/// cube, masses 1/n, and the softening a tenth of the mean spacing n^{−1/3}.
+pub fn gravity_bodies(n: usize, seed: u64) -> (Vec<[f64; 3]>, Vec<f64>, PlummerGravity) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let x = (0..n)
+        .map(|_| std::array::from_fn(|_| rng.random_range(0.0..1.0)))
+        .collect();
+    let eps = 0.1 / (n.max(1) as f64).cbrt();
+    (x, vec![1.0 / n.max(1) as f64; n], PlummerGravity { softening: eps })
 }
 
 /// One row of `vpm bench fmm`.
@@ -103,13 +127,21 @@ pub fn bench_fmm(
     o: &FmmBenchOptions,
     json: Option<&Path>,
 ) -> Result<FmmBenchReport> {
+    let gravity = o.interaction == InteractionKind::Gravity;
     let (backend, gpu_info) = match device {
         Device::Cpu => ("cpu", None),
+        Device::Cuda(_) if gravity => bail!(
+            "vpm bench fmm --interaction gravity: the GPU FMM sums the Biot–Savart law only so \
+             far; use --device cpu for gravity"
+        ),
         Device::Cuda(gpu) => ("cuda", Some(gpu.info().clone())),
     };
     match &gpu_info {
         None => cpu_banner(
-            &format!("vpm bench fmm (CPU, f64, accuracy {:e})", o.accuracy),
+            &format!(
+                "vpm bench fmm (CPU, f64, accuracy {:e}, {})",
+                o.accuracy, o.interaction
+            ),
             o.repeats,
         ),
         Some(info) => crate::out!(
@@ -126,19 +158,29 @@ pub fn bench_fmm(
          sum's time scaled to N² pairs",
         o.sample
     );
-    let targets: Vec<&str> = TARGETS
-        .iter()
-        .filter(|t| t.0 == backend)
-        .map(|t| t.3)
-        .collect();
-    crate::out!(
-        "issue targets (velocity + stretching): {}",
-        targets.join("; ")
-    );
-    print_header("N|s v+s|particles/s|p|cells|leaves|depth|M2L pairs|P2P/tgt|err vel|err str|s all pairs|speedup", &[9, 10, 12, 3, 9, 9, 5, 11, 8, 9, 9, 11, 8]);
+    let header = if gravity {
+        crate::out!(
+            "bodies: mass 1/N uniform in the unit cube, softening ε = 0.1 N^(-1/3); one \
+             evaluation is φ and a at the bodies"
+        );
+        "N|s φ+a|bodies/s|p|cells|leaves|depth|M2L pairs|P2P/tgt|err acc|err φ|s all pairs|speedup"
+    } else {
+        let targets: Vec<&str> = TARGETS
+            .iter()
+            .filter(|t| t.0 == backend)
+            .map(|t| t.3)
+            .collect();
+        crate::out!(
+            "issue targets (velocity + stretching): {}",
+            targets.join("; ")
+        );
+        "N|s v+s|particles/s|p|cells|leaves|depth|M2L pairs|P2P/tgt|err vel|err str|s all pairs|speedup"
+    };
+    print_header(header, &[9, 10, 12, 3, 9, 9, 5, 11, 8, 9, 9, 11, 8]);
     let mut rows = Vec::new();
     for &n in sizes {
         let row = match device {
+            Device::Cpu if gravity => bench_gravity_one(n, o)?,
             Device::Cpu => bench_one(&mut FmmFreeSpace::new(o.accuracy, 0)?, backend, n, o)?,
             Device::Cuda(gpu) => bench_one(
                 &mut CudaFmm::new(gpu.clone(), o.accuracy, 0)?,
@@ -168,13 +210,15 @@ pub fn bench_fmm(
         );
         crate::out!(
             "          phases (s): tree {:.4}, upward {:.4}, M2L {:.4}, downward {:.4}, P2P + L2P \
-             {:.4}; max error vel {}, str {} on {} targets{}",
+             {:.4}; max error {} {}, {} {} on {} targets{}",
             s.tree_seconds,
             s.upward_seconds,
             s.m2l_seconds,
             s.downward_seconds,
             s.p2p_seconds,
+            if gravity { "acc" } else { "vel" },
             fmt_error(row.max_rel_velocity),
+            if gravity { "φ" } else { "str" },
             fmt_error(row.max_rel_stretching),
             row.check.accuracy_sample,
             row.target_seconds
@@ -209,10 +253,26 @@ pub fn bench_fmm(
             "device": device.label(),
             "gpu": gpu_info,
             "accuracy": o.accuracy,
-            "particles": "uniform in [-pi, pi]^3, sigma = 2 pi / N^(1/3), strengths uniform in \
-                          [-1, 1]^3 (verify::Particles::free_space)",
-            "timing": "wall clock of one velocity + classical stretching evaluation (targets = \
-                       sources, checks off), median after one warm-up",
+            "interaction": o.interaction,
+            "particles": if gravity {
+                "bodies of mass 1/N uniform in the unit cube, softening 0.1 N^(-1/3) \
+                 (bench::fmm::gravity_bodies)"
+            } else {
+                "uniform in [-pi, pi]^3, sigma = 2 pi / N^(1/3), strengths uniform in [-1, 1]^3 \
+                 (verify::Particles::free_space)"
+            },
+            "timing": if gravity {
+                "wall clock of one potential + acceleration evaluation at the bodies (checks \
+                 off), median after one warm-up"
+            } else {
+                "wall clock of one velocity + classical stretching evaluation (targets = \
+                 sources, checks off), median after one warm-up"
+            },
+            "outputs": if gravity {
+                "velocity fields: the acceleration; stretching fields: the potential"
+            } else {
+                "velocity and classical stretching"
+            },
             "reference": "CPU f64 direct sum on the sampled targets",
             "scaling_exponent": exponent,
             "fit_range": [FIT_RANGE.0, FIT_RANGE.1],
@@ -226,8 +286,35 @@ pub fn bench_fmm(
     })
 }
 
+/// The median of `repeats` timed calls of `evaluate` (after one warm-up), with the stats of the
+/// median call.
+fn time_runs(repeats: usize, mut evaluate: impl FnMut() -> Result<FmmStats>) -> Result<(f64, FmmStats)> {
+    evaluate()?; // warm-up
+    let mut runs = Vec::with_capacity(repeats.max(1));
+    for _ in 0..repeats.max(1) {
+        let t = Instant::now();
+        let stats = evaluate()?;
+        runs.push((t.elapsed().as_secs_f64(), stats));
+    }
+    let seconds = median(runs.iter().map(|r| r.0).collect());
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok((seconds, runs[runs.len() / 2].1))
+}
+
+/// Targets checked at size `n`: the request, fewer where the pairs would exceed
+/// [`SAMPLE_PAIR_BUDGET`].
+fn sample_count(o: &FmmBenchOptions, n: usize) -> usize {
+    let budget = (SAMPLE_PAIR_BUDGET / n.max(1) as f64) as usize;
+    o.sample.min(budget.max(MIN_SAMPLE)).min(n)
+}
+
+/// What one size's sample check measured: [first L2, first max, second L2, second max] (the
+/// velocity and stretching, or the acceleration and potential), the targets and the seconds of
+/// the direct sum on them.
+type Measured = ([f64; 4], usize, f64);
+
 fn bench_one(
-    fmm: &mut (impl Fmm + crate::summation::Summation),
+    fmm: &mut (impl Fmm + Summation),
     backend: &str,
     n: usize,
     o: &FmmBenchOptions,
@@ -240,28 +327,58 @@ fn bench_one(
         scheme: StretchingScheme::Classical,
     };
     let mut out = Evaluation::default();
-    fmm.evaluate(&src, &p.x, extra, &mut out)?; // warm-up
-    let mut runs = Vec::with_capacity(o.repeats.max(1));
-    for _ in 0..o.repeats.max(1) {
-        let t = Instant::now();
+    let timed = time_runs(o.repeats, || {
         fmm.evaluate(&src, &p.x, extra, &mut out)?;
-        runs.push((t.elapsed().as_secs_f64(), *fmm.last_stats()));
-    }
-    let seconds = median(runs.iter().map(|r| r.0).collect());
-    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let stats = runs[runs.len() / 2].1;
-    let params = *fmm.params();
+        Ok(*fmm.last_stats())
+    })?;
 
     // The error on a sample of targets, and the all-pairs sum timed there.
-    let budget = (SAMPLE_PAIR_BUDGET / n.max(1) as f64) as usize;
-    let m = o.sample.min(budget.max(MIN_SAMPLE)).min(n);
+    let m = sample_count(o, n);
     let t = Instant::now();
     let seed = 0x5a3b ^ n as u64;
     let (check, errors) = SampleCheck::of_particles(&out, &mut DirectFreeSpace, &p, (m, seed))?;
-    let direct = errors.map(|_| t.elapsed().as_secs_f64());
-    let all_pairs = direct.map(|t| t * n as f64 / m as f64);
-    let stretching = errors.as_ref().and_then(|e| e.extra);
-    Ok(FmmBenchRow {
+    let measured = errors.map(|e| {
+        let s = e.extra.unwrap_or_default();
+        let errors = [e.velocity.rel_l2, e.velocity.max_rel, s.rel_l2, s.max_rel];
+        (errors, check.accuracy_sample, t.elapsed().as_secs_f64())
+    });
+    Ok(row(n, o, backend, timed, *fmm.params(), measured))
+}
+
+/// [`bench_one`] for gravity on the CPU ([`gravity_bodies`], [`FmmGravity`]).
+fn bench_gravity_one(n: usize, o: &FmmBenchOptions) -> Result<FmmBenchRow> {
+    let (x, mass, gravity) = gravity_bodies(n, 0x9a7 ^ n as u64);
+    let bodies = Bodies { x: &x, mass: &mass };
+    let mut fmm = FmmGravity::new(gravity, o.accuracy, 0)?;
+    fmm.disable_checks();
+    let mut out = GravityEvaluation::default();
+    let timed = time_runs(o.repeats, || {
+        fmm.evaluate_gravity(&bodies, None, &mut out)?;
+        Ok(*fmm.last_stats())
+    })?;
+    let m = sample_count(o, n);
+    let measured = if m > 0 {
+        let t = Instant::now();
+        let e = check_gravity_sample(gravity, &bodies, None, &out, m, 0x5a3b ^ n as u64)?;
+        Some((e, m, t.elapsed().as_secs_f64()))
+    } else {
+        None
+    };
+    Ok(row(n, o, "cpu", timed, *fmm.params(), measured))
+}
+
+/// One row from the timing and the sample check.
+fn row(
+    n: usize,
+    o: &FmmBenchOptions,
+    backend: &str,
+    (seconds, stats): (f64, FmmStats),
+    params: FmmParams,
+    measured: Option<Measured>,
+) -> FmmBenchRow {
+    let direct = measured.map(|m| m.2);
+    let all_pairs = measured.map(|(_, m, t)| t * n as f64 / m as f64);
+    FmmBenchRow {
         n,
         accuracy: o.accuracy,
         seconds,
@@ -270,18 +387,23 @@ fn bench_one(
         p2p_per_target: stats.p2p_per_target(),
         parameters: params,
         parameters_text: params.to_string(),
-        check,
-        max_rel_velocity: errors.as_ref().map(|e| e.velocity.max_rel),
-        max_rel_stretching: stretching.map(|s| s.max_rel),
+        check: SampleCheck {
+            rel_l2_velocity: measured.map(|m| m.0[0]),
+            rel_l2_stretching: measured.map(|m| m.0[2]),
+            accuracy_sample: measured.map_or(0, |m| m.1),
+        },
+        max_rel_velocity: measured.map(|m| m.0[1]),
+        max_rel_stretching: measured.map(|m| m.0[3]),
         direct_seconds_sample: direct,
         direct_seconds_all_pairs: all_pairs,
         speedup_over_all_pairs: all_pairs.map(|t| t / seconds),
         target_seconds: TARGETS
             .iter()
+            .filter(|_| o.interaction == InteractionKind::BiotSavart)
             .find(|t| t.0 == backend && (n as f64 / t.1 - 1.0).abs() <= 0.05)
             .map(|t| t.2),
         repeats: o.repeats.max(1),
-    })
+    }
 }
 
 /// The exponent k of t ∝ N^k by least squares on (ln N, ln t) over the rows in [`FIT_RANGE`];
@@ -329,6 +451,7 @@ mod tests {
             accuracy: 1e-4,
             repeats: 1,
             sample: 50,
+            interaction: InteractionKind::BiotSavart,
         };
         let r = bench_fmm(&Device::Cpu, &[3000], &o, None).unwrap();
         let row = &r.rows[0];
@@ -338,5 +461,23 @@ mod tests {
         assert!(row.check.rel_l2_stretching.unwrap() < 1e-3, "{row:?}");
         assert!(row.direct_seconds_all_pairs.unwrap() > 0.0);
         assert_eq!(r.scaling_exponent, None);
+    }
+
+    #[test]
+    fn gravity_rows_measure_and_check() {
+        let o = FmmBenchOptions {
+            accuracy: 1e-4,
+            repeats: 1,
+            sample: 50,
+            interaction: InteractionKind::Gravity,
+        };
+        let r = bench_fmm(&Device::Cpu, &[3000], &o, None).unwrap();
+        let row = &r.rows[0];
+        assert_eq!((row.n, row.check.accuracy_sample), (3000, 50));
+        assert!(row.stats.targets == 3000 && row.seconds > 0.0, "{row:?}");
+        assert!(row.check.rel_l2_velocity.unwrap() < 1e-4, "{row:?}");
+        assert!(row.check.rel_l2_stretching.unwrap() < 1e-4, "{row:?}");
+        assert_eq!(row.target_seconds, None);
+        assert!(row.parameters_text.contains("softened"), "{row:?}");
     }
 }

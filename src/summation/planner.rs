@@ -27,14 +27,28 @@
 //! image sum is only conditionally convergent; Ewald is a periodic method; the FMM is built for
 //! free space only so far); a pair with rows on other devices only is refused naming the devices
 //! that have it.
+//!
+//! # Gravity
+//!
+//! Softened gravity (free space) has its own registry, [`GRAVITY_REGISTRY`]: (method, device) →
+//! `Box<dyn GravitySummation>`, built by [`plan_gravity`] with the softening, the accuracy (FMM)
+//! and the check cadence.
+//!
+//! | method | device | evaluator                                  |
+//! |--------|--------|--------------------------------------------|
+//! | direct | cpu    | [`DirectGravity`] (f64, rayon)             |
+//! | fmm    | cpu    | [`FmmGravity`] (f64, rayon)                |
+//!
+//! A request with no row is refused naming the rows that exist.
 
-use super::direct::{CudaDirect, DirectFreeSpace};
+use super::direct::{CudaDirect, DirectFreeSpace, DirectGravity};
 use super::ewald::params::{
     max_grid_for_memory, plan as plan_ewald, CostModel, CPU_BYTES_PER_GRID_POINT,
     GPU_BYTES_PER_GRID_POINT,
 };
 use super::ewald::{engine::GPU_COSTS, CudaEwald, EwaldPeriodic};
-use super::fmm::{plan_parameters, CudaFmm, FmmBackend, FmmFreeSpace};
+use super::fmm::{plan_parameters, CudaFmm, FmmBackend, FmmFreeSpace, FmmGravity};
+use super::interaction::{GravitySummation, PlummerGravity};
 use super::EvaluatorKind;
 use super::{Boundary, Summation, SummationError};
 use crate::device::{Device, DeviceKind};
@@ -516,6 +530,60 @@ pub fn plan(
     recipe(Problem::unknown_size(boundary), kind, device, options)?.build()
 }
 
+/// Builds a gravity evaluator on a device with a softening and the options.
+type GravityConstructor = fn(
+    &Device,
+    PlummerGravity,
+    &EvaluatorOptions,
+) -> Result<Box<dyn GravitySummation>, SummationError>;
+
+/// One row of the gravity registry.
+pub struct GravityRegistration {
+    pub method: EvaluatorKind,
+    pub device: DeviceKind,
+    build: GravityConstructor,
+}
+
+/// Every gravity evaluator the planner can build (module docs): a new one is one row.
+pub const GRAVITY_REGISTRY: &[GravityRegistration] = &[
+    GravityRegistration {
+        method: EvaluatorKind::Direct,
+        device: DeviceKind::Cpu,
+        build: |_, g, _| Ok(Box::new(DirectGravity::new(g))),
+    },
+    GravityRegistration {
+        method: EvaluatorKind::Fmm,
+        device: DeviceKind::Cpu,
+        build: |_, g, o| Ok(Box::new(FmmGravity::new(g, o.accuracy, o.check_every)?)),
+    },
+];
+
+/// Builds the gravity evaluator `kind` on `device` with softening `gravity` and `options` (the
+/// FMM's accuracy and check cadence); refused, naming the rows that exist, when the registry has
+/// none for (kind, device).
+pub fn plan_gravity(
+    kind: EvaluatorKind,
+    device: &Device,
+    gravity: PlummerGravity,
+    options: impl Into<EvaluatorOptions>,
+) -> Result<Box<dyn GravitySummation>, SummationError> {
+    let row = GRAVITY_REGISTRY
+        .iter()
+        .find(|r| r.method == kind && r.device == device.kind())
+        .ok_or_else(|| {
+            let have: Vec<String> = GRAVITY_REGISTRY
+                .iter()
+                .map(|r| format!("{} on {}", r.method, r.device))
+                .collect();
+            SummationError::Unsupported(format!(
+                "gravity has no \"{kind}\" evaluator on {}; it has {}",
+                device.kind(),
+                have.join(", ")
+            ))
+        })?;
+    (row.build)(device, gravity, &options.into())
+}
+
 /// Memory an evaluator will take, in bytes, on the host and on the device (0 on the device for
 /// the CPU evaluators; the host part of the GPU evaluators is their staging of inputs and
 /// results).
@@ -838,5 +906,20 @@ mod tests {
         assert!(fine.host > coarse.host, "{coarse:?} {fine:?}");
         // A few kilobytes per particle at most.
         assert!(fine.host < 8_000 * n as u64, "{fine:?}");
+    }
+
+    #[test]
+    fn gravity_rows_build_and_refuse_naming_what_exists() {
+        let g = PlummerGravity::new(0.01).unwrap();
+        let d = plan_gravity(EvaluatorKind::Direct, &Device::Cpu, g, 1e-4).unwrap();
+        assert!(d.name().contains("direct") && d.gravity() == g, "{}", d.name());
+        let f = plan_gravity(EvaluatorKind::Fmm, &Device::Cpu, g, 1e-4).unwrap();
+        assert!(f.name().contains("FMM"), "{}", f.name());
+        let e = plan_gravity(EvaluatorKind::Ewald, &Device::Cpu, g, 1e-4)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("direct on cpu") && e.contains("fmm on cpu"), "{e}");
+        assert!(plan_gravity(EvaluatorKind::Fmm, &Device::Cpu, g, 1e-12).is_err());
     }
 }
