@@ -12,14 +12,14 @@
 //!
 //! `--interaction gravity` (CPU): [`gravity_bodies`], N bodies of mass 1/N uniform in the unit
 //! cube, softening ε a tenth of the mean spacing N^{−1/3}; one evaluation is φ and a at the
-//! bodies, checked against [`crate::summation::direct::DirectGravity`] (f64 all pairs) on the sample. The rows keep the
+//! bodies, checked against [`DirectGravity`] (f64 all pairs) on the sample. The rows keep the
 //! Biot–Savart field names: the velocity's fields hold the acceleration, the stretching's the
 //! potential.
 
 use super::{cpu_banner, finish_report, fmt_error, median, print_header, SampleCheck};
 use crate::device::Device;
 use crate::kernel::StretchingScheme;
-use crate::summation::direct::DirectFreeSpace;
+use crate::summation::direct::{DirectFreeSpace, DirectGravity};
 use crate::summation::fmm::check::check_gravity_sample;
 use crate::summation::fmm::{CudaFmm, Fmm, FmmFreeSpace, FmmGravity, FmmParams, FmmStats};
 use crate::summation::interaction::{
@@ -359,7 +359,8 @@ fn bench_gravity_one(n: usize, o: &FmmBenchOptions) -> Result<FmmBenchRow> {
     let m = sample_count(o, n);
     let measured = if m > 0 {
         let t = Instant::now();
-        let e = check_gravity_sample(gravity, &bodies, None, &out, m, 0x5a3b ^ n as u64)?;
+        let reference = &mut DirectGravity::new(gravity);
+        let e = check_gravity_sample(reference, &bodies, None, &out, m, 0x5a3b ^ n as u64)?;
         Some((e, m, t.elapsed().as_secs_f64()))
     } else {
         None
@@ -445,17 +446,25 @@ mod tests {
         assert_eq!(fit_slope(&[(1.0, 2.0), (1.0, 3.0)]), None);
     }
 
-    #[test]
-    fn cpu_rows_measure_and_check() {
+    /// `vpm bench fmm` of `interaction` on the CPU at N = 3000, accuracy 1e-4, 50 targets
+    /// checked: the report, whose one row has measured and checked them all.
+    fn bench_3000(interaction: InteractionKind) -> FmmBenchReport {
         let o = FmmBenchOptions {
             accuracy: 1e-4,
             repeats: 1,
             sample: 50,
-            interaction: InteractionKind::BiotSavart,
+            interaction,
         };
         let r = bench_fmm(&Device::Cpu, &[3000], &o, None).unwrap();
         let row = &r.rows[0];
         assert_eq!((row.n, row.check.accuracy_sample), (3000, 50));
+        r
+    }
+
+    #[test]
+    fn cpu_rows_measure_and_check() {
+        let r = bench_3000(InteractionKind::BiotSavart);
+        let row = &r.rows[0];
         assert!(row.seconds > 0.0 && row.stats.targets == 3000, "{row:?}");
         assert!(row.check.rel_l2_velocity.unwrap() < 1e-3, "{row:?}");
         assert!(row.check.rel_l2_stretching.unwrap() < 1e-3, "{row:?}");
@@ -465,15 +474,8 @@ mod tests {
 
     #[test]
     fn gravity_rows_measure_and_check() {
-        let o = FmmBenchOptions {
-            accuracy: 1e-4,
-            repeats: 1,
-            sample: 50,
-            interaction: InteractionKind::Gravity,
-        };
-        let r = bench_fmm(&Device::Cpu, &[3000], &o, None).unwrap();
+        let r = bench_3000(InteractionKind::Gravity);
         let row = &r.rows[0];
-        assert_eq!((row.n, row.check.accuracy_sample), (3000, 50));
         assert!(row.stats.targets == 3000 && row.seconds > 0.0, "{row:?}");
         assert!(row.check.rel_l2_velocity.unwrap() < 1e-4, "{row:?}");
         assert!(row.check.rel_l2_stretching.unwrap() < 1e-4, "{row:?}");

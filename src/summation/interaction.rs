@@ -20,7 +20,7 @@
 //! (K Laplace charges: Biot–Savart 3, gravity 1), the exact pair, the far field from the
 //! derivatives of the K Laplace potentials φ_c(x) = Σ_q q_c/|x − x_q| ([`PotentialDerivatives`]),
 //! and how the kernel departs from the singular one, which fixes the near-field radius at a
-//! requested accuracy (docs/physics.md §8 and "Pair interactions"). Implementations:
+//! requested accuracy (docs/physics.md §8 and §8.1). Implementations:
 //! [`BiotSavart`] (delegating to [`crate::kernel`]) and [`PlummerGravity`].
 
 use super::{SumResult, SummationError};

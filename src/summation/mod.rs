@@ -1,5 +1,9 @@
-//! Fast summation of the regularised Biot–Savart law: one trait, several implementations, and a
-//! planner that picks one from the case (in the style of rustfft's planner).
+//! Fast summation of pair interactions: sums Σ_q K(x_i − x_q; q) over sources q at targets x_i,
+//! for the regularised Biot–Savart law of vortex particles and for Newtonian gravity with
+//! Plummer softening ([`interaction`]: the [`interaction::PairInteraction`] the engines are
+//! written over, and gravity's seam [`interaction::GravitySummation`]); one trait per
+//! interaction, several implementations, and a planner that picks one from the case (in the
+//! style of rustfft's planner).
 //!
 //! A [`Summation`] evaluates, at a set of targets, the velocity induced by a set of source
 //! particles, optionally with the vortex stretching of target strengths or the full velocity
@@ -25,7 +29,9 @@
 //! pairs on a GPU, f32), [`ewald::EwaldPeriodic`] (periodic box, Ewald split, CPU f64),
 //! [`ewald::CudaEwald`] (the same on a GPU, f32), [`fmm::FmmFreeSpace`] (free space, fast
 //! multipoles, CPU f64) and [`fmm::CudaFmm`] (the same on a GPU: f64 expansions, f32 near field,
-//! tree and lists built on the host). [`planner`] picks one from a registry;
+//! tree and lists built on the host). For gravity: [`direct::DirectGravity`] and
+//! [`fmm::FmmGravity`] (CPU, f64, the same engines over [`interaction::PlummerGravity`]).
+//! [`planner`] picks one from a registry (gravity: [`planner::plan_gravity`]);
 //! [`verify`] measures any of them against a reference; [`cells`] (cell lists in the box),
 //! [`lattice`] (blob vorticity on the lattice) and [`oracle`] (the Fourier-series oracle of
 //! docs/physics.md §4) are shared by them and the tests.

@@ -167,11 +167,9 @@ impl GravitySummation for DirectGravity {
         targets: Option<&[[f64; 3]]>,
         out: &mut GravityEvaluation,
     ) -> SumResult {
-        let Some(targets) = begin_gravity(&self.gravity, bodies, targets, out)? else {
-            return Ok(());
-        };
-        let answers = all_pairs(&self.gravity, bodies.x, bodies.mass, targets);
-        store_gravity(&answers, out);
+        if let Some(t) = begin_gravity(&self.gravity, bodies, targets, out)? {
+            store_gravity(&all_pairs(&self.gravity, bodies.x, bodies.mass, t), out);
+        }
         Ok(())
     }
 }

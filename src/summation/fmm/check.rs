@@ -7,7 +7,7 @@
 //! potential of gravity ([`check_gravity_sample`]).
 
 use crate::summation::direct::{DirectFreeSpace, DirectGravity};
-use crate::summation::interaction::{Bodies, GravityEvaluation, GravitySummation, PlummerGravity};
+use crate::summation::interaction::{Bodies, GravityEvaluation, GravitySummation};
 use crate::summation::verify::ErrorStats;
 use crate::summation::{verify, Evaluation, Extra, Sources, SummationError};
 
@@ -110,10 +110,10 @@ pub fn check_sample(
 }
 
 /// The gravity form of [`check_sample`]: `result` (the FMM's φ and a at `targets`, or at the
-/// bodies when `None`) against [`DirectGravity`] on `sample` targets drawn with `seed`:
-/// [acceleration L2, acceleration max, potential L2, potential max].
+/// bodies when `None`) against `reference` (the all-pairs sum, [`DirectGravity`]) on `sample`
+/// targets drawn with `seed`: [acceleration L2, acceleration max, potential L2, potential max].
 pub fn check_gravity_sample(
-    gravity: PlummerGravity,
+    reference: &mut dyn GravitySummation,
     bodies: &Bodies,
     targets: Option<&[[f64; 3]]>,
     result: &GravityEvaluation,
@@ -125,7 +125,7 @@ pub fn check_gravity_sample(
     let pick = |i: &usize| all[*i];
     let tx: Vec<[f64; 3]> = idx.iter().map(pick).collect();
     let mut want = GravityEvaluation::default();
-    DirectGravity::new(gravity).evaluate_gravity(bodies, Some(&tx), &mut want)?;
+    reference.evaluate_gravity(bodies, Some(&tx), &mut want)?;
     let acc: Vec<[f64; 3]> = idx.iter().map(|&i| result.acceleration[i]).collect();
     let phi: Vec<[f64; 1]> = idx.iter().map(|&i| [result.potential[i]]).collect();
     let want_phi: Vec<[f64; 1]> = want.potential.iter().map(|&p| [p]).collect();

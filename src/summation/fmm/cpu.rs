@@ -11,6 +11,7 @@ use super::traversal::{build_lists, Criterion};
 use super::tree::Octree;
 use super::{AccuracyCheck, Fmm, FmmState, FmmStats, Structure};
 use crate::kernel::gaussian_zeta;
+use crate::summation::direct::DirectGravity;
 use crate::summation::interaction::{
     begin_gravity, store_gravity, BiotSavart, Bodies, GravityEvaluation, GravitySummation,
     PairInteraction, PlummerGravity, Vortex,
@@ -345,12 +346,13 @@ impl Fmm for FmmFreeSpace {
 /// Softened gravity by the FMM on the CPU (f64): the engine of [`FmmFreeSpace`] with
 /// [`PlummerGravity`] as the interaction (one charge, the mass); Newtonian expansions beyond the
 /// radius where the softened kernel agrees with the Newtonian one to the accuracy, exact
-/// softened pairs within it (docs/physics.md, "Pair interactions"). Checks itself against
+/// softened pairs within it (docs/physics.md §8.1). Checks itself against
 /// [`crate::summation::direct::DirectGravity`] on a sample, as the Biot–Savart FMM does.
 #[derive(Debug, Clone)]
 pub struct FmmGravity {
     state: FmmState,
-    gravity: PlummerGravity,
+    /// The all-pairs sum with the same softening: the built-in check's reference.
+    reference: DirectGravity,
 }
 
 impl FmmGravity {
@@ -370,7 +372,7 @@ impl FmmGravity {
     pub fn with_params(gravity: PlummerGravity, params: FmmParams, check_every: u64) -> Self {
         Self {
             state: FmmState::new(params, check_every),
-            gravity,
+            reference: DirectGravity::new(gravity),
         }
     }
 
@@ -382,14 +384,12 @@ impl FmmGravity {
 
 impl GravitySummation for FmmGravity {
     fn name(&self) -> String {
-        format!(
-            "gravity FMM CPU f64 (softening {:e}), {}",
-            self.gravity.softening, self.state.params
-        )
+        let eps = self.reference.gravity().softening;
+        format!("gravity FMM CPU f64 (softening {eps:e}), {}", self.state.params)
     }
 
     fn gravity(&self) -> PlummerGravity {
-        self.gravity
+        self.reference.gravity()
     }
 
     fn evaluate_gravity(
@@ -398,7 +398,8 @@ impl GravitySummation for FmmGravity {
         targets: Option<&[[f64; 3]]>,
         out: &mut GravityEvaluation,
     ) -> SumResult {
-        let Some(tx) = begin_gravity(&self.gravity, bodies, targets, out)? else {
+        let gravity = self.reference.gravity();
+        let Some(tx) = begin_gravity(&gravity, bodies, targets, out)? else {
             return Ok(());
         };
         let params = self.state.params;
@@ -408,9 +409,9 @@ impl GravitySummation for FmmGravity {
         let scale = vec![1.0; bodies.len()];
         let near = (params.rho_cut_velocity, 1.0);
         let st = Structure::build_scaled((bodies.x, &scale), tx, &params, near);
-        let src = SortedSources::new(&self.gravity, bodies.x, &st.sources, |i| bodies.mass[i]);
+        let src = SortedSources::new(&gravity, bodies.x, &st.sources, |i| bodies.mass[i]);
         stats.tree_seconds = t0.elapsed().as_secs_f64();
-        let answers = evaluate_tree(&self.gravity, &st, &src, tx, params.order, &mut stats);
+        let answers = evaluate_tree(&gravity, &st, &src, tx, params.order, &mut stats);
         store_gravity(&answers, out);
         st.count(&mut stats, params.order);
         self.state.stats = stats;
@@ -420,7 +421,8 @@ impl GravitySummation for FmmGravity {
         }
         let sample = check::sample_size(stats.p2p_pairs, bodies.len(), tx.len());
         let seed = schedule.evaluations();
-        let e = check::check_gravity_sample(self.gravity, bodies, targets, out, sample, seed)?;
+        let reference = &mut self.reference;
+        let e = check::check_gravity_sample(reference, bodies, targets, out, sample, seed)?;
         schedule.record(AccuracyCheck {
             evaluation: seed,
             sample,
