@@ -42,7 +42,10 @@ fn errors(got: &GravityEvaluation, want: &GravityEvaluation) -> (ErrorStats, Err
 
 fn uniform(n: usize) -> (Vec<[f64; 3]>, Vec<f64>) {
     let p = Particles::free_space(n, 31);
-    let x = p.x.iter().map(|v| v.map(|c| c / std::f64::consts::TAU + 0.5)).collect();
+    let x =
+        p.x.iter()
+            .map(|v| v.map(|c| c / std::f64::consts::TAU + 0.5))
+            .collect();
     (x, vec![1.0 / n as f64; n])
 }
 
@@ -52,29 +55,43 @@ fn plummer(n: usize) -> (Vec<[f64; 3]>, Vec<f64>) {
     (p.x, vec![1.0 / n as f64; n])
 }
 
-fn evaluate(s: &mut dyn GravitySummation, x: &[[f64; 3]], m: &[f64], t: Option<&[[f64; 3]]>) -> GravityEvaluation {
+fn evaluate(
+    s: &mut dyn GravitySummation,
+    x: &[[f64; 3]],
+    m: &[f64],
+    t: Option<&[[f64; 3]]>,
+) -> GravityEvaluation {
     let mut out = GravityEvaluation::default();
-    s.evaluate_gravity(&Bodies { x, mass: m }, t, &mut out).unwrap();
+    s.evaluate_gravity(&Bodies { x, mass: m }, t, &mut out)
+        .unwrap();
     out
 }
 
 #[test]
 fn direct_matches_a_naive_loop_with_and_without_softening() {
     let (x, mut m) = uniform(400);
-    m.iter_mut().enumerate().for_each(|(i, v)| *v *= 1.0 + (i % 7) as f64);
+    m.iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v *= 1.0 + (i % 7) as f64);
     let t: Vec<[f64; 3]> = x.iter().take(50).map(|p| p.map(|c| c + 0.01)).collect();
     for eps in [0.0, 0.02] {
         let g = PlummerGravity::new(eps).unwrap();
         for targets in [None, Some(&t[..])] {
             let got = evaluate(&mut DirectGravity::new(g), &x, &m, targets);
             let (a, p) = errors(&got, &naive(&x, &m, eps, targets));
-            assert!(a.max_rel < 1e-13 && p.max_rel < 1e-13, "ε {eps}: {a:?} {p:?}");
+            assert!(
+                a.max_rel < 1e-13 && p.max_rel < 1e-13,
+                "ε {eps}: {a:?} {p:?}"
+            );
         }
     }
     // With ε > 0 the self pair is kept: −m_i/ε in φ.
     let g = PlummerGravity::new(0.5).unwrap();
     let one = evaluate(&mut DirectGravity::new(g), &x[..1], &m[..1], None);
-    assert_eq!((one.potential[0], one.acceleration[0]), (-m[0] / 0.5, [0.0; 3]));
+    assert_eq!(
+        (one.potential[0], one.acceleration[0]),
+        (-m[0] / 0.5, [0.0; 3])
+    );
 }
 
 #[test]
@@ -91,7 +108,9 @@ fn coincident_bodies_are_refused_without_softening() {
         assert!(e.to_string().contains("bodies 0 and 2"), "{e}");
     }
     let soft = PlummerGravity::new(1e-3).unwrap();
-    assert!(DirectGravity::new(soft).evaluate_gravity(&bodies, None, &mut out).is_ok());
+    assert!(DirectGravity::new(soft)
+        .evaluate_gravity(&bodies, None, &mut out)
+        .is_ok());
     assert!(out.potential.iter().all(|p| p.is_finite()));
 }
 
@@ -150,14 +169,26 @@ fn fmm_checks_itself_and_is_deterministic() {
         outs.push(on_threads(threads, || evaluate(&mut fmm, &x, &m, None)));
     }
     let checks = fmm.take_accuracy_checks();
-    assert_eq!(checks.iter().map(|c| c.evaluation).collect::<Vec<_>>(), vec![1, 3]);
+    assert_eq!(
+        checks.iter().map(|c| c.evaluation).collect::<Vec<_>>(),
+        vec![1, 3]
+    );
     for c in &checks {
-        assert!(c.passed() && c.velocity_l2 <= 1e-6 && c.derivative_l2 <= 1e-6, "{c}");
+        assert!(
+            c.passed() && c.velocity_l2 <= 1e-6 && c.derivative_l2 <= 1e-6,
+            "{c}"
+        );
         assert!(c.to_string().contains("acceleration") && c.to_string().contains("potential"));
     }
     let bits = |o: &GravityEvaluation| {
-        (o.potential.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-         o.acceleration.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>())
+        (
+            o.potential.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            o.acceleration
+                .iter()
+                .flatten()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>(),
+        )
     };
     assert!(outs.windows(2).all(|w| bits(&w[0]) == bits(&w[1])));
 }

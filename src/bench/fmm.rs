@@ -73,7 +73,11 @@ pub fn gravity_bodies(n: usize, seed: u64) -> (Vec<[f64; 3]>, Vec<f64>, PlummerG
         .map(|_| std::array::from_fn(|_| rng.random_range(0.0..1.0)))
         .collect();
     let eps = 0.1 / (n.max(1) as f64).cbrt();
-    (x, vec![1.0 / n.max(1) as f64; n], PlummerGravity { softening: eps })
+    (
+        x,
+        vec![1.0 / n.max(1) as f64; n],
+        PlummerGravity { softening: eps },
+    )
 }
 
 /// One row of `vpm bench fmm`.
@@ -288,7 +292,10 @@ pub fn bench_fmm(
 
 /// The median of `repeats` timed calls of `evaluate` (after one warm-up), with the stats of the
 /// median call.
-fn time_runs(repeats: usize, mut evaluate: impl FnMut() -> Result<FmmStats>) -> Result<(f64, FmmStats)> {
+fn time_runs(
+    repeats: usize,
+    mut evaluate: impl FnMut() -> Result<FmmStats>,
+) -> Result<(f64, FmmStats)> {
     evaluate()?; // warm-up
     let mut runs = Vec::with_capacity(repeats.max(1));
     for _ in 0..repeats.max(1) {

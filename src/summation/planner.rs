@@ -912,14 +912,21 @@ mod tests {
     fn gravity_rows_build_and_refuse_naming_what_exists() {
         let g = PlummerGravity::new(0.01).unwrap();
         let d = plan_gravity(EvaluatorKind::Direct, &Device::Cpu, g, 1e-4).unwrap();
-        assert!(d.name().contains("direct") && d.gravity() == g, "{}", d.name());
+        assert!(
+            d.name().contains("direct") && d.gravity() == g,
+            "{}",
+            d.name()
+        );
         let f = plan_gravity(EvaluatorKind::Fmm, &Device::Cpu, g, 1e-4).unwrap();
         assert!(f.name().contains("FMM"), "{}", f.name());
         let e = plan_gravity(EvaluatorKind::Ewald, &Device::Cpu, g, 1e-4)
             .err()
             .unwrap()
             .to_string();
-        assert!(e.contains("direct on cpu") && e.contains("fmm on cpu"), "{e}");
+        assert!(
+            e.contains("direct on cpu") && e.contains("fmm on cpu"),
+            "{e}"
+        );
         assert!(plan_gravity(EvaluatorKind::Fmm, &Device::Cpu, g, 1e-12).is_err());
     }
 }

@@ -6,7 +6,7 @@
 //! stretching or gradient of the Biot–Savart law ([`check_sample`]), the acceleration and the
 //! potential of gravity ([`check_gravity_sample`]).
 
-use crate::summation::direct::{DirectFreeSpace, DirectGravity};
+use crate::summation::direct::DirectFreeSpace;
 use crate::summation::interaction::{Bodies, GravityEvaluation, GravitySummation};
 use crate::summation::verify::ErrorStats;
 use crate::summation::{verify, Evaluation, Extra, Sources, SummationError};
@@ -110,7 +110,7 @@ pub fn check_sample(
 }
 
 /// The gravity form of [`check_sample`]: `result` (the FMM's φ and a at `targets`, or at the
-/// bodies when `None`) against `reference` (the all-pairs sum, [`DirectGravity`]) on `sample`
+/// bodies when `None`) against `reference` (the all-pairs sum, [`crate::summation::direct::DirectGravity`]) on `sample`
 /// targets drawn with `seed`: [acceleration L2, acceleration max, potential L2, potential max].
 pub fn check_gravity_sample(
     reference: &mut dyn GravitySummation,

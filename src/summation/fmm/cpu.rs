@@ -385,7 +385,10 @@ impl FmmGravity {
 impl GravitySummation for FmmGravity {
     fn name(&self) -> String {
         let eps = self.reference.gravity().softening;
-        format!("gravity FMM CPU f64 (softening {eps:e}), {}", self.state.params)
+        format!(
+            "gravity FMM CPU f64 (softening {eps:e}), {}",
+            self.state.params
+        )
     }
 
     fn gravity(&self) -> PlummerGravity {

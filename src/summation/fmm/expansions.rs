@@ -174,7 +174,12 @@ pub fn p2m<const K: usize>(
 
 /// M2M: adds to the parent's multipole expansion `parent` (centre c') the child's `child`
 /// (centre c): M'_n^m += Σ_{j,k} M_j^k conj(R_{n−j}^{m−k}(c − c')).
-pub fn m2m<const K: usize>(ws: &mut Workspace, child_to_parent: [f64; 3], child: &[C64], parent: &mut [C64]) {
+pub fn m2m<const K: usize>(
+    ws: &mut Workspace,
+    child_to_parent: [f64; 3],
+    child: &[C64],
+    parent: &mut [C64],
+) {
     let p = ws.p;
     let d = child_to_parent;
     regular_harmonics([-d[0], -d[1], -d[2]], p, &mut ws.table);
@@ -342,11 +347,7 @@ pub fn m2p_potential<const K: usize>(
 }
 
 /// Potentials Σ_n,m L_n^m R_n^m(x − c_L) of a local expansion at a point (for tests).
-pub fn l2p_potential<const K: usize>(
-    ws: &mut Workspace,
-    d: [f64; 3],
-    local: &[C64],
-) -> [f64; K] {
+pub fn l2p_potential<const K: usize>(ws: &mut Workspace, d: [f64; 3], local: &[C64]) -> [f64; K] {
     regular_harmonics(d, ws.p, &mut ws.table);
     contract::<K>(ws, local)
 }
@@ -557,9 +558,15 @@ mod tests {
                 g[i] -= qi[0] * r[i] / (r2 * r2.sqrt());
             }
         }
-        assert!((got.potential - phi).abs() < 1e-12 * phi.abs(), "{got:?} {phi}");
+        assert!(
+            (got.potential - phi).abs() < 1e-12 * phi.abs(),
+            "{got:?} {phi}"
+        );
         for i in 0..3 {
-            assert!((got.gradient[i] - g[i]).abs() < 1e-11 * phi.abs(), "{got:?} {g:?}");
+            assert!(
+                (got.gradient[i] - g[i]).abs() < 1e-11 * phi.abs(),
+                "{got:?} {g:?}"
+            );
         }
         assert_eq!(got.hessian, [[0.0; 3]; 3]);
     }
