@@ -97,6 +97,7 @@ fn bits(v: &[f64]) -> Vec<u64> {
 /// The GPU side of the tests: one solver, its stream, the device buffers.
 struct Fixture {
     solver: DeviceRbfSolver,
+    gpu: Arc<Gpu>,
     stream: Arc<cudarc::driver::CudaStream>,
     omega: DeviceBuffer<f64>,
     beta: DeviceBuffer<f64>,
@@ -104,11 +105,12 @@ struct Fixture {
 
 impl Fixture {
     fn new(gpu: &Arc<Gpu>) -> Self {
-        let stream = gpu.context().new_stream().expect("a stream on the GPU");
-        let solver = DeviceRbfSolver::new(gpu.clone(), stream.clone())
+        let stream = gpu.stream().clone();
+        let solver = DeviceRbfSolver::new(gpu.clone())
             .unwrap_or_else(|e| panic!("GPU present but DeviceRbfSolver failed: {e}"));
         Fixture {
             solver,
+            gpu: gpu.clone(),
             stream,
             omega: DeviceBuffer::new(),
             beta: DeviceBuffer::new(),
@@ -123,9 +125,7 @@ impl Fixture {
 
     fn download(&self, buf: &DeviceBuffer<f64>, len: usize) -> Vec<f64> {
         let mut host = vec![f64::NAN; len];
-        buf.download(&self.stream, &mut host, "test values")
-            .unwrap();
-        self.stream.synchronize().unwrap();
+        buf.download(&self.gpu, &mut host, "test values").unwrap();
         host
     }
 

@@ -3,10 +3,13 @@
 //! every planner, and the memory each side has ([`host_memory_available`], [`Device::memory_available`]).
 //!
 //! No physics lives here, and there is no process-global device: a solver gets the device it
-//! runs on as a value.
+//! runs on as a value. A GPU ([`cuda::Gpu`]) owns one ordered stream that every engine queues
+//! on, and counts the host's waits for it ([`cuda::Gpu::sync_counts`]); [`buffer`] holds the
+//! device buffers, [`timer`] times phases with events on that stream.
 
 pub mod buffer;
 pub mod cuda;
+pub mod timer;
 
 use cuda::{CudaError, Gpu};
 use std::path::Path;
