@@ -480,7 +480,8 @@ impl ResidentStepper {
             At::Next => (&self.next, &mut self.eval_heun),
             At::Pred => (&self.pred, &mut self.eval_heun),
         };
-        derivatives_at(self.evaluator.as_mut(), state, self.settings.scheme, out)
+        derivatives_at(self.evaluator.as_mut(), state, self.settings.scheme, out)?;
+        Ok(self.timer.end()?)
     }
 
     /// Velocity and stretching at the current state into `eval` (queued, when not current).
@@ -538,13 +539,13 @@ impl ResidentStepper {
         dev.vorticity_on_device(points, &mut self.vorticity_scratch)?;
         let w = self.vorticity_scratch.addr(&self.stream);
         self.queue_max_norm(u, n, U_MAX)?;
-        self.queue_max_norm(w, n, OMEGA_MAX)
+        self.queue_max_norm(w, n, OMEGA_MAX)?;
+        Ok(self.timer.end()?)
     }
 
     /// The step's one copy to the host: the first `words` readback words (the flag, and the
     /// maxima when 3). The phases queued before it are timed then (no further wait).
     fn read_back(&mut self, words: usize) -> Result<[u64; 3], VortexError> {
-        self.timer.end()?;
         let mut w = [0u64; 3];
         let what = "the finite flag and the step's maxima";
         self.readback.download(&self.gpu, &mut w[..words], what)?;
@@ -670,6 +671,7 @@ impl ResidentStepper {
         self.next.n = n;
         self.clear_readback()?;
         self.queue_nonfinite()?;
+        self.timer.end()?;
         // The reinitialisation due after this step, built before the copy (so the step's time
         // includes it), and what the next step starts from, measured in the same copy (module
         // docs).

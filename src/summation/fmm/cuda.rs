@@ -398,7 +398,8 @@ impl CudaFmm {
             b.s_end.get(), b.s_pos.get(), b.s_str.get(), b.local.get(), &rho_cut2, &mode,
             talpha, out_u.get_mut(), out_x.get_mut())?;
         record(4)?;
-        // The phase timings wait for the GPU (the device form already waited for the positions).
+        // The phase timings wait for the GPU (the device form waited for the positions already).
+        self.gpu.synchronize("the FMM")?;
         let ms = |a: usize, z: usize| -> Result<f64, CudaError> {
             let (gpu, ev) = (&self.gpu, &events);
             gpu.elapsed_ms(&ev[a], &ev[z], "the FMM")
