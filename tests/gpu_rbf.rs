@@ -164,6 +164,7 @@ impl Fixture {
                 zero_total,
                 &mut self.beta,
             )
+            .and_then(|()| self.solver.report())
             .unwrap_or_else(|e| panic!("GPU RBF solve failed at n = {n}: {e}"));
         let beta = self.download(&self.beta, 3 * n * n * n);
         assert!(
@@ -429,7 +430,7 @@ fn large_lattices(sizes: &[usize]) {
         let (beta, report) = fx.solve(n, sigma0, conditioning, true);
         let (again, _) = fx.solve(n, sigma0, conditioning, true);
         assert!(bits(&again) == bits(&beta), "n = {n}: second solve differs");
-        // The solve alone (it waits for the GPU before returning), tables and plans in place.
+        // The solve alone (the report waits for the GPU), tables and plans in place.
         let t0 = std::time::Instant::now();
         fx.solver
             .solve(
@@ -442,6 +443,7 @@ fn large_lattices(sizes: &[usize]) {
                 true,
                 &mut fx.beta,
             )
+            .and_then(|()| fx.solver.report())
             .unwrap();
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         if n <= 200 {

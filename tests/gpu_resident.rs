@@ -224,7 +224,10 @@ fn resident_step_waits_for_the_gpu_once() {
     for k in 1..=steps {
         let w = counted(&mut || s.step(dt).unwrap());
         println!("fixed Δt, step {k}: {w}");
-        assert!(w.waits <= 1 && w.copies_to_host <= 1, "fixed Δt, step {k}: {w}");
+        assert!(
+            w.waits <= 1 && w.copies_to_host <= 1,
+            "fixed Δt, step {k}: {w}"
+        );
     }
     let w = counted(&mut || {
         s.grid_diagnostics(n, c.flow.nu).unwrap();

@@ -346,7 +346,8 @@ mod tests {
         files(&root.join("tests"), &mut all);
         let mut found = Vec::new();
         // cuda.rs is where they live, this file where they are looked for.
-        let exempt = |f: &Path| f.ends_with("src/device/cuda.rs") || f.ends_with("src/device/mod.rs");
+        let exempt =
+            |f: &Path| f.ends_with("src/device/cuda.rs") || f.ends_with("src/device/mod.rs");
         for f in all.iter().filter(|f| !exempt(f)) {
             let text = std::fs::read_to_string(f).unwrap();
             for (i, line) in text.lines().enumerate() {
@@ -356,9 +357,14 @@ mod tests {
                     let args = rest.split(')').next().unwrap_or("");
                     !args.contains(',') && !args.trim().is_empty()
                 });
-                let bad = ["new_stream(", "default_stream(", ".synchronize()", "memcpy_dtoh("]
-                    .iter()
-                    .any(|p| code.contains(p));
+                let bad = [
+                    "new_stream(",
+                    "default_stream(",
+                    ".synchronize()",
+                    "memcpy_dtoh(",
+                ]
+                .iter()
+                .any(|p| code.contains(p));
                 if bad || event_wait {
                     let f = f.strip_prefix(root).unwrap_or(f).display();
                     found.push(format!("{f}:{}: {}", i + 1, line.trim()));

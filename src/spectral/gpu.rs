@@ -334,7 +334,8 @@ impl Reductions {
         let mut scalars = vec![0.0; 4 * side];
         let mut shells = vec![0.0; side * nshell];
         self.scalars.download(gpu, &mut scalars, "the mode sums")?;
-        self.shells.download(gpu, &mut shells, "the shell spectrum")?;
+        self.shells
+            .download(gpu, &mut shells, "the shell spectrum")?;
         // Rows added in row order.
         let mut sums = [0.0; 4];
         for row in scalars.chunks_exact(4) {

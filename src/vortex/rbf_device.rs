@@ -6,8 +6,8 @@
 //! (`lat_band`) and divides by the band's Gaussian ĝ instead of ĉ, in the same pass. Kernels:
 //! `kernels/lattice.cu`; transforms: cuFFT (D2Z and Z2D, batched over the three components,
 //! plans kept per pair of lattice sizes), all on the GPU's one stream ([`Gpu::stream`]):
-//! [`DeviceRbfSolver::queue_solve`] only queues (the host does not wait), and the report is
-//! read when asked for ([`DeviceRbfSolver::report`], one small copy).
+//! [`DeviceRbfSolver::solve`] only queues (the host does not wait), and the report is read
+//! when asked for ([`DeviceRbfSolver::report`], one small copy).
 //!
 //! On the n³ lattice (nodes x_i = −π + i·h, h = 2π/n, [`super::lattice_nodes`] order) the
 //! strengths β solve Σ_j β_j ζ_σ0(x_i − x_j) = ω'_i, ω' the lattice vorticity ω conditioned as
@@ -122,7 +122,7 @@ fn blocks(n: usize) -> usize {
 
 impl DeviceRbfSolver {
     /// Compiles (once per process and GPU) and loads the kernel on `gpu`; every transform,
-    /// launch and copy of [`DeviceRbfSolver::solve`] runs on `gpu`'s stream. Fails when cuFFT
+    /// launch and copy of [`DeviceRbfSolver::solve`] is queued on `gpu`'s stream. Fails when cuFFT
     /// cannot be loaded.
     pub fn new(gpu: Arc<Gpu>) -> Result<Self, CudaError> {
         cufft_available()?;
@@ -190,51 +190,23 @@ impl DeviceRbfSolver {
             + work
     }
 
-    /// The strengths β on the `n`³ particle lattice for the vorticity `omega` sampled on the
-    /// `m`³ lattice (3·m³ f64 on this GPU, node-major in [`super::lattice_nodes`] order,
-    /// components x, y, z per node), conditioned as `conditioning` asks, with Σβ = 0 per
-    /// component when `zero_total`: the device form of [`super::solve_strengths`] with
-    /// `solver` = [`RbfSolver::Spectral`] (m from [`super::reinit::sampling_lattice`], or n) or
-    /// [`RbfSolver::Exact`] (m = n), same strengths to round-off, same report. `alpha_out` is
-    /// resized ([`DeviceBuffer::ensure`]) to at least 3·n³ values and its first 3·n³ are
-    /// written, in the layout of `omega`; `omega` is not changed. Waits for the GPU before
-    /// returning (the report is read back): [`DeviceRbfSolver::queue_solve`] and
-    /// [`DeviceRbfSolver::report`].
+    /// Queues on the GPU's stream the strengths β on the `n`³ particle lattice for the
+    /// vorticity `omega` sampled on the `m`³ lattice (3·m³ f64 on this GPU, node-major in
+    /// [`super::lattice_nodes`] order, components x, y, z per node), conditioned as
+    /// `conditioning` asks, with Σβ = 0 per component when `zero_total`: the device form of
+    /// [`super::solve_strengths`] with `solver` = [`RbfSolver::Spectral`] (m from
+    /// [`super::reinit::sampling_lattice`], or n) or [`RbfSolver::Exact`] (m = n), same
+    /// strengths to round-off, same report ([`DeviceRbfSolver::report`]). `alpha_out` is resized
+    /// ([`DeviceBuffer::ensure`]) to at least 3·n³ values and its first 3·n³ are written, in
+    /// the layout of `omega`, ready for whatever is queued after; `omega` (read when the stream
+    /// gets there) is not changed. The host does not wait.
     ///
-    /// Errors: n = 0, m < n, 3·m³ beyond 32-bit indexing, σ0 not positive and finite, `omega`
-    /// shorter than 3·m³, conjugate gradients or interpolation from another lattice asked for,
-    /// or a CUDA/cuFFT failure. Panics if `omega` was never allocated (a [`DeviceBuffer`] used
-    /// before `ensure`).
+    /// Errors (found before anything is queued, or when queuing): n = 0, m < n, 3·m³ beyond
+    /// 32-bit indexing, σ0 not positive and finite, `omega` shorter than 3·m³, conjugate
+    /// gradients or interpolation from another lattice asked for, or a CUDA/cuFFT failure.
+    /// Panics if `omega` was never allocated (a [`DeviceBuffer`] used before `ensure`).
     #[allow(clippy::too_many_arguments)]
     pub fn solve(
-        &mut self,
-        omega: &DeviceBuffer<f64>,
-        m: usize,
-        n: usize,
-        sigma0: f64,
-        solver: RbfSolver,
-        conditioning: LatticeConditioning,
-        zero_total: bool,
-        alpha_out: &mut DeviceBuffer<f64>,
-    ) -> Result<ConditioningReport, CudaError> {
-        self.queue_solve(
-            omega,
-            m,
-            n,
-            sigma0,
-            solver,
-            conditioning,
-            zero_total,
-            alpha_out,
-        )?;
-        self.report()
-    }
-
-    /// [`DeviceRbfSolver::solve`] queued on the GPU's stream without waiting: `omega` is read
-    /// when the stream gets there and `alpha_out` is ready for whatever is queued after. The
-    /// same errors (found on the host, before anything is queued, or when queuing).
-    #[allow(clippy::too_many_arguments)]
-    pub fn queue_solve(
         &mut self,
         omega: &DeviceBuffer<f64>,
         m: usize,

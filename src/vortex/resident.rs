@@ -176,6 +176,21 @@ fn derivatives_at(
     Ok(())
 }
 
+/// Blob vorticity of `sources` at `targets`, by the evaluator's device form (queued), into
+/// `out`.
+fn vorticity_at(
+    evaluator: &mut dyn Summation,
+    sources: &DeviceSources,
+    targets: &DeviceTargets,
+    out: &mut DeviceBuffer<f64>,
+) -> Result<(), VortexError> {
+    let dev = evaluator
+        .device_form()
+        .expect("the device form was checked at construction");
+    dev.vorticity_on_device(DevicePoints { sources, targets }, out)?;
+    Ok(())
+}
+
 /// A particle set of the stepper and the derivatives that go with it.
 #[derive(Debug, Clone, Copy)]
 enum At {
@@ -195,6 +210,16 @@ struct Limits {
     omega_max: f64,
 }
 
+impl Limits {
+    /// The maxima in a per-step readback.
+    fn of(words: &[u64; 3]) -> Limits {
+        Limits {
+            u_max: f64::from_bits(words[Word::UMax as usize]),
+            omega_max: f64::from_bits(words[Word::OmegaMax as usize]),
+        }
+    }
+}
+
 /// What a prepared step computed beyond the prepared state, for after its commit.
 #[derive(Debug, Clone, Copy)]
 enum Ahead {
@@ -208,17 +233,23 @@ enum Ahead {
     Reinit(Option<Limits>),
 }
 
-/// The phases of [`PhaseTimes`], timed by events on the stream.
-const EVALUATION: usize = 0;
-const UPDATE: usize = 1;
-const REINIT_VORTICITY: usize = 2;
-const REINIT_SOLVE: usize = 3;
+/// The phases of [`PhaseTimes`], timed by events on the stream ([`PhaseTimer`] numbers).
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Evaluation,
+    Update,
+    ReinitVorticity,
+    ReinitSolve,
+}
 
-/// Words of the per-step readback buffer: the finite flag (an int in the low half), max|u|
-/// and max|ω| (f64 bits).
-const FLAG: usize = 0;
-const U_MAX: usize = 1;
-const OMEGA_MAX: usize = 2;
+/// The words of the per-step readback buffer (their indices): the finite flag (an int in the
+/// low half), max|u| and max|ω| (f64 bits).
+#[derive(Debug, Clone, Copy)]
+enum Word {
+    Flag,
+    UMax,
+    OmegaMax,
+}
 
 /// σ after one step of core spreading, rounded as `vp_spread` rounds it.
 fn spread_core(sigma: f64, spread: f64) -> f64 {
@@ -282,7 +313,7 @@ pub struct ResidentStepper {
     /// at the first output).
     grid_diagnostics: Option<(usize, DeviceGridDiagnostics)>,
     points: DeviceBuffer<f64>,
-    /// The per-step readback: [`FLAG`], [`U_MAX`], [`OMEGA_MAX`].
+    /// The per-step readback ([`Word`]).
     readback: DeviceBuffer<u64>,
     partials: DeviceBuffer<f64>,
     vorticity_scratch: DeviceBuffer<f64>,
@@ -474,7 +505,7 @@ impl ResidentStepper {
 
     /// Queues velocity and stretching (the evaluator's device form) at the set `at`.
     fn derivatives_at(&mut self, at: At) -> Result<(), VortexError> {
-        self.timer.begin(EVALUATION)?;
+        self.timer.begin(Phase::Evaluation as usize)?;
         let (state, out) = match at {
             At::State => (&self.state, &mut self.eval),
             At::Next => (&self.next, &mut self.eval_heun),
@@ -520,7 +551,7 @@ impl ResidentStepper {
     /// Queues the limits' maxima at the set `at` (whose derivatives are queued already): the
     /// blob vorticity at its particles, then max|u| and max|ω| into the readback.
     fn queue_limits(&mut self, at: At) -> Result<(), VortexError> {
-        self.timer.begin(EVALUATION)?;
+        self.timer.begin(Phase::Evaluation as usize)?;
         let (state, eval) = match at {
             At::State => (&self.state, &self.eval),
             At::Next => (&self.next, &self.eval_heun),
@@ -528,18 +559,15 @@ impl ResidentStepper {
         };
         let n = state.n;
         let u = eval.velocity.addr(&self.stream);
-        let dev = self
-            .evaluator
-            .device_form()
-            .expect("checked at construction");
-        let points = DevicePoints {
-            sources: &state.sources(),
-            targets: &DeviceTargets::Sources,
-        };
-        dev.vorticity_on_device(points, &mut self.vorticity_scratch)?;
+        vorticity_at(
+            self.evaluator.as_mut(),
+            &state.sources(),
+            &DeviceTargets::Sources,
+            &mut self.vorticity_scratch,
+        )?;
         let w = self.vorticity_scratch.addr(&self.stream);
-        self.queue_max_norm(u, n, U_MAX)?;
-        self.queue_max_norm(w, n, OMEGA_MAX)?;
+        self.queue_max_norm(u, n, Word::UMax as usize)?;
+        self.queue_max_norm(w, n, Word::OmegaMax as usize)?;
         Ok(self.timer.end()?)
     }
 
@@ -560,18 +588,14 @@ impl ResidentStepper {
         self.ensure_derivatives()?;
         self.clear_readback()?;
         self.queue_limits(At::State)?;
-        let w = self.read_back(3)?;
-        Ok(Limits {
-            u_max: f64::from_bits(w[U_MAX]),
-            omega_max: f64::from_bits(w[OMEGA_MAX]),
-        })
+        Ok(Limits::of(&self.read_back(3)?))
     }
 
     /// Queues the finite check of the prepared state's positions and strengths (readback word
-    /// [`FLAG`] becomes non-zero when one is not finite).
+    /// [`Word::Flag`] becomes non-zero when one is not finite).
     fn queue_nonfinite(&mut self) -> Result<(), VortexError> {
         let s = &self.stream;
-        let flag = self.readback_word(FLAG);
+        let flag = self.readback_word(Word::Flag as usize);
         let m = (3 * self.next.n) as i64;
         for buf in [&self.next.x, &self.next.alpha] {
             // SAFETY: vp_nonfinite(long long m, const double* v, int* flag): buf holds 3·n
@@ -612,7 +636,7 @@ impl ResidentStepper {
         self.reinit_ready = None;
         let limits_asked = std::mem::take(&mut self.limits_asked);
         self.ensure_derivatives()?;
-        self.timer.begin(UPDATE)?;
+        self.timer.begin(Phase::Update as usize)?;
         let s = self.stream.clone();
         let n = self.state.n;
         let m = 3 * n;
@@ -650,7 +674,7 @@ impl ResidentStepper {
                 self.spread_into(true, spread)?;
                 self.pred.n = n;
                 self.derivatives_at(At::Pred)?;
-                self.timer.begin(UPDATE)?;
+                self.timer.begin(Phase::Update as usize)?;
                 // SAFETY: vp_heun(long long m, const double* y, const double* f,
                 // const double* f2, double dt, double* out): all hold 3·n doubles.
                 launch!(s, &self.k.heun, "vp_heun", cfg(m);
@@ -690,13 +714,10 @@ impl ResidentStepper {
         }
         let w = self.read_back(if ahead_at.is_some() { 3 } else { 1 })?;
         // σ spreads uniformly and monotonically, so its exact host mirror covers every core.
-        if !self.next.sigma_max.is_finite() || w[FLAG] != 0 {
+        if !self.next.sigma_max.is_finite() || w[Word::Flag as usize] != 0 {
             return Err(VortexError::NonFinite);
         }
-        let limits = Limits {
-            u_max: f64::from_bits(w[U_MAX]),
-            omega_max: f64::from_bits(w[OMEGA_MAX]),
-        };
+        let limits = Limits::of(&w);
         self.ahead = match (reinit_due, ahead_at) {
             (true, _) => Ahead::Reinit(ahead_at.map(|_| limits)),
             (false, Some(_)) => Ahead::Derivatives(limits),
@@ -760,7 +781,7 @@ impl ResidentStepper {
         let n3 = n * n * n;
         // The lattice ω is sampled on: finer than n for the spectral solve.
         let m = self.settings.sampling_lattice();
-        self.timer.begin(REINIT_VORTICITY)?;
+        self.timer.begin(Phase::ReinitVorticity as usize)?;
         // The evaluator's lattice method where it has one (GPU Ewald: separable weights),
         // else its pair sums at the nodes (made only then).
         let on_lattice = {
@@ -786,22 +807,19 @@ impl ResidentStepper {
                 x: &self.lattice_x,
                 n: m * m * m,
             };
-            let dev = self
-                .evaluator
-                .device_form()
-                .expect("checked at construction");
-            let at = DevicePoints {
-                sources: &src.sources(),
-                targets: &targets,
-            };
-            dev.vorticity_on_device(at, &mut self.omega)?;
+            vorticity_at(
+                self.evaluator.as_mut(),
+                &src.sources(),
+                &targets,
+                &mut self.omega,
+            )?;
         }
-        self.timer.begin(REINIT_SOLVE)?;
+        self.timer.begin(Phase::ReinitSolve as usize)?;
         let s = self.stream.clone();
         let rbf = self.rbf.as_mut().expect("made when reinitialisation is on");
         // A report on the device not read yet is overwritten by this solve.
         self.conditioning_on_device = false;
-        rbf.queue_solve(
+        rbf.solve(
             &self.omega,
             m,
             n,
@@ -1109,10 +1127,10 @@ impl ParticleStepper for ResidentStepper {
     fn take_timings(&mut self) -> PhaseTimes {
         match self.timer.take() {
             Ok(t) => PhaseTimes {
-                evaluation: t[EVALUATION],
-                update: t[UPDATE],
-                reinit_vorticity: t[REINIT_VORTICITY],
-                reinit_solve: t[REINIT_SOLVE],
+                evaluation: t[Phase::Evaluation as usize],
+                update: t[Phase::Update as usize],
+                reinit_vorticity: t[Phase::ReinitVorticity as usize],
+                reinit_solve: t[Phase::ReinitSolve as usize],
             },
             Err(e) => {
                 tracing::warn!("GPU phase timings could not be read: {e}");

@@ -671,7 +671,8 @@ impl<T: GpuReal> AllPairs<T> {
         if len > 0 {
             let view = self.out.get().slice(0..len);
             let what = format!("the output of {}", mode.kernel_name());
-            self.gpu.copy_to_host(&view, &mut self.host_out[..], &what)?;
+            self.gpu
+                .copy_to_host(&view, &mut self.host_out[..], &what)?;
         }
         if let Some(k) = self.host_out.iter().position(|v| !v.is_finite()) {
             return Err(CudaError::Invalid(format!(

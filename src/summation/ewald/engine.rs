@@ -457,7 +457,8 @@ impl EwaldDevice {
         self.compute(p, &ptrs, extra)?;
         self.record(5)?;
         // Results.
-        self.u.download(&self.gpu, &mut u_out[..3 * nt], "velocities")?;
+        self.u
+            .download(&self.gpu, &mut u_out[..3 * nt], "velocities")?;
         self.ex
             .download(&self.gpu, &mut ex_out[..nex * nt], "stretching/gradient")?;
         self.record(6)?;
@@ -694,7 +695,8 @@ impl EwaldDevice {
             nt,
             w_out: out,
         })?;
-        self.u.download(&self.gpu, &mut w_out[..3 * nt], "vorticity")?;
+        self.u
+            .download(&self.gpu, &mut w_out[..3 * nt], "vorticity")?;
         self.record(6)?;
         self.read_timings()?;
         check_written(&w_out[..3 * nt], "vorticity")
