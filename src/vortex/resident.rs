@@ -693,30 +693,21 @@ impl ResidentStepper {
             launch!(s, &self.k.wrap, "vp_wrap", cfg(m); &m_i, &length, self.next.x.get_mut())?;
         }
         self.next.n = n;
+        // σ spreads uniformly and monotonically, so its exact host mirror covers every core.
+        if !self.next.sigma_max.is_finite() {
+            return Err(VortexError::NonFinite);
+        }
         self.clear_readback()?;
         self.queue_nonfinite()?;
         self.timer.end()?;
-        // The reinitialisation due after this step, built before the copy (so the step's time
-        // includes it), and what the next step starts from, measured in the same copy (module
-        // docs).
         let reinit_due = self.settings.reinit_due(self.steps_since_reinit + 1);
-        if reinit_due {
-            self.build_reinit(At::Next)?;
-        }
-        let ahead_at = match (limits_asked, reinit_due) {
-            (false, _) => None,
-            (true, false) => Some(At::Next),
-            (true, true) => Some(At::Pred),
-        };
-        if let Some(at) = ahead_at {
-            self.derivatives_at(at)?;
-            self.queue_limits(at)?;
-        }
-        let w = self.read_back(if ahead_at.is_some() { 3 } else { 1 })?;
-        // σ spreads uniformly and monotonically, so its exact host mirror covers every core.
-        if !self.next.sigma_max.is_finite() || w[Word::Flag as usize] != 0 {
+        let ahead = self.queue_ahead(limits_asked, reinit_due);
+        let w = self.read_back(if matches!(ahead, Ok(Some(_))) { 3 } else { 1 })?;
+        if w[Word::Flag as usize] != 0 {
             return Err(VortexError::NonFinite);
         }
+        // The work ahead failed on a finite state: the step's error.
+        let ahead_at = ahead?;
         let limits = Limits::of(&w);
         self.ahead = match (reinit_due, ahead_at) {
             (true, _) => Ahead::Reinit(ahead_at.map(|_| limits)),
@@ -724,6 +715,27 @@ impl ResidentStepper {
             (false, None) => Ahead::Nothing,
         };
         Ok(())
+    }
+
+    /// Queues, before the prepared step's copy (module docs), the reinitialisation due after it
+    /// (so the step's time includes it) and, when the limits were asked for, the derivatives and
+    /// limits where the next step starts; returns that set (`None`: limits not asked for).
+    fn queue_ahead(
+        &mut self,
+        limits_asked: bool,
+        reinit_due: bool,
+    ) -> Result<Option<At>, VortexError> {
+        if reinit_due {
+            self.build_reinit(At::Next)?;
+        }
+        let at = match (limits_asked, reinit_due) {
+            (false, _) => return Ok(None),
+            (true, false) => At::Next,
+            (true, true) => At::Pred,
+        };
+        self.derivatives_at(at)?;
+        self.queue_limits(at)?;
+        Ok(Some(at))
     }
 
     /// Makes the prepared state current, the step's derivatives the AB2 history (and what was
