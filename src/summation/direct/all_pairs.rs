@@ -261,7 +261,7 @@ impl<T: GpuReal> AllPairs<T> {
         let pack_sources = load("bs_pack_sources")?;
         let pack_targets = load("bs_pack_targets")?;
         let unpack = load("bs_unpack")?;
-        let stream = gpu.context().new_stream().doing("creating a stream")?;
+        let stream = gpu.stream().clone();
         Ok(AllPairs {
             gpu,
             stream,
@@ -519,7 +519,7 @@ impl<T: GpuReal> AllPairs<T> {
 
     /// Writes the output of the last launch as f64 into device arrays: the velocity (3 per
     /// target) at `u` and the further components (3 stretching or 9 gradient per target) at
-    /// `extra` (0: not written); then waits for the GPU.
+    /// `extra` (0: not written), queued on the GPU's stream (the host does not wait).
     pub fn unpack_on_device(&mut self, u: u64, extra: u64) -> Result<(), CudaError> {
         let mode = self.last_mode.ok_or_else(|| {
             CudaError::Invalid("unpack before any launch on the current targets".into())
@@ -538,9 +538,7 @@ impl<T: GpuReal> AllPairs<T> {
             // (nc − 3)·nt or null (the caller's device buffers); the grid covers nt.
             unsafe { b.launch(cfg_n(nt)) }.doing("launching bs_unpack")?;
         }
-        self.stream
-            .synchronize()
-            .doing(format!("running {}", mode.kernel_name()))
+        Ok(())
     }
 
     /// The stream every launch runs on.
@@ -672,13 +670,10 @@ impl<T: GpuReal> AllPairs<T> {
         self.host_out.resize(len, T::zero());
         if len > 0 {
             let view = self.out.get().slice(0..len);
-            self.stream
-                .memcpy_dtoh(&view, &mut self.host_out[..])
-                .doing("copying the output to the host")?;
+            let what = format!("the output of {}", mode.kernel_name());
+            self.gpu
+                .copy_to_host(&view, &mut self.host_out[..], &what)?;
         }
-        self.stream
-            .synchronize()
-            .doing(format!("running {}", mode.kernel_name()))?;
         if let Some(k) = self.host_out.iter().position(|v| !v.is_finite()) {
             return Err(CudaError::Invalid(format!(
                 "{}: output value {} of target {} is {:?}: not written by the kernel, or the \
@@ -711,9 +706,7 @@ impl<T: GpuReal> AllPairs<T> {
             start.record(&self.stream).doing("recording an event")?;
             self.enqueue(mode)?;
             stop.record(&self.stream).doing("recording an event")?;
-            let t = start
-                .elapsed_ms(&stop)
-                .doing(format!("timing {}", mode.kernel_name()))?;
+            let t = self.gpu.elapsed_ms(&start, &stop, mode.kernel_name())?;
             ms.push(t as f64);
         }
         // The last launch's output must be complete too.
