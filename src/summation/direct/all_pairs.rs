@@ -6,9 +6,7 @@
 //! [`AllPairs`] is the engine, made on the GPU it is given (no process-global device);
 //! [`super::CudaDirect`] puts the [`crate::summation::Summation`] trait on it.
 
-use super::tiles::{
-    cfg_n, KernelResources, TileEngine, TileLaunch, PAD_POSITION, TILE_HEADER,
-};
+use super::tiles::{cfg_n, KernelResources, TileEngine, TileLaunch, PAD_POSITION, TILE_HEADER};
 pub use super::tiles::{GpuReal, KernelConfig};
 use crate::device::cuda::{kernel_source, CompiledModule, CudaError, Doing, Gpu, KernelSource};
 use crate::summation::Sources;
@@ -246,11 +244,7 @@ impl<T: GpuReal> AllPairs<T> {
             let n_i = n as i32;
             let alp = if alpha != 0 { alp.addr(stream) } else { 0u64 };
             let mut b = stream.launch_builder(&self.pack_targets);
-            b.arg(&x)
-                .arg(&alpha)
-                .arg(&n_i)
-                .arg(pos.get_mut())
-                .arg(&alp);
+            b.arg(&x).arg(&alpha).arg(&n_i).arg(pos.get_mut()).arg(&alp);
             // SAFETY: bs_pack_targets(const double* x, const double* alpha, int n, real4* pos,
             // real4* alp): x holds 3·n doubles and alpha 3·n or is null (the caller's device
             // buffers), pos and alp 4·n reals (reserve_targets()), alp null when alpha is; the

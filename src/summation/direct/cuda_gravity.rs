@@ -12,9 +12,7 @@ use super::tiles::{
     GpuReal, KernelConfig, KernelResources, TileEngine, TileLaunch, PAD_POSITION, TILE_HEADER,
 };
 use crate::device::cuda::{kernel_source, CudaError, Gpu, KernelSource};
-use crate::summation::interaction::{
-    Bodies, GravityEvaluation, GravitySummation, PlummerGravity,
-};
+use crate::summation::interaction::{Bodies, GravityEvaluation, GravitySummation, PlummerGravity};
 use crate::summation::{SumResult, SummationError};
 use rayon::prelude::*;
 use std::sync::Arc;

@@ -419,9 +419,9 @@ impl<T: GpuReal> TileEngine<T> {
 
     /// The output of the last launch on the device (targets × components reals) and the launch.
     pub fn output(&self) -> Result<(&DeviceBuffer<T>, TileLaunch<T>), CudaError> {
-        let last = self.last.ok_or_else(|| {
-            CudaError::Invalid("no launch on the current targets to read".into())
-        })?;
+        let last = self
+            .last
+            .ok_or_else(|| CudaError::Invalid("no launch on the current targets to read".into()))?;
         Ok((&self.out, last))
     }
 
@@ -549,9 +549,7 @@ impl<T: GpuReal> TileEngine<T> {
                 .memcpy_dtoh(&view, &mut self.host_out[..])
                 .doing("copying the output to the host")?;
         }
-        self.stream
-            .synchronize()
-            .doing(format!("running {name}"))?;
+        self.stream.synchronize().doing(format!("running {name}"))?;
         if let Some(k) = self.host_out.iter().position(|v| !v.is_finite()) {
             return Err(CudaError::Invalid(format!(
                 "{name}: output value {} of target {} is {:?}: not written by the kernel, or the \
@@ -588,9 +586,7 @@ impl<T: GpuReal> TileEngine<T> {
             start.record(&self.stream).doing("recording an event")?;
             self.enqueue(launch)?;
             stop.record(&self.stream).doing("recording an event")?;
-            let t = start
-                .elapsed_ms(&stop)
-                .doing(format!("timing {name}"))?;
+            let t = start.elapsed_ms(&stop).doing(format!("timing {name}"))?;
             ms.push(t as f64);
         }
         self.download()?;
@@ -635,11 +631,17 @@ mod tests {
         // A whole number of tiles is not padded; a second call starts afresh; one vector
         // leaves the second array alone.
         let mut one: [Vec<f64>; 2] = [vec![9.0], vec![7.0]];
-        assert_eq!(pack_records(8, 4, |q| [[q as f64; 4]], [[0.0; 4]], &mut one), 2);
+        assert_eq!(
+            pack_records(8, 4, |q| [[q as f64; 4]], [[0.0; 4]], &mut one),
+            2
+        );
         assert_eq!(one[0].len(), 32);
         assert_eq!(one[0][31], 7.0);
         assert_eq!(one[1], [7.0]);
-        assert_eq!(pack_records(0, 256, |_| [[1.0; 4]], [[0.0; 4]], &mut one), 0);
+        assert_eq!(
+            pack_records(0, 256, |_| [[1.0; 4]], [[0.0; 4]], &mut one),
+            0
+        );
         assert!(one[0].is_empty());
     }
 
