@@ -282,12 +282,7 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
         }
         BenchCommand::Direct(a) => {
             use vpm::summation::interaction::InteractionKind;
-            let (device, note) = vpm::device::Device::open(a.device).map_err(without_gpu(
-                "the CPU evaluator is the default: leave out --device",
-            ))?;
-            if !quiet {
-                say!("--device {}: {note}", a.device);
-            }
+            let device = open_bench_device(a.device, quiet)?;
             let sizes = match (a.n.is_empty(), device.gpu()) {
                 (false, _) => a.n.clone(),
                 (true, None) => vec![1024, 4096, 16384],
@@ -425,6 +420,21 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// The device a benchmark asked for, its note printed unless `quiet`; without a usable GPU when
+/// one was asked for, an error that says the CPU evaluator is the default.
+fn open_bench_device(
+    request: vpm::device::DeviceRequest,
+    quiet: bool,
+) -> Result<vpm::device::Device> {
+    let (device, note) = vpm::device::Device::open(request).map_err(without_gpu(
+        "the CPU evaluator is the default: leave out --device",
+    ))?;
+    if !quiet {
+        say!("--device {request}: {note}");
+    }
+    Ok(device)
 }
 
 /// What `vpm bench kernel` points to on a machine without a GPU.

@@ -127,22 +127,28 @@ fn gpu_f32_matches_cpu_f64_on_random_sets() {
     }
 }
 
-#[test]
-fn gpu_f32_launch_configurations_agree() {
-    let Some(gpu0) = gpu_or_skip() else { return };
-    let set = Set::new(3001, 77, 0xc0f1);
-    for (block, tpt, unroll, min_blocks) in [
-        (128, 1, 4, 0),
-        (256, 4, 2, 2),
-        (64, 3, 8, 0),
-        (512, 1, 1, 0),
-    ] {
-        let config = KernelConfig {
+/// Launch shapes from (block, targets per thread, unroll, minimum blocks per SM).
+fn configs(shapes: &[(u32, u32, u32, u32)]) -> impl Iterator<Item = KernelConfig> + '_ {
+    shapes
+        .iter()
+        .map(|&(block, tpt, unroll, min_blocks)| KernelConfig {
             block,
             targets_per_thread: tpt,
             unroll,
             min_blocks,
-        };
+        })
+}
+
+#[test]
+fn gpu_f32_launch_configurations_agree() {
+    let Some(gpu0) = gpu_or_skip() else { return };
+    let set = Set::new(3001, 77, 0xc0f1);
+    for config in configs(&[
+        (128, 1, 4, 0),
+        (256, 4, 2, 2),
+        (64, 3, 8, 0),
+        (512, 1, 1, 0),
+    ]) {
         let mut gpu = CudaDirect::with_config(gpu0.clone(), config).unwrap();
         check(&mut gpu, &set, &config.to_string(), None);
     }
@@ -394,19 +400,14 @@ fn gpu_gravity_launch_configurations_agree() {
     let Some(gpu0) = gpu_or_skip() else { return };
     let set = GravitySet::new(3001, 77, 0xc0f2);
     let g = PlummerGravity::new(0.02).unwrap();
-    for (block, tpt, unroll, min_blocks) in [
+    let shapes = [
         (128, 1, 4, 0),
         (256, 4, 4, 0),
         (64, 3, 8, 0),
         (512, 8, 2, 0),
         (256, 2, 16, 2),
-    ] {
-        let config = KernelConfig {
-            block,
-            targets_per_thread: tpt,
-            unroll,
-            min_blocks,
-        };
+    ];
+    for config in configs(&shapes) {
         let mut gpu = CudaDirectGravity::with_config(gpu0.clone(), g, config).unwrap();
         check_gravity(&mut gpu, &set, &config.to_string(), F32_PHI, F32_A_SOFT);
     }

@@ -121,6 +121,11 @@ impl<T: GpuReal> AllPairs<T> {
         self.tiles.gpu()
     }
 
+    /// "CUDA <precision> on <GPU>", for evaluator names.
+    pub fn describe(&self) -> String {
+        self.tiles.describe()
+    }
+
     pub fn config(&self) -> KernelConfig {
         self.tiles.config()
     }
@@ -315,5 +320,17 @@ impl<T: GpuReal> AllPairs<T> {
     pub fn time_launches(&mut self, mode: Mode, repeats: usize) -> Result<Vec<f64>, CudaError> {
         let launch = self.check_mode(mode)?;
         self.tiles.time_launches(launch, repeats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_launch_code_names_the_declared_kernels() {
+        let declared = super::super::tiles::declared_tile_kernels(&KERNELS);
+        assert_eq!(declared, Mode::KERNEL_NAMES);
+        assert_eq!(Mode::ALL.map(|m| m.index()), [0, 1, 2, 3, 4]);
     }
 }

@@ -137,11 +137,7 @@ impl<T: GpuReal> Summation for CudaDirectOf<T> {
     }
 
     fn name(&self) -> String {
-        format!(
-            "direct free-space CUDA {} on {}",
-            T::PRECISION,
-            self.engine.gpu().info().name
-        )
+        format!("direct free-space {}", self.engine.describe())
     }
 
     fn boundary(&self) -> Boundary {

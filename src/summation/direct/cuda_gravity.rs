@@ -146,11 +146,7 @@ impl<T: GpuReal> CudaDirectGravityOf<T> {
 
 impl<T: GpuReal> GravitySummation for CudaDirectGravityOf<T> {
     fn name(&self) -> String {
-        format!(
-            "gravity direct CUDA {} on {}",
-            T::PRECISION,
-            self.tiles.gpu().info().name
-        )
+        format!("gravity direct {}", self.tiles.describe())
     }
 
     fn gravity(&self) -> PlummerGravity {
@@ -199,6 +195,12 @@ pub fn reference_gravity(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_launch_code_names_the_declared_kernels() {
+        let declared = super::super::tiles::declared_tile_kernels(&KERNELS);
+        assert_eq!(declared, KERNEL_NAMES);
+    }
 
     #[test]
     fn reference_skips_the_self_pair_only_without_softening() {

@@ -298,6 +298,11 @@ impl<T: GpuReal> TileEngine<T> {
         &self.stream
     }
 
+    /// "CUDA <precision> on <GPU>", for evaluator names.
+    pub fn describe(&self) -> String {
+        format!("CUDA {} on {}", T::PRECISION, self.gpu.info().name)
+    }
+
     /// The name of kernel `index`.
     pub fn kernel_name(&self, index: usize) -> &'static str {
         self.names[index]
@@ -604,9 +609,41 @@ fn check_targets(n: usize) -> Result<(), CudaError> {
     Ok(())
 }
 
+/// The tile kernels a family's source declares (`VPM_TILE_KERNEL(name, …)`), in order, after
+/// checking that it includes the tile header (the launch code's names must be these).
+#[cfg(test)]
+pub(crate) fn declared_tile_kernels(family: &KernelSource) -> Vec<&'static str> {
+    assert!(
+        family.text.contains("#include \"tiles.cuh\"")
+            && family.headers.iter().any(|h| h.0 == TILE_HEADER.0),
+        "{} does not include tiles.cuh as a named header",
+        family.file
+    );
+    family
+        .text
+        .lines()
+        .filter_map(|l| l.strip_prefix("VPM_TILE_KERNEL("))
+        .filter_map(|l| l.split(',').next())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_header_defines_the_loop_the_engine_launches() {
+        let (name, text) = TILE_HEADER;
+        assert_eq!(name, "tiles.cuh");
+        for item in [
+            "struct TileArgs",
+            "void tile_body",
+            "#define VPM_TILE_KERNEL(NAME, ...)",
+            "extern \"C\" __global__ void tile_reduce_splits",
+        ] {
+            assert!(text.contains(item), "{item}");
+        }
+    }
 
     #[test]
     fn records_are_rounded_and_padded_to_whole_tiles() {
