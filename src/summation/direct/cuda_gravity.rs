@@ -49,7 +49,7 @@ impl<T: GpuReal> CudaDirectGravityOf<T> {
         gravity: PlummerGravity,
         config: KernelConfig,
     ) -> Result<Self, CudaError> {
-        let tiles = TileEngine::new(gpu, config, &KERNELS, &KERNEL_NAMES)?;
+        let tiles = TileEngine::new(gpu, config, &KERNELS, &KERNEL_NAMES)?.filling_waves()?;
         Ok(CudaDirectGravityOf { tiles, gravity })
     }
 

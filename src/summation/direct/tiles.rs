@@ -94,12 +94,14 @@ impl Default for KernelConfig {
 
 impl KernelConfig {
     /// The gravity kernels' starting configuration: 256 threads, 4 targets per thread (a pair
-    /// is only 14 instructions, so one shared-memory load serves 4 of them), unroll 4;
-    /// `vpm bench direct --interaction gravity --device cuda --configs …` compares others.
+    /// is 14 instructions, so one shared-memory load serves 4 of them), unroll 8: 14.4
+    /// instructions per pair in the loop and 63 registers with NVRTC 12.9 for sm_90, so 4 blocks
+    /// (32 warps) per multiprocessor; `vpm bench direct --interaction gravity --device cuda
+    /// --configs …` compares others.
     pub const GRAVITY: KernelConfig = KernelConfig {
         block: 256,
         targets_per_thread: 4,
-        unroll: 4,
+        unroll: 8,
         min_blocks: 0,
     };
 
@@ -229,6 +231,9 @@ pub struct TileEngine<T: GpuReal> {
     loaded: Loaded,
     /// The last launch since the last upload of targets (downloads need its component count).
     last: Option<TileLaunch<T>>,
+    /// Resident blocks per multiprocessor of each kernel, when large target counts split the
+    /// sources to fill the last wave ([`TileEngine::filling_waves`]).
+    resident: Option<Vec<usize>>,
 }
 
 impl<T: GpuReal> std::fmt::Debug for TileEngine<T> {
@@ -277,6 +282,7 @@ impl<T: GpuReal> TileEngine<T> {
             host_out: Vec::new(),
             loaded: Loaded::default(),
             last: None,
+            resident: None,
         })
     }
 
@@ -430,16 +436,31 @@ impl<T: GpuReal> TileEngine<T> {
         Ok((&self.out, last))
     }
 
-    /// Source splits (grid y) so that small target counts still fill the GPU: about four
-    /// blocks per multiprocessor in all. Returns (splits, tiles per split).
-    fn splits(&self) -> (usize, usize) {
+    /// Source splits (grid y) for `kernel` on the loaded counts ([`split_sources`]): about
+    /// four blocks per multiprocessor in all for small target counts, and with
+    /// [`TileEngine::filling_waves`] a full last wave. Returns (splits, tiles per split).
+    fn splits(&self, kernel: usize) -> (usize, usize) {
         let per_block = (self.config.block * self.config.targets_per_thread) as usize;
         let xb = self.loaded.targets.div_ceil(per_block).max(1);
-        let want = 4 * self.gpu.info().multiprocessors.max(1) as usize;
-        let tiles = self.loaded.tiles.max(1);
-        let splits = want.div_ceil(xb).clamp(1, tiles);
-        let tiles_per_split = tiles.div_ceil(splits);
-        (tiles.div_ceil(tiles_per_split), tiles_per_split)
+        let sms = self.gpu.info().multiprocessors.max(1) as usize;
+        let resident = self.resident.as_ref().map(|r| r[kernel] * sms);
+        split_sources(xb, self.loaded.tiles, 4 * sms, resident)
+    }
+
+    /// Lets large target counts split the sources too, so that the last wave of blocks on the
+    /// GPU is nearly full (at most 4 splits; from each kernel's occupancy). The sums' order then
+    /// depends on the GPU; the Biot–Savart family does not use it (its results stay those of
+    /// one split).
+    pub fn filling_waves(mut self) -> Result<Self, CudaError> {
+        let mut resident = Vec::with_capacity(self.kernels.len());
+        for f in &self.kernels {
+            let blocks = f
+                .occupancy_max_active_blocks_per_multiprocessor(self.config.block, 0, None)
+                .doing("reading occupancy")?;
+            resident.push(blocks as usize);
+        }
+        self.resident = Some(resident);
+        Ok(self)
     }
 
     /// Queues one evaluation on the loaded sources and targets (asynchronous). The output is
@@ -459,7 +480,7 @@ impl<T: GpuReal> TileEngine<T> {
         }
         self.out.ensure(&self.stream, len)?;
         self.out.poison(&self.stream, len)?;
-        let (splits, _) = self.splits();
+        let (splits, _) = self.splits(launch.kernel);
         if splits > 1 && l.sources > 0 {
             self.part.ensure(&self.stream, splits * len)?;
             self.part.poison(&self.stream, splits * len)?;
@@ -482,7 +503,7 @@ impl<T: GpuReal> TileEngine<T> {
                 .memset_zeros(&mut view)
                 .doing("zeroing the output");
         }
-        let (splits, tiles_per_split) = self.splits();
+        let (splits, tiles_per_split) = self.splits(launch.kernel);
         let per_block = self.config.block * self.config.targets_per_thread;
         let cfg = LaunchConfig {
             grid_dim: ((l.targets as u32).div_ceil(per_block), splits as u32, 1),
@@ -599,6 +620,32 @@ impl<T: GpuReal> TileEngine<T> {
     }
 }
 
+/// Source splits for `xb` blocks of targets over `tiles` source tiles: enough that about `want`
+/// blocks run when the targets are few; otherwise, when `resident` blocks fit on the GPU at a
+/// time, the fewest splits (at most 4) that fill the last wave of blocks best (a split must gain
+/// over 1 % of the GPU). Returns (splits, tiles per split); the last split may be shorter.
+pub fn split_sources(
+    xb: usize,
+    tiles: usize,
+    want: usize,
+    resident: Option<usize>,
+) -> (usize, usize) {
+    let (xb, tiles) = (xb.max(1), tiles.max(1));
+    let mut splits = want.div_ceil(xb).clamp(1, tiles);
+    if let Some(slots) = resident.filter(|&r| r > 0 && splits == 1) {
+        let filled = |s: usize| (xb * s) as f64 / ((xb * s).div_ceil(slots) * slots) as f64;
+        splits = (2..=tiles.min(4)).fold(1, |best, s| {
+            if filled(s) > filled(best) + 0.01 {
+                s
+            } else {
+                best
+            }
+        });
+    }
+    let tiles_per_split = tiles.div_ceil(splits);
+    (tiles.div_ceil(tiles_per_split), tiles_per_split)
+}
+
 /// Refuses more targets than one launch can index.
 fn check_targets(n: usize) -> Result<(), CudaError> {
     if n > (i32::MAX as usize) / 16 {
@@ -683,6 +730,23 @@ mod tests {
     }
 
     #[test]
+    fn splits_fill_the_gpu_and_the_last_wave() {
+        // Few targets: about `want` blocks in all (132 SMs × 4), at most one split per tile.
+        assert_eq!(split_sources(4, 4096, 528, None), (128, 32));
+        assert_eq!(split_sources(1, 3, 528, None), (3, 1));
+        // Many targets: one split, unless the last wave is to be filled.
+        assert_eq!(split_sources(1024, 4096, 528, None), (1, 4096));
+        // 1024 blocks on 132 × 4 slots: 97 % full already.
+        assert_eq!(split_sources(1024, 4096, 528, Some(528)), (1, 4096));
+        // On 132 × 3 slots: 86 % with 1 or 2 splits, 97 % with 3.
+        assert_eq!(split_sources(1024, 4096, 528, Some(396)), (3, 1366));
+        // Never more splits than tiles: with 2 tiles, 3 splits are out and 2 gain nothing.
+        assert_eq!(split_sources(1024, 2, 528, Some(396)), (1, 2));
+        // 700 blocks on 528 slots: 66 % full with one split, 88 % with 2 or 4, 99 % with 3.
+        assert_eq!(split_sources(700, 4096, 528, Some(528)), (3, 1366));
+    }
+
+    #[test]
     fn launch_shapes_are_checked() {
         assert!(KernelConfig::default().check().is_ok());
         assert!(KernelConfig::GRAVITY.check().is_ok());
@@ -692,7 +756,7 @@ mod tests {
         };
         let e = bad.check().unwrap_err().to_string();
         assert!(e.contains("unroll dividing the block"), "{e}");
-        assert_eq!(KernelConfig::GRAVITY.to_string(), "256x4x4x0");
+        assert_eq!(KernelConfig::GRAVITY.to_string(), "256x4x8x0");
         assert!(KernelConfig::GRAVITY
             .options()
             .contains(&"-DVPM_TPT=4".to_string()));
