@@ -282,7 +282,9 @@ fn gpu_device_form_is_bit_identical_to_host_form() {
 // ---- Plummer gravity ---------------------------------------------------------------------------
 
 /// Bodies uniform in [−1, 1]³ with masses in [0.5, 1.5]/n, and `extra` other points in the same
-/// cube (targets ≠ sources).
+/// cube (targets ≠ sources). Positions are f32 values, so the f32 kernels see the reference's
+/// inputs exactly and the comparison measures their arithmetic (rounding the positions of the
+/// nearest pair to f32 alone would move its force by ~1e-5 at ε = 0).
 struct GravitySet {
     x: Vec<[f64; 3]>,
     mass: Vec<f64>,
@@ -294,7 +296,7 @@ impl GravitySet {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut cube = |k: usize| -> Vec<[f64; 3]> {
             (0..k)
-                .map(|_| [0; 3].map(|_| rng.random_range(-1.0..1.0)))
+                .map(|_| [0; 3].map(|_| rng.random_range(-1.0f32..1.0) as f64))
                 .collect()
         };
         let (x, points) = (cube(n), cube(extra));
@@ -352,12 +354,12 @@ fn check_gravity(
     }
 }
 
-/// f32 tolerances: φ (all terms positive) to about 1e-6; a at ε = 0 is limited by the f32
-/// positions of the nearest pairs (largest error ~4e-4 of the rms at n = 4099, measured in an
-/// f32 emulation), at ε > 0 like φ.
+/// f32 tolerances (relative L2, largest over rms), about 5× and 10× what an f32 emulation of the
+/// kernels measures at n = 4099 (φ 9e-7 and 4e-6; a at ε = 0.05 9e-7 and 6e-6; a at ε = 0
+/// 1.1e-6 and 3e-5, the largest where the nearest pairs make a far above its rms).
 const F32_PHI: (f64, f64) = (5e-6, 5e-5);
 const F32_A_SOFT: (f64, f64) = (5e-6, 5e-5);
-const F32_A_NEWTON: (f64, f64) = (5e-5, 5e-3);
+const F32_A_NEWTON: (f64, f64) = (1e-5, 5e-4);
 
 #[test]
 fn gpu_gravity_f32_and_f64_match_cpu_f64() {
