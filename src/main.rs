@@ -296,6 +296,9 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
                 .collect::<Result<Vec<_>>>()?;
             match (a.interaction, device.gpu()) {
                 (InteractionKind::BiotSavart, None) => {
+                    if !configs.is_empty() {
+                        bail!("--configs: launch configurations of the GPU kernels; add --device cuda");
+                    }
                     vpm::bench::bench_direct(&sizes, repeats.unwrap_or(3), json)?;
                 }
                 (InteractionKind::BiotSavart, Some(gpu)) => {

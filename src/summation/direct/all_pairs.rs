@@ -212,7 +212,7 @@ impl<T: GpuReal> AllPairs<T> {
         sigma: u64,
         n: usize,
     ) -> Result<(), CudaError> {
-        let (padded, stream, [pos, str]) = self.tiles.reserve_sources(n)?;
+        let (padded, (stream, [pos, str])) = self.tiles.reserve_sources(n)?;
         if padded > 0 {
             let (n_i, padded_i) = (n as i32, padded as i32);
             let f4pi = 0.25 * std::f64::consts::FRAC_1_PI;

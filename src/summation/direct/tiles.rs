@@ -193,6 +193,10 @@ pub fn pack_records<T: GpuReal, const V: usize>(
     tiles
 }
 
+/// Where a family packs records on the device: the engine's stream and its two buffers (of
+/// sources, or of targets).
+pub type PackInto<'a, T> = (&'a Arc<CudaStream>, &'a mut [DeviceBuffer<T>; 2]);
+
 /// A launch of one kernel of the family: its index in the names given to [`TileEngine::new`],
 /// the reals it writes per target, and the real argument (`TileArgs::param`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -383,10 +387,7 @@ impl<T: GpuReal> TileEngine<T> {
 
     /// Sizes the source buffers for `n` sources packed on the device and records the counts;
     /// returns the padded count and the stream and buffers to pack into.
-    pub fn reserve_sources(
-        &mut self,
-        n: usize,
-    ) -> Result<(usize, &Arc<CudaStream>, &mut [DeviceBuffer<T>; 2]), CudaError> {
+    pub fn reserve_sources(&mut self, n: usize) -> Result<(usize, PackInto<'_, T>), CudaError> {
         let tiles = self.source_tiles(n)?;
         let padded = tiles * self.config.block as usize;
         for b in &mut self.src {
@@ -394,7 +395,7 @@ impl<T: GpuReal> TileEngine<T> {
         }
         self.loaded.sources = n;
         self.loaded.tiles = tiles;
-        Ok((padded, &self.stream, &mut self.src))
+        Ok((padded, (&self.stream, &mut self.src)))
     }
 
     /// Sizes the target buffers for `n` targets packed on the device and records the count and
@@ -403,7 +404,7 @@ impl<T: GpuReal> TileEngine<T> {
         &mut self,
         n: usize,
         second: bool,
-    ) -> Result<(&Arc<CudaStream>, &mut [DeviceBuffer<T>; 2]), CudaError> {
+    ) -> Result<PackInto<'_, T>, CudaError> {
         check_targets(n)?;
         for b in &mut self.tgt {
             b.ensure(&self.stream, 4 * n)?;
