@@ -441,6 +441,14 @@ fn gpu_gravity_edge_cases() {
         .evaluate_gravity(&bodies, None, &mut out)
         .unwrap_err();
     assert!(e.to_string().contains("bodies 0 and 2"), "{e}");
+    // Bodies apart in f64 but not in f32 are refused too.
+    let close = [[1.0, 0.0, 0.0], [1.0 + 1e-12, 0.0, 0.0]];
+    let two = Bodies {
+        x: &close,
+        mass: &mass[..2],
+    };
+    let e = newton.evaluate_gravity(&two, None, &mut out).unwrap_err();
+    assert!(e.to_string().contains("in f32: bodies 0 and 1"), "{e}");
     // ε > 0: the same bodies are fine; the coincident pair adds −m/ε and no force.
     let soft = PlummerGravity::new(0.5).unwrap();
     let mut gpu = CudaDirectGravity::new(gpu0.clone(), soft).unwrap();

@@ -76,6 +76,19 @@ impl<T: GpuReal> CudaDirectGravityOf<T> {
         bodies.check()?;
         self.gravity.check_bodies(bodies.x)?;
         let (x, m) = (bodies.x, bodies.mass);
+        if self.gravity.softening == 0.0 && T::PRECISION != "f64" {
+            // Bodies apart in f64 but at one position in T would lose their pair silently.
+            let rounded: Vec<[f64; 3]> = x
+                .iter()
+                .map(|p| p.map(|c| T::from_f64(c).to_f64()))
+                .collect();
+            self.gravity.check_bodies(&rounded).map_err(|e| match e {
+                SummationError::BadSources(m) => {
+                    SummationError::BadSources(format!("in {}: {m}", T::PRECISION))
+                }
+                other => other,
+            })?;
+        }
         let pad = [[PAD_POSITION, PAD_POSITION, PAD_POSITION, 0.0]];
         self.tiles
             .upload_sources(x.len(), |q| [[x[q][0], x[q][1], x[q][2], m[q]]], pad)?;
