@@ -6,26 +6,19 @@
 // G5 = (3g − ρg')/ρ⁵ with the positive small-ρ series S5 below the same threshold (ρ < 2 in
 // f32, ρ < 1 in f64); above it the erf form (in f32 with a shared-exponential erf, below).
 //
-// Options (-D):
-//   VPM_DOUBLE   real = double (the reference build; libdevice erf/exp/sqrt); default float
-//   VPM_BLOCK    threads per block = sources per shared-memory tile (default 256)
-//   VPM_TPT      targets per thread (register blocking; default 2)
-//   VPM_UNROLL   unroll factor of the loop over one tile's sources (default 4)
-//   VPM_MINB     minimum resident blocks per SM for __launch_bounds__ (0: none; default 0)
+// Options (-D): those of tiles.cuh (VPM_DOUBLE, VPM_BLOCK, VPM_TPT, VPM_UNROLL, VPM_MINB).
 //
-// Layout (packed on the host by src/summation/direct/all_pairs.rs), one 16-byte (f32) vector per item:
-//   src_pos[q] = (x_q, y_q, z_q, 1/σ_q²)
-//   src_str[q] = (α_q/(4π), (ρ_far σ_q)²)      ρ_far = 7 in f32, 10 in f64 (see far_kl)
-//   tgt_pos[i] = (x_i, y_i, z_i, unused)
-//   tgt_alp[i] = (3α_i, unused)                  stretching only (3α: see near_kl)
+// Layout (packed on the host by src/summation/direct/all_pairs.rs), one 16-byte (f32) vector per
+// item, in tiles.cuh's TileArgs:
+//   src_a[q] = (x_q, y_q, z_q, 1/σ_q²)
+//   src_b[q] = (α_q/(4π), (ρ_far σ_q)²)      ρ_far = 7 in f32, 10 in f64 (see far_kl)
+//   tgt_a[i] = (x_i, y_i, z_i, unused)
+//   tgt_b[i] = (3α_i, unused)                  stretching only (3α: see near_kl)
 // Sources are padded to a multiple of VPM_BLOCK with α = 0, far² = 0 at (1e15, 1e15, 1e15): they
-// add exact zeros. Targets: each thread clamps its target indices to nt − 1 and stores only the
-// valid ones.
+// add exact zeros. The kernels' real argument (TileArgs::param) is unused.
 //
-// Grid: x over target blocks of VPM_BLOCK·VPM_TPT targets, y over source splits (blockIdx.y
-// sums tiles [y·tiles_per_split, min((y+1)·tiles_per_split, n_tiles))). Output: NC reals per
-// target at out[(blockIdx.y·nt + i)·NC + c]; with several splits the host sums them with
-// bs_reduce_splits (fixed order: deterministic).
+// The tile loop, the grid, the source splits and their reduction are tiles.cuh's (tile_body);
+// here are the interaction structs (BiotSavart<MODE>) and NC, the outputs per target:
 //   velocity:            NC = 3   u
 //   stretching (both):   NC = 6   u, dα/dt
 //   gradient:            NC = 12  u, ∂u_i/∂x_j row-major
@@ -41,35 +34,7 @@
 //   2^18 sources costs ~1e-5 relative, two-level ~1e-6.
 
 #include "common.cuh"
-
-#ifndef VPM_BLOCK
-#define VPM_BLOCK 256
-#endif
-#ifndef VPM_TPT
-#define VPM_TPT 2
-#endif
-#ifndef VPM_UNROLL
-#define VPM_UNROLL 4
-#endif
-#ifndef VPM_MINB
-#define VPM_MINB 0
-#endif
-
-constexpr int kBlock = VPM_BLOCK;
-constexpr int kTpt = VPM_TPT;
-constexpr int kUnroll = VPM_UNROLL;
-
-#ifdef VPM_DOUBLE
-typedef double real;
-#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 13
-typedef double4_32a real4; // CUDA 13 deprecates plain double4; same 32-byte layout
-#else
-typedef double4 real4;
-#endif
-#else
-typedef float real;
-typedef float4 real4;
-#endif
+#include "tiles.cuh"
 
 // √(2/π), 1/√2, 1/3 (common.cuh: the f64 values, rounded to the precision).
 constexpr real kSqrt2OverPi = (real)VPM_SQRT_2_OVER_PI;
@@ -96,14 +61,12 @@ template <> struct Nc<MODE_VORT> { static constexpr int value = 3; };
 
 #ifdef VPM_DOUBLE
 __device__ __forceinline__ real exp_mhalf(real x) { return exp(-0.5 * x); }
-__device__ __forceinline__ real rsqrt_r(real x) { return rsqrt(x); }
 __device__ __forceinline__ real sqrt_r(real x) { return sqrt(x); }
 #else
-// Built with --use_fast_math: exp2f, rsqrtf, sqrtf and __fdividef are single MUFU instructions
-// (ex2/rsqrt/sqrt/rcp.approx.ftz). e^{−x/2} = 2^{−x log2(e)/2}: relative error ~2 ulp plus the
-// argument's rounding, < 2e-6 where it matters (ρ < 7).
+// Built with --use_fast_math: exp2f, rsqrtf (tiles.cuh rsqrt_r), sqrtf and __fdividef are single
+// MUFU instructions (ex2/rsqrt/sqrt/rcp.approx.ftz). e^{−x/2} = 2^{−x log2(e)/2}: relative error
+// ~2 ulp plus the argument's rounding, < 2e-6 where it matters (ρ < 7).
 __device__ __forceinline__ float exp_mhalf(float x) { return exp2f(x * -0.72134752044448170f); }
-__device__ __forceinline__ float rsqrt_r(float x) { return rsqrtf(x); }
 __device__ __forceinline__ float sqrt_r(float x) { return sqrtf(x); }
 // erf(u) = 1 − t·P(t)·e^{−u²}, t = 1/(1 + p u) (Abramowitz & Stegun 7.1.26, |error| ≤ 1.5e-7
 // for u ≥ 0), with e^{−u²} = e^{−ρ²/2} shared with g'. Used only for ρ ≥ 2 (u ≥ √2), where it
@@ -204,7 +167,7 @@ template <int MODE> __device__ __forceinline__ void acc_add(Acc &t, const Acc &p
 
 // One source (P = position and 1/σ², Q = α/4π and far²) acting on one target (p, 3α_p = q).
 template <int MODE>
-__device__ __forceinline__ void pair(const real4 &P, const real4 &Q, real px, real py, real pz, real qx,
+__device__ __forceinline__ void bs_pair(const real4 &P, const real4 &Q, real px, real py, real pz, real qx,
                                      real qy, real qz, Acc &acc)
 {
     const real rx = px - P.x;
@@ -222,7 +185,7 @@ __device__ __forceinline__ void pair(const real4 &P, const real4 &Q, real px, re
     }
     real K, L3;
     far_kl(r2, K, L3);
-    if (__any_sync(0xffffffffu, r2 < Q.w)) {
+    if (tile_any(r2 < Q.w)) {
         if (r2 < Q.w) {
             near_kl(r2, P.w, K, L3);
         }
@@ -262,7 +225,7 @@ __device__ __forceinline__ void pair(const real4 &P, const real4 &Q, real px, re
 
 // Writes the NC outputs of one target.
 template <int MODE>
-__device__ __forceinline__ void finish(const Acc &t, real qx, real qy, real qz, real *o)
+__device__ __forceinline__ void bs_finish(const Acc &t, real qx, real qy, real qz, real *o)
 {
     if (MODE == MODE_VORT) {
         o[0] = kSqrt2OverPi * t.u0;
@@ -301,113 +264,69 @@ __device__ __forceinline__ void finish(const Acc &t, real qx, real qy, real qz, 
     }
 }
 
-template <int MODE>
-__device__ __forceinline__ void bs_body(const real4 *__restrict__ src_pos, const real4 *__restrict__ src_str,
-                                        int n_tiles, int tiles_per_split, const real4 *__restrict__ tgt_pos,
-                                        const real4 *__restrict__ tgt_alp, int nt, real *__restrict__ out)
-{
-    constexpr int NC = Nc<MODE>::value;
-    constexpr bool kHasAlpha = (MODE == MODE_CLASSICAL || MODE == MODE_TRANSPOSED);
-    __shared__ real4 sh_pos[kBlock];
-    __shared__ real4 sh_str[kBlock];
-    const int tid = threadIdx.x;
-    const int first = blockIdx.x * (kBlock * kTpt) + tid;
+// The Biot–Savart interaction of mode MODE for tiles.cuh's loop: a source is (P, Q) = (x, 1/σ²)
+// and (α/4π, far²), a target its position and 3α (zero unless stretching).
+template <int MODE> struct BiotSavart {
+    struct Source {
+        real4 p, q;
+    };
+    struct Target {
+        real px, py, pz, qx, qy, qz;
+    };
+    typedef ::Acc Acc;
+    static constexpr int kOutputs = Nc<MODE>::value;
+    static constexpr bool kWarpVote = MODE != MODE_VORT;
+    static constexpr bool kHasAlpha = (MODE == MODE_CLASSICAL || MODE == MODE_TRANSPOSED);
 
-    real px[kTpt], py[kTpt], pz[kTpt], qx[kTpt], qy[kTpt], qz[kTpt];
-    Acc tot[kTpt];
-#pragma unroll
-    for (int t = 0; t < kTpt; ++t) {
-        const int i = min(first + t * kBlock, nt - 1);
-        const real4 p = tgt_pos[i];
-        px[t] = p.x;
-        py[t] = p.y;
-        pz[t] = p.z;
+    __device__ __forceinline__ explicit BiotSavart(const TileArgs &) {}
+
+    static __device__ __forceinline__ Source load_source(const TileArgs &a, int q)
+    {
+        Source s;
+        s.p = a.src_a[q];
+        s.q = a.src_b[q];
+        return s;
+    }
+
+    static __device__ __forceinline__ Target load_target(const TileArgs &a, int i)
+    {
+        Target t;
+        const real4 p = a.tgt_a[i];
+        t.px = p.x;
+        t.py = p.y;
+        t.pz = p.z;
         if (kHasAlpha) {
-            const real4 a = tgt_alp[i];
-            qx[t] = a.x;
-            qy[t] = a.y;
-            qz[t] = a.z;
+            const real4 q = a.tgt_b[i];
+            t.qx = q.x;
+            t.qy = q.y;
+            t.qz = q.z;
         } else {
-            qx[t] = 0;
-            qy[t] = 0;
-            qz[t] = 0;
+            t.qx = 0;
+            t.qy = 0;
+            t.qz = 0;
         }
-        acc_zero<MODE>(tot[t]);
+        return t;
     }
 
-    const int tile_begin = blockIdx.y * tiles_per_split;
-    const int tile_end = min(tile_begin + tiles_per_split, n_tiles);
-    for (int tile = tile_begin; tile < tile_end; ++tile) {
-        const int q = tile * kBlock + tid;
-        __syncthreads();
-        sh_pos[tid] = src_pos[q];
-        sh_str[tid] = src_str[q];
-        __syncthreads();
-        Acc part[kTpt];
-#pragma unroll
-        for (int t = 0; t < kTpt; ++t) {
-            acc_zero<MODE>(part[t]);
-        }
-#pragma unroll (kUnroll)
-        for (int j = 0; j < kBlock; ++j) {
-            const real4 P = sh_pos[j];
-            const real4 Q = sh_str[j];
-#pragma unroll
-            for (int t = 0; t < kTpt; ++t) {
-                pair<MODE>(P, Q, px[t], py[t], pz[t], qx[t], qy[t], qz[t], part[t]);
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < kTpt; ++t) {
-            acc_add<MODE>(tot[t], part[t]);
-        }
+    __device__ __forceinline__ void zero(Acc &a) const { acc_zero<MODE>(a); }
+    __device__ __forceinline__ void add(Acc &t, const Acc &p) const { acc_add<MODE>(t, p); }
+
+    __device__ __forceinline__ void pair(const Source &s, const Target &t, Acc &a) const
+    {
+        bs_pair<MODE>(s.p, s.q, t.px, t.py, t.pz, t.qx, t.qy, t.qz, a);
     }
 
-    real *o = out + (size_t)blockIdx.y * (size_t)nt * NC;
-#pragma unroll
-    for (int t = 0; t < kTpt; ++t) {
-        const int i = first + t * kBlock;
-        if (i < nt) {
-            finish<MODE>(tot[t], qx[t], qy[t], qz[t], o + (size_t)i * NC);
-        }
+    __device__ __forceinline__ void finish(const Acc &a, const Target &t, real *o) const
+    {
+        bs_finish<MODE>(a, t.qx, t.qy, t.qz, o);
     }
-}
+};
 
-#if VPM_MINB > 0
-#define VPM_BOUNDS __launch_bounds__(VPM_BLOCK, VPM_MINB)
-#else
-#define VPM_BOUNDS __launch_bounds__(VPM_BLOCK)
-#endif
-
-#define VPM_KERNEL(NAME, MODE)                                                                          \
-    extern "C" __global__ void VPM_BOUNDS                                                               \
-        NAME(const real4 *__restrict__ src_pos, const real4 *__restrict__ src_str, int n_tiles,         \
-             int tiles_per_split, const real4 *__restrict__ tgt_pos, const real4 *__restrict__ tgt_alp, \
-             int nt, real *__restrict__ out)                                                            \
-    {                                                                                                   \
-        bs_body<MODE>(src_pos, src_str, n_tiles, tiles_per_split, tgt_pos, tgt_alp, nt, out);           \
-    }
-
-VPM_KERNEL(bs_velocity, MODE_VEL)
-VPM_KERNEL(bs_stretching_classical, MODE_CLASSICAL)
-VPM_KERNEL(bs_stretching_transposed, MODE_TRANSPOSED)
-VPM_KERNEL(bs_gradient, MODE_GRADIENT)
-VPM_KERNEL(bs_vorticity, MODE_VORT)
-
-// out[i] = Σ_s part[s·len + i], s = 0 … splits − 1 in order (deterministic).
-extern "C" __global__ void bs_reduce_splits(const real *__restrict__ part, int splits, long long len,
-                                            real *__restrict__ out)
-{
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= len) {
-        return;
-    }
-    real s = part[i];
-    for (int k = 1; k < splits; ++k) {
-        s += part[(long long)k * len + i];
-    }
-    out[i] = s;
-}
+VPM_TILE_KERNEL(bs_velocity, BiotSavart<MODE_VEL>)
+VPM_TILE_KERNEL(bs_stretching_classical, BiotSavart<MODE_CLASSICAL>)
+VPM_TILE_KERNEL(bs_stretching_transposed, BiotSavart<MODE_TRANSPOSED>)
+VPM_TILE_KERNEL(bs_gradient, BiotSavart<MODE_GRADIENT>)
+VPM_TILE_KERNEL(bs_vorticity, BiotSavart<MODE_VORT>)
 
 // ---- the device form (src/summation/direct/cuda.rs DeviceSummation): packing on the device --
 

@@ -5,13 +5,20 @@
 // threads over expansion coefficients (P2M, M2M, M2L, L2L) or over the leaf's targets (L2P and
 // P2P together: the seed's "multiple walks", SC09 §2.3), so no sum is reduced across blocks.
 //
-// Compiled per expansion order: -DFMM_P=<p>. Coefficients (n, m ≥ 0) at n(n+1)/2 + m, three
-// components adjacent (coef[3·index + c]); X_n^{−m} = (−1)^m conj(X_n^m).
+// Compiled per expansion order and charge count: -DFMM_P=<p> -DFMM_Q=<q>. The far-field kernels
+// (P2M, M2M, M2L, L2L) are written once for q Laplace charges per source, the interaction's
+// charge components (src/summation/interaction.rs): q = 3 for the Biot–Savart law (the vortex
+// strengths; evaluated by fmm_eval), q = 1 for gravity (the masses; fmm_eval_gravity).
+// Coefficients (n, m ≥ 0) at n(n+1)/2 + m, the q components adjacent (coef[q·index + c]);
+// X_n^{−m} = (−1)^m conj(X_n^m).
 
 #include "common.cuh"
 
 #ifndef FMM_P
 #define FMM_P 8
+#endif
+#ifndef FMM_Q
+#define FMM_Q 3
 #endif
 #define NC ((FMM_P + 1) * (FMM_P + 2) / 2)
 #define NC2 ((2 * FMM_P + 1) * (2 * FMM_P + 2) / 2)
@@ -40,11 +47,12 @@ __device__ __forceinline__ cplx csigned(const cplx *t, int n, int m)
     return v;
 }
 
-__device__ __forceinline__ cplx csigned3(const cplx *t, int n, int m, int c)
+// Component c of X_n^m in a table of FMM_Q expansions stored coefficient-major.
+__device__ __forceinline__ cplx csignedq(const cplx *t, int n, int m, int c)
 {
     if (m >= 0)
-        return t[3 * cindex(n, m) + c];
-    cplx v = t[3 * cindex(n, -m) + c];
+        return t[FMM_Q * cindex(n, m) + c];
+    cplx v = t[FMM_Q * cindex(n, -m) + c];
     v.im = -v.im;
     if (m & 1)
     {
@@ -115,11 +123,12 @@ __device__ void irregular_column(double x, double y, double z, int m, int top, c
     }
 }
 
-// P2M: one block per source leaf, thread i < NC owns coefficient i: M_n^m = Σ α conj(R_n^m(y − c)).
+// P2M: one block per source leaf, thread i < NC owns coefficient i: M_n^m = Σ q conj(R_n^m(y − c))
+// for each of the FMM_Q charges q (FMM_Q per source in `charge`).
 extern "C" __global__ void fmm_p2m(const unsigned *__restrict__ leaves, int n_leaves,
                                    const double *__restrict__ center, const unsigned *__restrict__ begin,
                                    const unsigned *__restrict__ end, const double *__restrict__ x,
-                                   const double *__restrict__ alpha, cplx *__restrict__ mult)
+                                   const double *__restrict__ charge, cplx *__restrict__ mult)
 {
     const int leaf = blockIdx.x;
     if (leaf >= n_leaves)
@@ -131,7 +140,7 @@ extern "C" __global__ void fmm_p2m(const unsigned *__restrict__ leaves, int n_le
     int n, m;
     cdecode(i, n, m);
     const double cx = center[3 * cell], cy = center[3 * cell + 1], cz = center[3 * cell + 2];
-    cplx acc[3] = {{0, 0}, {0, 0}, {0, 0}};
+    cplx acc[FMM_Q] = {};
     cplx col[FMM_P + 1 + 1];
     for (unsigned q = begin[cell]; q < end[cell]; q++)
     {
@@ -154,15 +163,15 @@ extern "C" __global__ void fmm_p2m(const unsigned *__restrict__ leaves, int n_le
             col[nn - m] = {(a.re * f - b.re * r2) * s, (a.im * f - b.im * r2) * s};
         }
         const cplx r = cconj(col[n - m]);
-        for (int c = 0; c < 3; c++)
+        for (int c = 0; c < FMM_Q; c++)
         {
-            const double a = alpha[3 * q + c];
+            const double a = charge[FMM_Q * q + c];
             acc[c].re += r.re * a;
             acc[c].im += r.im * a;
         }
     }
-    for (int c = 0; c < 3; c++)
-        mult[(size_t)cell * 3 * NC + 3 * i + c] = acc[c];
+    for (int c = 0; c < FMM_Q; c++)
+        mult[(size_t)cell * FMM_Q * NC + FMM_Q * i + c] = acc[c];
 }
 
 // M2M: one block per cell of cells[first, first + count) that has children (leaves return):
@@ -178,12 +187,12 @@ extern "C" __global__ void fmm_m2m(int first, int count, const double *__restric
     if (nch == 0)
         return;
     __shared__ cplx R[NC];
-    __shared__ cplx M[3 * NC];
+    __shared__ cplx M[FMM_Q * NC];
     const int i = threadIdx.x;
     int n = 0, m = 0;
     if (i < NC)
         cdecode(i, n, m);
-    cplx acc[3] = {{0, 0}, {0, 0}, {0, 0}};
+    cplx acc[FMM_Q] = {};
     for (int ch = 0; ch < nch; ch++)
     {
         const unsigned c = child_begin[cell] + ch;
@@ -191,8 +200,8 @@ extern "C" __global__ void fmm_m2m(int first, int count, const double *__restric
         if (i <= FMM_P)
             regular_column(center[3 * c] - center[3 * cell], center[3 * c + 1] - center[3 * cell + 1],
                            center[3 * c + 2] - center[3 * cell + 2], i, FMM_P, R);
-        for (int k = i; k < 3 * NC; k += blockDim.x)
-            M[k] = mult[(size_t)c * 3 * NC + k];
+        for (int k = i; k < FMM_Q * NC; k += blockDim.x)
+            M[k] = mult[(size_t)c * FMM_Q * NC + k];
         __syncthreads();
         if (i < NC)
         {
@@ -203,9 +212,9 @@ extern "C" __global__ void fmm_m2m(int first, int count, const double *__restric
                 for (int k = klo; k <= khi; k++)
                 {
                     const cplx t = cconj(csigned(R, nj, m - k));
-                    for (int cc = 0; cc < 3; cc++)
+                    for (int cc = 0; cc < FMM_Q; cc++)
                     {
-                        const cplx v = cmul(csigned3(M, j, k, cc), t);
+                        const cplx v = cmul(csignedq(M, j, k, cc), t);
                         acc[cc].re += v.re;
                         acc[cc].im += v.im;
                     }
@@ -214,8 +223,8 @@ extern "C" __global__ void fmm_m2m(int first, int count, const double *__restric
         }
     }
     if (i < NC)
-        for (int cc = 0; cc < 3; cc++)
-            mult[(size_t)cell * 3 * NC + 3 * i + cc] = acc[cc];
+        for (int cc = 0; cc < FMM_Q; cc++)
+            mult[(size_t)cell * FMM_Q * NC + FMM_Q * i + cc] = acc[cc];
 }
 
 // Sources an M2L block takes per barrier (their tables built side by side). Shared memory:
@@ -236,12 +245,12 @@ extern "C" __global__ void fmm_m2l(int n_cells, const double *__restrict__ tcent
     if (cell >= n_cells)
         return;
     __shared__ cplx I[M2L_BATCH][NC2];
-    __shared__ cplx M[M2L_BATCH][3 * NC];
+    __shared__ cplx M[M2L_BATCH][FMM_Q * NC];
     const int i = threadIdx.x;
     int n = 0, m = 0;
     if (i < NC)
         cdecode(i, n, m);
-    cplx acc[3] = {{0, 0}, {0, 0}, {0, 0}};
+    cplx acc[FMM_Q] = {};
     const double tx = tcenter[3 * cell], ty = tcenter[3 * cell + 1], tz = tcenter[3 * cell + 2];
     const unsigned last = offsets[cell + 1];
     for (unsigned e0 = offsets[cell]; e0 < last; e0 += M2L_BATCH)
@@ -255,10 +264,10 @@ extern "C" __global__ void fmm_m2l(int n_cells, const double *__restrict__ tcent
             irregular_column(tx - scenter[3 * s], ty - scenter[3 * s + 1], tz - scenter[3 * s + 2], col,
                              2 * FMM_P, I[bq]);
         }
-        for (int idx = i; idx < nb * 3 * NC; idx += blockDim.x)
+        for (int idx = i; idx < nb * FMM_Q * NC; idx += blockDim.x)
         {
-            const int bq = idx / (3 * NC), k = idx % (3 * NC);
-            M[bq][k] = mult[(size_t)sources[e0 + bq] * 3 * NC + k];
+            const int bq = idx / (FMM_Q * NC), k = idx % (FMM_Q * NC);
+            M[bq][k] = mult[(size_t)sources[e0 + bq] * FMM_Q * NC + k];
         }
         __syncthreads();
         if (i < NC)
@@ -268,9 +277,9 @@ extern "C" __global__ void fmm_m2l(int n_cells, const double *__restrict__ tcent
                     for (int k = -j; k <= j; k++)
                     {
                         const cplx h = csigned(I[bq], j + n, k - m);
-                        for (int cc = 0; cc < 3; cc++)
+                        for (int cc = 0; cc < FMM_Q; cc++)
                         {
-                            const cplx v = cmul(csigned3(M[bq], j, k, cc), h);
+                            const cplx v = cmul(csignedq(M[bq], j, k, cc), h);
                             acc[cc].re += v.re;
                             acc[cc].im += v.im;
                         }
@@ -280,8 +289,8 @@ extern "C" __global__ void fmm_m2l(int n_cells, const double *__restrict__ tcent
     if (i < NC)
     {
         const double sign = ((n + m) & 1) ? -1.0 : 1.0;
-        for (int cc = 0; cc < 3; cc++)
-            local[(size_t)cell * 3 * NC + 3 * i + cc] = {acc[cc].re * sign, acc[cc].im * sign};
+        for (int cc = 0; cc < FMM_Q; cc++)
+            local[(size_t)cell * FMM_Q * NC + FMM_Q * i + cc] = {acc[cc].re * sign, acc[cc].im * sign};
     }
 }
 
@@ -295,19 +304,19 @@ extern "C" __global__ void fmm_l2l(int first, int count, const double *__restric
     const int cell = first + blockIdx.x;
     const unsigned pc = parent[cell];
     __shared__ cplx R[NC];
-    __shared__ cplx L[3 * NC];
+    __shared__ cplx L[FMM_Q * NC];
     const int i = threadIdx.x;
     if (i <= FMM_P)
         regular_column(center[3 * cell] - center[3 * pc], center[3 * cell + 1] - center[3 * pc + 1],
                        center[3 * cell + 2] - center[3 * pc + 2], i, FMM_P, R);
-    for (int k = i; k < 3 * NC; k += blockDim.x)
-        L[k] = local[(size_t)pc * 3 * NC + k];
+    for (int k = i; k < FMM_Q * NC; k += blockDim.x)
+        L[k] = local[(size_t)pc * FMM_Q * NC + k];
     __syncthreads();
     if (i >= NC)
         return;
     int n, m;
     cdecode(i, n, m);
-    cplx acc[3] = {{0, 0}, {0, 0}, {0, 0}};
+    cplx acc[FMM_Q] = {};
     for (int j = n; j <= FMM_P; j++)
     {
         const int jn = j - n;
@@ -315,22 +324,68 @@ extern "C" __global__ void fmm_l2l(int first, int count, const double *__restric
         for (int k = klo; k <= khi; k++)
         {
             const cplx t = csigned(R, jn, k - m);
-            for (int cc = 0; cc < 3; cc++)
+            for (int cc = 0; cc < FMM_Q; cc++)
             {
-                const cplx v = cmul(csigned3(L, j, k, cc), t);
+                const cplx v = cmul(csignedq(L, j, k, cc), t);
                 acc[cc].re += v.re;
                 acc[cc].im += v.im;
             }
         }
     }
-    for (int cc = 0; cc < 3; cc++)
+    for (int cc = 0; cc < FMM_Q; cc++)
     {
-        cplx &o = local[(size_t)cell * 3 * NC + 3 * i + cc];
+        cplx &o = local[(size_t)cell * FMM_Q * NC + FMM_Q * i + cc];
         o.re += acc[cc].re;
         o.im += acc[cc].im;
     }
 }
 
+#define EVAL_THREADS 128
+
+// One coefficient of the local expansion L shifted to a point, for each of the FMM_Q charges:
+// Σ_{j ≥ n, k} L_j^k R_{j−n}^{k−m}(d), the regular harmonics of d in R (expansions.rs
+// shifted_local; L2P is this for n ≤ 2).
+__device__ __forceinline__ void shifted_local(const cplx *R, const cplx *L, int n, int m, cplx *out)
+{
+    for (int cc = 0; cc < FMM_Q; cc++)
+        out[cc] = {0, 0};
+    for (int j = n; j <= FMM_P; j++)
+    {
+        const int jn = j - n;
+        const int klo = max(-j, m - jn), khi = min(j, m + jn);
+        for (int k = klo; k <= khi; k++)
+        {
+            const cplx r = csigned(R, jn, k - m);
+            for (int cc = 0; cc < FMM_Q; cc++)
+            {
+                const cplx v = cmul(csignedq(L, j, k, cc), r);
+                out[cc].re += v.re;
+                out[cc].im += v.im;
+            }
+        }
+    }
+}
+
+// The near-field sums of a leaf's targets split among G groups of T threads (fmm_eval's and
+// fmm_eval_gravity's layout): group 0 adds the other groups' W partial values v in group order
+// g = 1, 2, …, so the result is deterministic. Every thread of the block must call it.
+template <int W>
+__device__ __forceinline__ void add_group_partials(float (*part)[12], float *v, unsigned G, unsigned T,
+                                                   unsigned group, unsigned slot)
+{
+    if (G <= 1)
+        return;
+    __syncthreads();
+    for (int a = 0; a < W; a++)
+        part[threadIdx.x][a] = v[a];
+    __syncthreads();
+    if (group == 0)
+        for (unsigned g = 1; g < G; g++)
+            for (int a = 0; a < W; a++)
+                v[a] += part[g * T + slot][a];
+}
+
+#if FMM_Q == 3
 // Packs the sorted sources of each leaf for P2P: (y − c_leaf, σ) and (α, 0) in f32. One block per
 // source leaf.
 extern "C" __global__ void fmm_pack(const unsigned *__restrict__ leaves, int n_leaves,
@@ -349,8 +404,6 @@ extern "C" __global__ void fmm_pack(const unsigned *__restrict__ leaves, int n_l
         str[q] = make_float4((float)alpha[3 * q], (float)alpha[3 * q + 1], (float)alpha[3 * q + 2], 0.0f);
     }
 }
-
-#define EVAL_THREADS 128
 
 // What fmm_eval writes besides the velocity.
 #define OUT_VELOCITY 0
@@ -384,7 +437,7 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS)
     __shared__ float4 S[EVAL_THREADS];
     __shared__ float part[EVAL_THREADS][12];
     const bool grad = mode != OUT_VELOCITY;
-    const cplx *L = local + (size_t)leaf * 3 * NC;
+    const cplx *L = local + (size_t)leaf * FMM_Q * NC;
     const unsigned count = tend[leaf] - tbegin[leaf];
     unsigned T = 32;
     while (T < count && T < EVAL_THREADS)
@@ -412,29 +465,9 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS)
             // Shifted coefficients L'_n^m, n = 1, 2, m ≥ 0, three components.
             cplx sh[5][3];
             const int top = grad ? 2 : 1;
-            for (int idx = 0; idx < 5; idx++)
-                for (int cc = 0; cc < 3; cc++)
-                    sh[idx][cc] = {0, 0};
             for (int n = 1; n <= top; n++)
                 for (int m = 0; m <= n; m++)
-                {
-                    const int o = cindex(n, m) - 1;
-                    for (int j = n; j <= FMM_P; j++)
-                    {
-                        const int jn = j - n;
-                        const int klo = max(-j, m - jn), khi = min(j, m + jn);
-                        for (int k = klo; k <= khi; k++)
-                        {
-                            const cplx r = csigned(R, jn, k - m);
-                            for (int cc = 0; cc < 3; cc++)
-                            {
-                                const cplx v = cmul(csigned3(L, j, k, cc), r);
-                                sh[o][cc].re += v.re;
-                                sh[o][cc].im += v.im;
-                            }
-                        }
-                    }
-                }
+                    shifted_local(R, L, n, m, sh[cindex(n, m) - 1]);
             // ∇φ_c = (−Re L_1^1, Im L_1^1, L_1^0); Hessian as expansions.rs l2p.
             double g[3][3], h[3][3][3];
             for (int cc = 0; cc < 3; cc++)
@@ -542,24 +575,18 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS)
         // The groups' partial sums, added by group 0 in group order.
         if (G > 1)
         {
-            __syncthreads();
-            float *w = part[threadIdx.x];
+            float w[12];
             for (int a = 0; a < 3; a++)
                 w[a] = fu[a];
             for (int a = 0; a < 3; a++)
                 for (int b = 0; b < 3; b++)
                     w[3 + 3 * a + b] = fg[a][b];
-            __syncthreads();
-            if (group == 0)
-                for (unsigned g = 1; g < G; g++)
-                {
-                    const float *v = part[g * T + slot];
-                    for (int a = 0; a < 3; a++)
-                        fu[a] += v[a];
-                    for (int a = 0; a < 3; a++)
-                        for (int b = 0; b < 3; b++)
-                            fg[a][b] += v[3 + 3 * a + b];
-                }
+            add_group_partials<12>(part, w, G, T, group, slot);
+            for (int a = 0; a < 3; a++)
+                fu[a] = w[a];
+            for (int a = 0; a < 3; a++)
+                for (int b = 0; b < 3; b++)
+                    fg[a][b] = w[3 + 3 * a + b];
         }
         if (!lead)
             continue;
@@ -592,6 +619,124 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS)
         }
     }
 }
+
+#endif // FMM_Q == 3
+
+#if FMM_Q == 1
+// Packs the sorted bodies of each leaf for P2P: (y − c_leaf, m) in f32. One block per source leaf.
+extern "C" __global__ void fmm_pack_gravity(const unsigned *__restrict__ leaves, int n_leaves,
+                                            const double *__restrict__ center, const unsigned *__restrict__ begin,
+                                            const unsigned *__restrict__ end, const double *__restrict__ x,
+                                            const double *__restrict__ mass, float4 *__restrict__ pos)
+{
+    if ((int)blockIdx.x >= n_leaves)
+        return;
+    const unsigned cell = leaves[blockIdx.x];
+    for (unsigned q = begin[cell] + threadIdx.x; q < end[cell]; q += blockDim.x)
+        pos[q] = make_float4((float)(x[3 * q] - center[3 * cell]), (float)(x[3 * q + 1] - center[3 * cell + 1]),
+                             (float)(x[3 * q + 2] - center[3 * cell + 2]), (float)mass[q]);
+}
+
+// L2P and P2P of Newtonian gravity with Plummer softening ε (docs/physics.md §10), laid out as
+// fmm_eval: one block per target leaf. The expansions carry Φ(x) = Σ m/|x − y| (one charge per
+// body, its mass); from the local expansion shifted to the target in f64, φ = −Φ = −Re L'_0^0 and
+// a = ∇Φ = (−Re L'_1^1, Im L'_1^1, Re L'_1^0). The near field is the softened pair in f32,
+// φ −= m/s, a += m d/s³ with d = y − x, s² = |d|² + ε² (the lists put in the near field every
+// pair closer than the radius where the softened and Newtonian kernels differ by more than the
+// accuracy); at ε = 0 a pair with d = 0 (the target itself) adds nothing. φ to out_phi, a to
+// out_acc (3 per target), at the targets' original indices.
+extern "C" __global__ void __launch_bounds__(EVAL_THREADS)
+    fmm_eval_gravity(const unsigned *__restrict__ tleaves, int n_tleaves, const double *__restrict__ tcenter,
+                     const unsigned *__restrict__ tbegin, const unsigned *__restrict__ tend,
+                     const double *__restrict__ tx, const unsigned *__restrict__ torder,
+                     const unsigned *__restrict__ p2p_offsets, const unsigned *__restrict__ p2p_sources,
+                     const double *__restrict__ scenter, const unsigned *__restrict__ sbegin,
+                     const unsigned *__restrict__ send, const float4 *__restrict__ spos,
+                     const cplx *__restrict__ local, float eps2, double *__restrict__ out_phi,
+                     double *__restrict__ out_acc)
+{
+    if ((int)blockIdx.x >= n_tleaves)
+        return;
+    const unsigned leaf = tleaves[blockIdx.x];
+    const double cx = tcenter[3 * leaf], cy = tcenter[3 * leaf + 1], cz = tcenter[3 * leaf + 2];
+    __shared__ float4 P[EVAL_THREADS];
+    __shared__ float part[EVAL_THREADS][12];
+    const cplx *L = local + (size_t)leaf * NC;
+    const unsigned count = tend[leaf] - tbegin[leaf];
+    unsigned T = 32;
+    while (T < count && T < EVAL_THREADS)
+        T *= 2;
+    const unsigned G = EVAL_THREADS / T, slot = threadIdx.x % T, group = threadIdx.x / T;
+    for (unsigned base = tbegin[leaf]; base < tend[leaf]; base += T)
+    {
+        const unsigned t = base + slot;
+        const bool active = t < tend[leaf];
+        const bool lead = active && group == 0;
+        double dx = 0, dy = 0, dz = 0, phi = 0, acc[3] = {0, 0, 0};
+        if (active)
+        {
+            dx = tx[3 * t] - cx;
+            dy = tx[3 * t + 1] - cy;
+            dz = tx[3 * t + 2] - cz;
+        }
+        if (lead)
+        {
+            cplx R[NC];
+            for (int mm = 0; mm <= FMM_P; mm++)
+                regular_column(dx, dy, dz, mm, FMM_P, R);
+            cplx l00, l10, l11;
+            shifted_local(R, L, 0, 0, &l00);
+            shifted_local(R, L, 1, 0, &l10);
+            shifted_local(R, L, 1, 1, &l11);
+            phi = -l00.re;
+            acc[0] = -l11.re;
+            acc[1] = l11.im;
+            acc[2] = l10.re;
+        }
+        // P2P in f32: v = (φ, a).
+        float v[4] = {0, 0, 0, 0};
+        for (unsigned e = p2p_offsets[blockIdx.x]; e < p2p_offsets[blockIdx.x + 1]; e++)
+        {
+            const unsigned sl = p2p_sources[e];
+            const float px = (float)(dx + (cx - scenter[3 * sl]));
+            const float py = (float)(dy + (cy - scenter[3 * sl + 1]));
+            const float pz = (float)(dz + (cz - scenter[3 * sl + 2]));
+            for (unsigned tile = sbegin[sl]; tile < send[sl]; tile += EVAL_THREADS)
+            {
+                const int cnt = min((unsigned)EVAL_THREADS, send[sl] - tile);
+                __syncthreads();
+                if ((int)threadIdx.x < cnt)
+                    P[threadIdx.x] = spos[tile + threadIdx.x];
+                __syncthreads();
+                if (!active)
+                    continue;
+                for (int q = group; q < cnt; q += G)
+                {
+                    const float4 Q = P[q];
+                    const float ddx = Q.x - px, ddy = Q.y - py, ddz = Q.z - pz;
+                    const float s2 = fmaf(ddx, ddx, fmaf(ddy, ddy, fmaf(ddz, ddz, eps2)));
+                    if (s2 > 0.0f)
+                    {
+                        const float is = rsqrtf(s2);
+                        const float mis = Q.w * is, mis3 = mis * is * is;
+                        v[0] -= mis;
+                        v[1] = fmaf(mis3, ddx, v[1]);
+                        v[2] = fmaf(mis3, ddy, v[2]);
+                        v[3] = fmaf(mis3, ddz, v[3]);
+                    }
+                }
+            }
+        }
+        add_group_partials<4>(part, v, G, T, group, slot);
+        if (!lead)
+            continue;
+        const unsigned o = torder[t];
+        out_phi[o] = phi + (double)v[0];
+        for (int a = 0; a < 3; a++)
+            out_acc[3 * (size_t)o + a] = acc[a] + (double)v[1 + a];
+    }
+}
+#endif // FMM_Q == 1
 
 // Copies `width` doubles per item from src[order[i]] to dst[i] (the device form's gather of
 // resident particles into tree order).

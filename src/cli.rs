@@ -116,7 +116,8 @@ pub struct ResumeArgs {
 pub enum BenchCommand {
     /// Milliseconds per RK4 step and per 3-D transform of the pseudo-spectral solver.
     Spectral(BenchSpectralArgs),
-    /// Pair interactions per second of the CPU all-pairs Biot–Savart evaluator.
+    /// Pair interactions per second of the all-pairs evaluators: Biot–Savart on the CPU or a
+    /// GPU, Plummer gravity on a GPU (`--interaction`).
     Direct(BenchDirectArgs),
     /// Particles per second of the periodic Ewald evaluator on lattice particles.
     Ewald(BenchEwaldArgs),
@@ -315,9 +316,31 @@ pub struct BenchEwaldArgs {
 
 #[derive(Debug, Args)]
 pub struct BenchDirectArgs {
-    /// Particle counts (comma separated).
-    #[arg(long, value_delimiter = ',', default_value = "1024,4096,16384")]
+    /// Particle counts, comma separated, as integers or like 1e5 (default: 1024,4096,16384 on
+    /// the CPU, 16384,65536,262144,1048576 on a GPU).
+    #[arg(long, value_delimiter = ',', value_parser = parse_count)]
     pub n: Vec<usize>,
+    /// The pair interaction: `biot-savart` (velocity, and velocity + stretching) or `gravity`
+    /// (Plummer-softened potential and acceleration; needs --device cuda for now).
+    #[arg(long, default_value = "biot-savart", value_parser = crate::summation::interaction::InteractionKind::parse)]
+    pub interaction: crate::summation::interaction::InteractionKind,
+    /// The evaluator to time: `cpu` (f64, rayon), `cuda`/`cuda:N` (the GPU tile kernels, f32,
+    /// CUDA events; Biot–Savart gives `vpm bench kernel`'s table) or `auto`.
+    #[arg(long, alias = "backend", default_value = "cpu", value_name = "DEVICE")]
+    pub device: crate::device::DeviceRequest,
+    /// Gravity: the Plummer softening ε ≥ 0 (0: Newtonian, the self pairs skipped).
+    #[arg(long, default_value_t = 0.01)]
+    pub softening: f64,
+    /// GPU: targets checked against the CPU f64 sum per size (0: no accuracy check).
+    #[arg(long, default_value_t = 2000)]
+    pub sample: usize,
+    /// GPU tuning: launch configurations to compare, BLOCKxTARGETSxUNROLL[xMINBLOCKS] (e.g.
+    /// 256x4x4,128x4x8x4).
+    #[arg(long, value_delimiter = ',', hide = true)]
+    pub configs: Vec<String>,
+    /// GPU tuning: write the compiled cubins and NVRTC logs into this directory.
+    #[arg(long, hide = true)]
+    pub dump: Option<PathBuf>,
     #[command(flatten)]
     pub common: BenchCommon,
 }

@@ -281,8 +281,46 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             Ok(())
         }
         BenchCommand::Direct(a) => {
-            at_least(&a.n, 1, "particle counts")?;
-            vpm::bench::bench_direct(&a.n, repeats.unwrap_or(3), json)?;
+            use vpm::summation::interaction::InteractionKind;
+            let device = open_bench_device(a.device, quiet)?;
+            let sizes = match (a.n.is_empty(), device.gpu()) {
+                (false, _) => a.n.clone(),
+                (true, None) => vec![1024, 4096, 16384],
+                (true, Some(_)) => vec![16384, 65536, 262144, 1 << 20],
+            };
+            at_least(&sizes, 1, "particle counts")?;
+            let configs = a
+                .configs
+                .iter()
+                .map(|c| parse_kernel_config(c))
+                .collect::<Result<Vec<_>>>()?;
+            match (a.interaction, device.gpu()) {
+                (InteractionKind::BiotSavart, None) => {
+                    if !configs.is_empty() {
+                        bail!("--configs: launch configurations of the GPU kernels; add --device cuda");
+                    }
+                    vpm::bench::bench_direct(&sizes, repeats.unwrap_or(3), json)?;
+                }
+                (InteractionKind::BiotSavart, Some(gpu)) => {
+                    let (r, dump) = (repeats.unwrap_or(5), a.dump.as_deref());
+                    vpm::bench::bench_kernel(gpu, &sizes, r, a.sample, &configs, json, dump)?;
+                }
+                (InteractionKind::Gravity, Some(gpu)) => {
+                    let options = vpm::bench::GravityBenchOptions {
+                        softening: a.softening,
+                        repeats: repeats.unwrap_or(5),
+                        sample: a.sample,
+                        configs,
+                        dump: a.dump.clone(),
+                    };
+                    vpm::bench::bench_direct_gravity(gpu, &sizes, &options, json)?;
+                }
+                (InteractionKind::Gravity, None) => bail!(
+                    "vpm bench direct --interaction gravity times the GPU all-pairs kernels: \
+                     add --device cuda (the device here is {})",
+                    device.label()
+                ),
+            }
             Ok(())
         }
         BenchCommand::Ewald(a) => {
@@ -386,6 +424,21 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// The device a benchmark asked for, its note printed unless `quiet`; without a usable GPU when
+/// one was asked for, an error that says the CPU evaluator is the default.
+fn open_bench_device(
+    request: vpm::device::DeviceRequest,
+    quiet: bool,
+) -> Result<vpm::device::Device> {
+    let (device, note) = vpm::device::Device::open(request).map_err(without_gpu(
+        "the CPU evaluator is the default: leave out --device",
+    ))?;
+    if !quiet {
+        say!("--device {request}: {note}");
+    }
+    Ok(device)
 }
 
 /// What `vpm bench kernel` points to on a machine without a GPU.

@@ -97,6 +97,7 @@ fn bits(v: &[f64]) -> Vec<u64> {
 /// The GPU side of the tests: one solver, its stream, the device buffers.
 struct Fixture {
     solver: DeviceRbfSolver,
+    gpu: Arc<Gpu>,
     stream: Arc<cudarc::driver::CudaStream>,
     omega: DeviceBuffer<f64>,
     beta: DeviceBuffer<f64>,
@@ -104,11 +105,12 @@ struct Fixture {
 
 impl Fixture {
     fn new(gpu: &Arc<Gpu>) -> Self {
-        let stream = gpu.context().new_stream().expect("a stream on the GPU");
-        let solver = DeviceRbfSolver::new(gpu.clone(), stream.clone())
+        let stream = gpu.stream().clone();
+        let solver = DeviceRbfSolver::new(gpu.clone())
             .unwrap_or_else(|e| panic!("GPU present but DeviceRbfSolver failed: {e}"));
         Fixture {
             solver,
+            gpu: gpu.clone(),
             stream,
             omega: DeviceBuffer::new(),
             beta: DeviceBuffer::new(),
@@ -123,9 +125,7 @@ impl Fixture {
 
     fn download(&self, buf: &DeviceBuffer<f64>, len: usize) -> Vec<f64> {
         let mut host = vec![f64::NAN; len];
-        buf.download(&self.stream, &mut host, "test values")
-            .unwrap();
-        self.stream.synchronize().unwrap();
+        buf.download(&self.gpu, &mut host, "test values").unwrap();
         host
     }
 
@@ -164,6 +164,7 @@ impl Fixture {
                 zero_total,
                 &mut self.beta,
             )
+            .and_then(|()| self.solver.report())
             .unwrap_or_else(|e| panic!("GPU RBF solve failed at n = {n}: {e}"));
         let beta = self.download(&self.beta, 3 * n * n * n);
         assert!(
@@ -429,7 +430,7 @@ fn large_lattices(sizes: &[usize]) {
         let (beta, report) = fx.solve(n, sigma0, conditioning, true);
         let (again, _) = fx.solve(n, sigma0, conditioning, true);
         assert!(bits(&again) == bits(&beta), "n = {n}: second solve differs");
-        // The solve alone (it waits for the GPU before returning), tables and plans in place.
+        // The solve alone (the report waits for the GPU), tables and plans in place.
         let t0 = std::time::Instant::now();
         fx.solver
             .solve(
@@ -442,6 +443,7 @@ fn large_lattices(sizes: &[usize]) {
                 true,
                 &mut fx.beta,
             )
+            .and_then(|()| fx.solver.report())
             .unwrap();
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         if n <= 200 {

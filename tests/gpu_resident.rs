@@ -197,6 +197,68 @@ fn resident_runs_are_bit_identical_and_resume_exactly() {
     assert_same_state(&resumed.state_arrays().unwrap(), &a, "after resume");
 }
 
+/// The host waits for the GPU at most once per resident step (src/vortex/resident.rs, "One host
+/// wait per step"): every engine queues on the GPU's one stream, and the step reads its finite
+/// flag, with the stability limits where the next step starts when Δt is chosen by CFL, in one
+/// copy. Counted per step on this thread (`thread_sync_counts`: other tests share the GPU) on
+/// `hit-32-compare` (48³ particles, reinitialisation every 2 steps), reinitialisation steps and
+/// the Heun steps after them included: with a fixed Δt every step; by CFL every step but the
+/// first (it measures the limits at the initial state: one more wait). Output is not part of a
+/// step: its waits (grid diagnostics, summary) are counted separately and printed. And the
+/// steps prepared ahead by CFL stepping leave the same bits as the same steps without it.
+#[test]
+fn resident_step_waits_for_the_gpu_once() {
+    use vpm::device::cuda::{thread_sync_counts, SyncCounts};
+    let Some(gpu) = gpu_device() else { return };
+    let c = case("hit-32-compare");
+    let n = c.spectral.as_ref().map_or(32, |s| s.n);
+    let counted = |f: &mut dyn FnMut()| -> SyncCounts {
+        let before = thread_sync_counts();
+        f();
+        thread_sync_counts() - before
+    };
+    let steps = 7;
+    // A fixed Δt.
+    let dt = fixed_dt(&c);
+    let mut s = stepper(&c, &gpu, initial(&c));
+    for k in 1..=steps {
+        let w = counted(&mut || s.step(dt).unwrap());
+        println!("fixed Δt, step {k}: {w}");
+        assert!(
+            w.waits <= 1 && w.copies_to_host <= 1,
+            "fixed Δt, step {k}: {w}"
+        );
+    }
+    let w = counted(&mut || {
+        s.grid_diagnostics(n, c.flow.nu).unwrap();
+        s.summary().unwrap();
+    });
+    println!("output (grid diagnostics and summary, not a step): {w}");
+    // Δt by CFL: stable_dt, then the step.
+    let mut s = stepper(&c, &gpu, initial(&c));
+    let mut dts = Vec::new();
+    for k in 1..=steps {
+        let w = counted(&mut || {
+            let dt = s.stable_dt(0.5).unwrap();
+            s.step(dt).unwrap();
+            dts.push(dt);
+        });
+        println!("CFL, step {k} (Δt = {:.3e}): {w}", dts[k - 1]);
+        let most = if k == 1 { 2 } else { 1 };
+        assert!(
+            w.waits <= most && w.copies_to_host <= most,
+            "CFL, step {k}: {w} (at most {most})"
+        );
+    }
+    let cfl = s.state_arrays().unwrap();
+    // The same steps without asking for the limits: nothing prepared ahead.
+    let mut plain = stepper(&c, &gpu, initial(&c));
+    for &dt in &dts {
+        plain.step(dt).unwrap();
+    }
+    assert_same_state(&plain.state_arrays().unwrap(), &cfl, "with and without CFL");
+}
+
 #[test]
 fn resident_stepper_refuses_cg_and_reports_non_finite_states() {
     let Some(gpu) = gpu_device() else { return };
@@ -252,7 +314,7 @@ fn gpu_lattice_vorticity_matches_cpu_separable_sum() {
     use vpm::summation::ewald::CudaEwald;
     use vpm::summation::{DeviceSources, Sources, Summation};
     let Some(gpu) = gpu_or_skip() else { return };
-    let mut ew = CudaEwald::new(gpu, 1e-6).unwrap();
+    let mut ew = CudaEwald::new(gpu.clone(), 1e-6).unwrap();
     for (n, count, smin, smax, seed) in [
         (32usize, 20_000usize, 0.1, 0.2, 1u64),
         (48, 5_000, 0.05, 0.25, 2),
@@ -275,7 +337,6 @@ fn gpu_lattice_vorticity_matches_cpu_separable_sum() {
         x.upload(&stream, p.x.as_flattened(), "x").unwrap();
         a.upload(&stream, p.alpha.as_flattened(), "alpha").unwrap();
         s.upload(&stream, &p.sigma, "sigma").unwrap();
-        stream.synchronize().unwrap();
         let sigma_max = p.sigma.iter().copied().fold(0.0, f64::max);
         let dev_src = DeviceSources {
             x: &x,
@@ -295,7 +356,7 @@ fn gpu_lattice_vorticity_matches_cpu_separable_sum() {
                 .unwrap();
             assert!(used, "n = {n}: the lattice method applies");
             let mut host = vec![0.0; 3 * n * n * n];
-            out.download(&stream, &mut host, "vorticity").unwrap();
+            out.download(&gpu, &mut host, "vorticity").unwrap();
             runs.push(host);
         }
         assert!(

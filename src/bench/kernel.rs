@@ -4,6 +4,7 @@
 use super::{finish_report, fmt_error, median, print_header, SampleCheck};
 use crate::device::cuda::Gpu;
 use crate::kernel::StretchingScheme;
+use crate::summation::direct::tiles::KernelResources;
 use crate::summation::direct::{AllPairs, DirectFreeSpace, KernelConfig, Mode};
 use crate::summation::verify::Particles;
 use crate::summation::{Evaluation, Extra};
@@ -35,6 +36,40 @@ pub struct KernelBenchRow {
     #[serde(flatten)]
     pub check: SampleCheck,
     pub repeats: usize,
+}
+
+/// Prints the registers, local memory, shared memory and occupancy of each kernel compiled for
+/// `config`; returns them as JSON for the report.
+pub(crate) fn report_resources(
+    config: KernelConfig,
+    kernels: &[KernelResources],
+) -> serde_json::Value {
+    for k in kernels {
+        crate::out!(
+            "  {} {}: {} registers, {} B local (spills/stack), {} B shared, {} blocks/SM",
+            config,
+            k.kernel,
+            k.registers,
+            k.local_bytes,
+            k.static_shared_bytes,
+            k.blocks_per_sm
+        );
+    }
+    serde_json::json!({ "config": config.to_string(), "kernels": kernels })
+}
+
+/// Tuning: writes the cubins and NVRTC logs of every module compiled on `gpu` into `dir`.
+pub(crate) fn dump_modules(gpu: &Gpu, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for (i, (name, m)) in gpu.compiled_modules().iter().enumerate() {
+        std::fs::write(dir.join(format!("module{i}.cubin")), &m.cubin)?;
+        std::fs::write(
+            dir.join(format!("module{i}.log")),
+            format!("{name}\n{:?}\n{}", m.options, m.log),
+        )?;
+    }
+    crate::out!("wrote cubins and NVRTC logs to {}", dir.display());
+    Ok(())
 }
 
 /// Flops per velocity + stretching interaction in the seed's accounting.
@@ -71,30 +106,10 @@ pub fn bench_kernel(
     );
     let mut resources = Vec::new();
     for e in &engines {
-        let r = e.resources()?;
-        for k in &r {
-            crate::out!(
-                "  {} {}: {} registers, {} B local (spills/stack), {} B shared, {} blocks/SM",
-                e.config(),
-                k.kernel,
-                k.registers,
-                k.local_bytes,
-                k.static_shared_bytes,
-                k.blocks_per_sm
-            );
-        }
-        resources.push(serde_json::json!({ "config": e.config().to_string(), "kernels": r }));
+        resources.push(report_resources(e.config(), &e.resources()?));
     }
     if let Some(dir) = dump {
-        std::fs::create_dir_all(dir)?;
-        for (i, (name, m)) in gpu.compiled_modules().iter().enumerate() {
-            std::fs::write(dir.join(format!("module{i}.cubin")), &m.cubin)?;
-            std::fs::write(
-                dir.join(format!("module{i}.log")),
-                format!("{name}\n{:?}\n{}", m.options, m.log),
-            )?;
-        }
-        crate::out!("wrote cubins and NVRTC logs to {}", dir.display());
+        dump_modules(gpu, dir)?;
     }
     print_header(
         "N|config|ms vel|G/s vel|ms vel+str|G/s v+s|TFLOP/s|relL2 vel|relL2 str",

@@ -10,7 +10,9 @@ pub mod kernel;
 pub mod spectral;
 pub mod step;
 
-pub use direct::{bench_direct, DirectBenchRow};
+pub use direct::{
+    bench_direct, bench_direct_gravity, DirectBenchRow, GravityBenchOptions, GravityBenchRow,
+};
 pub use ewald::{bench_ewald, EwaldBenchRow, EwaldGpuBenchRow};
 pub use fmm::{bench_fmm, FmmBenchOptions, FmmBenchReport, FmmBenchRow};
 pub use kernel::{bench_kernel, KernelBenchRow, FLOPS_PER_INTERACTION};

@@ -11,7 +11,8 @@
 //! named cases' family), classical stretching, Δt from
 //! the stability limits at CFL 0.5 (docs/physics.md §3.4), fixed for the benchmark.
 //! Times are wall clock: each step ends synchronised with the GPU (its finite check reads a flag
-//! back), so a step's time is what a run sees. Medians over the timed steps after warm-up.
+//! back), so a step's time is what a run sees; the phases are device times (CUDA events) on a
+//! GPU. Medians over the timed steps after warm-up.
 
 use super::{finish_report, fmt_error, median, print_header, SampleCheck};
 use crate::config::{InitialCondition, VortexConfig};

@@ -1,8 +1,10 @@
 //! Device buffers shared by the GPU engines (and by [`crate::summation::DeviceSources`]):
 //! allocations that grow only when a larger size is needed and stay resident between
-//! evaluations, with upload, download, zero and NaN poisoning.
+//! evaluations, with upload, download, zero and NaN poisoning. Everything is queued on the
+//! stream given, the GPU's one stream ([`super::cuda::Gpu::stream`]); a download waits for it
+//! and is counted by the [`Gpu`].
 
-use super::cuda::{CudaError, Doing};
+use super::cuda::{CudaError, Doing, Gpu};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits};
 use std::sync::Arc;
 
@@ -97,18 +99,13 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
         ptr
     }
 
-    pub fn download(
-        &self,
-        stream: &Arc<CudaStream>,
-        host: &mut [T],
-        what: &str,
-    ) -> Result<(), CudaError> {
+    /// Copies the first `host.len()` values to the host once `gpu`'s stream reaches the copy,
+    /// and waits for it ([`Gpu::copy_to_host`]: a counted host synchronisation).
+    pub fn download(&self, gpu: &Gpu, host: &mut [T], what: &str) -> Result<(), CudaError> {
         if host.is_empty() {
             return Ok(());
         }
         let view = self.get().slice(0..host.len());
-        stream
-            .memcpy_dtoh(&view, host)
-            .doing(format!("copying {what} to the host"))
+        gpu.copy_to_host(&view, host, what)
     }
 }

@@ -20,14 +20,29 @@
 //! A failed driver or cuFFT call becomes a [`CudaError`] saying what was being done
 //! ([`Doing::doing`]); the solvers' errors convert from it, so `?` carries it up.
 //!
+//! **One ordered stream per GPU.** The [`Gpu`] owns its stream, made once with the context
+//! ([`Gpu::stream`]); every engine queues its copies, launches and cuFFT transforms on it, so
+//! work queued by one engine (the resident stepper's update) is ready for whatever another
+//! queues after it (the evaluator's sums) without the host waiting in between. The host waits
+//! only where it needs a value, and every such wait goes through the `Gpu`:
+//! [`Gpu::synchronize`], [`Gpu::copy_to_host`] (a device-to-host copy, which waits for the
+//! stream) and [`Gpu::elapsed_ms`] (event timing, a wait only when the events are not yet
+//! reached). They are counted ([`Gpu::sync_counts`], and per thread [`thread_sync_counts`]), so a
+//! test can hold a solver to its budget of host synchronisations.
+//!
 //! Kernel development: with `VPM_KERNELS_DIR=DIR`, the sources and headers are read from
 //! `DIR/<file>` at run time instead of the copies embedded in the binary (no rebuild to try a
 //! change).
 
 use cudarc::cufft::CudaFft;
-use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, DriverError};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, DevicePtr, DeviceRepr,
+    DriverError,
+};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Why a GPU operation failed.
@@ -143,11 +158,57 @@ impl CompiledModule {
 /// Compiled modules by (source name, NVRTC options).
 type ModuleCache = HashMap<(String, Vec<String>), Arc<CompiledModule>>;
 
-/// One GPU: its ordinal's primary context and the compiled-module cache.
+/// Host synchronisations with a GPU: how often the host waited for it (`waits`: explicit
+/// synchronisations, device-to-host copies and event reads that had to wait) and how many of
+/// those were device-to-host copies (`copies_to_host`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncCounts {
+    pub waits: u64,
+    pub copies_to_host: u64,
+}
+
+impl std::ops::Sub for SyncCounts {
+    type Output = SyncCounts;
+    fn sub(self, earlier: SyncCounts) -> SyncCounts {
+        SyncCounts {
+            waits: self.waits - earlier.waits,
+            copies_to_host: self.copies_to_host - earlier.copies_to_host,
+        }
+    }
+}
+
+impl std::fmt::Display for SyncCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} host waits ({} device-to-host copies)",
+            self.waits, self.copies_to_host
+        )
+    }
+}
+
+thread_local! {
+    /// This thread's host synchronisations with any GPU ([`thread_sync_counts`]).
+    static THREAD_SYNCS: Cell<SyncCounts> = const {
+        Cell::new(SyncCounts { waits: 0, copies_to_host: 0 })
+    };
+}
+
+/// The host synchronisations this thread has made with any GPU since it started (tests take
+/// differences; unlike [`Gpu::sync_counts`], other threads sharing the GPU do not add to it).
+pub fn thread_sync_counts() -> SyncCounts {
+    THREAD_SYNCS.with(Cell::get)
+}
+
+/// One GPU: its ordinal's primary context, its one ordered stream, the compiled-module cache
+/// and the counts of host synchronisations.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
     info: GpuInfo,
     modules: Mutex<ModuleCache>,
+    waits: AtomicU64,
+    copies_to_host: AtomicU64,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -250,10 +311,19 @@ fn probe(ordinal: usize) -> Result<Gpu, String> {
         driver_cuda_version: driver_version(),
         nvrtc_version: nvrtc_version(),
     };
+    let stream = ctx.new_stream().map_err(|e| {
+        format!(
+            "could not create a stream on GPU {ordinal}: {}",
+            describe_driver_error(e)
+        )
+    })?;
     Ok(Gpu {
         ctx,
+        stream,
         info,
         modules: Mutex::new(HashMap::new()),
+        waits: AtomicU64::new(0),
+        copies_to_host: AtomicU64::new(0),
     })
 }
 
@@ -286,6 +356,79 @@ impl Gpu {
 
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
+    }
+
+    /// The GPU's one ordered stream (module docs): every engine queues its copies, launches
+    /// and transforms here, so what one queues is ready for what another queues after it.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Counts one host wait (and a device-to-host copy when `copy`).
+    fn count(&self, copy: bool) {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        self.copies_to_host
+            .fetch_add(u64::from(copy), Ordering::Relaxed);
+        THREAD_SYNCS.with(|c| {
+            let mut v = c.get();
+            v.waits += 1;
+            v.copies_to_host += u64::from(copy);
+            c.set(v);
+        });
+    }
+
+    /// The host synchronisations with this GPU so far, from every thread.
+    pub fn sync_counts(&self) -> SyncCounts {
+        SyncCounts {
+            waits: self.waits.load(Ordering::Relaxed),
+            copies_to_host: self.copies_to_host.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits until the stream has run everything queued on it (`what` names the work in the
+    /// error). Counted: the host waits only where it needs the GPU's results.
+    pub fn synchronize(&self, what: &str) -> Result<(), CudaError> {
+        self.count(false);
+        self.stream
+            .synchronize()
+            .doing(format!("waiting for {what}"))
+    }
+
+    /// Copies `src` (its first `dst.len()` values) to the host once the stream reaches the copy,
+    /// and waits for it: one counted host wait and device-to-host copy.
+    pub fn copy_to_host<T: DeviceRepr, S: DevicePtr<T>>(
+        &self,
+        src: &S,
+        dst: &mut [T],
+        what: &str,
+    ) -> Result<(), CudaError> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.count(true);
+        self.stream
+            .memcpy_dtoh(src, dst)
+            .doing(format!("copying {what} to the host"))?;
+        // A copy into pageable memory has finished when the call returns; the wait makes that
+        // so for any host memory.
+        self.stream
+            .synchronize()
+            .doing(format!("copying {what} to the host"))
+    }
+
+    /// Milliseconds of device time between two events recorded on the stream; counted as a
+    /// host wait only when `stop` has not been reached yet (reading events the stream has
+    /// passed does not wait).
+    pub fn elapsed_ms(
+        &self,
+        start: &CudaEvent,
+        stop: &CudaEvent,
+        what: &str,
+    ) -> Result<f32, CudaError> {
+        if !stop.try_is_complete().doing(format!("timing {what}"))? {
+            self.count(false);
+        }
+        start.elapsed_ms(stop).doing(format!("timing {what}"))
     }
 
     /// A new CUDA event (default flags: timing on) for measuring device time.

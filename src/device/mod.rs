@@ -3,10 +3,13 @@
 //! every planner, and the memory each side has ([`host_memory_available`], [`Device::memory_available`]).
 //!
 //! No physics lives here, and there is no process-global device: a solver gets the device it
-//! runs on as a value.
+//! runs on as a value. A GPU ([`cuda::Gpu`]) owns one ordered stream that every engine queues
+//! on, and counts the host's waits for it ([`cuda::Gpu::sync_counts`]); [`buffer`] holds the
+//! device buffers, [`timer`] times phases with events on that stream.
 
 pub mod buffer;
 pub mod cuda;
+pub mod timer;
 
 use cuda::{CudaError, Gpu};
 use std::path::Path;
@@ -320,6 +323,60 @@ mod tests {
             let m = host_memory_available().expect("/proc/meminfo");
             assert!(m > 1 << 20, "{m}");
         }
+    }
+
+    /// Every engine queues on the GPU's one stream and waits only through the `Gpu` (so the
+    /// waits are counted, cuda.rs module docs): no source or test file but cuda.rs makes a
+    /// stream or waits on a stream or event itself.
+    #[test]
+    fn only_the_gpu_makes_streams_and_waits() {
+        fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    files(&p, out);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    out.push(p);
+                }
+            }
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut all = Vec::new();
+        files(&root.join("src"), &mut all);
+        files(&root.join("tests"), &mut all);
+        let mut found = Vec::new();
+        // cuda.rs is where they live, this file where they are looked for.
+        let exempt =
+            |f: &Path| f.ends_with("src/device/cuda.rs") || f.ends_with("src/device/mod.rs");
+        for f in all.iter().filter(|f| !exempt(f)) {
+            let text = std::fs::read_to_string(f).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                // An event's own elapsed_ms(&stop) waits uncounted; Gpu::elapsed_ms takes 3.
+                let event_wait = code.split(".elapsed_ms(").nth(1).is_some_and(|rest| {
+                    let args = rest.split(')').next().unwrap_or("");
+                    !args.contains(',') && !args.trim().is_empty()
+                });
+                let bad = [
+                    "new_stream(",
+                    "default_stream(",
+                    ".synchronize()",
+                    "memcpy_dtoh(",
+                ]
+                .iter()
+                .any(|p| code.contains(p));
+                if bad || event_wait {
+                    let f = f.strip_prefix(root).unwrap_or(f).display();
+                    found.push(format!("{f}:{}: {}", i + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "queue on Gpu::stream() and wait only through Gpu::synchronize, \
+             Gpu::copy_to_host (DeviceBuffer::download) or Gpu::elapsed_ms:\n{}",
+            found.join("\n")
+        );
     }
 
     #[test]

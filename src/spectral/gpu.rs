@@ -295,10 +295,9 @@ impl Reductions {
     }
 
     /// Reads word `i` as a double (waits for the stream).
-    fn read_word(&self, s: &Arc<CudaStream>, i: usize, what: &str) -> Result<f64, CudaError> {
+    fn read_word(&self, gpu: &Gpu, i: usize, what: &str) -> Result<f64, CudaError> {
         let mut bits = [0u64; 3];
-        self.words.download(s, &mut bits, what)?;
-        s.synchronize().doing(format!("waiting for {what}"))?;
+        self.words.download(gpu, &mut bits, what)?;
         Ok(f64::from_bits(bits[i]))
     }
 
@@ -307,12 +306,13 @@ impl Reductions {
     fn mode_sums(
         &self,
         k: &Kernels,
-        s: &Arc<CudaStream>,
+        gpu: &Gpu,
         u: u64,
         k1: u64,
         layout: &ModeLayout,
         nu: f64,
     ) -> Result<StateSums, CudaError> {
+        let s = gpu.stream();
         let side = layout.side();
         let nshell = shell_count(layout);
         let len = layout.len() as i64;
@@ -333,9 +333,9 @@ impl Reductions {
             &u, &k1, &len, &kmax, &nu, &nshell_i, &sc, &sh)?;
         let mut scalars = vec![0.0; 4 * side];
         let mut shells = vec![0.0; side * nshell];
-        self.scalars.download(s, &mut scalars, "the mode sums")?;
-        self.shells.download(s, &mut shells, "the shell spectrum")?;
-        s.synchronize().doing("waiting for the diagnostics")?;
+        self.scalars.download(gpu, &mut scalars, "the mode sums")?;
+        self.shells
+            .download(gpu, &mut shells, "the shell spectrum")?;
         // Rows added in row order.
         let mut sums = [0.0; 4];
         for row in scalars.chunks_exact(4) {
@@ -392,7 +392,7 @@ impl Reductions {
     unsafe fn grid_max(
         &self,
         k: &Kernels,
-        s: &Arc<CudaStream>,
+        gpu: &Gpu,
         t: &Transforms,
         u: u64,
         layout: &ModeLayout,
@@ -400,6 +400,7 @@ impl Reductions {
         (real, rs): (u64, usize),
         which: GridMax,
     ) -> Result<f64, CudaError> {
+        let s = gpu.stream();
         let n3 = t.m.pow(3);
         self.zero_word(s, 2)?;
         let out = self.word(s, 2);
@@ -411,7 +412,7 @@ impl Reductions {
                 // SAFETY: sp_max_abs(const double* r, long long n, unsigned long long* out):
                 // the m³ values of `real` just written, word 2; blockDim = SP_THREADS.
                 launch!(s, &k.max_abs, "sp_max_abs", cfg_for(n3); &real, &n3_i, &out)?;
-                self.read_word(s, 2, "the divergence maximum")
+                self.read_word(gpu, 2, "the divergence maximum")
             }
             GridMax::Vorticity => {
                 for c in 0..3 {
@@ -423,7 +424,7 @@ impl Reductions {
                 // long* out): the three fields of m³ values just written, rs apart; word 2;
                 // blockDim = SP_THREADS.
                 launch!(s, &k.max_norm2, "sp_max_norm2", cfg_for(n3); &real, &n3_i, &rs_i, &out)?;
-                Ok(self.read_word(s, 2, "the vorticity maximum")?.sqrt())
+                Ok(self.read_word(gpu, 2, "the vorticity maximum")?.sqrt())
             }
         }
     }
@@ -535,7 +536,7 @@ impl GpuSpectralSolver {
                 grid.n, grid.dealias
             )));
         }
-        let stream = gpu.context().new_stream().doing("creating a stream")?;
+        let stream = gpu.stream().clone();
         let k = Kernels::load(&gpu)?;
         let layout = grid.layout();
         let red = Reductions::new(&stream, &layout)?;
@@ -662,9 +663,6 @@ impl GpuSpectralSolver {
             .collect();
         self.uhat
             .upload(&self.stream, &flat, "the spectral state")?;
-        self.stream
-            .synchronize()
-            .doing("waiting for the upload of the state")?;
         self.state_changed();
         Ok(())
     }
@@ -691,8 +689,7 @@ impl GpuSpectralSolver {
             let len = self.layout.len();
             let mut flat = vec![cufft_sys::double2 { x: 0.0, y: 0.0 }; 3 * len];
             self.uhat
-                .download(&self.stream, &mut flat, "the spectral state")?;
-            self.stream.synchronize().doing("waiting for the state")?;
+                .download(&self.gpu, &mut flat, "the spectral state")?;
             let modes: VectorModes = std::array::from_fn(|c| {
                 flat[c * len..(c + 1) * len]
                     .iter()
@@ -785,7 +782,7 @@ impl GpuSpectralSolver {
     pub fn speed_sum_max(&mut self) -> Result<f64, CudaError> {
         self.ensure_k1()?;
         if self.speed_sum_max.is_none() {
-            self.speed_sum_max = Some(self.red.read_word(&self.stream, 0, "the speed maximum")?);
+            self.speed_sum_max = Some(self.red.read_word(&self.gpu, 0, "the speed maximum")?);
         }
         Ok(self.speed_sum_max.expect("just read"))
     }
@@ -843,8 +840,7 @@ impl GpuSpectralSolver {
         // 3·len double2 = 6·len doubles; flag one u32.
         launch!(s, &self.k.nonfinite, "sp_nonfinite", cfg_for(n as usize); &acc, &n, &flag)?;
         let mut bad = [0u32];
-        self.flag.download(&s, &mut bad, "the finite flag")?;
-        s.synchronize().doing("waiting for the RK4 step")?;
+        self.flag.download(&self.gpu, &mut bad, "the finite flag")?;
         if bad[0] != 0 {
             // The state and its first stage are untouched.
             return Err(NonFiniteState.into());
@@ -863,7 +859,7 @@ impl GpuSpectralSolver {
         let (u, k1) = (self.addr(&self.uhat), self.addr(&self.k1));
         let r = self
             .red
-            .mode_sums(&self.k, &self.stream, u, k1, &self.layout, self.nu)?;
+            .mode_sums(&self.k, &self.gpu, u, k1, &self.layout, self.nu)?;
         self.sums = Some(r.clone());
         Ok(r)
     }
@@ -941,7 +937,7 @@ impl GpuSpectralSolver {
         unsafe {
             self.red.grid_max(
                 &self.k,
-                &self.stream,
+                &self.gpu,
                 self.solution_transforms(),
                 u,
                 &self.layout,
@@ -961,10 +957,7 @@ impl GpuSpectralSolver {
         }
         let mut flat = vec![0.0; 2 * rs + n3];
         self.real
-            .download(&self.stream, &mut flat, "the velocity on the grid")?;
-        self.stream
-            .synchronize()
-            .doing("waiting for the velocity on the grid")?;
+            .download(&self.gpu, &mut flat, "the velocity on the grid")?;
         Ok(std::array::from_fn(|c| flat[c * rs..c * rs + n3].to_vec()))
     }
 
@@ -999,7 +992,7 @@ impl GpuSpectralSolver {
             start.record(&s).doing("recording an event")?;
             run(&self.product)?;
             stop.record(&s).doing("recording an event")?;
-            let t = start.elapsed_ms(&stop).doing("timing the transforms")?;
+            let t = self.gpu.elapsed_ms(&start, &stop, "the transforms")?;
             ms.push(t as f64);
         }
         // The scratch buffers were overwritten: the next right-hand side rewrites them all.
@@ -1018,7 +1011,7 @@ impl GpuSpectralSolver {
             start.record(&self.stream).doing("recording an event")?;
             self.step(dt)?;
             stop.record(&self.stream).doing("recording an event")?;
-            let t = start.elapsed_ms(&stop).doing("timing a step")?;
+            let t = self.gpu.elapsed_ms(&start, &stop, "a step")?;
             ms.push(t as f64);
         }
         Ok(ms)
@@ -1088,6 +1081,7 @@ pub struct GridDiagnostics {
 /// and the host's `flow_stats`, `shell_spectrum`, `max_divergence` and `max_vorticity` give,
 /// to round-off, with only the scalars and the spectrum's row partials crossing to the host.
 pub struct DeviceGridDiagnostics {
+    gpu: Arc<Gpu>,
     stream: Arc<CudaStream>,
     k: Kernels,
     layout: ModeLayout,
@@ -1099,14 +1093,10 @@ pub struct DeviceGridDiagnostics {
 }
 
 impl DeviceGridDiagnostics {
-    /// Plans and buffers for an n³ grid keeping the modes |k_i| ≤ kmax (2·kmax < n), on `stream`
-    /// (a stream of `gpu`'s context).
-    pub fn new(
-        gpu: &Gpu,
-        stream: Arc<CudaStream>,
-        n: usize,
-        kmax: usize,
-    ) -> Result<Self, CudaError> {
+    /// Plans and buffers for an n³ grid keeping the modes |k_i| ≤ kmax (2·kmax < n), on `gpu`'s
+    /// stream.
+    pub fn new(gpu: &Arc<Gpu>, n: usize, kmax: usize) -> Result<Self, CudaError> {
+        let stream = gpu.stream().clone();
         cufft_available()?;
         if n < 4 || 2 * kmax >= n || (n as u128).pow(3) > i32::MAX as u128 || 2 * kmax + 1 > 1024 {
             return Err(CudaError::Invalid(format!(
@@ -1118,6 +1108,7 @@ impl DeviceGridDiagnostics {
         let transforms = Transforms::new(n, kmax, TransformKind::Pruned, &stream)?;
         let red = Reductions::new(&stream, &layout)?;
         let mut d = DeviceGridDiagnostics {
+            gpu: gpu.clone(),
             stream,
             k,
             layout,
@@ -1195,14 +1186,14 @@ impl DeviceGridDiagnostics {
             &modes, &modes, &modes)?;
         let sums = self
             .red
-            .mode_sums(&self.k, &s, modes, 0, &self.layout, nu)?;
-        let (t, layout) = (&self.transforms, &self.layout);
+            .mode_sums(&self.k, &self.gpu, modes, 0, &self.layout, nu)?;
+        let (t, layout, gpu) = (&self.transforms, &self.layout, &self.gpu);
         let max = |which| {
             // SAFETY: modes holds 3·len double2; spec ≥ n²·(n/2+1) double2 and real three
             // fields of rs ≥ n³ f64, 256-byte aligned, of this context.
             unsafe {
                 self.red
-                    .grid_max(&self.k, &s, t, modes, layout, spec, (real, rs), which)
+                    .grid_max(&self.k, gpu, t, modes, layout, spec, (real, rs), which)
             }
         };
         Ok(GridDiagnostics {

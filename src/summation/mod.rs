@@ -21,8 +21,16 @@
 //! exactly what [`Summation::evaluate`] computes — the same kernels on the same values, the f64
 //! inputs converted to the sums' f32 on the device — without copying particles or results
 //! through the host. The caller's buffers must live on the evaluator's GPU
-//! ([`DeviceSummation::gpu`]) and be fully written (its stream synchronised) before the call;
-//! the call returns when the results are complete.
+//! ([`DeviceSummation::gpu`]).
+//!
+//! **Queued on the GPU's stream.** A device-form call queues its work on the GPU's one stream
+//! ([`Gpu::stream`]) and returns without waiting for it: the inputs are ready when the stream
+//! reaches the call (whatever the caller queued before it has written them), and the results
+//! are ready for whatever is queued after it. Neither side synchronises the host to hand work
+//! over. An evaluator may still wait where it needs a value on the host (the GPU FMM copies
+//! positions and cores down for its tree, and waits for its phase timings and for a due
+//! accuracy check); every such wait goes through the [`Gpu`] and is counted
+//! ([`Gpu::sync_counts`]).
 //!
 //! Implementations, one folder per method, one file per device:
 //! [`direct::DirectFreeSpace`] (free space, all pairs, f64, rayon), [`direct::CudaDirect`] (all
@@ -242,7 +250,9 @@ pub struct DeviceWork<'a> {
     pub extra: &'a DeviceExtra<'a>,
 }
 
-/// The device form of [`Summation`] (see the module docs).
+/// The device form of [`Summation`] (see the module docs): every method is queued on the GPU's
+/// stream after the work that wrote its inputs, and its outputs are ready for the work queued
+/// after it; the host does not wait.
 pub trait DeviceSummation {
     /// The GPU the inputs and outputs must live on.
     fn gpu(&self) -> &Arc<Gpu>;

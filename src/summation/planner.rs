@@ -37,11 +37,12 @@
 //! | method | device | evaluator                                  |
 //! |--------|--------|--------------------------------------------|
 //! | direct | cpu    | [`DirectGravity`] (f64, rayon)             |
+//! | direct | cuda   | [`CudaDirectGravity`] (f32 tiles)          |
 //! | fmm    | cpu    | [`FmmGravity`] (f64, rayon)                |
 //!
 //! A request with no row is refused naming the rows that exist.
 
-use super::direct::{CudaDirect, DirectFreeSpace, DirectGravity};
+use super::direct::{CudaDirect, CudaDirectGravity, DirectFreeSpace, DirectGravity};
 use super::ewald::params::{
     max_grid_for_memory, plan as plan_ewald, CostModel, CPU_BYTES_PER_GRID_POINT,
     GPU_BYTES_PER_GRID_POINT,
@@ -390,14 +391,24 @@ fn gpu_evaluator<E: Summation + 'static>(
         std::sync::Arc<crate::device::cuda::Gpu>,
     ) -> Result<E, crate::device::cuda::CudaError>,
 ) -> Result<Box<dyn Summation>, SummationError> {
+    Ok(Box::new(gpu_built(device, build)?))
+}
+
+/// Any GPU evaluator (Biot–Savart or gravity) built on `device`'s GPU, with a clear error when
+/// that fails.
+fn gpu_built<E>(
+    device: &Device,
+    build: impl FnOnce(
+        std::sync::Arc<crate::device::cuda::Gpu>,
+    ) -> Result<E, crate::device::cuda::CudaError>,
+) -> Result<E, SummationError> {
     let gpu = device_gpu(device)?.clone();
-    match build(gpu) {
-        Ok(e) => Ok(Box::new(e)),
-        Err(e) => Err(SummationError::Unsupported(format!(
+    build(gpu).map_err(|e| {
+        SummationError::Unsupported(format!(
             "device {}: the GPU evaluator could not be set up: {e}",
             device.label()
-        ))),
-    }
+        ))
+    })
 }
 
 /// A GPU evaluator built on `device`'s GPU by a constructor that plans its own parameters: its
@@ -550,6 +561,14 @@ pub const GRAVITY_REGISTRY: &[GravityRegistration] = &[
         method: EvaluatorKind::Direct,
         device: DeviceKind::Cpu,
         build: |_, g, _| Ok(Box::new(DirectGravity::new(g))),
+    },
+    GravityRegistration {
+        method: EvaluatorKind::Direct,
+        device: DeviceKind::Cuda,
+        build: |device, g, _| {
+            let e = gpu_built(device, |gpu| CudaDirectGravity::new(gpu, g))?;
+            Ok(Box::new(e))
+        },
     },
     GravityRegistration {
         method: EvaluatorKind::Fmm,
@@ -924,7 +943,7 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(
-            e.contains("direct on cpu") && e.contains("fmm on cpu"),
+            e.contains("direct on cpu") && e.contains("fmm on cpu") && e.contains("direct on cuda"),
             "{e}"
         );
         assert!(plan_gravity(EvaluatorKind::Fmm, &Device::Cpu, g, 1e-12).is_err());

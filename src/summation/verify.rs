@@ -477,18 +477,14 @@ pub fn device_against_host(
 ) -> Result<(f64, f64), SummationError> {
     use super::{DeviceEvaluation, DeviceExtra, DeviceSources, DeviceTargets, DeviceWork};
     use crate::device::buffer::DeviceBuffer;
-    use crate::device::cuda::Doing;
     let mut host = Evaluation::default();
     evaluator.evaluate(&p.sources(), &p.x, extra, &mut host)?;
     let name = evaluator.name();
     let dev = evaluator
         .device_form()
         .ok_or_else(|| SummationError::Unsupported(format!("{name} has no device form")))?;
-    let stream = dev
-        .gpu()
-        .context()
-        .new_stream()
-        .doing("creating a stream")?;
+    let gpu = dev.gpu().clone();
+    let stream = gpu.stream().clone();
     let (mut x, mut alpha, mut sigma) = (
         DeviceBuffer::new(),
         DeviceBuffer::new(),
@@ -497,7 +493,6 @@ pub fn device_against_host(
     x.upload(&stream, p.x.as_flattened(), "positions")?;
     alpha.upload(&stream, p.alpha.as_flattened(), "strengths")?;
     sigma.upload(&stream, &p.sigma, "cores")?;
-    stream.synchronize().doing("uploading")?;
     let sigma_max = p.sigma.iter().cloned().fold(0.0, f64::max);
     let sources = DeviceSources {
         x: &x,
@@ -524,7 +519,7 @@ pub fn device_against_host(
     dev.evaluate_on_device(work, &mut out)?;
     let n = p.len();
     let mut u = vec![0.0; 3 * n];
-    out.velocity.download(&stream, &mut u, "velocity")?;
+    out.velocity.download(&gpu, &mut u, "velocity")?;
     let (ex_buf, ex_host): (_, Vec<f64>) = match extra {
         Extra::None => (None, Vec::new()),
         Extra::Stretching { .. } => (
@@ -538,9 +533,8 @@ pub fn device_against_host(
     };
     let mut ex = vec![0.0; ex_host.len()];
     if let Some(b) = ex_buf {
-        b.download(&stream, &mut ex, "extra")?;
+        b.download(&gpu, &mut ex, "extra")?;
     }
-    stream.synchronize().doing("downloading")?;
     let diff = |a: &[f64], b: &[f64]| {
         a.iter()
             .zip(b)

@@ -137,7 +137,8 @@ pub struct VortexClock {
     pub steps_since_reinit: u64,
 }
 
-/// Wall seconds the solver spent in each phase since the last [`VortexSolver::take_timings`].
+/// Seconds the solver spent in each phase since the last [`VortexSolver::take_timings`]: wall
+/// clock on the host, device time (events on the GPU's stream) for the GPU-resident stepper.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PhaseTimes {
     /// Velocity and stretching at the particles (the evaluator's sums, Heun's second included).

@@ -5,7 +5,9 @@
 //! one samples ω on a finer m³ lattice, takes the band |q_d| ≤ n/2 of its spectrum
 //! (`lat_band`) and divides by the band's Gaussian ĝ instead of ĉ, in the same pass. Kernels:
 //! `kernels/lattice.cu`; transforms: cuFFT (D2Z and Z2D, batched over the three components,
-//! plans kept per pair of lattice sizes), all on the stream given to [`DeviceRbfSolver::new`].
+//! plans kept per pair of lattice sizes), all on the GPU's one stream ([`Gpu::stream`]):
+//! [`DeviceRbfSolver::solve`] only queues (the host does not wait), and the report is read
+//! when asked for ([`DeviceRbfSolver::report`], one small copy).
 //!
 //! On the n³ lattice (nodes x_i = −π + i·h, h = 2π/n, [`super::lattice_nodes`] order) the
 //! strengths β solve Σ_j β_j ζ_σ0(x_i − x_j) = ω'_i, ω' the lattice vorticity ω conditioned as
@@ -32,7 +34,7 @@
 //!   count once; every other stored mode counts for itself (q_m) and for its unstored mirror
 //!   (q_{−m}, the same |ω̂|²). The sums are per-block partials over a fixed grid with a fixed
 //!   tree in each block, added on the host in block order: two solves of the same input are
-//!   bit-identical.
+//!   bit-identical. They stay on the device until [`DeviceRbfSolver::report`] reads them.
 //! - **Tables.** ĉ(d) is [`LatticeGaussian::spectrum`] itself, f(d) is
 //!   [`LatticeFilter::factor`] at (q_d, 0, 0) (the filter is a product over axes and its factor
 //!   at 0 is exactly 1), both computed on the host by the CPU's code and uploaded once per
@@ -120,10 +122,11 @@ fn blocks(n: usize) -> usize {
 
 impl DeviceRbfSolver {
     /// Compiles (once per process and GPU) and loads the kernel on `gpu`; every transform,
-    /// launch and copy of [`DeviceRbfSolver::solve`] runs on `stream` (a stream of `gpu`'s
-    /// context). Fails when cuFFT cannot be loaded.
-    pub fn new(gpu: Arc<Gpu>, stream: Arc<CudaStream>) -> Result<Self, CudaError> {
+    /// launch and copy of [`DeviceRbfSolver::solve`] is queued on `gpu`'s stream. Fails when cuFFT
+    /// cannot be loaded.
+    pub fn new(gpu: Arc<Gpu>) -> Result<Self, CudaError> {
         cufft_available()?;
+        let stream = gpu.stream().clone();
         let module = gpu.module_from(&KERNELS, &[])?;
         let condition = module.function("lat_condition")?;
         let band = module.function("lat_band")?;
@@ -187,20 +190,21 @@ impl DeviceRbfSolver {
             + work
     }
 
-    /// The strengths β on the `n`³ particle lattice for the vorticity `omega` sampled on the
-    /// `m`³ lattice (3·m³ f64 on this GPU, node-major in [`super::lattice_nodes`] order,
-    /// components x, y, z per node), conditioned as `conditioning` asks, with Σβ = 0 per
-    /// component when `zero_total`: the device form of [`super::solve_strengths`] with
-    /// `solver` = [`RbfSolver::Spectral`] (m from [`super::reinit::sampling_lattice`], or n) or
-    /// [`RbfSolver::Exact`] (m = n), same strengths to round-off, same report. `alpha_out` is
-    /// resized ([`DeviceBuffer::ensure`]) to at least 3·n³ values and its first 3·n³ are
-    /// written, in the layout of `omega`; `omega` is not changed. Waits for the GPU before
-    /// returning (the report is read back).
+    /// Queues on the GPU's stream the strengths β on the `n`³ particle lattice for the
+    /// vorticity `omega` sampled on the `m`³ lattice (3·m³ f64 on this GPU, node-major in
+    /// [`super::lattice_nodes`] order, components x, y, z per node), conditioned as
+    /// `conditioning` asks, with Σβ = 0 per component when `zero_total`: the device form of
+    /// [`super::solve_strengths`] with `solver` = [`RbfSolver::Spectral`] (m from
+    /// [`super::reinit::sampling_lattice`], or n) or [`RbfSolver::Exact`] (m = n), same
+    /// strengths to round-off, same report ([`DeviceRbfSolver::report`]). `alpha_out` is resized
+    /// ([`DeviceBuffer::ensure`]) to at least 3·n³ values and its first 3·n³ are written, in
+    /// the layout of `omega`, ready for whatever is queued after; `omega` (read when the stream
+    /// gets there) is not changed. The host does not wait.
     ///
-    /// Errors: n = 0, m < n, 3·m³ beyond 32-bit indexing, σ0 not positive and finite, `omega`
-    /// shorter than 3·m³, conjugate gradients or interpolation from another lattice asked for,
-    /// or a CUDA/cuFFT failure. Panics if `omega` was never allocated (a [`DeviceBuffer`] used
-    /// before `ensure`).
+    /// Errors (found before anything is queued, or when queuing): n = 0, m < n, 3·m³ beyond
+    /// 32-bit indexing, σ0 not positive and finite, `omega` shorter than 3·m³, conjugate
+    /// gradients or interpolation from another lattice asked for, or a CUDA/cuFFT failure.
+    /// Panics if `omega` was never allocated (a [`DeviceBuffer`] used before `ensure`).
     #[allow(clippy::too_many_arguments)]
     pub fn solve(
         &mut self,
@@ -212,7 +216,7 @@ impl DeviceRbfSolver {
         conditioning: LatticeConditioning,
         zero_total: bool,
         alpha_out: &mut DeviceBuffer<f64>,
-    ) -> Result<ConditioningReport, CudaError> {
+    ) -> Result<(), CudaError> {
         if n == 0 || m < n || 3 * (m as u128).pow(3) > i32::MAX as u128 {
             return Err(CudaError::Invalid(format!(
                 "GPU RBF solve: lattice n = {n} sampled on m = {m} (1 ≤ n ≤ m ≤ {}: 32-bit \
@@ -299,10 +303,23 @@ impl DeviceRbfSolver {
             .exec_z2d(self.spec.get_mut(), alpha_out.get_mut())
             .doing("cuFFT Z2D of the strengths")?;
         self.host_partials.resize(3 * nb, 0.0);
-        self.partials
-            .download(&s, &mut self.host_partials, "the conditioning partial sums")?;
-        s.synchronize().doing("waiting for the RBF solve")?;
+        self.solved = true;
+        Ok(())
+    }
 
+    /// The conditioning report of the last queued solve (its block partials copied to the host
+    /// and added in block order): waits for the GPU to finish that solve.
+    pub fn report(&mut self) -> Result<ConditioningReport, CudaError> {
+        if !self.solved {
+            return Err(CudaError::Invalid(
+                "GPU RBF solve: no report before the first solve".into(),
+            ));
+        }
+        self.partials.download(
+            &self.gpu,
+            &mut self.host_partials,
+            "the conditioning partial sums",
+        )?;
         // Block partials in block order.
         let (mut total, mut longitudinal, mut filtered) = (0.0, 0.0, 0.0);
         for p in self.host_partials.chunks_exact(3) {
@@ -310,7 +327,6 @@ impl DeviceRbfSolver {
             longitudinal += p[1];
             filtered += p[2];
         }
-        self.solved = true;
         let total = f64::max(total, f64::MIN_POSITIVE);
         Ok(ConditioningReport {
             longitudinal_fraction: longitudinal / total,

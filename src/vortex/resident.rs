@@ -13,11 +13,26 @@
 //!
 //! The host receives data only when the run core asks for it: particles, derivatives and
 //! checkpoint arrays at output, snapshot and checkpoint times, the velocity at the spectral
-//! grid's nodes for the diagnostics, and a few scalars per step (the finite flag, and the maxima
-//! of the stability limits when the step is chosen by CFL). Every kernel is elementwise, an
-//! order-independent reduction (a maximum) or a fixed-order one (per-block sums added in block
-//! order), and the evaluators and the RBF solve are deterministic, so two
-//! runs of a case, and a killed and resumed run, are bit-identical on the same GPU.
+//! grid's nodes for the diagnostics, and one small copy per step.
+//!
+//! **One host wait per step.** The stepper, its evaluator and the RBF solve queue everything on
+//! the GPU's one stream ([`crate::device::cuda::Gpu::stream`]), so nothing waits between them.
+//! The host waits once per step, in [`ParticleStepper::prepare_step`], for one small copy: the
+//! prepared state's finite flag and, when the step was chosen by CFL
+//! ([`ParticleStepper::stable_dt`] was called before it), the maxima of the stability limits
+//! where the next step starts. Before that copy the step also queues what follows its commit:
+//! the reinitialisation due after it (built from the prepared state into a spare set, made
+//! current by [`ParticleStepper::reinitialise`]) and, for CFL, the derivatives and limits at the
+//! prepared state (or at the reinitialised set), which the next step then uses. So `stable_dt`
+//! reads nothing, except in the first step after the stepper is made or restored. The phases
+//! are timed by events on the stream ([`PhaseTimer`]). The GPU FMM is the exception: its device
+//! form copies positions and cores to the host for its tree.
+//!
+//! Every kernel is elementwise, an order-independent reduction (a maximum) or a fixed-order one
+//! (per-block sums added in block order), and the evaluators and the RBF solve are
+//! deterministic, so two runs of a case, and a killed and resumed run, are bit-identical on the
+//! same GPU; computing the next step's derivatives ahead evaluates the same sums on the same
+//! values.
 //!
 //! The same equations as [`super::VortexSolver`]; the only differences in the f64 update are
 //! fused multiply-adds, so GPU and CPU runs agree to round-off plus the f32 of the pair sums.
@@ -31,8 +46,9 @@ use super::{
 };
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    kernel_source, launch, load_kernels, CompiledModule, CudaError, Doing, KernelSource,
+    kernel_source, launch, load_kernels, CompiledModule, CudaError, Gpu, KernelSource,
 };
+use crate::device::timer::PhaseTimer;
 use crate::device::Device;
 use crate::particles::ParticleSet;
 use crate::spectral::gpu::{DeviceGridDiagnostics, GridDiagnostics};
@@ -44,7 +60,6 @@ use crate::summation::{
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use std::f64::consts::TAU;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// The kernels of the particle update, embedded in the binary.
 pub const KERNELS: KernelSource = kernel_source!("particles.cu");
@@ -137,7 +152,7 @@ impl DeviceState {
 }
 
 /// Velocity and stretching of `state`'s own strengths at its particles, by the evaluator's
-/// device form (the caller has synchronised the state's stream).
+/// device form (queued on the GPU's stream after whatever wrote the state).
 fn derivatives_at(
     evaluator: &mut dyn Summation,
     state: &DeviceState,
@@ -161,13 +176,79 @@ fn derivatives_at(
     Ok(())
 }
 
-/// Where [`ResidentStepper::derivatives_at`] evaluates.
+/// Blob vorticity of `sources` at `targets`, by the evaluator's device form (queued), into
+/// `out`.
+fn vorticity_at(
+    evaluator: &mut dyn Summation,
+    sources: &DeviceSources,
+    targets: &DeviceTargets,
+    out: &mut DeviceBuffer<f64>,
+) -> Result<(), VortexError> {
+    let dev = evaluator
+        .device_form()
+        .expect("the device form was checked at construction");
+    dev.vorticity_on_device(DevicePoints { sources, targets }, out)?;
+    Ok(())
+}
+
+/// A particle set of the stepper and the derivatives that go with it.
 #[derive(Debug, Clone, Copy)]
 enum At {
-    /// The current state.
+    /// The current state (derivatives in `eval`).
     State,
-    /// Heun's predictor.
-    Predictor,
+    /// The prepared state (derivatives in `eval_heun`, once Heun's corrector has used it).
+    Next,
+    /// Heun's predictor, or the reinitialised set built ahead (derivatives in `eval_heun`).
+    Pred,
+}
+
+/// The stability limits' maxima at a particle set: max|u_p| and max|ω_h(x_p)| (device maxima,
+/// NaN when a value is not finite).
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    u_max: f64,
+    omega_max: f64,
+}
+
+impl Limits {
+    /// The maxima in a per-step readback.
+    fn of(words: &[u64; 3]) -> Limits {
+        Limits {
+            u_max: f64::from_bits(words[Word::UMax as usize]),
+            omega_max: f64::from_bits(words[Word::OmegaMax as usize]),
+        }
+    }
+}
+
+/// What a prepared step computed beyond the prepared state, for after its commit.
+#[derive(Debug, Clone, Copy)]
+enum Ahead {
+    /// Nothing: the derivatives at the committed state are evaluated when needed.
+    Nothing,
+    /// The derivatives at the prepared state (in `eval_heun`) and its limits.
+    Derivatives(Limits),
+    /// The reinitialised set built from the prepared state (in `pred`; with its derivatives in
+    /// `eval_heun` when the limits were measured), for the reinitialisation due after the
+    /// commit.
+    Reinit(Option<Limits>),
+}
+
+/// The phases of [`PhaseTimes`], timed by events on the stream ([`PhaseTimer`] numbers).
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Evaluation,
+    Update,
+    ReinitVorticity,
+    ReinitSolve,
+}
+
+/// The words of the per-step readback buffer (their indices): the finite flag (an int in the
+/// low half), max|u| and max|ω| (f64 bits).
+#[derive(Debug, Clone, Copy)]
+enum Word {
+    Flag,
+    UMax,
+    OmegaMax,
 }
 
 /// σ after one step of core spreading, rounded as `vp_spread` rounds it.
@@ -185,6 +266,8 @@ fn cfg(n: usize) -> LaunchConfig {
 
 /// The GPU-resident stepper (module docs).
 pub struct ResidentStepper {
+    gpu: Arc<Gpu>,
+    /// The GPU's one stream (everything is queued on it).
     stream: Arc<CudaStream>,
     _module: Arc<CompiledModule>,
     k: Kernels,
@@ -195,11 +278,23 @@ pub struct ResidentStepper {
     description: String,
     state: DeviceState,
     next: DeviceState,
+    /// Heun's predictor; between steps free, or the reinitialised set built ahead.
     pred: DeviceState,
     /// Velocity and stretching at `state` (valid when `derivatives_current`).
     eval: DeviceEvaluation,
+    /// At Heun's predictor, then at the prepared state or the set built ahead ([`Ahead`]).
     eval_heun: DeviceEvaluation,
     derivatives_current: bool,
+    /// The limits at `state`, when known on the host.
+    limits: Option<Limits>,
+    /// [`ParticleStepper::stable_dt`] was called since the last prepared step: the next one
+    /// measures the limits where the following step starts.
+    limits_asked: bool,
+    /// What the prepared step computed ahead (valid with `pending`).
+    ahead: Ahead,
+    /// The reinitialised set in `pred` (with its limits, when measured), made from the state
+    /// just committed; taken by [`ResidentStepper::reinitialise`].
+    reinit_ready: Option<Option<Limits>>,
     history_u: DeviceBuffer<f64>,
     history_s: DeviceBuffer<f64>,
     history_dt: Option<f64>,
@@ -218,14 +313,17 @@ pub struct ResidentStepper {
     /// at the first output).
     grid_diagnostics: Option<(usize, DeviceGridDiagnostics)>,
     points: DeviceBuffer<f64>,
-    scalars: DeviceBuffer<u64>,
+    /// The per-step readback ([`Word`]).
+    readback: DeviceBuffer<u64>,
     partials: DeviceBuffer<f64>,
-    flag: DeviceBuffer<i32>,
     vorticity_scratch: DeviceBuffer<f64>,
     last_solve: Option<SolveReport>,
+    /// The conditioning of the last reinitialisation, once read.
     last_conditioning: Option<ConditioningReport>,
+    /// The last reinitialisation's conditioning is still on the device (in the RBF solver).
+    conditioning_on_device: bool,
     host: Option<ParticleSet>,
-    times: PhaseTimes,
+    timer: PhaseTimer,
     transfers: TransferBytes,
 }
 
@@ -281,13 +379,14 @@ impl ResidentStepper {
                 summary
             }
         );
-        let stream = gpu.context().new_stream().doing("creating a stream")?;
+        let stream = gpu.stream().clone();
         let rbf = if settings.reinit_every.is_some() {
-            Some(DeviceRbfSolver::new(gpu.clone(), stream.clone())?)
+            Some(DeviceRbfSolver::new(gpu.clone())?)
         } else {
             None
         };
         let mut s = ResidentStepper {
+            gpu: gpu.clone(),
             stream,
             _module: module,
             k,
@@ -302,6 +401,10 @@ impl ResidentStepper {
             eval: DeviceEvaluation::default(),
             eval_heun: DeviceEvaluation::default(),
             derivatives_current: false,
+            limits: None,
+            limits_asked: false,
+            ahead: Ahead::Nothing,
+            reinit_ready: None,
             history_u: DeviceBuffer::new(),
             history_s: DeviceBuffer::new(),
             history_dt: None,
@@ -317,14 +420,14 @@ impl ResidentStepper {
             grid_eval: DeviceEvaluation::default(),
             grid_diagnostics: None,
             points: DeviceBuffer::new(),
-            scalars: DeviceBuffer::new(),
+            readback: DeviceBuffer::new(),
             partials: DeviceBuffer::new(),
-            flag: DeviceBuffer::new(),
             vorticity_scratch: DeviceBuffer::new(),
             last_solve: None,
             last_conditioning: None,
+            conditioning_on_device: false,
             host: None,
-            times: PhaseTimes::default(),
+            timer: PhaseTimer::new(gpu, 4),
             transfers: TransferBytes::default(),
         };
         s.upload_particles(&particles)?;
@@ -332,9 +435,15 @@ impl ResidentStepper {
         Ok(s)
     }
 
-    /// What the last reinitialisation's conditioning found.
-    pub fn last_conditioning(&self) -> Option<ConditioningReport> {
-        self.last_conditioning
+    /// What the last reinitialisation's conditioning found (read from the device on the first
+    /// call after it: a host wait).
+    pub fn last_conditioning(&mut self) -> Result<Option<ConditioningReport>, VortexError> {
+        if std::mem::take(&mut self.conditioning_on_device) {
+            if let Some(rbf) = self.rbf.as_mut() {
+                self.last_conditioning = Some(rbf.report()?);
+            }
+        }
+        Ok(self.last_conditioning)
     }
 
     fn upload(
@@ -349,13 +458,14 @@ impl ResidentStepper {
         Ok(())
     }
 
+    /// Copies the first `host.len()` values of `which` to the host (waits for the stream).
     fn download(
         &mut self,
         which: fn(&Self) -> &DeviceBuffer<f64>,
         host: &mut [f64],
         what: &str,
     ) -> Result<(), VortexError> {
-        which(self).download(&self.stream, host, what)?;
+        which(self).download(&self.gpu, host, what)?;
         self.transfers.to_host += 8 * host.len() as u64;
         Ok(())
     }
@@ -381,76 +491,120 @@ impl ResidentStepper {
         self.state.sigma_max = sigma_max;
         self.state.equal_cores = p.sigma.iter().all(|&s| s == sigma_max);
         self.ids = p.id.clone();
-        self.derivatives_current = false;
+        self.state_replaced();
         Ok(())
     }
 
-    fn sync(&self) -> Result<(), VortexError> {
-        Ok(self
-            .stream
-            .synchronize()
-            .doing("waiting for the particle update")?)
+    /// Forgets everything computed from the state (after it was replaced from the host).
+    fn state_replaced(&mut self) {
+        self.derivatives_current = false;
+        self.limits = None;
+        self.ahead = Ahead::Nothing;
+        self.reinit_ready = None;
     }
 
-    /// Velocity and stretching (the evaluator's device form), once the stream's work is done, at
-    /// the current state into `eval` or at Heun's predictor into `eval_heun`.
+    /// Queues velocity and stretching (the evaluator's device form) at the set `at`.
     fn derivatives_at(&mut self, at: At) -> Result<(), VortexError> {
-        self.sync()?;
+        self.timer.begin(Phase::Evaluation as usize)?;
         let (state, out) = match at {
             At::State => (&self.state, &mut self.eval),
-            At::Predictor => (&self.pred, &mut self.eval_heun),
+            At::Next => (&self.next, &mut self.eval_heun),
+            At::Pred => (&self.pred, &mut self.eval_heun),
         };
-        derivatives_at(self.evaluator.as_mut(), state, self.settings.scheme, out)
+        derivatives_at(self.evaluator.as_mut(), state, self.settings.scheme, out)?;
+        Ok(self.timer.end()?)
     }
 
-    /// Velocity and stretching at the current state into `eval` (the evaluator's device form).
+    /// Velocity and stretching at the current state into `eval` (queued, when not current).
     fn ensure_derivatives(&mut self) -> Result<(), VortexError> {
         if self.derivatives_current {
             return Ok(());
         }
-        let t0 = Instant::now();
         self.derivatives_at(At::State)?;
         self.derivatives_current = true;
-        self.times.evaluation += t0.elapsed().as_secs_f64();
         Ok(())
     }
 
-    /// max_p |v_p| over the first `n` 3-vectors of `v` (an order-independent device maximum).
-    fn max_norm(
-        &mut self,
-        v: fn(&Self) -> &DeviceBuffer<f64>,
-        n: usize,
-    ) -> Result<f64, VortexError> {
-        let s = self.stream.clone();
-        self.scalars.zero(&s, 1)?;
-        let n_i = n as i64;
-        let v_addr = v(self).addr(&s);
-        // SAFETY: vp_max_norm(long long n, const double* v, u64* out): v holds ≥ 3·n doubles
-        // (a state-sized buffer of the caller), out 1 u64 (zeroed above); blocks of 256 threads
-        // (VP_MAX_THREADS).
-        launch!(s, &self.k.max_norm, "vp_max_norm", cfg(n);
-            &n_i, &v_addr, self.scalars.get_mut())?;
-        let mut bits = [0u64];
-        self.scalars.download(&s, &mut bits, "a maximum")?;
-        self.transfers.to_host += 8;
-        Ok(f64::from_bits(bits[0]))
+    /// Zeroes the per-step readback (flag and maxima).
+    fn clear_readback(&mut self) -> Result<(), VortexError> {
+        Ok(self.readback.zero(&self.stream, 3)?)
     }
 
-    /// Whether any of the prepared state's positions or strengths is not finite.
-    fn next_is_finite(&mut self) -> Result<bool, VortexError> {
-        let s = self.stream.clone();
-        self.flag.zero(&s, 1)?;
+    /// The device address of readback word `word`.
+    fn readback_word(&self, word: usize) -> u64 {
+        self.readback.addr(&self.stream) + 8 * word as u64
+    }
+
+    /// Queues max_p |v_p| over the first `n` 3-vectors at device address `v` into readback
+    /// word `word` (an order-independent device maximum; the word zeroed before).
+    fn queue_max_norm(&mut self, v: u64, n: usize, word: usize) -> Result<(), VortexError> {
+        let s = &self.stream;
+        let n_i = n as i64;
+        let out = self.readback_word(word);
+        // SAFETY: vp_max_norm(long long n, const double* v, u64* out): v holds ≥ 3·n doubles
+        // (a state-sized buffer of the caller), out one u64 of the readback (3 words, ensured
+        // by clear_readback); blocks of 256 threads (VP_MAX_THREADS).
+        launch!(s, &self.k.max_norm, "vp_max_norm", cfg(n); &n_i, &v, &out)?;
+        Ok(())
+    }
+
+    /// Queues the limits' maxima at the set `at` (whose derivatives are queued already): the
+    /// blob vorticity at its particles, then max|u| and max|ω| into the readback.
+    fn queue_limits(&mut self, at: At) -> Result<(), VortexError> {
+        self.timer.begin(Phase::Evaluation as usize)?;
+        let (state, eval) = match at {
+            At::State => (&self.state, &self.eval),
+            At::Next => (&self.next, &self.eval_heun),
+            At::Pred => (&self.pred, &self.eval_heun),
+        };
+        let n = state.n;
+        let u = eval.velocity.addr(&self.stream);
+        vorticity_at(
+            self.evaluator.as_mut(),
+            &state.sources(),
+            &DeviceTargets::Sources,
+            &mut self.vorticity_scratch,
+        )?;
+        let w = self.vorticity_scratch.addr(&self.stream);
+        self.queue_max_norm(u, n, Word::UMax as usize)?;
+        self.queue_max_norm(w, n, Word::OmegaMax as usize)?;
+        Ok(self.timer.end()?)
+    }
+
+    /// The step's one copy to the host: the first `words` readback words (the flag, and the
+    /// maxima when 3). The phases queued before it are timed then (no further wait).
+    fn read_back(&mut self, words: usize) -> Result<[u64; 3], VortexError> {
+        let mut w = [0u64; 3];
+        let what = "the finite flag and the step's maxima";
+        self.readback.download(&self.gpu, &mut w[..words], what)?;
+        self.transfers.to_host += 8 * words as u64;
+        self.timer.collect()?;
+        Ok(w)
+    }
+
+    /// Measures the limits at the current state now (a host wait): the first step after the
+    /// stepper was made, restored or reinitialised without a prepared step seeing it coming.
+    fn measure_limits(&mut self) -> Result<Limits, VortexError> {
+        self.ensure_derivatives()?;
+        self.clear_readback()?;
+        self.queue_limits(At::State)?;
+        Ok(Limits::of(&self.read_back(3)?))
+    }
+
+    /// Queues the finite check of the prepared state's positions and strengths (readback word
+    /// [`Word::Flag`] becomes non-zero when one is not finite).
+    fn queue_nonfinite(&mut self) -> Result<(), VortexError> {
+        let s = &self.stream;
+        let flag = self.readback_word(Word::Flag as usize);
         let m = (3 * self.next.n) as i64;
         for buf in [&self.next.x, &self.next.alpha] {
             // SAFETY: vp_nonfinite(long long m, const double* v, int* flag): buf holds 3·n
-            // doubles of the prepared state, flag 1 int (zeroed above); the grid covers m.
+            // doubles of the prepared state, flag the low half of a zeroed readback word (an
+            // int, 8-byte aligned); the grid covers m.
             launch!(s, &self.k.nonfinite, "vp_nonfinite", cfg(m as usize);
-                &m, buf.get(), self.flag.get_mut())?;
+                &m, buf.get(), &flag)?;
         }
-        let mut f = [0i32];
-        self.flag.download(&s, &mut f, "the finite flag")?;
-        self.transfers.to_host += 4;
-        Ok(f[0] == 0)
+        Ok(())
     }
 
     /// `which`'s core radii after spreading by `spread` from `state`'s (σ_max mirrored).
@@ -474,10 +628,15 @@ impl ResidentStepper {
         Ok(())
     }
 
-    /// Computes the next state into `next` (module docs of [`super`] for the scheme).
+    /// Computes the next state into `next` (module docs of [`super`] for the scheme), and
+    /// ahead of the commit the reinitialisation due after it and, when the limits were asked
+    /// for, the limits where the next step starts (module docs); one host wait.
     fn prepare(&mut self, dt: f64) -> Result<(), VortexError> {
+        self.ahead = Ahead::Nothing;
+        self.reinit_ready = None;
+        let limits_asked = std::mem::take(&mut self.limits_asked);
         self.ensure_derivatives()?;
-        let t0 = Instant::now();
+        self.timer.begin(Phase::Update as usize)?;
         let s = self.stream.clone();
         let n = self.state.n;
         let m = 3 * n;
@@ -514,10 +673,8 @@ impl ResidentStepper {
                     self.pred.alpha.get_mut())?;
                 self.spread_into(true, spread)?;
                 self.pred.n = n;
-                self.times.update += t0.elapsed().as_secs_f64();
-                let t1 = Instant::now();
-                self.derivatives_at(At::Predictor)?;
-                self.times.evaluation += t1.elapsed().as_secs_f64();
+                self.derivatives_at(At::Pred)?;
+                self.timer.begin(Phase::Update as usize)?;
                 // SAFETY: vp_heun(long long m, const double* y, const double* f,
                 // const double* f2, double dt, double* out): all hold 3·n doubles.
                 launch!(s, &self.k.heun, "vp_heun", cfg(m);
@@ -529,29 +686,77 @@ impl ResidentStepper {
                     self.eval_heun.stretching.get(), &dt, self.next.alpha.get_mut())?;
             }
         }
-        let t2 = Instant::now();
         self.spread_into(false, spread)?;
         if let Boundary::Periodic { length } = self.boundary {
             // SAFETY: vp_wrap(long long m, double length, double* x): next's x holds 3·n
             // doubles; the grid covers m.
             launch!(s, &self.k.wrap, "vp_wrap", cfg(m); &m_i, &length, self.next.x.get_mut())?;
         }
+        self.next.n = n;
         // σ spreads uniformly and monotonically, so its exact host mirror covers every core.
-        if !self.next.sigma_max.is_finite() || !self.next_is_finite()? {
+        if !self.next.sigma_max.is_finite() {
             return Err(VortexError::NonFinite);
         }
-        self.times.update += t2.elapsed().as_secs_f64();
+        self.clear_readback()?;
+        self.queue_nonfinite()?;
+        self.timer.end()?;
+        let reinit_due = self.settings.reinit_due(self.steps_since_reinit + 1);
+        let ahead = self.queue_ahead(limits_asked, reinit_due);
+        let w = self.read_back(if matches!(ahead, Ok(Some(_))) { 3 } else { 1 })?;
+        if w[Word::Flag as usize] != 0 {
+            return Err(VortexError::NonFinite);
+        }
+        // The work ahead failed on a finite state: the step's error.
+        let ahead_at = ahead?;
+        let limits = Limits::of(&w);
+        self.ahead = match (reinit_due, ahead_at) {
+            (true, _) => Ahead::Reinit(ahead_at.map(|_| limits)),
+            (false, Some(_)) => Ahead::Derivatives(limits),
+            (false, None) => Ahead::Nothing,
+        };
         Ok(())
     }
 
-    /// Makes the prepared state current, the step's derivatives the AB2 history; returns
-    /// whether a reinitialisation is due ([`VortexSettings::reinit_due`]).
+    /// Queues, before the prepared step's copy (module docs), the reinitialisation due after it
+    /// (so the step's time includes it) and, when the limits were asked for, the derivatives and
+    /// limits where the next step starts; returns that set (`None`: limits not asked for).
+    fn queue_ahead(
+        &mut self,
+        limits_asked: bool,
+        reinit_due: bool,
+    ) -> Result<Option<At>, VortexError> {
+        if reinit_due {
+            self.build_reinit(At::Next)?;
+        }
+        let at = match (limits_asked, reinit_due) {
+            (false, _) => return Ok(None),
+            (true, false) => At::Next,
+            (true, true) => At::Pred,
+        };
+        self.derivatives_at(at)?;
+        self.queue_limits(at)?;
+        Ok(Some(at))
+    }
+
+    /// Makes the prepared state current, the step's derivatives the AB2 history (and what was
+    /// computed ahead current); returns whether a reinitialisation is due
+    /// ([`VortexSettings::reinit_due`]).
     fn commit(&mut self, dt: f64) -> bool {
         std::mem::swap(&mut self.state, &mut self.next);
         std::mem::swap(&mut self.history_u, &mut self.eval.velocity);
         std::mem::swap(&mut self.history_s, &mut self.eval.stretching);
         self.history_dt = Some(dt);
         self.derivatives_current = false;
+        self.limits = None;
+        match std::mem::replace(&mut self.ahead, Ahead::Nothing) {
+            Ahead::Nothing => {}
+            Ahead::Derivatives(limits) => {
+                std::mem::swap(&mut self.eval, &mut self.eval_heun);
+                self.derivatives_current = true;
+                self.limits = Some(limits);
+            }
+            Ahead::Reinit(limits) => self.reinit_ready = Some(limits),
+        }
         self.host = None;
         self.steps_since_reinit += 1;
         self.settings.reinit_due(self.steps_since_reinit)
@@ -579,45 +784,54 @@ impl ResidentStepper {
         Ok(())
     }
 
-    /// Blob vorticity at the lattice nodes, the conditioned RBF solve on the device, particles
-    /// at the nodes with σ0; restarts the AB2 history (docs/physics.md §3.3, §3.5).
-    fn reinitialise(&mut self) -> Result<(), VortexError> {
+    /// Blob vorticity of the set `from` (the state, or the prepared state ahead of its commit)
+    /// at the lattice nodes, the conditioned RBF solve on the device, particles at the nodes
+    /// with σ0: the reinitialised set, built in `pred` (free between steps), all queued
+    /// (docs/physics.md §3.3, §3.5).
+    fn build_reinit(&mut self, from: At) -> Result<(), VortexError> {
         let n = self.settings.lattice_n;
         let n3 = n * n * n;
         // The lattice ω is sampled on: finer than n for the spectral solve.
         let m = self.settings.sampling_lattice();
-        let t0 = Instant::now();
-        self.sync()?;
-        let dev = self
-            .evaluator
-            .device_form()
-            .expect("checked at construction");
+        self.timer.begin(Phase::ReinitVorticity as usize)?;
         // The evaluator's lattice method where it has one (GPU Ewald: separable weights),
         // else its pair sums at the nodes (made only then).
-        if !dev.vorticity_on_lattice_device(&self.state.sources(), m, &mut self.omega)? {
-            self.lattice_nodes_into(false, m)?;
-            self.sync()?;
-            let targets = DeviceTargets::Points {
-                x: &self.lattice_x,
-                n: m * m * m,
+        let on_lattice = {
+            let src = if let At::Next = from {
+                &self.next
+            } else {
+                &self.state
             };
             let dev = self
                 .evaluator
                 .device_form()
                 .expect("checked at construction");
-            let at = DevicePoints {
-                sources: &self.state.sources(),
-                targets: &targets,
+            dev.vorticity_on_lattice_device(&src.sources(), m, &mut self.omega)?
+        };
+        if !on_lattice {
+            self.lattice_nodes_into(false, m)?;
+            let src = if let At::Next = from {
+                &self.next
+            } else {
+                &self.state
             };
-            dev.vorticity_on_device(at, &mut self.omega)?;
+            let targets = DeviceTargets::Points {
+                x: &self.lattice_x,
+                n: m * m * m,
+            };
+            vorticity_at(
+                self.evaluator.as_mut(),
+                &src.sources(),
+                &targets,
+                &mut self.omega,
+            )?;
         }
-        self.times.reinit_vorticity += t0.elapsed().as_secs_f64();
-        let t1 = Instant::now();
+        self.timer.begin(Phase::ReinitSolve as usize)?;
         let s = self.stream.clone();
         let rbf = self.rbf.as_mut().expect("made when reinitialisation is on");
-        // The new set is built in `next` (free between steps) and made current only when all
-        // of it succeeded, so a failure leaves the state as it was (and a checkpoint of it good).
-        let report = rbf.solve(
+        // A report on the device not read yet is overwritten by this solve.
+        self.conditioning_on_device = false;
+        rbf.solve(
             &self.omega,
             m,
             n,
@@ -625,34 +839,56 @@ impl ResidentStepper {
             self.settings.rbf,
             self.settings.conditioning,
             self.settings.zero_total_strength,
-            &mut self.next.alpha,
+            &mut self.pred.alpha,
         )?;
-        self.next.x.ensure(&s, 3 * n3)?;
-        self.next.sigma.ensure(&s, n3)?;
+        self.pred.x.ensure(&s, 3 * n3)?;
+        self.pred.sigma.ensure(&s, n3)?;
         let (n_i, h, sigma0) = (n as i32, TAU / n as f64, self.settings.sigma0);
-        // SAFETY: vp_lattice(int n, double h, double sigma0, double* x, double* sigma): next's
+        // SAFETY: vp_lattice(int n, double h, double sigma0, double* x, double* sigma): pred's
         // x holds 3·n³ and σ n³ doubles (ensured above); the grid covers n³.
         launch!(s, &self.k.lattice, "vp_lattice", cfg(n3);
-            &n_i, &h, &sigma0, self.next.x.get_mut(), self.next.sigma.get_mut())?;
-        self.sync()?;
-        self.times.reinit_solve += t1.elapsed().as_secs_f64();
-        self.next.n = n3;
-        self.next.sigma_max = sigma0;
-        self.next.equal_cores = true;
-        std::mem::swap(&mut self.state, &mut self.next);
-        self.ids = (0..n3 as u64).collect();
+            &n_i, &h, &sigma0, self.pred.x.get_mut(), self.pred.sigma.get_mut())?;
+        self.timer.end()?;
+        self.pred.n = n3;
+        self.pred.sigma_max = sigma0;
+        self.pred.equal_cores = true;
+        Ok(())
+    }
+
+    /// Makes the reinitialised set current: the one built ahead from the state just committed
+    /// when there is one, else one built now from the state; restarts the AB2 history. A failure
+    /// leaves the state as it was (and a checkpoint of it good).
+    fn reinitialise(&mut self) -> Result<(), VortexError> {
+        let limits = match self.reinit_ready.take() {
+            Some(limits) => limits,
+            None => {
+                self.build_reinit(At::State)?;
+                None
+            }
+        };
+        std::mem::swap(&mut self.state, &mut self.pred);
+        match limits {
+            Some(l) => {
+                std::mem::swap(&mut self.eval, &mut self.eval_heun);
+                self.derivatives_current = true;
+                self.limits = Some(l);
+            }
+            None => {
+                self.derivatives_current = false;
+                self.limits = None;
+            }
+        }
+        self.ids = (0..self.state.n as u64).collect();
         self.history_dt = None;
-        self.derivatives_current = false;
         self.host = None;
         self.steps_since_reinit = 0;
-        self.last_conditioning = Some(report);
+        self.conditioning_on_device = true;
         Ok(())
     }
 
     /// The current state on the host (cached until the state changes).
     fn pull_particles(&mut self) -> Result<&ParticleSet, VortexError> {
         if self.host.is_none() {
-            self.sync()?;
             let n = self.state.n;
             let mut x = vec![0.0; 3 * n];
             let mut alpha = vec![0.0; 3 * n];
@@ -680,10 +916,9 @@ impl ResidentStepper {
         self.download3(|s| &s.grid_eval.velocity, nt, "velocities at points")
     }
 
-    /// Evaluates the velocity at the first `nt` grid nodes (`grid`) or points on the device,
+    /// Queues the velocity at the first `nt` grid nodes (`grid`) or points on the device,
     /// into the first 3·nt values (node-major) of `grid_eval.velocity`.
     fn evaluate_at_points(&mut self, grid: bool, nt: usize) -> Result<(), VortexError> {
-        self.sync()?;
         let sources = self.state.sources();
         let t = DeviceTargets::Points {
             x: if grid { &self.grid_x } else { &self.points },
@@ -730,31 +965,24 @@ impl ParticleStepper for ResidentStepper {
     }
 
     /// As [`super::VortexSolver::stable_dt`]: Δt ≤ cfl·h/max|u_p| and Δt ≤ 0.2·cfl/max|ω_h(x_p)|,
-    /// the maxima reduced on the device.
+    /// the maxima reduced on the device: those the previous step measured ahead (module docs),
+    /// else measured now (one host wait). The next prepared step measures them ahead again.
     fn stable_dt(&mut self, cfl: f64) -> Result<f64, VortexError> {
         let h = TAU / self.settings.lattice_n as f64;
-        let t0 = Instant::now();
-        self.sync()?;
-        let n = self.state.n;
-        let sources = self.state.sources();
-        let dev = self
-            .evaluator
-            .device_form()
-            .expect("checked at construction");
-        let at = DevicePoints {
-            sources: &sources,
-            targets: &DeviceTargets::Sources,
+        self.limits_asked = true;
+        let l = match self.limits {
+            Some(l) => l,
+            None => {
+                let l = self.measure_limits()?;
+                self.limits = Some(l);
+                l
+            }
         };
-        dev.vorticity_on_device(at, &mut self.vorticity_scratch)?;
-        let omega_max = self.max_norm(|s| &s.vorticity_scratch, n)?;
-        self.times.evaluation += t0.elapsed().as_secs_f64();
-        self.ensure_derivatives()?;
-        let u_max = self.max_norm(|s| &s.eval.velocity, n)?;
         // The device maxima propagate a NaN (its bits order above +∞).
-        if !u_max.is_finite() || !omega_max.is_finite() {
+        if !l.u_max.is_finite() || !l.omega_max.is_finite() {
             return Err(VortexError::NonFinite);
         }
-        Ok(stable_step(cfl, h, u_max, omega_max))
+        Ok(stable_step(cfl, h, l.u_max, l.omega_max))
     }
 
     fn prepare_step(&mut self, dt: f64) -> Result<(), VortexError> {
@@ -774,6 +1002,7 @@ impl ParticleStepper for ResidentStepper {
 
     fn discard_step(&mut self) {
         self.pending = None;
+        self.ahead = Ahead::Nothing;
     }
 
     fn particles(&mut self) -> Result<&ParticleSet, VortexError> {
@@ -828,9 +1057,8 @@ impl ParticleStepper for ResidentStepper {
         Ok(())
     }
 
-    /// The velocity at the n³ grid nodes evaluated on the device (the evaluator waits for its
-    /// stream), then the shared diagnostics reduced there ([`DeviceGridDiagnostics`], on this
-    /// stepper's stream).
+    /// The velocity at the n³ grid nodes evaluated on the device, then the shared diagnostics
+    /// reduced there ([`DeviceGridDiagnostics`]), all on the GPU's stream.
     fn grid_diagnostics(
         &mut self,
         n: usize,
@@ -845,7 +1073,7 @@ impl ParticleStepper for ResidentStepper {
                 .device
                 .gpu()
                 .expect("the resident stepper runs on a GPU");
-            let d = DeviceGridDiagnostics::new(gpu, self.stream.clone(), n, kmax)?;
+            let d = DeviceGridDiagnostics::new(gpu, n, kmax)?;
             self.grid_diagnostics = Some((n, d));
         }
         let (_, d) = self.grid_diagnostics.as_mut().expect("just made");
@@ -906,8 +1134,21 @@ impl ParticleStepper for ResidentStepper {
         Ok(())
     }
 
+    /// Device time of the phases since the last call (events on the stream; waits for the
+    /// phases still running, which a run's step never leaves).
     fn take_timings(&mut self) -> PhaseTimes {
-        std::mem::take(&mut self.times)
+        match self.timer.take() {
+            Ok(t) => PhaseTimes {
+                evaluation: t[Phase::Evaluation as usize],
+                update: t[Phase::Update as usize],
+                reinit_vorticity: t[Phase::ReinitVorticity as usize],
+                reinit_solve: t[Phase::ReinitSolve as usize],
+            },
+            Err(e) => {
+                tracing::warn!("GPU phase timings could not be read: {e}");
+                PhaseTimes::default()
+            }
+        }
     }
 
     fn last_solve(&self) -> Option<SolveReport> {

@@ -133,7 +133,7 @@ pub trait ParticleStepper: Send {
         get: &dyn Fn(&str) -> Option<Vec<f64>>,
         clock: VortexClock,
     ) -> Result<(), String>;
-    /// Wall time per phase since the last call.
+    /// Time per phase since the last call ([`PhaseTimes`]: device time on a GPU).
     fn take_timings(&mut self) -> PhaseTimes;
     /// The last reinitialisation solve.
     fn last_solve(&self) -> Option<SolveReport>;

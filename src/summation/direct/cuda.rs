@@ -6,7 +6,8 @@
 //! back. Device buffers stay allocated between calls and grow only when N grows; every output
 //! is poisoned before the launch and checked fully written after it.
 
-use super::all_pairs::{AllPairs, GpuReal, KernelConfig, Mode};
+use super::all_pairs::{AllPairs, Mode};
+use super::tiles::{GpuReal, KernelConfig};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{CudaError, Gpu};
 use crate::kernel::StretchingScheme;
@@ -136,11 +137,7 @@ impl<T: GpuReal> Summation for CudaDirectOf<T> {
     }
 
     fn name(&self) -> String {
-        format!(
-            "direct free-space CUDA {} on {}",
-            T::PRECISION,
-            self.engine.gpu().info().name
-        )
+        format!("direct free-space {}", self.engine.describe())
     }
 
     fn boundary(&self) -> Boundary {

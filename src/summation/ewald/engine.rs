@@ -234,7 +234,7 @@ impl EwaldDevice {
             gather: per_extra("gather")?,
             real: per_extra("real")?,
         });
-        let stream = gpu.context().new_stream().doing("creating a stream")?;
+        let stream = gpu.stream().clone();
         let events = (0..7).map(|_| gpu.event()).collect::<Result<Vec<_>, _>>()?;
         Ok(EwaldDevice {
             gpu,
@@ -272,7 +272,7 @@ impl EwaldDevice {
         &self.gpu
     }
 
-    /// The stream every phase runs on (device buffers for the device form are sized on it).
+    /// The stream every phase runs on: the GPU's one stream ([`Gpu::stream`]).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
@@ -282,6 +282,9 @@ impl EwaldDevice {
         &self.module.log
     }
 
+    /// Device milliseconds of the phases of the last host-form evaluation ([`Self::evaluate`],
+    /// [`Self::vorticity`]); the device forms leave them as they were (reading the events
+    /// would make the host wait for the GPU inside a step).
     pub fn timings(&self) -> GpuEwaldTimings {
         self.timings
     }
@@ -294,10 +297,9 @@ impl EwaldDevice {
 
     fn read_timings(&mut self) -> Result<(), CudaError> {
         let ms = |a: usize, b: usize| -> Result<f64, CudaError> {
-            self.events[a]
-                .elapsed_ms(&self.events[b])
+            let (gpu, ev) = (&self.gpu, &self.events);
+            gpu.elapsed_ms(&ev[a], &ev[b], "the Ewald phases")
                 .map(f64::from)
-                .doing("reading an event")
         };
         let t = GpuEwaldTimings {
             upload_ms: ms(0, 1)?,
@@ -455,11 +457,11 @@ impl EwaldDevice {
         self.compute(p, &ptrs, extra)?;
         self.record(5)?;
         // Results.
-        self.u.download(&s, &mut u_out[..3 * nt], "velocities")?;
+        self.u
+            .download(&self.gpu, &mut u_out[..3 * nt], "velocities")?;
         self.ex
-            .download(&s, &mut ex_out[..nex * nt], "stretching/gradient")?;
+            .download(&self.gpu, &mut ex_out[..nex * nt], "stretching/gradient")?;
         self.record(6)?;
-        s.synchronize().doing("waiting for the evaluation")?;
         self.read_timings()?;
         check_written(&u_out[..3 * nt], "velocity")?;
         check_written(&ex_out[..nex * nt], "stretching/gradient")?;
@@ -471,7 +473,8 @@ impl EwaldDevice {
     /// the host. `ptrs` holds the device addresses (f64 arrays in the layouts of
     /// [`EwaldInputs`]; outputs sized by the caller for `n_targets` targets). The outputs are
     /// poisoned (NaN) first; the host does not check them (that would be a copy), the caller
-    /// may. Waits for the GPU before returning (the phase timings are read).
+    /// may. Only queued on the GPU's stream: the inputs are read when the stream gets there and
+    /// the outputs are ready for whatever is queued after (the host does not wait).
     pub fn evaluate_device(
         &mut self,
         p: &EwaldParameters,
@@ -479,15 +482,7 @@ impl EwaldDevice {
         extra: GpuExtra,
     ) -> Result<(), CudaError> {
         check_sizes(p, ptrs.n_sources)?;
-        self.record(0)?;
-        self.record(1)?;
-        self.compute(p, ptrs, extra)?;
-        self.record(5)?;
-        self.record(6)?;
-        self.stream
-            .synchronize()
-            .doing("waiting for the evaluation")?;
-        self.read_timings()
+        self.compute(p, ptrs, extra)
     }
 
     /// Sorts, spreads, transforms, gathers and adds the real-space part: the phases between the
@@ -700,24 +695,17 @@ impl EwaldDevice {
             nt,
             w_out: out,
         })?;
-        self.u.download(&s, &mut w_out[..3 * nt], "vorticity")?;
+        self.u
+            .download(&self.gpu, &mut w_out[..3 * nt], "vorticity")?;
         self.record(6)?;
-        s.synchronize().doing("waiting for the vorticity")?;
         self.read_timings()?;
         check_written(&w_out[..3 * nt], "vorticity")
     }
 
-    /// The same blob vorticity on inputs and outputs that live on this GPU (the device form).
-    /// Waits for the GPU before returning.
+    /// The same blob vorticity on inputs and outputs that live on this GPU (the device form),
+    /// queued on the GPU's stream (the host does not wait).
     pub fn vorticity_device(&mut self, job: &VorticityJob) -> Result<(), CudaError> {
-        self.record(0)?;
-        self.record(1)?;
-        self.vorticity_sums(job)?;
-        self.record(6)?;
-        self.stream
-            .synchronize()
-            .doing("waiting for the vorticity")?;
-        self.read_timings()
+        self.vorticity_sums(job)
     }
 
     /// The blob vorticity at the nodes of the n³ lattice on [−π, π)³ (lattice_nodes order) by
@@ -726,7 +714,8 @@ impl EwaldDevice {
     /// `cutoff`·σ_q per axis as the CPU's `summation::lattice` sums: sources at device addresses
     /// `[x, alpha, sigma]`, 3n³ f64 written at `w_out`. `Ok(false)` (nothing done) where the
     /// tiling does not apply: n not a multiple of 8, or cores so wide that 8h + cutoff·σ_max
-    /// reaches π or the cell stencil wraps onto itself. Waits for the GPU.
+    /// reaches π or the cell stencil wraps onto itself. Queued on the GPU's stream (the host
+    /// does not wait).
     pub fn lattice_vorticity_device(
         &mut self,
         sources: [u64; 3],
@@ -751,11 +740,6 @@ impl EwaldDevice {
             return Ok(false);
         }
         let s = self.stream.clone();
-        self.record(0)?;
-        self.record(1)?;
-        self.record(2)?;
-        self.record(3)?;
-        self.record(4)?;
         self.build_cells(sources, 0, ns, cells, TAU / cells as f64)?;
         poison(&s, w_out, 3 * n * n * n)?;
         let tiles = n / 8;
@@ -775,10 +759,6 @@ impl EwaldDevice {
         launch!(s, &self.k.lattice_vorticity, "ew_lattice_vorticity", cfg;
             self.sp.get(), self.corder.get(), &alpha, self.cstart.get(), &cells_i, &n_i, &h,
             &reach_i, &cutoff, &w_out)?;
-        self.record(5)?;
-        self.record(6)?;
-        s.synchronize().doing("waiting for the lattice vorticity")?;
-        self.read_timings()?;
         Ok(true)
     }
 

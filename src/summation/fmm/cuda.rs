@@ -133,7 +133,7 @@ impl CudaFmm {
         params: FmmParams,
         check_every: u64,
     ) -> Result<Self, SummationError> {
-        let stream = gpu.context().new_stream().doing("creating a stream")?;
+        let stream = gpu.stream().clone();
         let mut s = Self {
             gpu,
             stream,
@@ -398,12 +398,12 @@ impl CudaFmm {
             b.s_end.get(), b.s_pos.get(), b.s_str.get(), b.local.get(), &rho_cut2, &mode,
             talpha, out_u.get_mut(), out_x.get_mut())?;
         record(4)?;
-        s.synchronize().doing("waiting for the FMM")?;
+        // The phase timings wait for the GPU (the device form waited for the positions already).
+        self.gpu.synchronize("the FMM")?;
         let ms = |a: usize, z: usize| -> Result<f64, CudaError> {
-            events[a]
-                .elapsed_ms(&events[z])
+            let (gpu, ev) = (&self.gpu, &events);
+            gpu.elapsed_ms(&ev[a], &ev[z], "the FMM")
                 .map(|t| t as f64 * 1e-3)
-                .doing("timing the FMM")
         };
         stats.upward_seconds = ms(0, 1)?;
         stats.m2l_seconds = ms(1, 2)?;
@@ -421,10 +421,9 @@ impl CudaFmm {
         extra: &Extra,
         out: &mut Evaluation,
     ) -> Result<(), CudaError> {
-        let s = self.stream.clone();
-        let b = &self.buf;
+        let (gpu, b) = (&self.gpu, &self.buf);
         let mut flat = vec![0.0f64; 3 * nt];
-        b.out_u.download(&s, &mut flat, "velocities")?;
+        b.out_u.download(gpu, &mut flat, "velocities")?;
         for (o, v) in out.velocity[..nt].iter_mut().zip(flat.chunks(3)) {
             *o = [v[0], v[1], v[2]];
         }
@@ -432,19 +431,18 @@ impl CudaFmm {
             Extra::None => {}
             Extra::Gradient => {
                 let mut g = vec![0.0f64; 9 * nt];
-                b.out_x.download(&s, &mut g, "gradients")?;
+                b.out_x.download(gpu, &mut g, "gradients")?;
                 for (o, v) in out.gradient[..nt].iter_mut().zip(g.chunks(9)) {
                     *o = [[v[0], v[1], v[2]], [v[3], v[4], v[5]], [v[6], v[7], v[8]]];
                 }
             }
             Extra::Stretching { .. } => {
-                b.out_x.download(&s, &mut flat, "stretching")?;
+                b.out_x.download(gpu, &mut flat, "stretching")?;
                 for (o, v) in out.stretching[..nt].iter_mut().zip(flat.chunks(3)) {
                     *o = [v[0], v[1], v[2]];
                 }
             }
         }
-        s.synchronize().doing("copying the FMM's results")?;
         if !out.velocity[..nt].iter().flatten().all(|v| v.is_finite()) {
             return Err(CudaError::Invalid(
                 "the FMM left a velocity unwritten or not finite".into(),
@@ -462,10 +460,7 @@ impl CudaFmm {
         what: &str,
     ) -> Result<Vec<f64>, CudaError> {
         let mut v = vec![0.0; len];
-        buf.download(&self.stream, &mut v, what)?;
-        self.stream
-            .synchronize()
-            .doing("copying positions for the tree")?;
+        buf.download(&self.gpu, &mut v, what)?;
         Ok(v)
     }
 }
@@ -674,7 +669,6 @@ impl DeviceSummation for CudaFmm {
         )?;
         let flat: Vec<f64> = w.iter().flatten().copied().collect();
         out.upload(&self.stream, &flat, "blob vorticity")?;
-        self.stream.synchronize().doing("copying the vorticity")?;
         Ok(())
     }
 }

@@ -1,0 +1,103 @@
+// All-pairs Newtonian gravity with Plummer softening ε on the GPU (docs/physics.md §10, G = 1):
+//   φ_i = −Σ_j m_j / s,   a_i = Σ_j m_j (x_j − x_i) / s³,   s = (|x_j − x_i|² + ε²)^{1/2},
+// the potential and the acceleration (4 outputs per target: φ, a_x, a_y, a_z).
+//
+// Compiled at run time by NVRTC (src/device/cuda.rs) with the tile loop of tiles.cuh; its options
+// (-D VPM_DOUBLE, VPM_BLOCK, VPM_TPT, VPM_UNROLL, VPM_MINB) pick the precision and the launch
+// shape. f32 is built with --use_fast_math (rsqrtf: one MUFU instruction); f64 (VPM_DOUBLE) is
+// the reference build.
+//
+// Layout (packed on the host by src/summation/direct/cuda_gravity.rs), one 16-byte (f32) vector
+// per item, in tiles.cuh's TileArgs:
+//   src_a[q] = (x_q, y_q, z_q, m_q)     padded to a whole tile with m = 0 at (1e15, 1e15, 1e15)
+//   tgt_a[i] = (x_i, y_i, z_i, unused)
+//   param    = ε² (grav_softened); unused by grav_newton
+//
+// Kernels:
+//   grav_softened  ε > 0: every pair as is; the self pair (d = 0) adds −m/ε to φ and 0 to a.
+//   grav_newton    ε = 0: a pair at d = 0 (the self pair) adds nothing (1/s taken as 0 there).
+//
+// Per pair (f32): 3 FADD (d), 3 FFMA (s² = ε² + d·d), one MUFU rsqrt, 3 FMUL (m/s, 1/s², m/s³),
+// 1 FADD (Σ m/s) and 3 FFMA (Σ (m/s³) d): 13 FP32 instructions and one rsqrt, plus one shared
+// load per source for every VPM_TPT targets (the newton kernel adds a compare and a select).
+// The potential is summed as Σ m/s (all terms positive) and negated at the end. Sums are
+// tiles.cuh's two-level f32 sums (per tile, then totals). With NVRTC 12.9 for sm_90 and
+// 256 × 4 × 8 (src/summation/direct/tiles.rs KernelConfig::GRAVITY) the loop is 14.4
+// instructions per pair (6 FFMA, 4 FADD, 3 FMUL, 1 MUFU.RSQ, LDS.128 and loop control shared)
+// in 63 registers.
+
+#include "tiles.cuh"
+
+// Plummer gravity for tiles.cuh's loop; NEWTON: ε = 0, pairs at d = 0 skipped.
+template <bool NEWTON> struct Gravity {
+    typedef real4 Source; // (x, y, z, m)
+    struct Target {
+        real x, y, z;
+    };
+    struct Acc {
+        real phi, ax, ay, az; // Σ m/s, Σ m d/s³
+    };
+    static constexpr int kOutputs = 4;
+    static constexpr bool kWarpVote = false;
+
+    real eps2;
+
+    __device__ __forceinline__ explicit Gravity(const TileArgs &a) : eps2(NEWTON ? (real)0 : a.param) {}
+
+    static __device__ __forceinline__ Source load_source(const TileArgs &a, int q) { return a.src_a[q]; }
+
+    static __device__ __forceinline__ Target load_target(const TileArgs &a, int i)
+    {
+        const real4 p = a.tgt_a[i];
+        Target t;
+        t.x = p.x;
+        t.y = p.y;
+        t.z = p.z;
+        return t;
+    }
+
+    __device__ __forceinline__ void zero(Acc &s) const
+    {
+        s.phi = 0;
+        s.ax = 0;
+        s.ay = 0;
+        s.az = 0;
+    }
+
+    __device__ __forceinline__ void add(Acc &t, const Acc &p) const
+    {
+        t.phi += p.phi;
+        t.ax += p.ax;
+        t.ay += p.ay;
+        t.az += p.az;
+    }
+
+    __device__ __forceinline__ void pair(const Source &s, const Target &t, Acc &a) const
+    {
+        const real dx = s.x - t.x;
+        const real dy = s.y - t.y;
+        const real dz = s.z - t.z;
+        const real s2 = fma_r(dz, dz, fma_r(dy, dy, fma_r(dx, dx, eps2)));
+        real si = rsqrt_r(s2); // 1/s
+        if (NEWTON) {
+            si = s2 > (real)0 ? si : (real)0;
+        }
+        const real msi = s.w * si;          // m/s
+        const real msi3 = msi * (si * si);  // m/s³
+        a.phi += msi;
+        a.ax = fma_r(msi3, dx, a.ax);
+        a.ay = fma_r(msi3, dy, a.ay);
+        a.az = fma_r(msi3, dz, a.az);
+    }
+
+    __device__ __forceinline__ void finish(const Acc &s, const Target &, real *o) const
+    {
+        o[0] = -s.phi;
+        o[1] = s.ax;
+        o[2] = s.ay;
+        o[3] = s.az;
+    }
+};
+
+VPM_TILE_KERNEL(grav_softened, Gravity<false>)
+VPM_TILE_KERNEL(grav_newton, Gravity<true>)

@@ -1,0 +1,222 @@
+//! All-pairs Plummer gravity on the GPU (`kernels/gravity.cu` over the tile loop of
+//! `kernels/tiles.cuh`), behind [`GravitySummation`]: the potential and the acceleration at every
+//! target from every body (docs/physics.md §10), in f32 ([`CudaDirectGravity`]) or in the f64
+//! reference build ([`CudaDirectGravityOf<f64>`]).
+//!
+//! Bodies are packed as (x, y, z, m) and padded to a whole tile with massless bodies far away;
+//! targets as (x, y, z, 0). With ε > 0 every pair is summed, the self pair included (−m/ε in φ,
+//! nothing in a); with ε = 0 a pair at distance 0 adds nothing (so `targets = None` skips each
+//! body's self pair), and coincident bodies are refused ([`PlummerGravity::check_bodies`]).
+
+use super::tiles::{
+    GpuReal, KernelConfig, KernelResources, TileEngine, TileLaunch, PAD_POSITION, TILE_HEADER,
+};
+use crate::device::cuda::{kernel_source, CudaError, Gpu, KernelSource};
+use crate::summation::interaction::{Bodies, GravityEvaluation, GravitySummation, PlummerGravity};
+use crate::summation::{SumResult, SummationError};
+use std::sync::Arc;
+
+/// The family with the header it includes.
+pub const KERNELS: KernelSource = kernel_source!("gravity.cu", TILE_HEADER);
+
+/// The tile kernels: ε > 0 (every pair), ε = 0 (pairs at distance 0 skipped).
+const KERNEL_NAMES: [&str; 2] = ["grav_softened", "grav_newton"];
+
+/// Reals per target in the output: φ, a_x, a_y, a_z.
+pub const GRAVITY_OUTPUTS: usize = 4;
+
+/// All-pairs Plummer gravity on a GPU in precision `T`, with resident device buffers.
+#[derive(Debug)]
+pub struct CudaDirectGravityOf<T: GpuReal> {
+    tiles: TileEngine<T>,
+    gravity: PlummerGravity,
+}
+
+/// The production GPU gravity evaluator: f32 on the device.
+pub type CudaDirectGravity = CudaDirectGravityOf<f32>;
+
+impl<T: GpuReal> CudaDirectGravityOf<T> {
+    /// The evaluator of `gravity` on `gpu` with the default launch configuration
+    /// ([`KernelConfig::GRAVITY`]); an error (never a panic) when the kernels cannot be compiled
+    /// or loaded.
+    pub fn new(gpu: Arc<Gpu>, gravity: PlummerGravity) -> Result<Self, CudaError> {
+        Self::with_config(gpu, gravity, KernelConfig::GRAVITY)
+    }
+
+    pub fn with_config(
+        gpu: Arc<Gpu>,
+        gravity: PlummerGravity,
+        config: KernelConfig,
+    ) -> Result<Self, CudaError> {
+        let tiles = TileEngine::new(gpu, config, &KERNELS, &KERNEL_NAMES)?.filling_waves()?;
+        Ok(CudaDirectGravityOf { tiles, gravity })
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        self.tiles.gpu()
+    }
+
+    pub fn config(&self) -> KernelConfig {
+        self.tiles.config()
+    }
+
+    /// Registers, local memory and occupancy of both kernels.
+    pub fn resources(&self) -> Result<Vec<KernelResources>, CudaError> {
+        self.tiles.resources()
+    }
+
+    /// Checks the bodies (one finite mass each; no two at one position when ε = 0) and copies
+    /// them and the targets (`None`: the bodies' positions) to the device.
+    pub fn upload(
+        &mut self,
+        bodies: &Bodies,
+        targets: Option<&[[f64; 3]]>,
+    ) -> Result<(), SummationError> {
+        bodies.check()?;
+        self.gravity.check_bodies(bodies.x)?;
+        let (x, m) = (bodies.x, bodies.mass);
+        if self.gravity.softening == 0.0 && T::PRECISION != "f64" {
+            // Bodies apart in f64 but at one position in T would lose their pair silently.
+            let rounded: Vec<[f64; 3]> = x
+                .iter()
+                .map(|p| p.map(|c| T::from_f64(c).to_f64()))
+                .collect();
+            self.gravity.check_bodies(&rounded).map_err(|e| match e {
+                SummationError::BadSources(m) => {
+                    SummationError::BadSources(format!("in {}: {m}", T::PRECISION))
+                }
+                other => other,
+            })?;
+        }
+        let pad = [[PAD_POSITION, PAD_POSITION, PAD_POSITION, 0.0]];
+        self.tiles
+            .upload_sources(x.len(), |q| [[x[q][0], x[q][1], x[q][2], m[q]]], pad)?;
+        let at = targets.unwrap_or(x);
+        self.tiles
+            .upload_targets(at.len(), |i| [[at[i][0], at[i][1], at[i][2], 0.0]])?;
+        Ok(())
+    }
+
+    /// The kernel and its ε² for this evaluator's softening: `grav_newton` at ε = 0, else
+    /// `grav_softened`; an error when ε > 0 but ε² is below the smallest normal `T` (the
+    /// kernel would see ε = 0).
+    fn tile_launch(&self) -> Result<TileLaunch<T>, CudaError> {
+        let eps = self.gravity.softening;
+        let (kernel, eps2) = if eps == 0.0 {
+            (1, T::zero())
+        } else {
+            let eps2 = T::from_f64(eps * eps);
+            if eps2 < T::min_positive_value() {
+                return Err(CudaError::Invalid(format!(
+                    "softening {eps}: its square underflows {} (use 0, or a softening of at \
+                     least {:e})",
+                    T::PRECISION,
+                    T::min_positive_value().to_f64().sqrt()
+                )));
+            }
+            (0, eps2)
+        };
+        Ok(TileLaunch {
+            kernel,
+            components: GRAVITY_OUTPUTS,
+            param: eps2,
+        })
+    }
+
+    /// Queues one evaluation on the uploaded bodies and targets (asynchronous; the output is
+    /// poisoned first).
+    pub fn launch(&mut self) -> Result<(), CudaError> {
+        let launch = self.tile_launch()?;
+        self.tiles.launch(launch)
+    }
+
+    /// Waits for the last launch and copies its output to the host: φ, a_x, a_y, a_z per target,
+    /// checked fully written and finite.
+    pub fn download(&mut self) -> Result<&[T], CudaError> {
+        self.tiles.download()
+    }
+
+    /// Times `repeats` evaluations with CUDA events around the kernel launches, after one
+    /// untimed warm-up; milliseconds per evaluation, in order. The last output is downloaded
+    /// and checked ([`CudaDirectGravityOf::output`] reads it).
+    pub fn time_launches(&mut self, repeats: usize) -> Result<Vec<f64>, CudaError> {
+        let launch = self.tile_launch()?;
+        self.tiles.time_launches(launch, repeats)
+    }
+
+    /// The last downloaded output as φ and a into `out` (resized).
+    pub fn output(&self, out: &mut GravityEvaluation) {
+        let d = self.tiles.last_output();
+        let n = d.len() / GRAVITY_OUTPUTS;
+        out.resize(n);
+        for (i, w) in d.chunks_exact(GRAVITY_OUTPUTS).enumerate() {
+            out.potential[i] = w[0].to_f64();
+            out.acceleration[i] = [w[1].to_f64(), w[2].to_f64(), w[3].to_f64()];
+        }
+    }
+}
+
+impl<T: GpuReal> GravitySummation for CudaDirectGravityOf<T> {
+    fn name(&self) -> String {
+        format!("gravity direct {}", self.tiles.describe())
+    }
+
+    fn gravity(&self) -> PlummerGravity {
+        self.gravity
+    }
+
+    fn evaluate_gravity(
+        &mut self,
+        bodies: &Bodies,
+        targets: Option<&[[f64; 3]]>,
+        out: &mut GravityEvaluation,
+    ) -> SumResult {
+        self.upload(bodies, targets)?;
+        self.launch()?;
+        self.download()?;
+        self.output(out);
+        Ok(())
+    }
+}
+
+/// The f64 reference: φ and a at `at` from every body by [`PlummerGravity::pair`] (the CPU
+/// all-pairs loop, [`super::cpu::all_pairs`]; a pair at distance 0 adds nothing at ε = 0, as on
+/// the GPU).
+pub fn reference_gravity(
+    gravity: &PlummerGravity,
+    bodies: &Bodies,
+    at: &[[f64; 3]],
+) -> GravityEvaluation {
+    let mut out = GravityEvaluation::default();
+    out.resize(at.len());
+    let answers = super::cpu::all_pairs(gravity, bodies.x, bodies.mass, at);
+    crate::summation::interaction::store_gravity(&answers, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_launch_code_names_the_declared_kernels() {
+        let declared = super::super::tiles::declared_tile_kernels(&KERNELS);
+        assert_eq!(declared, KERNEL_NAMES);
+    }
+
+    #[test]
+    fn reference_skips_the_self_pair_only_without_softening() {
+        let x = [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]];
+        let mass = [2.0, 3.0];
+        let bodies = Bodies { x: &x, mass: &mass };
+        let newton = PlummerGravity::new(0.0).unwrap();
+        let r = reference_gravity(&newton, &bodies, &x);
+        assert_eq!(r.potential, [-3.0, -2.0]);
+        assert_eq!(r.acceleration, [[3.0, 0.0, 0.0], [-2.0, 0.0, 0.0]]);
+        let soft = PlummerGravity::new(0.5).unwrap();
+        let r = reference_gravity(&soft, &bodies, &x[..1]);
+        let s = 1.25f64.sqrt();
+        assert!((r.potential[0] - (-2.0 / 0.5 - 3.0 / s)).abs() < 1e-14);
+        assert!((r.acceleration[0][0] - 3.0 / (s * s * s)).abs() < 1e-14);
+    }
+}
