@@ -24,6 +24,9 @@ use num_complex::Complex64 as C64;
 use rayon::prelude::*;
 use std::time::Instant;
 
+/// Targets per rayon task of L2P and P2P (a leaf with more is split between tasks).
+const TARGET_CHUNK: usize = 64;
+
 /// Blob vorticity is summed over sources within this many σ_max of the target (the Gaussian is
 /// e^{−ρ²/2} < 1e-17 of its peak beyond).
 pub const VORTICITY_CUTOFF: f64 = 9.0;
@@ -180,17 +183,30 @@ fn evaluate_tree<I: PairInteraction<K>, const K: usize>(
     let ttree = st.targets();
     let orders = interaction.derivative_orders();
     let stride = K * coefficient_count(p);
-    let per_leaf: Vec<Vec<I::Answer>> = ttree
+    // Work items of at most TARGET_CHUNK targets of one leaf: leaves held large by the near
+    // field's size (a wide softening) are shared between threads too.
+    let work: Vec<(usize, std::ops::Range<usize>)> = ttree
         .leaves
-        .par_iter()
+        .iter()
         .enumerate()
+        .flat_map(|(li, &leaf)| {
+            let r = ttree.cells[leaf as usize].particles();
+            (r.start..r.end)
+                .step_by(TARGET_CHUNK)
+                .map(move |b| (li, b..(b + TARGET_CHUNK).min(r.end)))
+        })
+        .collect();
+    let per_item: Vec<Vec<I::Answer>> = work
+        .par_iter()
         .map_init(
             || Workspace::new(p),
-            |ws, (li, &leaf)| {
-                let cell = &ttree.cells[leaf as usize];
-                let l = &local[leaf as usize * stride..(leaf as usize + 1) * stride];
-                let near = st.lists.p2p_of(li);
-                cell.particles()
+            |ws, (li, range)| {
+                let leaf = ttree.leaves[*li] as usize;
+                let cell = &ttree.cells[leaf];
+                let l = &local[leaf * stride..(leaf + 1) * stride];
+                let near = st.lists.p2p_of(*li);
+                range
+                    .clone()
                     .map(|i| {
                         let x = targets[ttree.order[i] as usize];
                         let d = [0, 1, 2].map(|k| x[k] - cell.center[k]);
@@ -209,9 +225,8 @@ fn evaluate_tree<I: PairInteraction<K>, const K: usize>(
         )
         .collect();
     let mut answers = vec![I::Answer::default(); targets.len()];
-    for (&leaf, leaf_answers) in ttree.leaves.iter().zip(&per_leaf) {
-        let cell = &ttree.cells[leaf as usize];
-        for (i, a) in cell.particles().zip(leaf_answers) {
+    for ((_, range), item) in work.iter().zip(&per_item) {
+        for (i, a) in range.clone().zip(item) {
             answers[ttree.order[i] as usize] = *a;
         }
     }
