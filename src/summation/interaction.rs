@@ -545,4 +545,66 @@ mod tests {
             .check_bodies(&x[..2])
             .is_ok());
     }
+
+    /// The Laplace potential q/|x| of one charge at the origin and its derivatives at x.
+    fn one_charge(q: f64, x: [f64; 3]) -> PotentialDerivatives {
+        let r2 = x[0] * x[0] + x[1] * x[1] + x[2] * x[2];
+        let r = r2.sqrt();
+        let mut d = PotentialDerivatives {
+            potential: q / r,
+            gradient: x.map(|c| -q * c / (r2 * r)),
+            ..Default::default()
+        };
+        for i in 0..3 {
+            for j in 0..3 {
+                let delta = if i == j { r2 } else { 0.0 };
+                d.hessian[i][j] = q * (3.0 * x[i] * x[j] - delta) / (r2 * r2 * r);
+            }
+        }
+        d
+    }
+
+    /// For both interactions the far field of one source, from its potentials' derivatives, is
+    /// its singular pair, and the kernel's departure at the near-field radius meets the bound.
+    #[test]
+    fn far_field_of_one_source_is_the_singular_pair_and_the_radius_meets_the_bound() {
+        let x = [3.0, -4.0, 12.0];
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-14 * b.abs().max(1e-3);
+        let newton = PlummerGravity::new(0.0).unwrap();
+        let (phi, a) = newton.far_field(&[one_charge(2.0, x)]);
+        let mut want = (0.0, [0.0; 3]);
+        newton.add_pair(x, &2.0, &mut want);
+        assert!(
+            close(phi, want.0) && (0..3).all(|k| close(a[k], want.1[k])),
+            "{a:?}"
+        );
+
+        let v = Vortex {
+            alpha: [0.3, -0.2, 0.5],
+            sigma: 0.1,
+        };
+        let bs = BiotSavart {
+            gradient: true,
+            singular_beyond: 0.0,
+        };
+        let (u, du) = bs.far_field(&v.alpha.map(|q| one_charge(q, x)));
+        let mut want = Default::default();
+        bs.add_pair(x, &v, &mut want);
+        let (wu, wdu): ([f64; 3], [[f64; 3]; 3]) = want;
+        assert!((0..3).all(|i| close(u[i], wu[i])), "{u:?} {wu:?}");
+        assert!(
+            (0..9).all(|k| close(du[k / 3][k % 3], wdu[k / 3][k % 3])),
+            "{du:?}"
+        );
+
+        let soft = PlummerGravity::new(0.01).unwrap();
+        for b in [1e-3, 1e-6] {
+            for gradient in [false, true] {
+                let bs = BiotSavart::exact(gradient);
+                assert!(bs.departure(bs.near_field_radius(b)) <= b);
+            }
+            let r = PairInteraction::near_field_radius(&soft, b);
+            assert!(PairInteraction::departure(&soft, r) <= b * (1.0 + 1e-9));
+        }
+    }
 }
