@@ -13,8 +13,8 @@ use super::{AccuracyCheck, Fmm, FmmState, FmmStats, Structure};
 use crate::kernel::gaussian_zeta;
 use crate::summation::direct::DirectGravity;
 use crate::summation::interaction::{
-    begin_gravity, store_gravity, BiotSavart, Bodies, GravityEvaluation, GravitySummation,
-    PairInteraction, PlummerGravity, Vortex,
+    store_gravity, BiotSavart, GravityEvaluation, GravitySummation, GravityWork, PairInteraction,
+    PlummerGravity, Vortex,
 };
 use crate::summation::{
     begin_vorticity, sigma_range, stretching_from_gradient, Boundary, Evaluation, Extra, Request,
@@ -410,16 +410,9 @@ impl GravitySummation for FmmGravity {
         self.reference.gravity()
     }
 
-    fn evaluate_gravity(
-        &mut self,
-        bodies: &Bodies,
-        targets: Option<&[[f64; 3]]>,
-        out: &mut GravityEvaluation,
-    ) -> SumResult {
+    fn evaluate_bodies(&mut self, work: GravityWork, out: &mut GravityEvaluation) -> SumResult {
         let gravity = self.reference.gravity();
-        let Some(tx) = begin_gravity(&gravity, bodies, targets, out)? else {
-            return Ok(());
-        };
+        let (bodies, targets, tx) = (work.bodies, work.targets, work.points());
         let params = self.state.params;
         let mut stats = FmmStats::default();
         let t0 = Instant::now();
