@@ -315,11 +315,13 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
                     };
                     vpm::bench::bench_direct_gravity(gpu, &sizes, &options, json)?;
                 }
-                (InteractionKind::Gravity, None) => bail!(
-                    "vpm bench direct --interaction gravity times the GPU all-pairs kernels: \
-                     add --device cuda (the device here is {})",
-                    device.label()
-                ),
+                (InteractionKind::Gravity, None) => {
+                    if !configs.is_empty() {
+                        bail!("--configs: launch configurations of the GPU kernels; add --device cuda");
+                    }
+                    let r = repeats.unwrap_or(3);
+                    vpm::bench::bench_direct_gravity_cpu(&sizes, a.softening, r, json)?;
+                }
             }
             Ok(())
         }

@@ -482,8 +482,8 @@ fn gpu_gravity_edge_cases() {
     assert!(e.to_string().contains("underflows f32"), "{e}");
 }
 
-/// `vpm bench direct --interaction gravity`: with a GPU a small run writes its JSON rows; without
-/// one, a clear error (no panic), and without `--device cuda` a pointer to it.
+/// `vpm bench direct --interaction gravity`: on the CPU the f64 sum's rows; with a GPU a small
+/// run writes its JSON rows; without one, a clear error (no panic).
 #[test]
 fn gravity_bench_runs_or_says_why_not() {
     let vpm = env!("CARGO_BIN_EXE_vpm");
@@ -500,9 +500,19 @@ fn gravity_bench_runs_or_says_why_not() {
         "--repeats",
         "1",
     ];
-    let o = run(&base);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("add --device cuda"));
+    // On the CPU: the f64 all-pairs sum, its rows in the JSON.
+    let cpu_json = dir.path().join("cpu.json");
+    let mut cpu_args = base.to_vec();
+    cpu_args.extend(["--json", cpu_json.to_str().unwrap()]);
+    let o = run(&cpu_args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cpu_json).unwrap()).unwrap();
+    assert_eq!(v["device"], "cpu", "{v}");
+    assert!(
+        v["rows"][0]["interactions_per_second"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
     let mut args = base.to_vec();
     args.extend([
         "--device",

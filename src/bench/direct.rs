@@ -7,8 +7,8 @@ use super::{
 };
 use crate::device::cuda::Gpu;
 use crate::summation::direct::cuda_gravity::reference_gravity;
-use crate::summation::direct::{CudaDirectGravity, DirectFreeSpace, KernelConfig};
-use crate::summation::interaction::{Bodies, GravityEvaluation, PlummerGravity};
+use crate::summation::direct::{CudaDirectGravity, DirectFreeSpace, DirectGravity, KernelConfig};
+use crate::summation::interaction::{Bodies, GravityEvaluation, GravitySummation, PlummerGravity};
 use crate::summation::verify::{self, ErrorStats, Particles};
 use anyhow::Result;
 use rand::{Rng, SeedableRng};
@@ -118,6 +118,63 @@ pub fn uniform_bodies(n: usize, seed: u64) -> (Vec<[f64; 3]>, Vec<f64>) {
         .map(|_| rng.random_range(0.5..1.5) / n as f64)
         .collect();
     (x, mass)
+}
+
+/// `vpm bench direct --interaction gravity` on the CPU: the f64 all-pairs sum
+/// ([`DirectGravity`], rayon) of `sizes` uniform bodies with the given softening; interactions
+/// per second (N² over the median time), the same rows as the GPU table (the CPU f64 sum is the
+/// reference, so no error columns).
+pub fn bench_direct_gravity_cpu(
+    sizes: &[usize],
+    softening: f64,
+    repeats: usize,
+    json: Option<&Path>,
+) -> Result<Vec<GravityBenchRow>> {
+    let gravity = PlummerGravity::new(softening)?;
+    cpu_banner(
+        &format!("vpm bench direct (CPU all-pairs gravity, f64, softening {softening})"),
+        repeats,
+    );
+    print_header("N|s|interactions/s|GFLOP/s", &[9, 10, 15, 9]);
+    let mut rows = Vec::new();
+    let mut engine = DirectGravity::new(gravity);
+    let mut out = GravityEvaluation::default();
+    for &n in sizes {
+        let (x, mass) = uniform_bodies(n, 0x6772_6176 ^ n as u64);
+        let bodies = Bodies { x: &x, mass: &mass };
+        let s =
+            super::median_seconds(repeats, || engine.evaluate_gravity(&bodies, None, &mut out))?;
+        let per_s = (n as f64) * (n as f64) / s;
+        let row = GravityBenchRow {
+            n,
+            config: "cpu f64".into(),
+            ms: s * 1e3,
+            interactions_per_second: per_s,
+            gflops: per_s * GRAVITY_FLOPS_PER_INTERACTION / 1e9,
+            error_potential: None,
+            error_acceleration: None,
+            accuracy_sample: 0,
+            repeats,
+        };
+        crate::out!("{:>9} {:>10.4} {:>15.3e} {:>9.2}", n, s, per_s, row.gflops);
+        rows.push(row);
+    }
+    finish_report(
+        json,
+        serde_json::json!({
+            "benchmark": "direct",
+            "interaction": "gravity",
+            "device": "cpu",
+            "cpu": super::cpu_model(),
+            "threads": rayon::current_num_threads(),
+            "precision": "f64",
+            "softening": softening,
+            "bodies": "uniform in [-pi, pi]^3, masses uniform in [0.5, 1.5]/N; targets = bodies",
+            "timing": "wall clock, median after one warm-up",
+            "flops_per_interaction": GRAVITY_FLOPS_PER_INTERACTION,
+        }),
+        rows,
+    )
 }
 
 /// Times the GPU all-pairs gravity kernels (f32) on `gpu` on n bodies at themselves

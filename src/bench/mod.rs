@@ -11,7 +11,8 @@ pub mod spectral;
 pub mod step;
 
 pub use direct::{
-    bench_direct, bench_direct_gravity, DirectBenchRow, GravityBenchOptions, GravityBenchRow,
+    bench_direct, bench_direct_gravity, bench_direct_gravity_cpu, DirectBenchRow,
+    GravityBenchOptions, GravityBenchRow,
 };
 pub use ewald::{bench_ewald, EwaldBenchRow, EwaldGpuBenchRow};
 pub use fmm::{bench_fmm, FmmBenchOptions, FmmBenchReport, FmmBenchRow};
