@@ -438,9 +438,15 @@ impl Gpu {
             .doing("creating an event")
     }
 
+    /// Makes the GPU's context current on the calling thread: needed before driver calls that
+    /// take no context or stream (occupancy, memory queries), which act on the current one.
+    pub fn bind(&self) -> Result<(), CudaError> {
+        self.ctx.bind_to_thread().doing("binding the context")
+    }
+
     /// Free device memory now, in bytes, from the driver.
     pub fn free_memory(&self) -> Result<usize, CudaError> {
-        self.ctx.bind_to_thread().doing("binding the context")?;
+        self.bind()?;
         cudarc::driver::result::mem_get_info()
             .map(|(free, _total)| free)
             .doing("reading free memory")

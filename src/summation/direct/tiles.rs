@@ -321,6 +321,7 @@ impl<T: GpuReal> TileEngine<T> {
     /// Registers, local memory and occupancy of each tile kernel.
     pub fn resources(&self) -> Result<Vec<KernelResources>, CudaError> {
         use cudarc::driver::sys::CUfunction_attribute as FA;
+        self.gpu.bind()?;
         let mut v = Vec::new();
         for (name, f) in self.names.iter().zip(&self.kernels) {
             let attr = |a| f.get_attribute(a).doing("reading kernel attributes");
@@ -453,6 +454,7 @@ impl<T: GpuReal> TileEngine<T> {
     /// depends on the GPU; the Biot–Savart family does not use it (its results stay those of
     /// one split).
     pub fn filling_waves(mut self) -> Result<Self, CudaError> {
+        self.gpu.bind()?;
         let mut resident = Vec::with_capacity(self.kernels.len());
         for f in &self.kernels {
             let blocks = f
