@@ -4,7 +4,6 @@
 //! charges K; [`FmmFreeSpace`] runs it for the Biot–Savart law, [`FmmGravity`] for Plummer
 //! gravity.
 
-use super::check::{self, GRAVITY_OUTPUTS};
 use super::expansions::{coefficient_count, l2l, l2p, m2l, m2m, p2m, Workspace};
 use super::params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams};
 use super::traversal::{build_lists, Criterion};
@@ -423,35 +422,16 @@ impl GravitySummation for FmmGravity {
         let params = self.state.params;
         let mut stats = FmmStats::default();
         let t0 = Instant::now();
-        // The near-field radius is absolute: every body's length scale is 1.
-        let scale = vec![1.0; bodies.len()];
-        let near = (params.rho_cut_velocity, 1.0);
-        let st = Structure::build_scaled((bodies.x, &scale), tx, &params, near);
+        let st = Structure::build_gravity(bodies.x, tx, &params);
         let src = SortedSources::new(&gravity, bodies.x, &st.sources, |i| bodies.mass[i]);
         stats.tree_seconds = t0.elapsed().as_secs_f64();
         let answers = evaluate_tree(&gravity, &st, &src, tx, params.order, &mut stats);
         store_gravity(&answers, out);
         st.count(&mut stats, params.order);
         self.state.stats = stats;
-        let schedule = &mut self.state.schedule;
-        if schedule.count_evaluation(0.0).is_none() {
-            return Ok(());
-        }
-        let sample = check::sample_size(stats.p2p_pairs, bodies.len(), tx.len());
-        let seed = schedule.evaluations();
         let reference = &mut self.reference;
-        let e = check::check_gravity_sample(reference, bodies, targets, out, sample, seed)?;
-        schedule.record(AccuracyCheck {
-            evaluation: seed,
-            sample,
-            requested: params.accuracy,
-            sigma_max: 0.0,
-            outputs: GRAVITY_OUTPUTS,
-            velocity_l2: e[0],
-            velocity_max: e[1],
-            derivative_l2: e[2],
-            derivative_max: e[3],
-        })
+        let at = (bodies, targets);
+        (self.state.schedule).after_gravity_evaluation(reference, at, out, &params, &stats)
     }
 }
 

@@ -17,13 +17,15 @@
 //! singular one.
 //!
 //! Implementations: [`FmmFreeSpace`] (Biot–Savart, CPU, f64, rayon), [`FmmGravity`] (gravity,
-//! CPU, f64) and [`CudaFmm`] (Biot–Savart on one GPU: f64 expansions, f32 near-field sums, tree
-//! and lists built on the host). The design leaves room for the periodic box (a sum of the
+//! CPU, f64), [`CudaFmm`] (Biot–Savart on one GPU: f64 expansions, f32 near-field sums, tree
+//! and lists built on the host) and [`CudaFmmGravity`] (gravity on one GPU, the same far-field
+//! kernels with one charge). The design leaves room for the periodic box (a sum of the
 //! root's images, §8), not built yet.
 
 pub mod check;
 pub mod cpu;
 pub mod cuda;
+pub mod cuda_gravity;
 pub mod expansions;
 pub mod params;
 pub mod traversal;
@@ -32,8 +34,11 @@ pub mod tree;
 pub use check::AccuracyCheck;
 pub use cpu::{FmmFreeSpace, FmmGravity};
 pub use cuda::CudaFmm;
+pub use cuda_gravity::CudaFmmGravity;
 pub use params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams};
 
+use crate::summation::direct::DirectGravity;
+use crate::summation::interaction::{Bodies, GravityEvaluation};
 use crate::summation::{Evaluation, Extra, Sources, SumResult};
 use traversal::{build_lists, Criterion, InteractionLists};
 use tree::Octree;
@@ -122,6 +127,14 @@ impl Structure {
             target_tree,
             lists,
         }
+    }
+
+    /// Trees and lists of a gravitational sum ([`super::interaction::PlummerGravity`]) on the
+    /// bodies at `x` for `targets`: the near-field radius is absolute (`rho_cut_velocity`, every
+    /// body's length scale 1).
+    pub fn build_gravity(x: &[[f64; 3]], targets: &[[f64; 3]], params: &FmmParams) -> Self {
+        let scale = vec![1.0; x.len()];
+        Self::build_scaled((x, &scale), targets, params, (params.rho_cut_velocity, 1.0))
     }
 
     pub fn targets(&self) -> &Octree {
@@ -285,6 +298,38 @@ impl CheckSchedule {
             requested: params.accuracy,
             sigma_max,
             outputs: check::BIOT_SAVART_OUTPUTS,
+            velocity_l2: e[0],
+            velocity_max: e[1],
+            derivative_l2: e[2],
+            derivative_max: e[3],
+        })
+    }
+
+    /// The gravity form of [`CheckSchedule::after_evaluation`]: counts an evaluation and, when
+    /// due, checks its φ and a (`out`, at `targets` or at the bodies when `None`) against
+    /// `reference` on a sample; an error when the check misses the request by more than
+    /// [`check::FAILURE_FACTOR`].
+    pub fn after_gravity_evaluation(
+        &mut self,
+        reference: &mut DirectGravity,
+        (bodies, targets): (&Bodies, Option<&[[f64; 3]]>),
+        out: &GravityEvaluation,
+        params: &FmmParams,
+        stats: &FmmStats,
+    ) -> SumResult {
+        if self.count_evaluation(0.0).is_none() {
+            return Ok(());
+        }
+        let nt = targets.map_or(bodies.len(), <[_]>::len);
+        let sample = check::sample_size(stats.p2p_pairs, bodies.len(), nt);
+        let seed = self.evaluations;
+        let e = check::check_gravity_sample(reference, bodies, targets, out, sample, seed)?;
+        self.record(AccuracyCheck {
+            evaluation: seed,
+            sample,
+            requested: params.accuracy,
+            sigma_max: 0.0,
+            outputs: check::GRAVITY_OUTPUTS,
             velocity_l2: e[0],
             velocity_max: e[1],
             derivative_l2: e[2],
