@@ -8,12 +8,11 @@ use super::expansions::{coefficient_count, l2l, l2p, m2l, m2m, p2m, Workspace};
 use super::params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams};
 use super::traversal::{build_lists, Criterion};
 use super::tree::Octree;
-use super::{AccuracyCheck, Fmm, FmmState, FmmStats, Structure};
+use super::{AccuracyCheck, Fmm, FmmState, FmmStats, GravityFmmState, Structure};
 use crate::kernel::gaussian_zeta;
-use crate::summation::direct::DirectGravity;
 use crate::summation::interaction::{
-    begin_gravity, store_gravity, BiotSavart, Bodies, GravityEvaluation, GravitySummation,
-    PairInteraction, PlummerGravity, Vortex,
+    store_gravity, BiotSavart, Bodies, GravityEvaluation, GravitySummation, PairInteraction,
+    PlummerGravity, Vortex,
 };
 use crate::summation::{
     begin_vorticity, sigma_range, stretching_from_gradient, Boundary, Evaluation, Extra, Request,
@@ -364,9 +363,7 @@ impl Fmm for FmmFreeSpace {
 /// [`crate::summation::direct::DirectGravity`] on a sample, as the Biot–Savart FMM does.
 #[derive(Debug, Clone)]
 pub struct FmmGravity {
-    state: FmmState,
-    /// The all-pairs sum with the same softening: the built-in check's reference.
-    reference: DirectGravity,
+    core: GravityFmmState,
 }
 
 impl FmmGravity {
@@ -385,28 +382,23 @@ impl FmmGravity {
     /// With explicit parameters (tests and benchmarks).
     pub fn with_params(gravity: PlummerGravity, params: FmmParams, check_every: u64) -> Self {
         Self {
-            state: FmmState::new(params, check_every),
-            reference: DirectGravity::new(gravity),
+            core: GravityFmmState::new(gravity, params, check_every),
         }
     }
 
     /// The built-in checks since the last call.
     pub fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
-        self.state.schedule.take()
+        self.core.fmm.schedule.take()
     }
 }
 
 impl GravitySummation for FmmGravity {
     fn name(&self) -> String {
-        let eps = self.reference.gravity().softening;
-        format!(
-            "gravity FMM CPU f64 (softening {eps:e}), {}",
-            self.state.params
-        )
+        self.core.name("CPU f64")
     }
 
     fn gravity(&self) -> PlummerGravity {
-        self.reference.gravity()
+        self.core.gravity()
     }
 
     fn evaluate_gravity(
@@ -415,31 +407,27 @@ impl GravitySummation for FmmGravity {
         targets: Option<&[[f64; 3]]>,
         out: &mut GravityEvaluation,
     ) -> SumResult {
-        let gravity = self.reference.gravity();
-        let Some(tx) = begin_gravity(&gravity, bodies, targets, out)? else {
-            return Ok(());
-        };
-        let params = self.state.params;
-        let mut stats = FmmStats::default();
-        let t0 = Instant::now();
-        let st = Structure::build_gravity(bodies.x, tx, &params);
-        let src = SortedSources::new(&gravity, bodies.x, &st.sources, |i| bodies.mass[i]);
-        stats.tree_seconds = t0.elapsed().as_secs_f64();
-        let answers = evaluate_tree(&gravity, &st, &src, tx, params.order, &mut stats);
-        store_gravity(&answers, out);
-        st.count(&mut stats, params.order);
-        self.state.stats = stats;
-        let reference = &mut self.reference;
-        let at = (bodies, targets);
-        (self.state.schedule).after_gravity_evaluation(reference, at, out, &params, &stats)
+        let gravity = self.core.gravity();
+        self.core
+            .evaluate((bodies, targets), out, |params, tx, out| {
+                let mut stats = FmmStats::default();
+                let t0 = Instant::now();
+                let st = Structure::build_gravity(bodies.x, tx, params);
+                let src = SortedSources::new(&gravity, bodies.x, &st.sources, |i| bodies.mass[i]);
+                stats.tree_seconds = t0.elapsed().as_secs_f64();
+                let answers = evaluate_tree(&gravity, &st, &src, tx, params.order, &mut stats);
+                store_gravity(&answers, out);
+                st.count(&mut stats, params.order);
+                Ok(stats)
+            })
     }
 }
 
 impl Fmm for FmmGravity {
     fn state(&self) -> &FmmState {
-        &self.state
+        &self.core.fmm
     }
     fn state_mut(&mut self) -> &mut FmmState {
-        &mut self.state
+        &mut self.core.fmm
     }
 }

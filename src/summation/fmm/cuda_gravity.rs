@@ -9,13 +9,10 @@
 
 use super::cuda::{cfg, compile, far_field, gather3, Buffers, FarKernels, Timeline};
 use super::params::{plan_gravity_parameters, FmmBackend, FmmParams};
-use super::{AccuracyCheck, Fmm, FmmState, FmmStats, Structure};
+use super::{AccuracyCheck, Fmm, FmmState, FmmStats, GravityFmmState, Structure};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{launch, load_kernels, CudaError, Gpu};
-use crate::summation::direct::DirectGravity;
-use crate::summation::interaction::{
-    begin_gravity, Bodies, GravityEvaluation, GravitySummation, PlummerGravity,
-};
+use crate::summation::interaction::{Bodies, GravityEvaluation, GravitySummation, PlummerGravity};
 use crate::summation::{SumResult, SummationError};
 use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
 use rayon::prelude::*;
@@ -34,18 +31,20 @@ struct GravityKernels {
 }
 
 /// Plummer-softened gravity by the FMM on one GPU: f64 expansions, f32 near field (module docs).
-/// Buffers stay allocated between calls and grow only.
 pub struct CudaFmmGravity {
+    core: GravityFmmState,
+    engine: Engine,
+}
+
+/// The device side: kernels and buffers, which stay allocated between calls and grow only.
+struct Engine {
     gpu: Arc<Gpu>,
     stream: Arc<CudaStream>,
-    state: FmmState,
     kernels: GravityKernels,
     buf: Buffers,
     /// Outputs: the accelerations (3 per target) and the potentials (1 per target).
     out_acc: DeviceBuffer<f64>,
     out_phi: DeviceBuffer<f64>,
-    /// The all-pairs sum with the same softening: the built-in check's reference.
-    reference: DirectGravity,
 }
 
 impl CudaFmmGravity {
@@ -76,36 +75,41 @@ impl CudaFmmGravity {
         let kernels = load_kernels!(module, "fmm_", GravityKernels {
             pack_gravity, eval_gravity; order: p, far: far
         });
-        Ok(Self {
+        let engine = Engine {
             stream: gpu.stream().clone(),
             gpu,
-            state: FmmState::new(params, check_every),
             kernels,
             buf: Buffers::default(),
             out_acc: DeviceBuffer::default(),
             out_phi: DeviceBuffer::default(),
-            reference: DirectGravity::new(gravity),
+        };
+        Ok(Self {
+            core: GravityFmmState::new(gravity, params, check_every),
+            engine,
         })
     }
 
     /// The built-in checks since the last call.
     pub fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
-        self.state.schedule.take()
+        self.core.fmm.schedule.take()
     }
 
     pub fn gpu(&self) -> &Arc<Gpu> {
-        &self.gpu
+        &self.engine.gpu
     }
+}
 
-    /// φ and a at `tx` from `bodies` on the GPU into `out` (sized for `tx`); the phase times and
-    /// counts into the state's stats.
+impl Engine {
+    /// φ and a at `tx` from `bodies` with softening `eps` and `params` on the GPU into `out`
+    /// (sized for `tx`); the phase times and counts.
     fn run(
         &mut self,
+        eps: f64,
+        params: &FmmParams,
         bodies: &Bodies,
         tx: &[[f64; 3]],
         out: &mut GravityEvaluation,
-    ) -> Result<(), CudaError> {
-        let params = self.state.params;
+    ) -> Result<FmmStats, CudaError> {
         let p = params.order;
         debug_assert_eq!(self.kernels.order, p);
         let s = self.stream.clone();
@@ -113,7 +117,7 @@ impl CudaFmmGravity {
         let mut stats = FmmStats::default();
 
         let t0 = Instant::now();
-        let st = Structure::build_gravity(bodies.x, tx, &params);
+        let st = Structure::build_gravity(bodies.x, tx, params);
         let (stree, ttree) = (&st.sources, st.targets());
         let own_targets = st.target_tree.is_some();
         let (k, b) = (&self.kernels, &mut self.buf);
@@ -144,7 +148,6 @@ impl CudaFmmGravity {
         far_field(&k.far, b, &s, &st, p, &timeline)?;
         self.out_phi.poison(&s, nt)?;
         self.out_acc.poison(&s, 3 * nt)?;
-        let eps = self.reference.gravity().softening;
         let eps2 = (eps * eps) as f32;
         let n_tleaves = ttree.leaves.len() as i32;
         let t = b.targets(own_targets);
@@ -161,7 +164,6 @@ impl CudaFmmGravity {
             b.s_end.get(), b.s_pos.get(), b.local.get(), &eps2, self.out_phi.get_mut(),
             self.out_acc.get_mut())?;
         timeline.finish(&self.gpu, &s, &st, p, &mut stats)?;
-        self.state.stats = stats;
 
         self.out_phi
             .download(&self.gpu, &mut out.potential[..nt], "potentials")?;
@@ -178,21 +180,17 @@ impl CudaFmmGravity {
                     .into(),
             ));
         }
-        Ok(())
+        Ok(stats)
     }
 }
 
 impl GravitySummation for CudaFmmGravity {
     fn name(&self) -> String {
-        let eps = self.reference.gravity().softening;
-        format!(
-            "gravity FMM GPU (f64 expansions, f32 near field; softening {eps:e}), {}",
-            self.state.params
-        )
+        self.core.name("GPU (f64 expansions, f32 near field)")
     }
 
     fn gravity(&self) -> PlummerGravity {
-        self.reference.gravity()
+        self.core.gravity()
     }
 
     fn evaluate_gravity(
@@ -201,26 +199,20 @@ impl GravitySummation for CudaFmmGravity {
         targets: Option<&[[f64; 3]]>,
         out: &mut GravityEvaluation,
     ) -> SumResult {
-        let gravity = self.reference.gravity();
-        let Some(tx) = begin_gravity(&gravity, bodies, targets, out)? else {
-            return Ok(());
-        };
-        if tx.is_empty() {
-            return Ok(());
-        }
-        self.run(bodies, tx, out)?;
-        let (params, stats) = (self.state.params, self.state.stats);
-        let reference = &mut self.reference;
-        let at = (bodies, targets);
-        (self.state.schedule).after_gravity_evaluation(reference, at, out, &params, &stats)
+        let eps = self.core.gravity().softening;
+        let engine = &mut self.engine;
+        self.core
+            .evaluate((bodies, targets), out, |params, tx, out| {
+                Ok(engine.run(eps, params, bodies, tx, out)?)
+            })
     }
 }
 
 impl Fmm for CudaFmmGravity {
     fn state(&self) -> &FmmState {
-        &self.state
+        &self.core.fmm
     }
     fn state_mut(&mut self) -> &mut FmmState {
-        &mut self.state
+        &mut self.core.fmm
     }
 }

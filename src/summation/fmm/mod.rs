@@ -38,8 +38,10 @@ pub use cuda_gravity::CudaFmmGravity;
 pub use params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams};
 
 use crate::summation::direct::DirectGravity;
-use crate::summation::interaction::{Bodies, GravityEvaluation};
-use crate::summation::{Evaluation, Extra, Sources, SumResult};
+use crate::summation::interaction::{
+    begin_gravity, Bodies, GravityEvaluation, GravitySummation, PlummerGravity,
+};
+use crate::summation::{Evaluation, Extra, Sources, SumResult, SummationError};
 use traversal::{build_lists, Criterion, InteractionLists};
 use tree::Octree;
 
@@ -305,26 +307,77 @@ impl CheckSchedule {
         })
     }
 
-    /// The gravity form of [`CheckSchedule::after_evaluation`]: counts an evaluation and, when
-    /// due, checks its φ and a (`out`, at `targets` or at the bodies when `None`) against
-    /// `reference` on a sample; an error when the check misses the request by more than
+    /// Which evaluation was counted last (1 = the first).
+    pub fn evaluations(&self) -> u64 {
+        self.evaluations
+    }
+}
+
+/// What both gravity FMM engines ([`FmmGravity`], [`CudaFmmGravity`]) keep besides their
+/// buffers: the [`FmmState`] and the all-pairs sum with the same softening, the built-in check's
+/// reference.
+#[derive(Debug, Clone)]
+pub struct GravityFmmState {
+    pub fmm: FmmState,
+    pub reference: DirectGravity,
+}
+
+impl GravityFmmState {
+    pub fn new(gravity: PlummerGravity, params: FmmParams, check_every: u64) -> Self {
+        Self {
+            fmm: FmmState::new(params, check_every),
+            reference: DirectGravity::new(gravity),
+        }
+    }
+
+    pub fn gravity(&self) -> PlummerGravity {
+        self.reference.gravity()
+    }
+
+    /// The engine's name for logs: `engine` says where and in what precision it sums.
+    pub fn name(&self, engine: &str) -> String {
+        let eps = self.gravity().softening;
+        format!(
+            "gravity FMM {engine} (softening {eps:e}), {}",
+            self.fmm.params
+        )
+    }
+
+    /// One [`GravitySummation::evaluate_gravity`] around the engine's `run` (φ and a at the
+    /// targets it is given into `out`, sized for them, and its counts and times): the bodies
+    /// checked, `out` sized, then, when due, the built-in check of φ and a against the
+    /// reference on a sample; an error when it misses the request by more than
     /// [`check::FAILURE_FACTOR`].
-    pub fn after_gravity_evaluation(
+    ///
+    /// [`GravitySummation::evaluate_gravity`]: crate::summation::interaction::GravitySummation::evaluate_gravity
+    pub fn evaluate(
         &mut self,
-        reference: &mut DirectGravity,
         (bodies, targets): (&Bodies, Option<&[[f64; 3]]>),
-        out: &GravityEvaluation,
-        params: &FmmParams,
-        stats: &FmmStats,
+        out: &mut GravityEvaluation,
+        run: impl FnOnce(
+            &FmmParams,
+            &[[f64; 3]],
+            &mut GravityEvaluation,
+        ) -> Result<FmmStats, SummationError>,
     ) -> SumResult {
-        if self.count_evaluation(0.0).is_none() {
+        let Some(tx) = begin_gravity(&self.gravity(), bodies, targets, out)? else {
+            return Ok(());
+        };
+        if tx.is_empty() {
             return Ok(());
         }
-        let nt = targets.map_or(bodies.len(), <[_]>::len);
-        let sample = check::sample_size(stats.p2p_pairs, bodies.len(), nt);
-        let seed = self.evaluations;
+        let params = self.fmm.params;
+        let stats = run(&params, tx, out)?;
+        self.fmm.stats = stats;
+        let schedule = &mut self.fmm.schedule;
+        if schedule.count_evaluation(0.0).is_none() {
+            return Ok(());
+        }
+        let sample = check::sample_size(stats.p2p_pairs, bodies.len(), tx.len());
+        let seed = schedule.evaluations();
+        let reference = &mut self.reference;
         let e = check::check_gravity_sample(reference, bodies, targets, out, sample, seed)?;
-        self.record(AccuracyCheck {
+        schedule.record(AccuracyCheck {
             evaluation: seed,
             sample,
             requested: params.accuracy,
@@ -335,10 +388,5 @@ impl CheckSchedule {
             derivative_l2: e[2],
             derivative_max: e[3],
         })
-    }
-
-    /// Which evaluation was counted last (1 = the first).
-    pub fn evaluations(&self) -> u64 {
-        self.evaluations
     }
 }
