@@ -111,9 +111,12 @@ fn gpu_fmm_device_form_matches_host_form() {
     }
 }
 
+/// A named set of bodies: positions and masses.
+type BodySet = (&'static str, Vec<[f64; 3]>, Vec<f64>);
+
 /// Uniform bodies in the unit cube and a Plummer sphere (Hénon units, a = 3π/16), n each, equal
 /// masses 1/n.
-fn gravity_sets(n: usize) -> [(&'static str, Vec<[f64; 3]>, Vec<f64>); 2] {
+fn gravity_sets(n: usize) -> [BodySet; 2] {
     let (uniform, mass, _) = gravity_bodies(n, 41);
     let plummer = Particles::plummer(n, 3.0 * std::f64::consts::PI / 16.0, 0.01, 42).x;
     [

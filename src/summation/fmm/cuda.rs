@@ -116,7 +116,7 @@ pub struct CudaFmm {
 }
 
 /// A tree's cells as flat arrays for the device.
-pub(super) struct CellArrays {
+struct CellArrays {
     center: Vec<f64>,
     begin: Vec<u32>,
     end: Vec<u32>,
@@ -542,9 +542,9 @@ impl CudaFmm {
         extra: &Extra,
         out: &mut Evaluation,
     ) -> Result<(), CudaError> {
-        let (gpu, b) = (&self.gpu, &*self);
+        let gpu = &self.gpu;
         let mut flat = vec![0.0f64; 3 * nt];
-        b.out_u.download(gpu, &mut flat, "velocities")?;
+        self.out_u.download(gpu, &mut flat, "velocities")?;
         for (o, v) in out.velocity[..nt].iter_mut().zip(flat.chunks(3)) {
             *o = [v[0], v[1], v[2]];
         }
@@ -552,13 +552,13 @@ impl CudaFmm {
             Extra::None => {}
             Extra::Gradient => {
                 let mut g = vec![0.0f64; 9 * nt];
-                b.out_x.download(gpu, &mut g, "gradients")?;
+                self.out_x.download(gpu, &mut g, "gradients")?;
                 for (o, v) in out.gradient[..nt].iter_mut().zip(g.chunks(9)) {
                     *o = [[v[0], v[1], v[2]], [v[3], v[4], v[5]], [v[6], v[7], v[8]]];
                 }
             }
             Extra::Stretching { .. } => {
-                b.out_x.download(gpu, &mut flat, "stretching")?;
+                self.out_x.download(gpu, &mut flat, "stretching")?;
                 for (o, v) in out.stretching[..nt].iter_mut().zip(flat.chunks(3)) {
                     *o = [v[0], v[1], v[2]];
                 }
