@@ -11,7 +11,7 @@
 //!
 //! The Biot–Savart law keeps its own seam ([`super::Sources`], [`super::Evaluation`],
 //! [`super::Summation`]), which the vortex solver talks to. Gravity's seam is here:
-//! [`Bodies`], [`GravityEvaluation`] and [`GravitySummation`].
+//! [`Bodies`], [`GravityWork`], [`GravityEvaluation`] and [`GravitySummation`].
 //!
 //! # The pair interaction
 //!
@@ -437,38 +437,62 @@ pub trait GravitySummation: Send {
     /// The interaction (its softening).
     fn gravity(&self) -> PlummerGravity;
 
+    /// Evaluates `work` into `out`: what an evaluator implements. Callers use
+    /// [`GravitySummation::evaluate_gravity`], which checks the bodies, sizes `out` and answers
+    /// zero without bodies before calling this, so an implementation may assume all three.
+    fn evaluate_bodies(&mut self, work: GravityWork, out: &mut GravityEvaluation) -> SumResult;
+
     /// φ and a at `targets` from `bodies` into `out` (resized). When the targets are the bodies'
-    /// own positions pass `targets = None`: at ε = 0 each body's self pair is then skipped.
+    /// own positions pass `targets = None`: at ε = 0 each body's self pair is then skipped (and
+    /// coincident bodies are refused).
     fn evaluate_gravity(
         &mut self,
         bodies: &Bodies,
         targets: Option<&[[f64; 3]]>,
         out: &mut GravityEvaluation,
-    ) -> SumResult;
+    ) -> SumResult {
+        if begin_gravity(&self.gravity(), bodies, targets, out)? {
+            return Ok(());
+        }
+        self.evaluate_bodies(GravityWork { bodies, targets }, out)
+    }
+}
+
+/// One evaluation asked of a [`GravitySummation`]: the bodies, and the points where φ and a are
+/// wanted (`None`: at the bodies themselves).
+#[derive(Debug, Clone, Copy)]
+pub struct GravityWork<'a> {
+    pub bodies: &'a Bodies<'a>,
+    pub targets: Option<&'a [[f64; 3]]>,
+}
+
+impl GravityWork<'_> {
+    /// The points evaluated: the targets, or the bodies' positions.
+    pub fn points(&self) -> &[[f64; 3]] {
+        self.targets.unwrap_or(self.bodies.x)
+    }
 }
 
 /// The common start of every [`GravitySummation::evaluate_gravity`]: checks the bodies (and,
 /// when the targets are the bodies at ε = 0, that no two coincide), sizes `out` for the targets
-/// and, without bodies, writes the answer (zeros). The targets when there is something left to
-/// compute, else `None`.
-pub(crate) fn begin_gravity<'a>(
+/// and, without bodies, writes the answer (zeros): `true` when nothing is left to compute.
+fn begin_gravity(
     gravity: &PlummerGravity,
-    bodies: &Bodies<'a>,
-    targets: Option<&'a [[f64; 3]]>,
+    bodies: &Bodies,
+    targets: Option<&[[f64; 3]]>,
     out: &mut GravityEvaluation,
-) -> Result<Option<&'a [[f64; 3]]>, SummationError> {
+) -> Result<bool, SummationError> {
     bodies.check()?;
     if targets.is_none() {
         gravity.check_bodies(bodies.x)?;
     }
-    let targets = targets.unwrap_or(bodies.x);
-    out.resize(targets.len());
+    out.resize(targets.unwrap_or(bodies.x).len());
     if bodies.is_empty() {
         out.potential.fill(0.0);
         out.acceleration.fill([0.0; 3]);
-        return Ok(None);
+        return Ok(true);
     }
-    Ok(Some(targets))
+    Ok(false)
 }
 
 /// Splits (φ, a) answers into `out` (sized for them).

@@ -8,7 +8,7 @@
 
 use crate::kernel::{gaussian_zeta, velocity, velocity_and_stretching, velocity_gradient};
 use crate::summation::interaction::{
-    begin_gravity, store_gravity, Bodies, GravityEvaluation, GravitySummation, PairInteraction,
+    store_gravity, GravityEvaluation, GravitySummation, GravityWork, PairInteraction,
     PlummerGravity,
 };
 use crate::summation::{
@@ -161,15 +161,10 @@ impl GravitySummation for DirectGravity {
         self.gravity
     }
 
-    fn evaluate_gravity(
-        &mut self,
-        bodies: &Bodies,
-        targets: Option<&[[f64; 3]]>,
-        out: &mut GravityEvaluation,
-    ) -> SumResult {
-        if let Some(t) = begin_gravity(&self.gravity, bodies, targets, out)? {
-            store_gravity(&all_pairs(&self.gravity, bodies.x, bodies.mass, t), out);
-        }
+    fn evaluate_bodies(&mut self, work: GravityWork, out: &mut GravityEvaluation) -> SumResult {
+        let b = work.bodies;
+        let answers = all_pairs(&self.gravity, b.x, b.mass, work.points());
+        store_gravity(&answers, out);
         Ok(())
     }
 }

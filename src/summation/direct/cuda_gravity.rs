@@ -12,7 +12,9 @@ use super::tiles::{
     GpuReal, KernelConfig, KernelResources, TileEngine, TileLaunch, PAD_POSITION, TILE_HEADER,
 };
 use crate::device::cuda::{kernel_source, CudaError, Gpu, KernelSource};
-use crate::summation::interaction::{Bodies, GravityEvaluation, GravitySummation, PlummerGravity};
+use crate::summation::interaction::{
+    Bodies, GravityEvaluation, GravitySummation, GravityWork, PlummerGravity,
+};
 use crate::summation::{SumResult, SummationError};
 use std::sync::Arc;
 
@@ -165,13 +167,8 @@ impl<T: GpuReal> GravitySummation for CudaDirectGravityOf<T> {
         self.gravity
     }
 
-    fn evaluate_gravity(
-        &mut self,
-        bodies: &Bodies,
-        targets: Option<&[[f64; 3]]>,
-        out: &mut GravityEvaluation,
-    ) -> SumResult {
-        self.upload(bodies, targets)?;
+    fn evaluate_bodies(&mut self, work: GravityWork, out: &mut GravityEvaluation) -> SumResult {
+        self.upload(work.bodies, work.targets)?;
         self.launch()?;
         self.download()?;
         self.output(out);

@@ -11,7 +11,7 @@ use super::tree::Octree;
 use super::{AccuracyCheck, Fmm, FmmState, FmmStats, GravityFmmState, Structure};
 use crate::kernel::gaussian_zeta;
 use crate::summation::interaction::{
-    store_gravity, BiotSavart, Bodies, GravityEvaluation, GravitySummation, PairInteraction,
+    store_gravity, BiotSavart, GravityEvaluation, GravitySummation, GravityWork, PairInteraction,
     PlummerGravity, Vortex,
 };
 use crate::summation::{
@@ -401,25 +401,20 @@ impl GravitySummation for FmmGravity {
         self.core.gravity()
     }
 
-    fn evaluate_gravity(
-        &mut self,
-        bodies: &Bodies,
-        targets: Option<&[[f64; 3]]>,
-        out: &mut GravityEvaluation,
-    ) -> SumResult {
+    fn evaluate_bodies(&mut self, work: GravityWork, out: &mut GravityEvaluation) -> SumResult {
         let gravity = self.core.gravity();
-        self.core
-            .evaluate((bodies, targets), out, |params, tx, out| {
-                let mut stats = FmmStats::default();
-                let t0 = Instant::now();
-                let st = Structure::build_gravity(bodies.x, tx, params);
-                let src = SortedSources::new(&gravity, bodies.x, &st.sources, |i| bodies.mass[i]);
-                stats.tree_seconds = t0.elapsed().as_secs_f64();
-                let answers = evaluate_tree(&gravity, &st, &src, tx, params.order, &mut stats);
-                store_gravity(&answers, out);
-                st.count(&mut stats, params.order);
-                Ok(stats)
-            })
+        let bodies = work.bodies;
+        self.core.evaluate(work, out, |params, tx, out| {
+            let mut stats = FmmStats::default();
+            let t0 = Instant::now();
+            let st = Structure::build_gravity(bodies.x, tx, params);
+            let src = SortedSources::new(&gravity, bodies.x, &st.sources, |i| bodies.mass[i]);
+            stats.tree_seconds = t0.elapsed().as_secs_f64();
+            let answers = evaluate_tree(&gravity, &st, &src, tx, params.order, &mut stats);
+            store_gravity(&answers, out);
+            st.count(&mut stats, params.order);
+            Ok(stats)
+        })
     }
 }
 

@@ -12,7 +12,9 @@ use super::params::{plan_gravity_parameters, FmmBackend, FmmParams};
 use super::{AccuracyCheck, Fmm, FmmState, FmmStats, GravityFmmState, Structure};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{launch, load_kernels, CudaError, Gpu};
-use crate::summation::interaction::{Bodies, GravityEvaluation, GravitySummation, PlummerGravity};
+use crate::summation::interaction::{
+    Bodies, GravityEvaluation, GravitySummation, GravityWork, PlummerGravity,
+};
 use crate::summation::{SumResult, SummationError};
 use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
 use rayon::prelude::*;
@@ -193,18 +195,12 @@ impl GravitySummation for CudaFmmGravity {
         self.core.gravity()
     }
 
-    fn evaluate_gravity(
-        &mut self,
-        bodies: &Bodies,
-        targets: Option<&[[f64; 3]]>,
-        out: &mut GravityEvaluation,
-    ) -> SumResult {
-        let eps = self.core.gravity().softening;
+    fn evaluate_bodies(&mut self, work: GravityWork, out: &mut GravityEvaluation) -> SumResult {
+        let (eps, bodies) = (self.core.gravity().softening, work.bodies);
         let engine = &mut self.engine;
-        self.core
-            .evaluate((bodies, targets), out, |params, tx, out| {
-                Ok(engine.run(eps, params, bodies, tx, out)?)
-            })
+        self.core.evaluate(work, out, |params, tx, out| {
+            Ok(engine.run(eps, params, bodies, tx, out)?)
+        })
     }
 }
 

@@ -39,7 +39,7 @@ pub use params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams
 
 use crate::summation::direct::DirectGravity;
 use crate::summation::interaction::{
-    begin_gravity, Bodies, GravityEvaluation, GravitySummation, PlummerGravity,
+    GravityEvaluation, GravitySummation, GravityWork, PlummerGravity,
 };
 use crate::summation::{Evaluation, Extra, Sources, SumResult, SummationError};
 use traversal::{build_lists, Criterion, InteractionLists};
@@ -343,16 +343,13 @@ impl GravityFmmState {
         )
     }
 
-    /// One [`GravitySummation::evaluate_gravity`] around the engine's `run` (φ and a at the
-    /// targets it is given into `out`, sized for them, and its counts and times): the bodies
-    /// checked, `out` sized, then, when due, the built-in check of φ and a against the
-    /// reference on a sample; an error when it misses the request by more than
-    /// [`check::FAILURE_FACTOR`].
-    ///
-    /// [`GravitySummation::evaluate_gravity`]: crate::summation::interaction::GravitySummation::evaluate_gravity
+    /// One [`GravitySummation::evaluate_bodies`] around the engine's `run` (φ and a at the
+    /// points it is given into `out`, sized for them, and its counts and times), then, when due,
+    /// the built-in check of φ and a against the reference on a sample; an error when it misses
+    /// the request by more than [`check::FAILURE_FACTOR`].
     pub fn evaluate(
         &mut self,
-        (bodies, targets): (&Bodies, Option<&[[f64; 3]]>),
+        work: GravityWork,
         out: &mut GravityEvaluation,
         run: impl FnOnce(
             &FmmParams,
@@ -360,9 +357,7 @@ impl GravityFmmState {
             &mut GravityEvaluation,
         ) -> Result<FmmStats, SummationError>,
     ) -> SumResult {
-        let Some(tx) = begin_gravity(&self.gravity(), bodies, targets, out)? else {
-            return Ok(());
-        };
+        let (bodies, targets, tx) = (work.bodies, work.targets, work.points());
         if tx.is_empty() {
             return Ok(());
         }
