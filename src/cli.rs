@@ -151,7 +151,7 @@ pub struct BenchFmmArgs {
     pub device: crate::device::DeviceRequest,
     /// The pair interaction: `biot-savart` (velocity + stretching of vortex particles) or
     /// `gravity` (potential and acceleration of bodies in the unit cube, softening a tenth of
-    /// the mean spacing; CPU only).
+    /// the mean spacing; either device).
     #[arg(long, default_value = "biot-savart", value_parser = crate::summation::interaction::InteractionKind::parse)]
     pub interaction: crate::summation::interaction::InteractionKind,
     #[command(flatten)]

@@ -1,13 +1,24 @@
 //! The FMM on the GPU (kernels/fmm.cu, src/summation/fmm/cuda.rs) against the f64 direct sum and
 //! the CPU FMM: uniform, clustered (Plummer-like) and thin-ring sets, targets at the sources and
 //! on cell faces, velocity, both stretching schemes and the gradient; determinism; the accuracy
-//! floor. Skipped (with the reason printed) without a GPU.
+//! floor; softened gravity (φ and a) against the f64 all-pairs sum. Skipped (with the reason
+//! printed) without a GPU.
 
+use vpm::bench::fmm::gravity_bodies;
+use vpm::device::Device;
 use vpm::kernel::StretchingScheme;
-use vpm::summation::direct::DirectFreeSpace;
-use vpm::summation::fmm::{plan_parameters, CudaFmm, Fmm, FmmBackend, FmmFreeSpace};
-use vpm::summation::verify::{self, errors_on_sample, gpu_or_skip, poisoned, Particles};
-use vpm::summation::{Evaluation, Extra, Summation};
+use vpm::summation::direct::{DirectFreeSpace, DirectGravity};
+use vpm::summation::fmm::check::check_gravity_sample;
+use vpm::summation::fmm::params::GPU_ACCURACY_FLOOR;
+use vpm::summation::fmm::{
+    plan_parameters, CudaFmm, CudaFmmGravity, Fmm, FmmBackend, FmmFreeSpace,
+};
+use vpm::summation::interaction::{Bodies, GravityEvaluation, GravitySummation, PlummerGravity};
+use vpm::summation::planner::plan_gravity;
+use vpm::summation::verify::{
+    self, cell_face_targets, errors_on_sample, gpu_or_skip, poisoned, Particles,
+};
+use vpm::summation::{Evaluation, EvaluatorKind, Extra, Summation};
 
 #[test]
 fn gpu_fmm_meets_the_requested_accuracy_on_three_sets() {
@@ -98,6 +109,123 @@ fn gpu_fmm_device_form_matches_host_form() {
         let (ev, ex) = verify::device_against_host(&mut fmm, &p, extra).unwrap();
         assert!(ev == 0.0 && ex == 0.0, "{extra:?}: {ev:e} {ex:e}");
     }
+}
+
+/// A named set of bodies: positions and masses.
+type BodySet = (&'static str, Vec<[f64; 3]>, Vec<f64>);
+
+/// Uniform bodies in the unit cube and a Plummer sphere (Hénon units, a = 3π/16), n each, equal
+/// masses 1/n.
+fn gravity_sets(n: usize) -> [BodySet; 2] {
+    let (uniform, mass, _) = gravity_bodies(n, 41);
+    let plummer = Particles::plummer(n, 3.0 * std::f64::consts::PI / 16.0, 0.01, 42).x;
+    [
+        ("uniform", uniform, mass.clone()),
+        ("plummer", plummer, mass),
+    ]
+}
+
+/// Gravity on the GPU against the f64 all-pairs sum: relative L2 ≤ accuracy and max ≤ 10 ×
+/// accuracy for φ and a, at accuracies down to the GPU's floor, on uniform and Plummer sets, at
+/// the bodies (self pair skipped at ε = 0) and at targets on cell faces, with ε = 0 and ε > 0.
+#[test]
+fn gpu_fmm_gravity_meets_the_requested_accuracy() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    let n = 20_000;
+    for (name, x, m) in gravity_sets(n) {
+        let bodies = Bodies { x: &x, mass: &m };
+        let cloud = Particles {
+            x: x.clone(),
+            ..Default::default()
+        };
+        let faces = cell_face_targets(&cloud, 400, 7);
+        for eps in [0.0, 1e-4] {
+            let g = PlummerGravity::new(eps).unwrap();
+            for accuracy in [1e-3, 1e-4, GPU_ACCURACY_FLOOR] {
+                let mut fmm = CudaFmmGravity::new(gpu.clone(), g, accuracy, 0).unwrap();
+                fmm.disable_checks();
+                for (where_, t) in [("bodies", None), ("faces", Some(&faces[..]))] {
+                    let mut out = GravityEvaluation::default();
+                    fmm.evaluate_gravity(&bodies, t, &mut out).unwrap();
+                    let reference = &mut DirectGravity::new(g);
+                    let e = check_gravity_sample(reference, &bodies, t, &out, 2000, 3).unwrap();
+                    let stats = fmm.last_stats();
+                    println!(
+                        "{name} ε {eps} {where_} {accuracy:e}: a {:.2e} max {:.2e}, φ {:.2e} \
+                         max {:.2e}; p {}, M2L {}, P2P/target {:.0}",
+                        e[0],
+                        e[1],
+                        e[2],
+                        e[3],
+                        fmm.params().order,
+                        stats.m2l_pairs,
+                        stats.p2p_per_target()
+                    );
+                    assert!(
+                        e[0] <= accuracy && e[2] <= accuracy,
+                        "{name} ε {eps} {where_} {accuracy:e}: {e:?}"
+                    );
+                    assert!(
+                        e[1] <= 10.0 * accuracy && e[3] <= 10.0 * accuracy,
+                        "{name} ε {eps} {where_} {accuracy:e}: {e:?}"
+                    );
+                    assert!(stats.m2l_pairs > 0, "no far field at all");
+                }
+            }
+        }
+    }
+}
+
+/// The gravity FMM on the GPU checks itself against the all-pairs sum (acceleration and
+/// potential), is deterministic, comes from the planner's fmm × cuda row, refuses accuracies
+/// below the f32 floor and, at ε = 0, coincident bodies.
+#[test]
+fn gpu_fmm_gravity_checks_itself_plans_and_refuses() {
+    let Some(gpu) = gpu_or_skip() else { return };
+    let [_, (_, x, m)] = gravity_sets(20_000);
+    let bodies = Bodies { x: &x, mass: &m };
+    let g = PlummerGravity::new(1e-3).unwrap();
+    let mut fmm = CudaFmmGravity::new(gpu.clone(), g, 1e-4, 0).unwrap();
+    let (mut a, mut b) = (GravityEvaluation::default(), GravityEvaluation::default());
+    fmm.evaluate_gravity(&bodies, None, &mut a).unwrap();
+    fmm.evaluate_gravity(&bodies, None, &mut b).unwrap();
+    assert!(
+        a.potential == b.potential && a.acceleration == b.acceleration,
+        "not deterministic"
+    );
+    let checks = fmm.take_accuracy_checks();
+    assert_eq!(checks.len(), 1);
+    println!("{}; {}", fmm.name(), checks[0]);
+    assert!(
+        checks[0].passed() && checks[0].velocity_l2 <= 1e-4 && checks[0].derivative_l2 <= 1e-4,
+        "{}",
+        checks[0]
+    );
+    assert!(checks[0].to_string().contains("potential"));
+
+    let device = Device::Cuda(gpu.clone());
+    let planned = plan_gravity(EvaluatorKind::Fmm, &device, g, 1e-4).unwrap();
+    assert!(planned.name().contains("FMM GPU"), "{}", planned.name());
+
+    let e = CudaFmmGravity::new(gpu.clone(), g, 1e-5, 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("f32") && e.contains("5e-5"), "{e}");
+    let newton = PlummerGravity::new(0.0).unwrap();
+    let twins = [[0.1, 0.2, 0.3], [0.5, 0.5, 0.5], [0.1, 0.2, 0.3]];
+    let mut fmm = CudaFmmGravity::new(gpu, newton, 1e-3, 0).unwrap();
+    let e = fmm
+        .evaluate_gravity(
+            &Bodies {
+                x: &twins,
+                mass: &[1.0; 3],
+            },
+            None,
+            &mut a,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("bodies 0 and 2"), "{e}");
 }
 
 /// Without a GPU, this binary's skipping tests, run by a plain harness (output captured), still

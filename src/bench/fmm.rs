@@ -10,7 +10,7 @@
 //! spacing) and strengths uniform in [−1, 1]³, a seed per size. The GPU evaluator synchronises
 //! before it returns, so the wall clock is what a run sees on either device.
 //!
-//! `--interaction gravity` (CPU): [`gravity_bodies`], N bodies of mass 1/N uniform in the unit
+//! `--interaction gravity` (either device): [`gravity_bodies`], N bodies of mass 1/N uniform in the unit
 //! cube, softening ε a tenth of the mean spacing N^{−1/3}; one evaluation is φ and a at the
 //! bodies, checked against [`DirectGravity`] (f64 all pairs) on the sample. The rows keep the
 //! Biot–Savart field names: the velocity's fields hold the acceleration, the stretching's the
@@ -21,13 +21,15 @@ use crate::device::Device;
 use crate::kernel::StretchingScheme;
 use crate::summation::direct::{DirectFreeSpace, DirectGravity};
 use crate::summation::fmm::check::check_gravity_sample;
-use crate::summation::fmm::{CudaFmm, Fmm, FmmFreeSpace, FmmGravity, FmmParams, FmmStats};
+use crate::summation::fmm::{
+    CudaFmm, CudaFmmGravity, Fmm, FmmFreeSpace, FmmGravity, FmmParams, FmmStats,
+};
 use crate::summation::interaction::{
     Bodies, GravityEvaluation, GravitySummation, InteractionKind, PlummerGravity,
 };
 use crate::summation::verify::Particles;
-use crate::summation::{Evaluation, Extra, Summation};
-use anyhow::{bail, Result};
+use crate::summation::{Evaluation, Extra, Summation, SummationError};
+use anyhow::Result;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::path::Path;
@@ -61,7 +63,7 @@ pub struct FmmBenchOptions {
     /// Targets checked against the direct sum per size (fewer where the pairs would exceed
     /// [`SAMPLE_PAIR_BUDGET`]; 0: no check and no all-pairs estimate).
     pub sample: usize,
-    /// The pair interaction: Biot–Savart (velocity + stretching) or gravity (φ and a, CPU).
+    /// The pair interaction: Biot–Savart (velocity + stretching) or gravity (φ and a).
     pub interaction: InteractionKind,
 }
 
@@ -134,10 +136,6 @@ pub fn bench_fmm(
     let gravity = o.interaction == InteractionKind::Gravity;
     let (backend, gpu_info) = match device {
         Device::Cpu => ("cpu", None),
-        Device::Cuda(_) if gravity => bail!(
-            "vpm bench fmm --interaction gravity: the GPU FMM sums the Biot–Savart law only so \
-             far; use --device cpu for gravity"
-        ),
         Device::Cuda(gpu) => ("cuda", Some(gpu.info().clone())),
     };
     match &gpu_info {
@@ -149,10 +147,11 @@ pub fn bench_fmm(
             o.repeats,
         ),
         Some(info) => crate::out!(
-            "vpm bench fmm (GPU, f64 expansions, f32 near field, accuracy {:e}): {info}; wall \
-             clock of the synchronised call, median of {} after warm-up; tree and lists on the \
-             host ({} CPU threads)",
+            "vpm bench fmm (GPU, f64 expansions, f32 near field, accuracy {:e}, {}): {info}; \
+             wall clock of the synchronised call, median of {} after warm-up; tree and lists on \
+             the host ({} CPU threads)",
             o.accuracy,
+            o.interaction,
             o.repeats,
             rayon::current_num_threads()
         ),
@@ -184,7 +183,12 @@ pub fn bench_fmm(
     let mut rows = Vec::new();
     for &n in sizes {
         let row = match device {
-            Device::Cpu if gravity => bench_gravity_one(n, o)?,
+            Device::Cpu if gravity => {
+                bench_gravity_one(n, o, backend, |g| FmmGravity::new(g, o.accuracy, 0))?
+            }
+            Device::Cuda(gpu) if gravity => bench_gravity_one(n, o, backend, |g| {
+                CudaFmmGravity::new(gpu.clone(), g, o.accuracy, 0)
+            })?,
             Device::Cpu => bench_one(&mut FmmFreeSpace::new(o.accuracy, 0)?, backend, n, o)?,
             Device::Cuda(gpu) => bench_one(
                 &mut CudaFmm::new(gpu.clone(), o.accuracy, 0)?,
@@ -352,11 +356,17 @@ fn bench_one(
     Ok(row(n, o, backend, timed, *fmm.params(), measured))
 }
 
-/// [`bench_one`] for gravity on the CPU ([`gravity_bodies`], [`FmmGravity`]).
-fn bench_gravity_one(n: usize, o: &FmmBenchOptions) -> Result<FmmBenchRow> {
+/// [`bench_one`] for gravity ([`gravity_bodies`]) with the FMM `make` builds for their softening
+/// ([`FmmGravity`], [`CudaFmmGravity`]).
+fn bench_gravity_one<F: Fmm + GravitySummation>(
+    n: usize,
+    o: &FmmBenchOptions,
+    backend: &str,
+    make: impl FnOnce(PlummerGravity) -> Result<F, SummationError>,
+) -> Result<FmmBenchRow> {
     let (x, mass, gravity) = gravity_bodies(n, 0x9a7 ^ n as u64);
     let bodies = Bodies { x: &x, mass: &mass };
-    let mut fmm = FmmGravity::new(gravity, o.accuracy, 0)?;
+    let mut fmm = make(gravity)?;
     fmm.disable_checks();
     let mut out = GravityEvaluation::default();
     let timed = time_runs(o.repeats, || {
@@ -372,7 +382,7 @@ fn bench_gravity_one(n: usize, o: &FmmBenchOptions) -> Result<FmmBenchRow> {
     } else {
         None
     };
-    Ok(row(n, o, "cpu", timed, *fmm.params(), measured))
+    Ok(row(n, o, backend, timed, *fmm.params(), measured))
 }
 
 /// One row from the timing and the sample check.

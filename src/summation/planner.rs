@@ -39,6 +39,7 @@
 //! | direct | cpu    | [`DirectGravity`] (f64, rayon)             |
 //! | direct | cuda   | [`CudaDirectGravity`] (f32 tiles)          |
 //! | fmm    | cpu    | [`FmmGravity`] (f64, rayon)                |
+//! | fmm    | cuda   | [`CudaFmmGravity`] (f64 expansions, f32 near field) |
 //!
 //! A request with no row is refused naming the rows that exist.
 
@@ -48,7 +49,7 @@ use super::ewald::params::{
     GPU_BYTES_PER_GRID_POINT,
 };
 use super::ewald::{engine::GPU_COSTS, CudaEwald, EwaldPeriodic};
-use super::fmm::{plan_parameters, CudaFmm, FmmBackend, FmmFreeSpace, FmmGravity};
+use super::fmm::{plan_parameters, CudaFmm, CudaFmmGravity, FmmBackend, FmmFreeSpace, FmmGravity};
 use super::interaction::{GravitySummation, PlummerGravity};
 use super::EvaluatorKind;
 use super::{Boundary, Summation, SummationError};
@@ -575,6 +576,15 @@ pub const GRAVITY_REGISTRY: &[GravityRegistration] = &[
         device: DeviceKind::Cpu,
         build: |_, g, o| Ok(Box::new(FmmGravity::new(g, o.accuracy, o.check_every)?)),
     },
+    GravityRegistration {
+        method: EvaluatorKind::Fmm,
+        device: DeviceKind::Cuda,
+        build: |device, g, o| {
+            let gpu = device_gpu(device)?.clone();
+            let e = CudaFmmGravity::new(gpu, g, o.accuracy, o.check_every)?;
+            Ok(Box::new(e))
+        },
+    },
 ];
 
 /// Builds the gravity evaluator `kind` on `device` with softening `gravity` and `options` (the
@@ -943,7 +953,14 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(
-            e.contains("direct on cpu") && e.contains("fmm on cpu") && e.contains("direct on cuda"),
+            [
+                "direct on cpu",
+                "fmm on cpu",
+                "direct on cuda",
+                "fmm on cuda"
+            ]
+            .iter()
+            .all(|row| e.contains(row)),
             "{e}"
         );
         assert!(plan_gravity(EvaluatorKind::Fmm, &Device::Cpu, g, 1e-12).is_err());

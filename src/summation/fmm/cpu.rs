@@ -4,14 +4,12 @@
 //! charges K; [`FmmFreeSpace`] runs it for the Biot–Savart law, [`FmmGravity`] for Plummer
 //! gravity.
 
-use super::check::{self, GRAVITY_OUTPUTS};
 use super::expansions::{coefficient_count, l2l, l2p, m2l, m2m, p2m, Workspace};
 use super::params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams};
 use super::traversal::{build_lists, Criterion};
 use super::tree::Octree;
-use super::{AccuracyCheck, Fmm, FmmState, FmmStats, Structure};
+use super::{AccuracyCheck, Fmm, FmmState, FmmStats, GravityFmmState, Structure};
 use crate::kernel::gaussian_zeta;
-use crate::summation::direct::DirectGravity;
 use crate::summation::interaction::{
     store_gravity, BiotSavart, GravityEvaluation, GravitySummation, GravityWork, PairInteraction,
     PlummerGravity, Vortex,
@@ -365,9 +363,7 @@ impl Fmm for FmmFreeSpace {
 /// [`crate::summation::direct::DirectGravity`] on a sample, as the Biot–Savart FMM does.
 #[derive(Debug, Clone)]
 pub struct FmmGravity {
-    state: FmmState,
-    /// The all-pairs sum with the same softening: the built-in check's reference.
-    reference: DirectGravity,
+    core: GravityFmmState,
 }
 
 impl FmmGravity {
@@ -386,73 +382,47 @@ impl FmmGravity {
     /// With explicit parameters (tests and benchmarks).
     pub fn with_params(gravity: PlummerGravity, params: FmmParams, check_every: u64) -> Self {
         Self {
-            state: FmmState::new(params, check_every),
-            reference: DirectGravity::new(gravity),
+            core: GravityFmmState::new(gravity, params, check_every),
         }
     }
 
     /// The built-in checks since the last call.
     pub fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
-        self.state.schedule.take()
+        self.core.fmm.schedule.take()
     }
 }
 
 impl GravitySummation for FmmGravity {
     fn name(&self) -> String {
-        let eps = self.reference.gravity().softening;
-        format!(
-            "gravity FMM CPU f64 (softening {eps:e}), {}",
-            self.state.params
-        )
+        self.core.name("CPU f64")
     }
 
     fn gravity(&self) -> PlummerGravity {
-        self.reference.gravity()
+        self.core.gravity()
     }
 
     fn evaluate_bodies(&mut self, work: GravityWork, out: &mut GravityEvaluation) -> SumResult {
-        let gravity = self.reference.gravity();
-        let (bodies, targets, tx) = (work.bodies, work.targets, work.points());
-        let params = self.state.params;
-        let mut stats = FmmStats::default();
-        let t0 = Instant::now();
-        // The near-field radius is absolute: every body's length scale is 1.
-        let scale = vec![1.0; bodies.len()];
-        let near = (params.rho_cut_velocity, 1.0);
-        let st = Structure::build_scaled((bodies.x, &scale), tx, &params, near);
-        let src = SortedSources::new(&gravity, bodies.x, &st.sources, |i| bodies.mass[i]);
-        stats.tree_seconds = t0.elapsed().as_secs_f64();
-        let answers = evaluate_tree(&gravity, &st, &src, tx, params.order, &mut stats);
-        store_gravity(&answers, out);
-        st.count(&mut stats, params.order);
-        self.state.stats = stats;
-        let schedule = &mut self.state.schedule;
-        if schedule.count_evaluation(0.0).is_none() {
-            return Ok(());
-        }
-        let sample = check::sample_size(stats.p2p_pairs, bodies.len(), tx.len());
-        let seed = schedule.evaluations();
-        let reference = &mut self.reference;
-        let e = check::check_gravity_sample(reference, bodies, targets, out, sample, seed)?;
-        schedule.record(AccuracyCheck {
-            evaluation: seed,
-            sample,
-            requested: params.accuracy,
-            sigma_max: 0.0,
-            outputs: GRAVITY_OUTPUTS,
-            velocity_l2: e[0],
-            velocity_max: e[1],
-            derivative_l2: e[2],
-            derivative_max: e[3],
+        let gravity = self.core.gravity();
+        let bodies = work.bodies;
+        self.core.evaluate(work, out, |params, tx, out| {
+            let mut stats = FmmStats::default();
+            let t0 = Instant::now();
+            let st = Structure::build_gravity(bodies.x, tx, params);
+            let src = SortedSources::new(&gravity, bodies.x, &st.sources, |i| bodies.mass[i]);
+            stats.tree_seconds = t0.elapsed().as_secs_f64();
+            let answers = evaluate_tree(&gravity, &st, &src, tx, params.order, &mut stats);
+            store_gravity(&answers, out);
+            st.count(&mut stats, params.order);
+            Ok(stats)
         })
     }
 }
 
 impl Fmm for FmmGravity {
     fn state(&self) -> &FmmState {
-        &self.state
+        &self.core.fmm
     }
     fn state_mut(&mut self) -> &mut FmmState {
-        &mut self.state
+        &mut self.core.fmm
     }
 }

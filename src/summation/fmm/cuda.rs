@@ -13,6 +13,7 @@
 use super::params::{plan_parameters, FmmBackend, FmmParams};
 use super::{AccuracyCheck, Fmm, FmmState, FmmStats, Structure};
 use crate::device::buffer::DeviceBuffer;
+use crate::device::cuda::CompiledModule;
 use crate::device::cuda::{
     kernel_source, launch, load_kernels, CudaError, Doing, Gpu, KernelSource,
 };
@@ -22,7 +23,7 @@ use crate::summation::{
     DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult, Summation,
     SummationError, PAIR_KERNEL_HEADER,
 };
-use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use rayon::prelude::*;
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,49 +35,72 @@ const EVAL_THREADS: u32 = 128;
 /// The highest order the GPU kernels are built for (their shared tables hold order 2p).
 pub const GPU_MAX_ORDER: usize = 20;
 
-/// The compiled kernels of one expansion order.
-struct Kernels {
-    order: usize,
-    pack: CudaFunction,
+/// The far-field kernels of one module (P2M, M2M, M2L, L2L), written once for any number of
+/// charges per source (`-DFMM_Q`).
+pub(super) struct FarKernels {
     p2m: CudaFunction,
     m2m: CudaFunction,
     m2l: CudaFunction,
     l2l: CudaFunction,
+}
+
+/// Compiles fmm.cu for expansion order `p` and `q` charges per source (refused above
+/// [`GPU_MAX_ORDER`]): the module, for the interaction's own kernels, and its far-field kernels.
+pub(super) fn compile(
+    gpu: &Gpu,
+    p: usize,
+    q: usize,
+) -> Result<(Arc<CompiledModule>, FarKernels), SummationError> {
+    if p > GPU_MAX_ORDER {
+        return Err(SummationError::Unsupported(format!(
+            "FMM on the GPU: order {p} above the kernels' largest, {GPU_MAX_ORDER}"
+        )));
+    }
+    let options = [format!("-DFMM_P={p}"), format!("-DFMM_Q={q}")];
+    let module = gpu.module_from(&KERNELS, &options)?;
+    let far = load_kernels!(module, "fmm_", FarKernels { p2m, m2m, m2l, l2l });
+    Ok((module, far))
+}
+
+/// The compiled Biot–Savart kernels of one expansion order.
+struct Kernels {
+    order: usize,
+    far: FarKernels,
+    pack: CudaFunction,
     eval: CudaFunction,
     gather: CudaFunction,
 }
 
-/// Device buffers, reused between calls.
+/// Device buffers, reused between calls. `s_alpha` holds the sources' charges in tree order (the
+/// vortex strengths, 3 per source, or the masses).
 #[derive(Default)]
-struct Buffers {
-    s_center: DeviceBuffer<f64>,
-    s_begin: DeviceBuffer<u32>,
-    s_end: DeviceBuffer<u32>,
-    s_child_begin: DeviceBuffer<u32>,
-    s_child_count: DeviceBuffer<u8>,
-    s_leaves: DeviceBuffer<u32>,
-    s_x: DeviceBuffer<f64>,
-    s_alpha: DeviceBuffer<f64>,
-    s_sigma: DeviceBuffer<f64>,
-    s_pos: DeviceBuffer<f32>,
-    s_str: DeviceBuffer<f32>,
-    t_center: DeviceBuffer<f64>,
-    t_begin: DeviceBuffer<u32>,
-    t_end: DeviceBuffer<u32>,
-    t_parent: DeviceBuffer<u32>,
-    t_leaves: DeviceBuffer<u32>,
-    t_x: DeviceBuffer<f64>,
-    t_order: DeviceBuffer<u32>,
-    t_alpha: DeviceBuffer<f64>,
-    s_order: DeviceBuffer<u32>,
-    m2l_offsets: DeviceBuffer<u32>,
-    m2l_sources: DeviceBuffer<u32>,
-    p2p_offsets: DeviceBuffer<u32>,
-    p2p_sources: DeviceBuffer<u32>,
-    mult: DeviceBuffer<f64>,
-    local: DeviceBuffer<f64>,
-    out_u: DeviceBuffer<f64>,
-    out_x: DeviceBuffer<f64>,
+pub(super) struct Buffers {
+    pub(super) s_center: DeviceBuffer<f64>,
+    pub(super) s_begin: DeviceBuffer<u32>,
+    pub(super) s_end: DeviceBuffer<u32>,
+    pub(super) s_child_begin: DeviceBuffer<u32>,
+    pub(super) s_child_count: DeviceBuffer<u8>,
+    pub(super) s_leaves: DeviceBuffer<u32>,
+    pub(super) s_x: DeviceBuffer<f64>,
+    pub(super) s_alpha: DeviceBuffer<f64>,
+    pub(super) s_sigma: DeviceBuffer<f64>,
+    pub(super) s_pos: DeviceBuffer<f32>,
+    pub(super) s_str: DeviceBuffer<f32>,
+    pub(super) t_center: DeviceBuffer<f64>,
+    pub(super) t_begin: DeviceBuffer<u32>,
+    pub(super) t_end: DeviceBuffer<u32>,
+    pub(super) t_parent: DeviceBuffer<u32>,
+    pub(super) t_leaves: DeviceBuffer<u32>,
+    pub(super) t_x: DeviceBuffer<f64>,
+    pub(super) t_order: DeviceBuffer<u32>,
+    pub(super) t_alpha: DeviceBuffer<f64>,
+    pub(super) s_order: DeviceBuffer<u32>,
+    pub(super) m2l_offsets: DeviceBuffer<u32>,
+    pub(super) m2l_sources: DeviceBuffer<u32>,
+    pub(super) p2p_offsets: DeviceBuffer<u32>,
+    pub(super) p2p_sources: DeviceBuffer<u32>,
+    pub(super) mult: DeviceBuffer<f64>,
+    pub(super) local: DeviceBuffer<f64>,
 }
 
 /// The FMM in free space on one GPU.
@@ -86,6 +110,9 @@ pub struct CudaFmm {
     state: FmmState,
     kernels: Option<Kernels>,
     buf: Buffers,
+    /// The host form's outputs: velocities (3 per target) and the gradient or stretching.
+    out_u: DeviceBuffer<f64>,
+    out_x: DeviceBuffer<f64>,
 }
 
 /// A tree's cells as flat arrays for the device.
@@ -111,12 +138,202 @@ impl CellArrays {
     }
 }
 
-fn gather3(v: &[[f64; 3]], order: &[u32]) -> Vec<f64> {
+/// `v` in the order `order`, flattened.
+pub(super) fn gather3(v: &[[f64; 3]], order: &[u32]) -> Vec<f64> {
     let mut out = vec![0.0; 3 * order.len()];
     out.par_chunks_mut(3)
         .zip(order.par_iter())
         .for_each(|(o, &i)| o.copy_from_slice(&v[i as usize]));
     out
+}
+
+/// The target tree on the device: its own arrays, or the source tree's when the targets are
+/// the sources.
+pub(super) struct TargetView<'a> {
+    pub center: &'a CudaSlice<f64>,
+    pub begin: &'a CudaSlice<u32>,
+    pub end: &'a CudaSlice<u32>,
+    /// Sorted positions, 3 per target.
+    pub x: &'a CudaSlice<f64>,
+}
+
+impl Buffers {
+    /// Uploads the trees' cells and leaves, the target order and the interaction lists of `st`,
+    /// and sizes the multipole and local expansions for `q` charges at order `p`.
+    pub(super) fn upload_structure(
+        &mut self,
+        s: &Arc<CudaStream>,
+        st: &Structure,
+        q: usize,
+        p: usize,
+    ) -> Result<(), CudaError> {
+        let (stree, ttree) = (&st.sources, st.targets());
+        let sc = CellArrays::of(stree);
+        self.s_center.upload(s, &sc.center, "cell centres")?;
+        self.s_begin.upload(s, &sc.begin, "cells")?;
+        self.s_end.upload(s, &sc.end, "cells")?;
+        self.s_child_begin.upload(s, &sc.child_begin, "cells")?;
+        self.s_child_count.upload(s, &sc.child_count, "cells")?;
+        self.s_leaves.upload(s, &stree.leaves, "leaves")?;
+        match st.target_tree.as_ref().map(CellArrays::of) {
+            Some(tc) => {
+                self.t_center.upload(s, &tc.center, "target cells")?;
+                self.t_begin.upload(s, &tc.begin, "target cells")?;
+                self.t_end.upload(s, &tc.end, "target cells")?;
+                self.t_parent.upload(s, &tc.parent, "target cells")?;
+            }
+            None => self.t_parent.upload(s, &sc.parent, "cells")?,
+        }
+        self.t_leaves.upload(s, &ttree.leaves, "target leaves")?;
+        self.t_order.upload(s, &ttree.order, "target order")?;
+        let lists = &st.lists;
+        self.m2l_offsets
+            .upload(s, &lists.m2l_offsets, "M2L lists")?;
+        self.m2l_sources
+            .upload(s, &lists.m2l_sources, "M2L lists")?;
+        self.p2p_offsets
+            .upload(s, &lists.p2p_offsets, "P2P lists")?;
+        self.p2p_sources
+            .upload(s, &lists.p2p_sources, "P2P lists")?;
+        let stride = q * super::expansions::coefficient_count(p);
+        self.mult.ensure(s, 2 * stride * stree.cells.len())?;
+        self.local.ensure(s, 2 * stride * ttree.cells.len())?;
+        Ok(())
+    }
+
+    /// The target tree: its own (`own`, uploaded with its sorted positions in `t_x`) or the
+    /// sources'.
+    pub(super) fn targets(&self, own: bool) -> TargetView<'_> {
+        if own {
+            TargetView {
+                center: self.t_center.get(),
+                begin: self.t_begin.get(),
+                end: self.t_end.get(),
+                x: self.t_x.get(),
+            }
+        } else {
+            TargetView {
+                center: self.s_center.get(),
+                begin: self.s_begin.get(),
+                end: self.s_end.get(),
+                x: self.s_x.get(),
+            }
+        }
+    }
+}
+
+/// A launch of `blocks` blocks (at least one) of `threads` threads.
+pub(super) fn cfg(blocks: usize, threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (blocks.max(1) as u32, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// P2M, M2M, M2L and L2L on the structure uploaded by [`Buffers::upload_structure`], with the
+/// sources' sorted positions in `s_x` and their `q` charges each in `s_alpha` (the module's
+/// `FMM_Q`), queued on `s`; `timeline` marks the ends of the upward pass, M2L and L2L (events
+/// 1 to 3).
+pub(super) fn far_field(
+    k: &FarKernels,
+    b: &mut Buffers,
+    s: &Arc<CudaStream>,
+    st: &Structure,
+    p: usize,
+    timeline: &Timeline,
+) -> Result<(), CudaError> {
+    let (stree, ttree) = (&st.sources, st.targets());
+    // Every coefficient and every column of the order-2p table has a thread.
+    let threads = {
+        let need = super::expansions::coefficient_count(p).max(2 * p + 1);
+        (need.div_ceil(32) * 32) as u32
+    };
+    let n_sleaves = stree.leaves.len() as i32;
+    // SAFETY: fmm_p2m(leaves, n_leaves, center, begin, end, x, charge, mult): the leaves index
+    // cells of the uploaded source tree, whose particle ranges lie in 0..n; x holds 3n doubles
+    // and charge FMM_Q·n (the caller's upload); mult holds FMM_Q·NC complex values (2 doubles)
+    // per source cell (upload_structure); the block has at least NC threads.
+    launch!(s, &k.p2m, "fmm_p2m", cfg(stree.leaves.len(), threads);
+        b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
+        b.s_x.get(), b.s_alpha.get(), b.mult.get_mut())?;
+    for lv in (0..stree.depth()).rev() {
+        let r = stree.levels[lv].clone();
+        let (first, count) = (r.start as i32, r.len() as i32);
+        // SAFETY: fmm_m2m(first, count, center, child_begin, child_count, mult): cells
+        // first..first+count exist; their children are cells of the next level, whose
+        // expansions were written by P2M (leaves) or the previous launch.
+        launch!(s, &k.m2m, "fmm_m2m", cfg(r.len(), threads);
+            &first, &count, b.s_center.get(), b.s_child_begin.get(), b.s_child_count.get(),
+            b.mult.get_mut())?;
+    }
+    timeline.record(1, s)?;
+    let n_tcells = ttree.cells.len() as i32;
+    let tcenter = match st.target_tree {
+        Some(_) => b.t_center.get(),
+        None => b.s_center.get(),
+    };
+    // SAFETY: fmm_m2l(n_cells, tcenter, scenter, offsets, sources, mult, local): offsets has
+    // n_cells + 1 entries indexing sources (source cell ids); local holds FMM_Q·NC complex
+    // values per target cell; the block has at least max(NC, 2p+1) threads.
+    launch!(s, &k.m2l, "fmm_m2l", cfg(ttree.cells.len(), threads);
+        &n_tcells, tcenter, b.s_center.get(), b.m2l_offsets.get(), b.m2l_sources.get(),
+        b.mult.get(), b.local.get_mut())?;
+    timeline.record(2, s)?;
+    for lv in 1..ttree.depth() {
+        let r = ttree.levels[lv].clone();
+        let (first, count) = (r.start as i32, r.len() as i32);
+        // SAFETY: fmm_l2l(first, count, center, parent, local): cells of this level and their
+        // parents (the level above, already complete) exist in the target tree.
+        launch!(s, &k.l2l, "fmm_l2l", cfg(r.len(), threads);
+            &first, &count, tcenter, b.t_parent.get(), b.local.get_mut())?;
+    }
+    timeline.record(3, s)
+}
+
+/// CUDA events at the phase boundaries of one evaluation: 0 its start, 1 the end of the upward
+/// pass, 2 of M2L, 3 of L2L, 4 of L2P and P2P.
+pub(super) struct Timeline([CudaEvent; 5]);
+
+impl Timeline {
+    pub(super) fn new(gpu: &Gpu) -> Result<Self, CudaError> {
+        Ok(Self([
+            gpu.event()?,
+            gpu.event()?,
+            gpu.event()?,
+            gpu.event()?,
+            gpu.event()?,
+        ]))
+    }
+
+    /// Marks boundary `i` on `s`.
+    pub(super) fn record(&self, i: usize, s: &Arc<CudaStream>) -> Result<(), CudaError> {
+        self.0[i].record(s).doing("recording an event")
+    }
+
+    /// Marks the end (event 4), waits for the GPU and fills the phase times of `stats` from the
+    /// events and its counts from `st`.
+    pub(super) fn finish(
+        &self,
+        gpu: &Gpu,
+        s: &Arc<CudaStream>,
+        st: &Structure,
+        p: usize,
+        stats: &mut FmmStats,
+    ) -> Result<(), CudaError> {
+        self.record(4, s)?;
+        gpu.synchronize("the FMM")?;
+        let ms = |a: usize, z: usize| -> Result<f64, CudaError> {
+            gpu.elapsed_ms(&self.0[a], &self.0[z], "the FMM")
+                .map(|t| t as f64 * 1e-3)
+        };
+        stats.upward_seconds = ms(0, 1)?;
+        stats.m2l_seconds = ms(1, 2)?;
+        stats.downward_seconds = ms(2, 3)?;
+        stats.p2p_seconds = ms(3, 4)?;
+        st.count(stats, p);
+        Ok(())
+    }
 }
 
 impl CudaFmm {
@@ -140,6 +357,8 @@ impl CudaFmm {
             state: FmmState::new(params, check_every),
             kernels: None,
             buf: Buffers::default(),
+            out_u: DeviceBuffer::default(),
+            out_x: DeviceBuffer::default(),
         };
         s.ensure_kernels()?;
         Ok(s)
@@ -147,18 +366,13 @@ impl CudaFmm {
 
     fn ensure_kernels(&mut self) -> Result<(), SummationError> {
         let p = self.state.params.order;
-        if p > GPU_MAX_ORDER {
-            return Err(SummationError::Unsupported(format!(
-                "FMM on the GPU: order {p} above the kernels' largest, {GPU_MAX_ORDER}"
-            )));
-        }
         if self.kernels.as_ref().is_some_and(|k| k.order == p) {
             return Ok(());
         }
-        let module = self.gpu.module_from(&KERNELS, &[format!("-DFMM_P={p}")])?;
+        let (module, far) = compile(&self.gpu, p, 3)?;
         #[rustfmt::skip]
         let k = load_kernels!(module, "fmm_", Kernels {
-            pack, p2m, m2m, m2l, l2l, eval, gather; order: p
+            pack, eval, gather; order: p, far: far
         });
         self.kernels = Some(k);
         Ok(())
@@ -181,7 +395,6 @@ impl CudaFmm {
     ) -> Result<(), CudaError> {
         let gradient = !matches!(extra, ExtraKind::Velocity);
         let p = self.state.params.order;
-        let stride = 3 * super::expansions::coefficient_count(p);
         let s = self.stream.clone();
         let (_, sigma_max) = sigma_range(sources).map_err(|e| CudaError::Invalid(e.to_string()))?;
         let mut stats = FmmStats::default();
@@ -190,8 +403,7 @@ impl CudaFmm {
         let st = Structure::build(sources, targets, &self.state.params, gradient, sigma_max);
         let stree = &st.sources;
         let ttree = st.targets();
-        let sc = CellArrays::of(stree);
-        let tc = st.target_tree.as_ref().map(CellArrays::of);
+        let own_targets = st.target_tree.is_some();
         let n = sources.len();
         let nt = targets.len();
         let k = self
@@ -199,35 +411,9 @@ impl CudaFmm {
             .as_ref()
             .expect("kernels compiled at construction");
         let b = &mut self.buf;
-        b.s_center.upload(&s, &sc.center, "cell centres")?;
-        b.s_begin.upload(&s, &sc.begin, "cells")?;
-        b.s_end.upload(&s, &sc.end, "cells")?;
-        b.s_child_begin.upload(&s, &sc.child_begin, "cells")?;
-        b.s_child_count.upload(&s, &sc.child_count, "cells")?;
-        b.s_leaves.upload(&s, &stree.leaves, "leaves")?;
+        b.upload_structure(&s, &st, 3, p)?;
         b.s_pos.ensure(&s, 4 * n)?;
         b.s_str.ensure(&s, 4 * n)?;
-        match &tc {
-            Some(tc) => {
-                b.t_center.upload(&s, &tc.center, "target cells")?;
-                b.t_begin.upload(&s, &tc.begin, "target cells")?;
-                b.t_end.upload(&s, &tc.end, "target cells")?;
-                b.t_parent.upload(&s, &tc.parent, "target cells")?;
-            }
-            None => b.t_parent.upload(&s, &sc.parent, "cells")?,
-        }
-        b.t_leaves.upload(&s, &ttree.leaves, "target leaves")?;
-        b.t_order.upload(&s, &ttree.order, "target order")?;
-        b.m2l_offsets
-            .upload(&s, &st.lists.m2l_offsets, "M2L lists")?;
-        b.m2l_sources
-            .upload(&s, &st.lists.m2l_sources, "M2L lists")?;
-        b.p2p_offsets
-            .upload(&s, &st.lists.p2p_offsets, "P2P lists")?;
-        b.p2p_sources
-            .upload(&s, &st.lists.p2p_sources, "P2P lists")?;
-        b.mult.ensure(&s, 2 * stride * stree.cells.len())?;
-        b.local.ensure(&s, 2 * stride * ttree.cells.len())?;
         // The particles in tree order: gathered on the host, or on the device from resident
         // buffers.
         match inputs {
@@ -245,7 +431,7 @@ impl CudaFmm {
                     .map(|&i| sources.sigma[i as usize])
                     .collect();
                 b.s_sigma.upload(&s, &sig, "core radii")?;
-                if tc.is_some() {
+                if own_targets {
                     b.t_x
                         .upload(&s, &gather3(targets, &ttree.order), "targets")?;
                 }
@@ -284,7 +470,7 @@ impl CudaFmm {
                 // SAFETY: as above (cores, 1 per particle).
                 launch!(s, &k.gather, "fmm_gather", g(n);
                     b.s_order.get(), &ni, &one, sigma, b.s_sigma.get_mut())?;
-                if let (Some(_), Some(tx)) = (&tc, tx) {
+                if let (true, Some(tx)) = (own_targets, tx) {
                     b.t_x.ensure(&s, 3 * nt)?;
                     let nti = nt as i32;
                     // SAFETY: as above for the nt targets (t_order holds nt indices below nt;
@@ -297,66 +483,16 @@ impl CudaFmm {
         }
         stats.tree_seconds = t0.elapsed().as_secs_f64();
 
-        let ev = || self.gpu.event();
-        let events = [ev()?, ev()?, ev()?, ev()?, ev()?];
-        let record = |i: usize| events[i].record(&s).doing("recording an event");
-        // Every coefficient and every column of the order-2p table has a thread.
-        let threads = {
-            let need = super::expansions::coefficient_count(p).max(2 * p + 1);
-            (need.div_ceil(32) * 32) as u32
-        };
-        let cfg = |blocks: usize, threads: u32| LaunchConfig {
-            grid_dim: (blocks.max(1) as u32, 1, 1),
-            block_dim: (threads, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let timeline = Timeline::new(&self.gpu)?;
         let n_sleaves = stree.leaves.len() as i32;
-        record(0)?;
+        timeline.record(0, &s)?;
         // SAFETY: fmm_pack(leaves, n_leaves, center, begin, end, x, alpha, sigma, pos, str): the
         // leaves index cells of the uploaded source tree, whose particle ranges lie in 0..n;
         // x and alpha hold 3n doubles, sigma n, pos and str 4n floats (ensured above).
         launch!(s, &k.pack, "fmm_pack", cfg(stree.leaves.len(), 128);
             b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
             b.s_x.get(), b.s_alpha.get(), b.s_sigma.get(), b.s_pos.get_mut(), b.s_str.get_mut())?;
-        // SAFETY: fmm_p2m(leaves, n_leaves, center, begin, end, x, alpha, mult): as fmm_pack;
-        // mult holds 3·NC complex values (2 doubles) per source cell (ensured above); the block
-        // has at least NC threads.
-        launch!(s, &k.p2m, "fmm_p2m", cfg(stree.leaves.len(), threads);
-            b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
-            b.s_x.get(), b.s_alpha.get(), b.mult.get_mut())?;
-        for lv in (0..stree.depth()).rev() {
-            let r = stree.levels[lv].clone();
-            let (first, count) = (r.start as i32, r.len() as i32);
-            // SAFETY: fmm_m2m(first, count, center, child_begin, child_count, mult): cells
-            // first..first+count exist; their children are cells of the next level, whose
-            // expansions were written by P2M (leaves) or the previous launch.
-            launch!(s, &k.m2m, "fmm_m2m", cfg(r.len(), threads);
-                &first, &count, b.s_center.get(), b.s_child_begin.get(), b.s_child_count.get(),
-                b.mult.get_mut())?;
-        }
-        record(1)?;
-        let n_tcells = ttree.cells.len() as i32;
-        let tcenter = if tc.is_some() {
-            b.t_center.get()
-        } else {
-            b.s_center.get()
-        };
-        // SAFETY: fmm_m2l(n_cells, tcenter, scenter, offsets, sources, mult, local): offsets
-        // has n_cells + 1 entries indexing sources (source cell ids); local holds 3·NC complex
-        // values per target cell; the block has at least max(NC, 2p+1) threads.
-        launch!(s, &k.m2l, "fmm_m2l", cfg(ttree.cells.len(), threads);
-            &n_tcells, tcenter, b.s_center.get(), b.m2l_offsets.get(), b.m2l_sources.get(),
-            b.mult.get(), b.local.get_mut())?;
-        record(2)?;
-        for lv in 1..ttree.depth() {
-            let r = ttree.levels[lv].clone();
-            let (first, count) = (r.start as i32, r.len() as i32);
-            // SAFETY: fmm_l2l(first, count, center, parent, local): cells of this level and
-            // their parents (the level above, already complete) exist in the target tree.
-            launch!(s, &k.l2l, "fmm_l2l", cfg(r.len(), threads);
-                &first, &count, tcenter, b.t_parent.get(), b.local.get_mut())?;
-        }
-        record(3)?;
+        far_field(&k.far, b, &s, &st, p, &timeline)?;
         let n_tleaves = ttree.leaves.len() as i32;
         let rho_cut = self.state.params.rho_cut(gradient);
         let rho_cut2 = (rho_cut * rho_cut) as f32;
@@ -366,21 +502,17 @@ impl CudaFmm {
             ExtraKind::Stretching(StretchingScheme::Classical) => 2,
             ExtraKind::Stretching(StretchingScheme::Transposed) => 3,
         };
-        let (tbegin, tend, tx) = if tc.is_some() {
-            (b.t_begin.get(), b.t_end.get(), b.t_x.get())
-        } else {
-            (b.s_begin.get(), b.s_end.get(), b.s_x.get())
-        };
+        let t = b.targets(own_targets);
         let (out_u, out_x, talpha) = match outputs {
             Outputs::Staged => {
-                b.out_u.poison(&s, 3 * nt)?;
+                self.out_u.poison(&s, 3 * nt)?;
                 let xlen = match extra {
                     ExtraKind::Velocity => 1,
                     ExtraKind::Gradient => 9 * nt,
                     ExtraKind::Stretching(_) => 3 * nt,
                 };
-                b.out_x.poison(&s, xlen)?;
-                (&mut b.out_u, &mut b.out_x, None)
+                self.out_x.poison(&s, xlen)?;
+                (&mut self.out_u, &mut self.out_x, None)
             }
             Outputs::Device { u, x, alpha } => (u, x, alpha),
         };
@@ -393,23 +525,12 @@ impl CudaFmm {
         // out_x 9·nt (gradient) or 3·nt (stretching) doubles, talpha 3·nt doubles when
         // stretching (ensured by the caller for device outputs); blockDim is EVAL_THREADS.
         launch!(s, &k.eval, "fmm_eval", cfg(ttree.leaves.len(), EVAL_THREADS);
-            b.t_leaves.get(), &n_tleaves, tcenter, tbegin, tend, tx, b.t_order.get(),
+            b.t_leaves.get(), &n_tleaves, t.center, t.begin, t.end, t.x, b.t_order.get(),
             b.p2p_offsets.get(), b.p2p_sources.get(), b.s_center.get(), b.s_begin.get(),
             b.s_end.get(), b.s_pos.get(), b.s_str.get(), b.local.get(), &rho_cut2, &mode,
             talpha, out_u.get_mut(), out_x.get_mut())?;
-        record(4)?;
         // The phase timings wait for the GPU (the device form waited for the positions already).
-        self.gpu.synchronize("the FMM")?;
-        let ms = |a: usize, z: usize| -> Result<f64, CudaError> {
-            let (gpu, ev) = (&self.gpu, &events);
-            gpu.elapsed_ms(&ev[a], &ev[z], "the FMM")
-                .map(|t| t as f64 * 1e-3)
-        };
-        stats.upward_seconds = ms(0, 1)?;
-        stats.m2l_seconds = ms(1, 2)?;
-        stats.downward_seconds = ms(2, 3)?;
-        stats.p2p_seconds = ms(3, 4)?;
-        st.count(&mut stats, p);
+        timeline.finish(&self.gpu, &s, &st, p, &mut stats)?;
         self.state.stats = stats;
         Ok(())
     }
@@ -421,9 +542,9 @@ impl CudaFmm {
         extra: &Extra,
         out: &mut Evaluation,
     ) -> Result<(), CudaError> {
-        let (gpu, b) = (&self.gpu, &self.buf);
+        let gpu = &self.gpu;
         let mut flat = vec![0.0f64; 3 * nt];
-        b.out_u.download(gpu, &mut flat, "velocities")?;
+        self.out_u.download(gpu, &mut flat, "velocities")?;
         for (o, v) in out.velocity[..nt].iter_mut().zip(flat.chunks(3)) {
             *o = [v[0], v[1], v[2]];
         }
@@ -431,13 +552,13 @@ impl CudaFmm {
             Extra::None => {}
             Extra::Gradient => {
                 let mut g = vec![0.0f64; 9 * nt];
-                b.out_x.download(gpu, &mut g, "gradients")?;
+                self.out_x.download(gpu, &mut g, "gradients")?;
                 for (o, v) in out.gradient[..nt].iter_mut().zip(g.chunks(9)) {
                     *o = [[v[0], v[1], v[2]], [v[3], v[4], v[5]], [v[6], v[7], v[8]]];
                 }
             }
             Extra::Stretching { .. } => {
-                b.out_x.download(gpu, &mut flat, "stretching")?;
+                self.out_x.download(gpu, &mut flat, "stretching")?;
                 for (o, v) in out.stretching[..nt].iter_mut().zip(flat.chunks(3)) {
                     *o = [v[0], v[1], v[2]];
                 }

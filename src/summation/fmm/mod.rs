@@ -17,13 +17,15 @@
 //! singular one.
 //!
 //! Implementations: [`FmmFreeSpace`] (Biot–Savart, CPU, f64, rayon), [`FmmGravity`] (gravity,
-//! CPU, f64) and [`CudaFmm`] (Biot–Savart on one GPU: f64 expansions, f32 near-field sums, tree
-//! and lists built on the host). The design leaves room for the periodic box (a sum of the
+//! CPU, f64), [`CudaFmm`] (Biot–Savart on one GPU: f64 expansions, f32 near-field sums, tree
+//! and lists built on the host) and [`CudaFmmGravity`] (gravity on one GPU, the same far-field
+//! kernels with one charge). The design leaves room for the periodic box (a sum of the
 //! root's images, §8), not built yet.
 
 pub mod check;
 pub mod cpu;
 pub mod cuda;
+pub mod cuda_gravity;
 pub mod expansions;
 pub mod params;
 pub mod traversal;
@@ -32,9 +34,14 @@ pub mod tree;
 pub use check::AccuracyCheck;
 pub use cpu::{FmmFreeSpace, FmmGravity};
 pub use cuda::CudaFmm;
+pub use cuda_gravity::CudaFmmGravity;
 pub use params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams};
 
-use crate::summation::{Evaluation, Extra, Sources, SumResult};
+use crate::summation::direct::DirectGravity;
+use crate::summation::interaction::{
+    GravityEvaluation, GravitySummation, GravityWork, PlummerGravity,
+};
+use crate::summation::{Evaluation, Extra, Sources, SumResult, SummationError};
 use traversal::{build_lists, Criterion, InteractionLists};
 use tree::Octree;
 
@@ -122,6 +129,14 @@ impl Structure {
             target_tree,
             lists,
         }
+    }
+
+    /// Trees and lists of a gravitational sum ([`super::interaction::PlummerGravity`]) on the
+    /// bodies at `x` for `targets`: the near-field radius is absolute (`rho_cut_velocity`, every
+    /// body's length scale 1).
+    pub fn build_gravity(x: &[[f64; 3]], targets: &[[f64; 3]], params: &FmmParams) -> Self {
+        let scale = vec![1.0; x.len()];
+        Self::build_scaled((x, &scale), targets, params, (params.rho_cut_velocity, 1.0))
     }
 
     pub fn targets(&self) -> &Octree {
@@ -295,5 +310,78 @@ impl CheckSchedule {
     /// Which evaluation was counted last (1 = the first).
     pub fn evaluations(&self) -> u64 {
         self.evaluations
+    }
+}
+
+/// What both gravity FMM engines ([`FmmGravity`], [`CudaFmmGravity`]) keep besides their
+/// buffers: the [`FmmState`] and the all-pairs sum with the same softening, the built-in check's
+/// reference.
+#[derive(Debug, Clone)]
+pub struct GravityFmmState {
+    pub fmm: FmmState,
+    pub reference: DirectGravity,
+}
+
+impl GravityFmmState {
+    pub fn new(gravity: PlummerGravity, params: FmmParams, check_every: u64) -> Self {
+        Self {
+            fmm: FmmState::new(params, check_every),
+            reference: DirectGravity::new(gravity),
+        }
+    }
+
+    pub fn gravity(&self) -> PlummerGravity {
+        self.reference.gravity()
+    }
+
+    /// The engine's name for logs: `engine` says where and in what precision it sums.
+    pub fn name(&self, engine: &str) -> String {
+        let eps = self.gravity().softening;
+        format!(
+            "gravity FMM {engine} (softening {eps:e}), {}",
+            self.fmm.params
+        )
+    }
+
+    /// One [`GravitySummation::evaluate_bodies`] around the engine's `run` (φ and a at the
+    /// points it is given into `out`, sized for them, and its counts and times), then, when due,
+    /// the built-in check of φ and a against the reference on a sample; an error when it misses
+    /// the request by more than [`check::FAILURE_FACTOR`].
+    pub fn evaluate(
+        &mut self,
+        work: GravityWork,
+        out: &mut GravityEvaluation,
+        run: impl FnOnce(
+            &FmmParams,
+            &[[f64; 3]],
+            &mut GravityEvaluation,
+        ) -> Result<FmmStats, SummationError>,
+    ) -> SumResult {
+        let (bodies, targets, tx) = (work.bodies, work.targets, work.points());
+        if tx.is_empty() {
+            return Ok(());
+        }
+        let params = self.fmm.params;
+        let stats = run(&params, tx, out)?;
+        self.fmm.stats = stats;
+        let schedule = &mut self.fmm.schedule;
+        if schedule.count_evaluation(0.0).is_none() {
+            return Ok(());
+        }
+        let sample = check::sample_size(stats.p2p_pairs, bodies.len(), tx.len());
+        let seed = schedule.evaluations();
+        let reference = &mut self.reference;
+        let e = check::check_gravity_sample(reference, bodies, targets, out, sample, seed)?;
+        schedule.record(AccuracyCheck {
+            evaluation: seed,
+            sample,
+            requested: params.accuracy,
+            sigma_max: 0.0,
+            outputs: check::GRAVITY_OUTPUTS,
+            velocity_l2: e[0],
+            velocity_max: e[1],
+            derivative_l2: e[2],
+            derivative_max: e[3],
+        })
     }
 }

@@ -263,6 +263,23 @@ mod tests {
         assert!(((1.0 - g) / velocity_tail(3.0) - 1.0).abs() < 1e-12);
     }
 
+    /// The GPU gravity FMM is planned as the Biot–Savart one: down to the f32 floor, with the
+    /// GPU's θ and leaves, and the same absolute near-field radius as on the CPU.
+    #[test]
+    fn gravity_on_the_gpu_stops_at_the_f32_floor() {
+        let g = PlummerGravity::new(1e-3).unwrap();
+        let gpu = plan_gravity_parameters(GPU_ACCURACY_FLOOR, FmmBackend::Cuda, g).unwrap();
+        let cpu = plan_gravity_parameters(GPU_ACCURACY_FLOOR, FmmBackend::Cpu, g).unwrap();
+        assert_eq!(gpu.interaction, InteractionKind::Gravity);
+        assert_eq!((gpu.backend, gpu.leaf_size), (FmmBackend::Cuda, 128));
+        assert_eq!(gpu.rho_cut_velocity, cpu.rho_cut_velocity);
+        assert!(gpu.order <= super::super::cuda::GPU_MAX_ORDER);
+        let e = plan_gravity_parameters(1e-5, FmmBackend::Cuda, g)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("f32") && e.contains("5e-5"), "{e}");
+    }
+
     #[test]
     fn finer_accuracy_plans_higher_order_and_wider_near_field() {
         let mut last = plan_parameters(1e-3, FmmBackend::Cpu).unwrap();

@@ -1,0 +1,214 @@
+//! Softened gravity by the FMM on one GPU ([`CudaFmmGravity`]): the structure of the CPU
+//! [`super::FmmGravity`] (trees and lists built on the host with the absolute near-field radius,
+//! [`Structure::build_gravity`]), the far field of [`super::CudaFmm`] with one charge per body,
+//! the mass (fmm.cu compiled with `-DFMM_Q=1`: P2M, M2M, M2L and L2L in f64,
+//! [`super::cuda::far_field`]), then `fmm_pack_gravity` and `fmm_eval_gravity`: φ and a from the
+//! local expansion in f64 and the exact softened pairs of the near field in f32
+//! (docs/physics.md §8.1). With ε = 0 a pair at distance 0 adds nothing, so `targets = None`
+//! skips each body's self pair, and coincident bodies are refused.
+
+use super::cuda::{cfg, compile, far_field, gather3, Buffers, FarKernels, Timeline};
+use super::params::{plan_gravity_parameters, FmmBackend, FmmParams};
+use super::{AccuracyCheck, Fmm, FmmState, FmmStats, GravityFmmState, Structure};
+use crate::device::buffer::DeviceBuffer;
+use crate::device::cuda::{launch, load_kernels, CudaError, Gpu};
+use crate::summation::interaction::{
+    Bodies, GravityEvaluation, GravitySummation, GravityWork, PlummerGravity,
+};
+use crate::summation::{SumResult, SummationError};
+use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
+use rayon::prelude::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Threads per block of `fmm_eval_gravity` (`EVAL_THREADS` in fmm.cu).
+const EVAL_THREADS: u32 = 128;
+
+/// The kernels of one expansion order, one charge per body.
+struct GravityKernels {
+    order: usize,
+    far: FarKernels,
+    pack_gravity: CudaFunction,
+    eval_gravity: CudaFunction,
+}
+
+/// Plummer-softened gravity by the FMM on one GPU: f64 expansions, f32 near field (module docs).
+pub struct CudaFmmGravity {
+    core: GravityFmmState,
+    engine: Engine,
+}
+
+/// The device side: kernels and buffers, which stay allocated between calls and grow only.
+struct Engine {
+    gpu: Arc<Gpu>,
+    stream: Arc<CudaStream>,
+    kernels: GravityKernels,
+    buf: Buffers,
+    /// Outputs: the accelerations (3 per target) and the potentials (1 per target).
+    out_acc: DeviceBuffer<f64>,
+    out_phi: DeviceBuffer<f64>,
+}
+
+impl CudaFmmGravity {
+    /// Plans the parameters for `accuracy` and the softening of `gravity` on the GPU (refused
+    /// below [`super::params::GPU_ACCURACY_FLOOR`]: the near field is summed in f32) and
+    /// compiles the kernels; checks at the first evaluation and every `check_every` after (0:
+    /// only the first).
+    pub fn new(
+        gpu: Arc<Gpu>,
+        gravity: PlummerGravity,
+        accuracy: f64,
+        check_every: u64,
+    ) -> Result<Self, SummationError> {
+        let params = plan_gravity_parameters(accuracy, FmmBackend::Cuda, gravity)?;
+        Self::with_params(gpu, gravity, params, check_every)
+    }
+
+    /// With explicit parameters (tests and benchmarks).
+    pub fn with_params(
+        gpu: Arc<Gpu>,
+        gravity: PlummerGravity,
+        params: FmmParams,
+        check_every: u64,
+    ) -> Result<Self, SummationError> {
+        let p = params.order;
+        let (module, far) = compile(&gpu, p, 1)?;
+        #[rustfmt::skip]
+        let kernels = load_kernels!(module, "fmm_", GravityKernels {
+            pack_gravity, eval_gravity; order: p, far: far
+        });
+        let engine = Engine {
+            stream: gpu.stream().clone(),
+            gpu,
+            kernels,
+            buf: Buffers::default(),
+            out_acc: DeviceBuffer::default(),
+            out_phi: DeviceBuffer::default(),
+        };
+        Ok(Self {
+            core: GravityFmmState::new(gravity, params, check_every),
+            engine,
+        })
+    }
+
+    /// The built-in checks since the last call.
+    pub fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
+        self.core.fmm.schedule.take()
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.engine.gpu
+    }
+}
+
+impl Engine {
+    /// φ and a at `tx` from `bodies` with softening `eps` and `params` on the GPU into `out`
+    /// (sized for `tx`); the phase times and counts.
+    fn run(
+        &mut self,
+        eps: f64,
+        params: &FmmParams,
+        bodies: &Bodies,
+        tx: &[[f64; 3]],
+        out: &mut GravityEvaluation,
+    ) -> Result<FmmStats, CudaError> {
+        let p = params.order;
+        debug_assert_eq!(self.kernels.order, p);
+        let s = self.stream.clone();
+        let (n, nt) = (bodies.len(), tx.len());
+        let mut stats = FmmStats::default();
+
+        let t0 = Instant::now();
+        let st = Structure::build_gravity(bodies.x, tx, params);
+        let (stree, ttree) = (&st.sources, st.targets());
+        let own_targets = st.target_tree.is_some();
+        let (k, b) = (&self.kernels, &mut self.buf);
+        b.upload_structure(&s, &st, 1, p)?;
+        b.s_x
+            .upload(&s, &gather3(bodies.x, &stree.order), "positions")?;
+        let mass: Vec<f64> = stree
+            .order
+            .par_iter()
+            .map(|&i| bodies.mass[i as usize])
+            .collect();
+        b.s_alpha.upload(&s, &mass, "masses")?;
+        if own_targets {
+            b.t_x.upload(&s, &gather3(tx, &ttree.order), "targets")?;
+        }
+        b.s_pos.ensure(&s, 4 * n)?;
+        stats.tree_seconds = t0.elapsed().as_secs_f64();
+
+        let timeline = Timeline::new(&self.gpu)?;
+        timeline.record(0, &s)?;
+        let n_sleaves = stree.leaves.len() as i32;
+        // SAFETY: fmm_pack_gravity(leaves, n_leaves, center, begin, end, x, mass, pos): the
+        // leaves index cells of the uploaded source tree, whose body ranges lie in 0..n; x holds
+        // 3n doubles, mass n, pos 4n floats (one float4 per body; ensured above).
+        launch!(s, &k.pack_gravity, "fmm_pack_gravity", cfg(stree.leaves.len(), 128);
+            b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
+            b.s_x.get(), b.s_alpha.get(), b.s_pos.get_mut())?;
+        far_field(&k.far, b, &s, &st, p, &timeline)?;
+        self.out_phi.poison(&s, nt)?;
+        self.out_acc.poison(&s, 3 * nt)?;
+        let eps2 = (eps * eps) as f32;
+        let n_tleaves = ttree.leaves.len() as i32;
+        let t = b.targets(own_targets);
+        // SAFETY: fmm_eval_gravity(tleaves, n, tcenter, tbegin, tend, tx, torder, p2p_offsets,
+        // p2p_sources, scenter, sbegin, send, spos, local, eps2, out_phi, out_acc): target
+        // leaves and their sorted positions (3 per target), the order mapping sorted → original
+        // targets (nt entries below nt), the P2P lists (n_tleaves + 1 offsets, source leaf ids),
+        // the packed bodies (one float4 each), the locals (NC complex values per target cell,
+        // FMM_Q = 1); out_phi holds nt doubles and out_acc 3·nt (poisoned above); blockDim is
+        // EVAL_THREADS.
+        launch!(s, &k.eval_gravity, "fmm_eval_gravity", cfg(ttree.leaves.len(), EVAL_THREADS);
+            b.t_leaves.get(), &n_tleaves, t.center, t.begin, t.end, t.x, b.t_order.get(),
+            b.p2p_offsets.get(), b.p2p_sources.get(), b.s_center.get(), b.s_begin.get(),
+            b.s_end.get(), b.s_pos.get(), b.local.get(), &eps2, self.out_phi.get_mut(),
+            self.out_acc.get_mut())?;
+        timeline.finish(&self.gpu, &s, &st, p, &mut stats)?;
+
+        self.out_phi
+            .download(&self.gpu, &mut out.potential[..nt], "potentials")?;
+        let mut flat = vec![0.0f64; 3 * nt];
+        self.out_acc
+            .download(&self.gpu, &mut flat, "accelerations")?;
+        for (o, v) in out.acceleration.iter_mut().zip(flat.chunks(3)) {
+            *o = [v[0], v[1], v[2]];
+        }
+        let finite = |v: &f64| v.is_finite();
+        if !(out.potential.iter().all(finite) && flat.iter().all(finite)) {
+            return Err(CudaError::Invalid(
+                "the gravity FMM left a potential or an acceleration unwritten or not finite"
+                    .into(),
+            ));
+        }
+        Ok(stats)
+    }
+}
+
+impl GravitySummation for CudaFmmGravity {
+    fn name(&self) -> String {
+        self.core.name("GPU (f64 expansions, f32 near field)")
+    }
+
+    fn gravity(&self) -> PlummerGravity {
+        self.core.gravity()
+    }
+
+    fn evaluate_bodies(&mut self, work: GravityWork, out: &mut GravityEvaluation) -> SumResult {
+        let (eps, bodies) = (self.core.gravity().softening, work.bodies);
+        let engine = &mut self.engine;
+        self.core.evaluate(work, out, |params, tx, out| {
+            Ok(engine.run(eps, params, bodies, tx, out)?)
+        })
+    }
+}
+
+impl Fmm for CudaFmmGravity {
+    fn state(&self) -> &FmmState {
+        &self.core.fmm
+    }
+    fn state_mut(&mut self) -> &mut FmmState {
+        &mut self.core.fmm
+    }
+}
