@@ -317,6 +317,15 @@ fn probe(ordinal: usize) -> Result<Gpu, String> {
             describe_driver_error(e)
         )
     })?;
+    if std::env::var_os("VPM_CUDA_EVENT_TRACKING").is_none_or(|v| v != "1") {
+        // SAFETY: every allocation, copy, launch and free of this context's buffers is queued
+        // on its one stream (`stream`, handed out by `Gpu::stream`; no other stream is made in
+        // the program: the lib test `only_the_gpu_makes_streams_and_waits` scans the sources),
+        // so the stream's order already orders every use of a buffer, and the events cudarc
+        // would record and wait on per buffer and launch add nothing but host time.
+        // VPM_CUDA_EVENT_TRACKING=1 keeps them (a diagnostic switch).
+        unsafe { ctx.disable_event_tracking() };
+    }
     Ok(Gpu {
         ctx,
         stream,
