@@ -93,16 +93,17 @@ impl Default for KernelConfig {
 }
 
 impl KernelConfig {
-    /// The gravity kernels' starting configuration: 256 threads, 4 targets per thread (a pair
-    /// is 14 instructions, so one shared-memory load serves 4 of them), unroll 8: 14.4
-    /// instructions per pair in the loop and 63 registers with NVRTC 12.9 for sm_90, so 4 blocks
-    /// (32 warps) per multiprocessor; `vpm bench direct --interaction gravity --device cuda
-    /// --configs …` compares others.
+    /// The gravity kernels' configuration: 128 threads, 4 targets per thread (a pair is 14
+    /// instructions, so one shared-memory load serves 4 of them), the source tile unrolled 16×,
+    /// at least 4 blocks per multiprocessor (95 registers, 5 blocks of 4 warps with NVRTC 13.0
+    /// for sm_90). The fastest of 15 shapes measured at N = 2^20 on an H100 (1.96e12 pairs/s;
+    /// docs/performance.md); `vpm bench direct --interaction gravity --device cuda --configs …`
+    /// compares others.
     pub const GRAVITY: KernelConfig = KernelConfig {
-        block: 256,
+        block: 128,
         targets_per_thread: 4,
-        unroll: 8,
-        min_blocks: 0,
+        unroll: 16,
+        min_blocks: 4,
     };
 
     /// Refuses a shape the kernels are not written for.
@@ -758,7 +759,7 @@ mod tests {
         };
         let e = bad.check().unwrap_err().to_string();
         assert!(e.contains("unroll dividing the block"), "{e}");
-        assert_eq!(KernelConfig::GRAVITY.to_string(), "256x4x8x0");
+        assert_eq!(KernelConfig::GRAVITY.to_string(), "128x4x16x4");
         assert!(KernelConfig::GRAVITY
             .options()
             .contains(&"-DVPM_TPT=4".to_string()));
