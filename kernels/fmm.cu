@@ -294,6 +294,30 @@ extern "C" __global__ void fmm_m2l(int n_cells, const double *__restrict__ tcent
     }
 }
 
+// One coefficient of the local expansion L shifted to a point, for each of the FMM_Q charges:
+// Σ_{j ≥ n, k} L_j^k R_{j−n}^{k−m}(d), the regular harmonics of d in R (expansions.rs
+// shifted_local; L2L is this at a child's centre, L2P at a point for n ≤ 2).
+__device__ __forceinline__ void shifted_local(const cplx *R, const cplx *L, int n, int m, cplx *out)
+{
+    for (int cc = 0; cc < FMM_Q; cc++)
+        out[cc] = {0, 0};
+    for (int j = n; j <= FMM_P; j++)
+    {
+        const int jn = j - n;
+        const int klo = max(-j, m - jn), khi = min(j, m + jn);
+        for (int k = klo; k <= khi; k++)
+        {
+            const cplx r = csigned(R, jn, k - m);
+            for (int cc = 0; cc < FMM_Q; cc++)
+            {
+                const cplx v = cmul(csignedq(L, j, k, cc), r);
+                out[cc].re += v.re;
+                out[cc].im += v.im;
+            }
+        }
+    }
+}
+
 // L2L: one block per cell of cells[first, first + count) (a level below the root):
 // L'_n^m += Σ_{j ≥ n, k} L_j^k R_{j−n}^{k−m}(c − c_parent).
 extern "C" __global__ void fmm_l2l(int first, int count, const double *__restrict__ center,
@@ -316,22 +340,8 @@ extern "C" __global__ void fmm_l2l(int first, int count, const double *__restric
         return;
     int n, m;
     cdecode(i, n, m);
-    cplx acc[FMM_Q] = {};
-    for (int j = n; j <= FMM_P; j++)
-    {
-        const int jn = j - n;
-        const int klo = max(-j, m - jn), khi = min(j, m + jn);
-        for (int k = klo; k <= khi; k++)
-        {
-            const cplx t = csigned(R, jn, k - m);
-            for (int cc = 0; cc < FMM_Q; cc++)
-            {
-                const cplx v = cmul(csignedq(L, j, k, cc), t);
-                acc[cc].re += v.re;
-                acc[cc].im += v.im;
-            }
-        }
-    }
+    cplx acc[FMM_Q];
+    shifted_local(R, L, n, m, acc);
     for (int cc = 0; cc < FMM_Q; cc++)
     {
         cplx &o = local[(size_t)cell * FMM_Q * NC + FMM_Q * i + cc];
@@ -341,30 +351,6 @@ extern "C" __global__ void fmm_l2l(int first, int count, const double *__restric
 }
 
 #define EVAL_THREADS 128
-
-// One coefficient of the local expansion L shifted to a point, for each of the FMM_Q charges:
-// Σ_{j ≥ n, k} L_j^k R_{j−n}^{k−m}(d), the regular harmonics of d in R (expansions.rs
-// shifted_local; L2P is this for n ≤ 2).
-__device__ __forceinline__ void shifted_local(const cplx *R, const cplx *L, int n, int m, cplx *out)
-{
-    for (int cc = 0; cc < FMM_Q; cc++)
-        out[cc] = {0, 0};
-    for (int j = n; j <= FMM_P; j++)
-    {
-        const int jn = j - n;
-        const int klo = max(-j, m - jn), khi = min(j, m + jn);
-        for (int k = klo; k <= khi; k++)
-        {
-            const cplx r = csigned(R, jn, k - m);
-            for (int cc = 0; cc < FMM_Q; cc++)
-            {
-                const cplx v = cmul(csignedq(L, j, k, cc), r);
-                out[cc].re += v.re;
-                out[cc].im += v.im;
-            }
-        }
-    }
-}
 
 // The near-field sums of a leaf's targets split among G groups of T threads (fmm_eval's and
 // fmm_eval_gravity's layout): group 0 adds the other groups' W partial values v in group order
