@@ -22,9 +22,10 @@
 // load per source for every VPM_TPT targets (the newton kernel adds a compare and a select).
 // The potential is summed as Σ m/s (all terms positive) and negated at the end. Sums are
 // tiles.cuh's two-level f32 sums (per tile, then totals). With NVRTC 12.9 for sm_90 and
-// 256 × 4 × 8 (src/summation/direct/tiles.rs KernelConfig::GRAVITY) the loop is 14.4
-// instructions per pair (6 FFMA, 4 FADD, 3 FMUL, 1 MUFU.RSQ, LDS.128 and loop control shared)
-// in 63 registers.
+// 256 × 4 × 8 the loop is 14.4 instructions per pair (6 FFMA, 4 FADD, 3 FMUL, 1 MUFU.RSQ,
+// LDS.128 and loop control shared) in 63 registers; the default launch shape is the fastest
+// measured on an H100, 128 × 4 × 16 with at least 4 blocks per SM (src/summation/direct/tiles.rs
+// KernelConfig::GRAVITY; 95 registers with NVRTC 13.0; docs/performance.md).
 
 #include "tiles.cuh"
 

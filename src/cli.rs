@@ -116,8 +116,8 @@ pub struct ResumeArgs {
 pub enum BenchCommand {
     /// Milliseconds per RK4 step and per 3-D transform of the pseudo-spectral solver.
     Spectral(BenchSpectralArgs),
-    /// Pair interactions per second of the all-pairs evaluators: Biot–Savart on the CPU or a
-    /// GPU, Plummer gravity on a GPU (`--interaction`).
+    /// Pair interactions per second of the all-pairs evaluators: Biot–Savart or Plummer gravity
+    /// (`--interaction`), on the CPU or a GPU.
     Direct(BenchDirectArgs),
     /// Particles per second of the periodic Ewald evaluator on lattice particles.
     Ewald(BenchEwaldArgs),
@@ -321,7 +321,7 @@ pub struct BenchDirectArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_count)]
     pub n: Vec<usize>,
     /// The pair interaction: `biot-savart` (velocity, and velocity + stretching) or `gravity`
-    /// (Plummer-softened potential and acceleration; needs --device cuda for now).
+    /// (Plummer-softened potential and acceleration; f64 on the CPU, f32 on a GPU).
     #[arg(long, default_value = "biot-savart", value_parser = crate::summation::interaction::InteractionKind::parse)]
     pub interaction: crate::summation::interaction::InteractionKind,
     /// The evaluator to time: `cpu` (f64, rayon), `cuda`/`cuda:N` (the GPU tile kernels, f32,

@@ -58,7 +58,7 @@ fn fmm_free_space_bits_unchanged() {
     check(hashes(&mut fmm, &p), &FMM, "fmm");
 }
 
-/// Recorded from main before issue 24's refactor (commit 375844f).
+/// Recorded before issue 24's refactor (the summation sources of commit 89af00c).
 const DIRECT: [u64; 8] = [
     0xc8c513df881d2174,
     0,

@@ -67,28 +67,19 @@ impl<T: GpuReal> CudaDirectGravityOf<T> {
         self.tiles.resources()
     }
 
-    /// Checks the bodies (one finite mass each; no two at one position when ε = 0) and copies
-    /// them and the targets (`None`: the bodies' positions) to the device.
+    /// Checks the bodies (one finite mass each; with the bodies as targets at ε = 0, no two at
+    /// one position in f64 or once rounded to `T`, as [`GravitySummation::evaluate_gravity`]
+    /// checks) and copies them and the targets (`None`: the bodies' positions) to the device.
     pub fn upload(
         &mut self,
         bodies: &Bodies,
         targets: Option<&[[f64; 3]]>,
     ) -> Result<(), SummationError> {
         bodies.check()?;
-        self.gravity.check_bodies(bodies.x)?;
         let (x, m) = (bodies.x, bodies.mass);
-        if self.gravity.softening == 0.0 && T::PRECISION != "f64" {
-            // Bodies apart in f64 but at one position in T would lose their pair silently.
-            let rounded: Vec<[f64; 3]> = x
-                .iter()
-                .map(|p| p.map(|c| T::from_f64(c).to_f64()))
-                .collect();
-            self.gravity.check_bodies(&rounded).map_err(|e| match e {
-                SummationError::BadSources(m) => {
-                    SummationError::BadSources(format!("in {}: {m}", T::PRECISION))
-                }
-                other => other,
-            })?;
+        if targets.is_none() {
+            self.gravity.check_bodies(x)?;
+            check_bodies_in::<T>(&self.gravity, x)?;
         }
         let pad = [[PAD_POSITION, PAD_POSITION, PAD_POSITION, 0.0]];
         self.tiles
@@ -103,21 +94,8 @@ impl<T: GpuReal> CudaDirectGravityOf<T> {
     /// `grav_softened`; an error when ε > 0 but ε² is below the smallest normal `T` (the
     /// kernel would see ε = 0).
     fn tile_launch(&self) -> Result<TileLaunch<T>, CudaError> {
-        let eps = self.gravity.softening;
-        let (kernel, eps2) = if eps == 0.0 {
-            (1, T::zero())
-        } else {
-            let eps2 = T::from_f64(eps * eps);
-            if eps2 < T::min_positive_value() {
-                return Err(CudaError::Invalid(format!(
-                    "softening {eps}: its square underflows {} (use 0, or a softening of at \
-                     least {:e})",
-                    T::PRECISION,
-                    T::min_positive_value().to_f64().sqrt()
-                )));
-            }
-            (0, eps2)
-        };
+        let eps2 = softening_squared_in::<T>(&self.gravity)?;
+        let kernel = if self.gravity.softening == 0.0 { 1 } else { 0 };
         Ok(TileLaunch {
             kernel,
             components: GRAVITY_OUTPUTS,
@@ -189,6 +167,47 @@ pub fn reference_gravity(
     let answers = super::cpu::all_pairs(gravity, bodies.x, bodies.mass, at);
     crate::summation::interaction::store_gravity(&answers, &mut out);
     out
+}
+
+/// ε² in the GPU precision `T`, as the kernels take it: an error when ε > 0 but ε² underflows
+/// `T` (the kernel would see ε = 0: the self pair's −m/ε lost, coincident bodies unguarded).
+/// Shared by the all-pairs and FMM engines.
+pub(crate) fn softening_squared_in<T: GpuReal>(gravity: &PlummerGravity) -> Result<T, CudaError> {
+    let eps = gravity.softening;
+    if eps == 0.0 {
+        return Ok(T::zero());
+    }
+    let eps2 = T::from_f64(eps * eps);
+    if eps2 < T::min_positive_value() {
+        return Err(CudaError::Invalid(format!(
+            "softening {eps}: its square underflows {} (use 0, or a softening of at least {:e})",
+            T::PRECISION,
+            T::min_positive_value().to_f64().sqrt()
+        )));
+    }
+    Ok(eps2)
+}
+
+/// At ε = 0, refuses bodies apart in f64 that coincide once rounded to the GPU precision `T`
+/// (their pair would be skipped as a self pair); any ε > 0 accepts every set. Shared by the
+/// all-pairs and FMM engines.
+pub(crate) fn check_bodies_in<T: GpuReal>(
+    gravity: &PlummerGravity,
+    x: &[[f64; 3]],
+) -> Result<(), SummationError> {
+    if gravity.softening > 0.0 || T::PRECISION == "f64" {
+        return Ok(());
+    }
+    let rounded: Vec<[f64; 3]> = x
+        .iter()
+        .map(|p| p.map(|c| T::from_f64(c).to_f64()))
+        .collect();
+    gravity.check_bodies(&rounded).map_err(|e| match e {
+        SummationError::BadSources(m) => {
+            SummationError::BadSources(format!("in {}: {m}", T::PRECISION))
+        }
+        other => other,
+    })
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use super::params::{plan_gravity_parameters, FmmBackend, FmmParams};
 use super::{AccuracyCheck, Fmm, FmmState, FmmStats, GravityFmmState, Structure};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{launch, load_kernels, CudaError, Gpu};
+use crate::summation::direct::cuda_gravity::{check_bodies_in, softening_squared_in};
 use crate::summation::interaction::{
     Bodies, GravityEvaluation, GravitySummation, GravityWork, PlummerGravity,
 };
@@ -150,7 +151,7 @@ impl Engine {
         far_field(&k.far, b, &s, &st, p, &timeline)?;
         self.out_phi.poison(&s, nt)?;
         self.out_acc.poison(&s, 3 * nt)?;
-        let eps2 = (eps * eps) as f32;
+        let eps2 = softening_squared_in::<f32>(&PlummerGravity { softening: eps })?;
         let n_tleaves = ttree.leaves.len() as i32;
         let t = b.targets(own_targets);
         // SAFETY: fmm_eval_gravity(tleaves, n, tcenter, tbegin, tend, tx, torder, p2p_offsets,
@@ -196,7 +197,14 @@ impl GravitySummation for CudaFmmGravity {
     }
 
     fn evaluate_bodies(&mut self, work: GravityWork, out: &mut GravityEvaluation) -> SumResult {
-        let (eps, bodies) = (self.core.gravity().softening, work.bodies);
+        let gravity = self.core.gravity();
+        let (eps, bodies) = (gravity.softening, work.bodies);
+        // The f32 near field: ε² must not underflow, and at ε = 0 bodies apart in f64 must stay
+        // apart in f32 (the checks of the all-pairs engine).
+        softening_squared_in::<f32>(&gravity)?;
+        if work.targets.is_none() {
+            check_bodies_in::<f32>(&gravity, bodies.x)?;
+        }
         let engine = &mut self.engine;
         self.core.evaluate(work, out, |params, tx, out| {
             Ok(engine.run(eps, params, bodies, tx, out)?)
