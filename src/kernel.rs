@@ -401,6 +401,33 @@ pub fn singular_velocity<T: Real>(r: [T; 3], alpha_q: [T; 3]) -> [T; 3] {
     [k * c[0], k * c[1], k * c[2]]
 }
 
+/// 1 − g(ρ) = erfc(ρ/√2) + √(2/π) ρ e^{−ρ²/2}: the relative difference of the regularised and
+/// singular velocity kernels at ρ (docs/physics.md §8: how far from a blob the singular kernel may stand for it).
+pub fn velocity_tail(rho: f64) -> f64 {
+    libm::erfc(rho * std::f64::consts::FRAC_1_SQRT_2)
+        + <f64 as Real>::SQRT_2_OVER_PI * rho * (-0.5 * rho * rho).exp()
+}
+
+/// (ρg' + 3(1 − g))/3: the relative difference of the gradient kernels at ρ (§8).
+pub fn gradient_tail(rho: f64) -> f64 {
+    let gp = <f64 as Real>::SQRT_2_OVER_PI * rho * rho * (-0.5 * rho * rho).exp();
+    (rho * gp + 3.0 * velocity_tail(rho)) / 3.0
+}
+
+/// The smallest ρ (to 0.01) with `tail(ρ)` ≤ `bound`; both tails fall monotonically.
+pub fn rho_cut(tail: fn(f64) -> f64, bound: f64) -> f64 {
+    let (mut lo, mut hi) = (0.0f64, 40.0f64);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if tail(mid) <= bound {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    (hi * 100.0).ceil() / 100.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -178,7 +178,7 @@ impl PairInteraction<3> for BiotSavart {
     /// The Gaussian tail at ρ = r/σ: 1 − g(ρ) for the velocity, (ρg' + 3(1 − g))/3 with the
     /// gradient (docs/physics.md §8).
     fn departure(&self, rho: f64) -> f64 {
-        use super::fmm::params::{gradient_tail, velocity_tail};
+        use crate::kernel::{gradient_tail, velocity_tail};
         if self.gradient {
             gradient_tail(rho)
         } else {
@@ -186,9 +186,9 @@ impl PairInteraction<3> for BiotSavart {
         }
     }
 
-    /// ρ_c (to 0.01) of [`super::fmm::params::rho_cut`].
+    /// ρ_c (to 0.01) of [`crate::kernel::rho_cut`].
     fn near_field_radius(&self, bound: f64) -> f64 {
-        use super::fmm::params::{gradient_tail, rho_cut, velocity_tail};
+        use crate::kernel::{gradient_tail, rho_cut, velocity_tail};
         rho_cut(
             if self.gradient {
                 gradient_tail

@@ -108,32 +108,9 @@ impl std::fmt::Display for FmmParams {
     }
 }
 
-/// 1 − g(ρ) = erfc(ρ/√2) + √(2/π) ρ e^{−ρ²/2}: the relative difference of the regularised and
-/// singular velocity kernels at ρ (docs/physics.md §8).
-pub fn velocity_tail(rho: f64) -> f64 {
-    libm::erfc(rho * std::f64::consts::FRAC_1_SQRT_2)
-        + <f64 as crate::kernel::Real>::SQRT_2_OVER_PI * rho * (-0.5 * rho * rho).exp()
-}
-
-/// (ρg' + 3(1 − g))/3: the relative difference of the gradient kernels at ρ (§8).
-pub fn gradient_tail(rho: f64) -> f64 {
-    let gp = <f64 as crate::kernel::Real>::SQRT_2_OVER_PI * rho * rho * (-0.5 * rho * rho).exp();
-    (rho * gp + 3.0 * velocity_tail(rho)) / 3.0
-}
-
-/// The smallest ρ (to 0.01) with `tail(ρ)` ≤ `bound`; both tails fall monotonically.
-pub fn rho_cut(tail: fn(f64) -> f64, bound: f64) -> f64 {
-    let (mut lo, mut hi) = (0.0f64, 40.0f64);
-    for _ in 0..60 {
-        let mid = 0.5 * (lo + hi);
-        if tail(mid) <= bound {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    (hi * 100.0).ceil() / 100.0
-}
+/// The Gaussian kernel's tails and the radius where one falls below a bound live with the pair
+/// equations ([`crate::kernel`]); re-exported here, where the near field is planned.
+pub use crate::kernel::{gradient_tail, rho_cut, velocity_tail};
 
 /// The error model: relative L2 error of the velocity gradient (stretching) of an evaluation at
 /// order p and opening angle θ, E = 0.05 θ^{1.4p}, a third of that for the velocity. Fitted to
