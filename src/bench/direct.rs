@@ -159,22 +159,34 @@ pub fn bench_direct_gravity_cpu(
         crate::out!("{:>9} {:>10.4} {:>15.3e} {:>9.2}", n, s, per_s, row.gflops);
         rows.push(row);
     }
-    finish_report(
-        json,
-        serde_json::json!({
-            "benchmark": "direct",
-            "interaction": "gravity",
-            "device": "cpu",
-            "cpu": super::cpu_model(),
-            "threads": rayon::current_num_threads(),
-            "precision": "f64",
-            "softening": softening,
-            "bodies": "uniform in [-pi, pi]^3, masses uniform in [0.5, 1.5]/N; targets = bodies",
-            "timing": "wall clock, median after one warm-up",
-            "flops_per_interaction": GRAVITY_FLOPS_PER_INTERACTION,
-        }),
-        rows,
-    )
+    let mut header = gravity_header(
+        "cpu",
+        "f64",
+        softening,
+        "wall clock, median after one warm-up",
+    );
+    header["cpu"] = super::cpu_model().into();
+    header["threads"] = rayon::current_num_threads().into();
+    finish_report(json, header, rows)
+}
+
+/// The JSON header both gravity all-pairs benchmarks write: what was timed and on what bodies.
+fn gravity_header(
+    device: &str,
+    precision: &str,
+    softening: f64,
+    timing: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "benchmark": "direct",
+        "interaction": "gravity",
+        "device": device,
+        "precision": precision,
+        "softening": softening,
+        "bodies": "uniform in [-pi, pi]^3, masses uniform in [0.5, 1.5]/N; targets = bodies",
+        "timing": timing,
+        "flops_per_interaction": GRAVITY_FLOPS_PER_INTERACTION,
+    })
 }
 
 /// Times the GPU all-pairs gravity kernels (f32) on `gpu` on n bodies at themselves
@@ -269,21 +281,10 @@ pub fn bench_direct_gravity(
             rows.push(row);
         }
     }
-    finish_report(
-        json,
-        serde_json::json!({
-            "benchmark": "direct",
-            "interaction": "gravity",
-            "device": "cuda",
-            "gpu": info,
-            "precision": "f32",
-            "softening": options.softening,
-            "bodies": "uniform in [-pi, pi]^3, masses uniform in [0.5, 1.5]/N; targets = bodies",
-            "timing": "CUDA events around the kernel launches, median after one warm-up; outputs \
-                       poisoned before each launch and checked fully written",
-            "flops_per_interaction": GRAVITY_FLOPS_PER_INTERACTION,
-            "resources": resources,
-        }),
-        rows,
-    )
+    let timing = "CUDA events around the kernel launches, median after one warm-up; outputs \
+                  poisoned before each launch and checked fully written";
+    let mut header = gravity_header("cuda", "f32", options.softening, timing);
+    header["gpu"] = serde_json::json!(info);
+    header["resources"] = serde_json::json!(resources);
+    finish_report(json, header, rows)
 }

@@ -76,9 +76,21 @@ impl<T: GpuReal> CudaDirectGravityOf<T> {
         targets: Option<&[[f64; 3]]>,
     ) -> Result<(), SummationError> {
         bodies.check()?;
+        if targets.is_none() {
+            self.gravity.check_bodies(bodies.x)?;
+        }
+        self.load(bodies, targets)
+    }
+
+    /// [`CudaDirectGravityOf::upload`] after the f64 checks (done by the caller): the check in
+    /// `T` and the copies.
+    fn load(
+        &mut self,
+        bodies: &Bodies,
+        targets: Option<&[[f64; 3]]>,
+    ) -> Result<(), SummationError> {
         let (x, m) = (bodies.x, bodies.mass);
         if targets.is_none() {
-            self.gravity.check_bodies(x)?;
             check_bodies_in::<T>(&self.gravity, x)?;
         }
         let pad = [[PAD_POSITION, PAD_POSITION, PAD_POSITION, 0.0]];
@@ -146,7 +158,8 @@ impl<T: GpuReal> GravitySummation for CudaDirectGravityOf<T> {
     }
 
     fn evaluate_bodies(&mut self, work: GravityWork, out: &mut GravityEvaluation) -> SumResult {
-        self.upload(work.bodies, work.targets)?;
+        // `evaluate_gravity` has checked the bodies in f64.
+        self.load(work.bodies, work.targets)?;
         self.launch()?;
         self.download()?;
         self.output(out);

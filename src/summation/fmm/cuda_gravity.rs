@@ -103,11 +103,12 @@ impl CudaFmmGravity {
 }
 
 impl Engine {
-    /// φ and a at `tx` from `bodies` with softening `eps` and `params` on the GPU into `out`
+    /// φ and a at `tx` from `bodies` with the squared softening `eps2` and `params` on the GPU
+    /// into `out`
     /// (sized for `tx`); the phase times and counts.
     fn run(
         &mut self,
-        eps: f64,
+        eps2: f32,
         params: &FmmParams,
         bodies: &Bodies,
         tx: &[[f64; 3]],
@@ -151,7 +152,6 @@ impl Engine {
         far_field(&k.far, b, &s, &st, p, &timeline)?;
         self.out_phi.poison(&s, nt)?;
         self.out_acc.poison(&s, 3 * nt)?;
-        let eps2 = softening_squared_in::<f32>(&PlummerGravity { softening: eps })?;
         let n_tleaves = ttree.leaves.len() as i32;
         let t = b.targets(own_targets);
         // SAFETY: fmm_eval_gravity(tleaves, n, tcenter, tbegin, tend, tx, torder, p2p_offsets,
@@ -198,16 +198,16 @@ impl GravitySummation for CudaFmmGravity {
 
     fn evaluate_bodies(&mut self, work: GravityWork, out: &mut GravityEvaluation) -> SumResult {
         let gravity = self.core.gravity();
-        let (eps, bodies) = (gravity.softening, work.bodies);
+        let bodies = work.bodies;
         // The f32 near field: ε² must not underflow, and at ε = 0 bodies apart in f64 must stay
         // apart in f32 (the checks of the all-pairs engine).
-        softening_squared_in::<f32>(&gravity)?;
+        let eps2 = softening_squared_in::<f32>(&gravity)?;
         if work.targets.is_none() {
             check_bodies_in::<f32>(&gravity, bodies.x)?;
         }
         let engine = &mut self.engine;
         self.core.evaluate(work, out, |params, tx, out| {
-            Ok(engine.run(eps, params, bodies, tx, out)?)
+            Ok(engine.run(eps2, params, bodies, tx, out)?)
         })
     }
 }
