@@ -5,7 +5,7 @@
 //
 // Smooth part (particle-mesh Ewald with a Gaussian window of width τ on an M³ grid, nodes at
 // x_g = −π + g·h, h = 2π/M, support P nodes per axis):
-//   ew_grid_keys / scan / ew_scatter / ew_sort_buckets / ew_pack_grid
+//   ew_grid_keys / sort_scan_* (sort.cu) / ew_scatter / ew_sort_buckets / ew_pack_grid
 //       sort the sources by their first support node (a counting sort, made deterministic by
 //       ordering each bucket by source index) and pack them: (δ, key) and α in f32;
 //   ew_spread     H(x_g) = Σ_q α_q ζ_τ(x_g − x_q): one block per 16×16×8 tile of nodes, each
@@ -34,6 +34,7 @@
 // and G3 by the positive series S5 below ρ = 2 (13 terms), the erf form above.
 
 #include "common.cuh"
+#include "scan.cuh"
 
 typedef unsigned int uint;
 
@@ -141,83 +142,6 @@ extern "C" __global__ void ew_cell_keys(const double *__restrict__ x, const int 
     }
     keys[i] = key;
     slots[i] = atomicAdd(&counts[key], 1);
-}
-
-// Exclusive scan in place of v[0..n), 2048 items per block; block totals to sums.
-#define EW_SCAN_THREADS 256
-#define EW_SCAN_ITEMS 8
-__device__ __forceinline__ int ew_block_exclusive_scan(int v, int *s_warp, int &total)
-{
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int incl = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int t = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += t;
-    }
-    if (lane == 31) s_warp[warp] = incl;
-    __syncthreads();
-    if (warp == 0) {
-        const int nw = blockDim.x >> 5;
-        int w = lane < nw ? s_warp[lane] : 0;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int t = __shfl_up_sync(0xffffffffu, w, o);
-            if (lane >= o) w += t;
-        }
-        if (lane < nw) s_warp[lane] = w; // inclusive warp totals
-    }
-    __syncthreads();
-    const int before = warp > 0 ? s_warp[warp - 1] : 0;
-    total = s_warp[(blockDim.x >> 5) - 1];
-    __syncthreads(); // s_warp may be reused by the caller
-    return before + incl - v;
-}
-
-extern "C" __global__ void __launch_bounds__(EW_SCAN_THREADS)
-    ew_scan_blocks(int *__restrict__ v, long long n, int *__restrict__ sums)
-{
-    __shared__ int s_warp[32];
-    const long long base = (long long)blockIdx.x * (EW_SCAN_THREADS * EW_SCAN_ITEMS) +
-                           (long long)threadIdx.x * EW_SCAN_ITEMS;
-    int a[EW_SCAN_ITEMS];
-    int t = 0;
-#pragma unroll
-    for (int k = 0; k < EW_SCAN_ITEMS; k++) {
-        a[k] = base + k < n ? v[base + k] : 0;
-        t += a[k];
-    }
-    int total;
-    int run = ew_block_exclusive_scan(t, s_warp, total);
-#pragma unroll
-    for (int k = 0; k < EW_SCAN_ITEMS; k++) {
-        if (base + k < n) v[base + k] = run;
-        run += a[k];
-    }
-    if (threadIdx.x == 0) sums[blockIdx.x] = total;
-}
-
-// Exclusive scan in place of the nb block sums (one block).
-extern "C" __global__ void __launch_bounds__(EW_SCAN_THREADS) ew_scan_sums(int *__restrict__ sums,
-                                                                            int nb)
-{
-    __shared__ int s_warp[32];
-    int carry = 0;
-    for (int base = 0; base < nb; base += EW_SCAN_THREADS) {
-        const int i = base + threadIdx.x;
-        const int v = i < nb ? sums[i] : 0;
-        int total;
-        const int ex = ew_block_exclusive_scan(v, s_warp, total);
-        if (i < nb) sums[i] = carry + ex;
-        carry += total;
-    }
-}
-
-extern "C" __global__ void ew_scan_add(int *__restrict__ v, long long n,
-                                       const int *__restrict__ sums)
-{
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) v[i] += sums[i / (EW_SCAN_THREADS * EW_SCAN_ITEMS)];
 }
 
 extern "C" __global__ void ew_scatter(const int *__restrict__ keys, const int *__restrict__ slots,
@@ -360,7 +284,7 @@ extern "C" __global__ void __launch_bounds__(SP_THREADS)
             tot += cnt;
         }
         int total;
-        int run = ew_block_exclusive_scan(tot, s_warp, total);
+        int run = block_exclusive_scan(tot, s_warp, total);
 #pragma unroll
         for (int k = 0; k < SP_ROWS / SP_THREADS; k++) {
             s_off[tid * (SP_ROWS / SP_THREADS) + k] = run;

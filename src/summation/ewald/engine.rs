@@ -10,17 +10,22 @@
 
 use super::params::{CostModel, EwaldParameters};
 use crate::device::buffer::DeviceBuffer;
+use crate::device::sort::DeviceSort;
 use crate::device::cuda::{
     cufft_available, fft_plan, kernel_source, launch, load_kernels, CompiledModule, CudaError,
     Doing, FftLayout, Gpu, KernelSource,
 };
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
-use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use std::f64::consts::{PI, TAU};
 use std::sync::Arc;
 
 /// The family with the header it includes.
-pub const KERNELS: KernelSource = kernel_source!("ewald.cu", crate::summation::PAIR_KERNEL_HEADER);
+pub const KERNELS: KernelSource = kernel_source!(
+    "ewald.cu",
+    crate::summation::PAIR_KERNEL_HEADER,
+    crate::device::sort::SCAN_HEADER
+);
 
 /// Largest window support the gather kernel takes (`GA_PMAX` in ewald.cu). Reached only at
 /// accuracies far below what f32 delivers (P ≈ 19 at 1e-7).
@@ -28,8 +33,6 @@ pub const MAX_SUPPORT: usize = 32;
 /// The real-space and vorticity cell grids are capped at this many cells per side (coarser cells
 /// only add distance checks; the ±2 stencil still covers the cutoff).
 const MAX_CELLS: usize = 256;
-/// Items per block of `ew_scan_blocks` (EW_SCAN_THREADS · EW_SCAN_ITEMS).
-const SCAN_BLOCK: usize = 2048;
 /// Spreading tile (SP_TX, SP_TY, SP_TZ) and threads.
 const SPREAD_TILE: (usize, usize, usize) = (16, 16, 8);
 const SPREAD_THREADS: u32 = 256;
@@ -122,9 +125,6 @@ fn cfg1(n: usize, threads: u32) -> LaunchConfig {
 struct Kernels {
     grid_keys: CudaFunction,
     cell_keys: CudaFunction,
-    scan_blocks: CudaFunction,
-    scan_sums: CudaFunction,
-    scan_add: CudaFunction,
     scatter: CudaFunction,
     sort_buckets: CudaFunction,
     pack_grid: CudaFunction,
@@ -189,7 +189,8 @@ pub struct EwaldDevice {
     slots: DeviceBuffer<i32>,
     start: DeviceBuffer<i32>,
     order: DeviceBuffer<i32>,
-    sums: DeviceBuffer<i32>,
+    /// The shared scan (kernels/sort.cu).
+    sort: DeviceSort,
     cstart: DeviceBuffer<i32>,
     corder: DeviceBuffer<i32>,
     // packed sources
@@ -229,12 +230,13 @@ impl EwaldDevice {
         };
         #[rustfmt::skip]
         let k = load_kernels!(module, "ew_", Kernels {
-            grid_keys, cell_keys, scan_blocks, scan_sums, scan_add, scatter, sort_buckets,
+            grid_keys, cell_keys, scatter, sort_buckets,
             pack_grid, pack_cells, spread, multiply, vorticity, lattice_vorticity;
             gather: per_extra("gather")?,
             real: per_extra("real")?,
         });
         let stream = gpu.stream().clone();
+        let sort = DeviceSort::new(&gpu)?;
         let events = (0..7).map(|_| gpu.event()).collect::<Result<Vec<_>, _>>()?;
         Ok(EwaldDevice {
             gpu,
@@ -253,7 +255,7 @@ impl EwaldDevice {
             slots: DeviceBuffer::new(),
             start: DeviceBuffer::new(),
             order: DeviceBuffer::new(),
-            sums: DeviceBuffer::new(),
+            sort,
             cstart: DeviceBuffer::new(),
             corder: DeviceBuffer::new(),
             sd: DeviceBuffer::new(),
@@ -313,40 +315,14 @@ impl EwaldDevice {
         Ok(())
     }
 
-    /// In-place exclusive scan of the first `n` values of `buf` (one of `start`, `cstart`).
-    fn scan(
-        stream: &Arc<CudaStream>,
-        k: &Kernels,
-        sums: &mut DeviceBuffer<i32>,
-        buf: &mut CudaSlice<i32>,
-        n: usize,
-    ) -> Result<(), CudaError> {
-        let nb = n.div_ceil(SCAN_BLOCK);
-        sums.ensure(stream, nb)?;
-        let (n_i, nb_i) = (n as i64, nb as i32);
-        let cfg = LaunchConfig {
-            grid_dim: (nb as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: ew_scan_blocks(int* v, long long n, int* sums): buf holds ≥ n ints, sums ≥ nb
-        // (one per block of 2048).
-        launch!(stream, &k.scan_blocks, "ew_scan_blocks", cfg; &mut *buf, &n_i, sums.get_mut())?;
-        // SAFETY: ew_scan_sums(int* sums, int nb), one block.
-        launch!(stream, &k.scan_sums, "ew_scan_sums", cfg1(1, 256); sums.get_mut(), &nb_i)?;
-        // SAFETY: ew_scan_add(int* v, long long n, const int* sums): as above, grid covers n.
-        launch!(stream, &k.scan_add, "ew_scan_add", cfg1(n, 256); &mut *buf, &n_i, sums.get())?;
-        Ok(())
-    }
-
     /// Counting sort of `n` items by the keys in `keys`/`slots` (counts already in the
     /// buckets' `start`, of `nb` buckets): scan, scatter into their `order`, order each bucket
     /// by item index.
     fn finish_sort(&mut self, buckets: Buckets, n: usize, nb: usize) -> Result<(), CudaError> {
-        let (stream, k, sums, keys, slots) = (
+        let (stream, k, sort, keys, slots) = (
             &self.stream,
             &self.k,
-            &mut self.sums,
+            &mut self.sort,
             &self.keys,
             &self.slots,
         );
@@ -354,7 +330,7 @@ impl EwaldDevice {
             Buckets::Grid => (&mut self.start, &mut self.order),
             Buckets::Cells => (&mut self.cstart, &mut self.corder),
         };
-        Self::scan(stream, k, sums, start.get_mut(), nb + 1)?;
+        sort.exclusive_scan(start.get_mut(), nb + 1)?;
         order.ensure(stream, n)?;
         let (n_i, nb_i) = (n as i32, nb as i64);
         // SAFETY: ew_scatter(const int* keys, const int* slots, const int* start, int n,
