@@ -16,7 +16,7 @@
 //       the lower warps of the round (shared memory) and the running offset of the digit, so
 //       equal digits keep their input order (stable);
 //   sort_bounds_blocks / sort_bounds_final
-//       min and max of x, y, z over n points (3 doubles each): per block, then one block over the
+//       min and max of x, y, z over n points (3 doubles each; or of n values): per block, then one block over the
 //       block results (fmin/fmax: exact, so any order gives the same box).
 
 #include "scan.cuh"
@@ -175,17 +175,18 @@ __device__ __forceinline__ void bounds_reduce(const double *lo, const double *hi
     }
 }
 
-// Per block: min and max of the n points x (3 doubles each), 6 doubles per block to part.
+// Per block: min and max of the n points x (`width` doubles each, 1 to 3; components past
+// width stay ±inf), 6 doubles per block to part.
 extern "C" __global__ void __launch_bounds__(BOUNDS_THREADS)
-    sort_bounds_blocks(const double *__restrict__ x, long long n, double *__restrict__ part)
+    sort_bounds_blocks(const double *__restrict__ x, long long n, int width,
+                       double *__restrict__ part)
 {
     double lo[3] = {SORT_INF, SORT_INF, SORT_INF}, hi[3] = {-SORT_INF, -SORT_INF, -SORT_INF};
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
-#pragma unroll
-        for (int k = 0; k < 3; k++) {
-            lo[k] = fmin(lo[k], x[3 * i + k]);
-            hi[k] = fmax(hi[k], x[3 * i + k]);
+        for (int k = 0; k < width; k++) {
+            lo[k] = fmin(lo[k], x[width * i + k]);
+            hi[k] = fmax(hi[k], x[width * i + k]);
         }
     }
     bounds_reduce(lo, hi, part + 6 * blockIdx.x);

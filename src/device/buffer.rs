@@ -36,6 +36,31 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
         Ok(())
     }
 
+    /// Like [`DeviceBuffer::ensure`], but a reallocation keeps the first `keep` values (grown
+    /// by half again beyond `len`, so that repeated growth copies little).
+    pub fn grow_keep(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        len: usize,
+        keep: usize,
+    ) -> Result<(), CudaError> {
+        let have = self.capacity();
+        if have >= len.max(1) {
+            return Ok(());
+        }
+        let mut b = stream
+            .alloc_zeros::<T>(len.max(1) + len / 2)
+            .doing(format!("allocating {len} device values"))?;
+        if let (Some(old), true) = (self.buf.as_ref(), keep > 0) {
+            let keep = keep.min(have);
+            stream
+                .memcpy_dtod(&old.slice(0..keep), &mut b.slice_mut(0..keep))
+                .doing("copying a growing device buffer")?;
+        }
+        self.buf = Some(b);
+        Ok(())
+    }
+
     /// Values allocated (0 before the first [`DeviceBuffer::ensure`]).
     pub fn capacity(&self) -> usize {
         self.buf.as_ref().map_or(0, |b| b.len())

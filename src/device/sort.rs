@@ -182,21 +182,38 @@ impl DeviceSort {
         x: &CudaSlice<f64>,
         n: usize,
     ) -> Result<([f64; 3], [f64; 3]), CudaError> {
-        assert!(n >= 1 && x.len() >= 3 * n);
+        let b = self.extremes(x, n, 3)?;
+        Ok(([b[0], b[1], b[2]], [b[3], b[4], b[5]]))
+    }
+
+    /// The largest of the first `n` values of `v` (n ≥ 1), downloaded (one host wait).
+    pub fn max(&mut self, v: &CudaSlice<f64>, n: usize) -> Result<f64, CudaError> {
+        Ok(self.extremes(v, n, 1)?[3])
+    }
+
+    /// Minima and maxima of the first `n` items of `width` doubles each (components past
+    /// `width` are ±∞), downloaded.
+    fn extremes(
+        &mut self,
+        x: &CudaSlice<f64>,
+        n: usize,
+        width: usize,
+    ) -> Result<[f64; 6], CudaError> {
+        assert!(n >= 1 && (1..=3).contains(&width) && x.len() >= width * n);
         let s = &self.stream;
         let nb = n.div_ceil(BOUNDS_THREADS as usize).min(BOUNDS_BLOCKS);
         self.part.ensure(s, 6 * nb)?;
         self.bounds.ensure(s, 6)?;
-        let (n_i, nb_i) = (n as i64, nb as i32);
-        // SAFETY: sort_bounds_blocks(x, n, part): x holds 3n doubles (asserted), part 6 per
-        // block (nb blocks, ensured); the grid-stride loop covers n.
+        let (n_i, w_i, nb_i) = (n as i64, width as i32, nb as i32);
+        // SAFETY: sort_bounds_blocks(x, n, width, part): x holds width·n doubles (asserted),
+        // part 6 per block (nb blocks, ensured); the grid-stride loop covers n.
         launch!(s, &self.k.bounds_blocks, "sort_bounds_blocks", cfg_blocks(nb, BOUNDS_THREADS);
-            x, &n_i, self.part.get_mut())?;
+            x, &n_i, &w_i, self.part.get_mut())?;
         // SAFETY: sort_bounds_final(part, nb, out): part holds 6·nb doubles, out 6; one block.
         launch!(s, &self.k.bounds_final, "sort_bounds_final", cfg_blocks(1, BOUNDS_THREADS);
             self.part.get(), &nb_i, self.bounds.get_mut())?;
         let mut b = [0.0f64; 6];
-        self.bounds.download(&self.gpu, &mut b, "the bounding box")?;
-        Ok(([b[0], b[1], b[2]], [b[3], b[4], b[5]]))
+        self.bounds.download(&self.gpu, &mut b, "extremes")?;
+        Ok(b)
     }
 }

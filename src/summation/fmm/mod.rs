@@ -27,6 +27,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod cuda_gravity;
 pub mod expansions;
+pub mod gpu_tree;
 pub mod params;
 pub mod traversal;
 pub mod tree;
@@ -112,7 +113,7 @@ impl Structure {
         params: &FmmParams,
         (rho_cut, scale_max): (f64, f64),
     ) -> Self {
-        let min_side = 0.25 * rho_cut * scale_max;
+        let min_side = gpu_tree::min_leaf_side(rho_cut, scale_max);
         let stree = Octree::build(x, Some(scale), params.leaf_size, min_side);
         let same = std::ptr::eq(targets.as_ptr(), x.as_ptr()) && targets.len() == x.len();
         let target_tree = (!same).then(|| Octree::build(targets, None, params.leaf_size, min_side));

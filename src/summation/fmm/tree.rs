@@ -89,6 +89,44 @@ pub fn morton_key(ix: u32, iy: u32, iz: u32) -> u64 {
     spread(ix) | (spread(iy) << 1) | (spread(iz) << 2)
 }
 
+/// The root cube of a tree and its Morton grid: the bounding box's centre, half the largest
+/// extent (a little more, so that no point sits on the upper face), and the map from points to
+/// keys. The host build and the GPU build ([`super::gpu_tree`]) take it from the same box.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BoundingCube {
+    pub center: [f64; 3],
+    pub half: f64,
+    /// The lower corner and cells per unit length of the 2^21 grid.
+    pub corner: [f64; 3],
+    pub scale: f64,
+}
+
+impl BoundingCube {
+    /// The cube of the box `lo`..`hi` (componentwise minima and maxima of the points).
+    pub fn of(lo: [f64; 3], hi: [f64; 3]) -> Self {
+        let center = [0, 1, 2].map(|k| 0.5 * (lo[k] + hi[k]));
+        let extent = (0..3).map(|k| hi[k] - lo[k]).fold(0.0f64, f64::max);
+        // A little larger than the points so that none sits on the upper face.
+        let half = 0.5 * extent * (1.0 + 1e-9) + f64::MIN_POSITIVE.max(1e-300);
+        let scale = (1u64 << MAX_LEVEL) as f64 / (2.0 * half);
+        let corner = [0, 1, 2].map(|k| center[k] - half);
+        Self {
+            center,
+            half,
+            corner,
+            scale,
+        }
+    }
+
+    /// The 63-bit Morton key of `p`: its grid cell, clamped to the grid.
+    #[inline]
+    pub fn key(&self, p: &[f64; 3]) -> u64 {
+        let max_index = (1u32 << MAX_LEVEL) - 1;
+        let q = [0, 1, 2].map(|k| (((p[k] - self.corner[k]) * self.scale) as u32).min(max_index));
+        morton_key(q[0], q[1], q[2])
+    }
+}
+
 impl Octree {
     /// Builds the tree of the points `x` (core radii `sigma`, or `None` for targets): leaves hold
     /// at most `leaf_size` particles unless their side would fall below `min_side` or the key
@@ -119,28 +157,19 @@ impl Octree {
                     )
                 },
             );
-        let center = [0, 1, 2].map(|k| 0.5 * (lo[k] + hi[k]));
-        let extent = (0..3).map(|k| hi[k] - lo[k]).fold(0.0f64, f64::max);
-        // A little larger than the points so that none sits on the upper face.
-        let half = 0.5 * extent * (1.0 + 1e-9) + f64::MIN_POSITIVE.max(1e-300);
-        let scale = (1u64 << MAX_LEVEL) as f64 / (2.0 * half);
-        let corner = [0, 1, 2].map(|k| center[k] - half);
-        let max_index = (1u32 << MAX_LEVEL) - 1;
+        let cube = BoundingCube::of(lo, hi);
         let mut keyed: Vec<(u64, u32)> = x
             .par_iter()
             .enumerate()
-            .map(|(i, p)| {
-                let q = [0, 1, 2].map(|k| (((p[k] - corner[k]) * scale) as u32).min(max_index));
-                (morton_key(q[0], q[1], q[2]), i as u32)
-            })
+            .map(|(i, p)| (cube.key(p), i as u32))
             .collect();
         keyed.par_sort_unstable();
         let order: Vec<u32> = keyed.iter().map(|k| k.1).collect();
         let keys: Vec<u64> = keyed.iter().map(|k| k.0).collect();
 
         let mut cells = vec![Cell {
-            center,
-            half,
+            center: cube.center,
+            half: cube.half,
             radius: 0.0,
             sigma_max: 0.0,
             begin: 0,
@@ -293,6 +322,23 @@ mod tests {
         assert_eq!(morton_key(0, 0, 1), 4);
         assert_eq!(morton_key(3, 0, 0), 0b1001);
         assert_eq!(morton_key(0x1f_ffff, 0, 0) >> 60, 1);
+    }
+
+    #[test]
+    fn bounding_cube_holds_the_box_and_keys_clamp() {
+        let c = BoundingCube::of([-1.0, 0.0, 2.0], [1.0, 0.5, 2.0]);
+        assert_eq!(c.center, [0.0, 0.25, 2.0]);
+        assert!(c.half > 1.0 && c.half < 1.0 + 1e-8);
+        assert_eq!(c.corner[0], -c.half);
+        // The lowest corner has key 0, the highest point the largest cell, outside points clamp.
+        assert_eq!(c.key(&c.corner), 0);
+        let top = morton_key(0x1f_ffff, 0x1f_ffff, 0x1f_ffff);
+        assert_eq!(c.key(&[c.corner[0] + 2.0 * c.half; 3].map(|v| v + 10.0)), top);
+        assert_eq!(c.key(&[-1e300, -1e300, -1e300]), 0);
+        assert!(c.key(&[1.0, 0.5, 2.0]) <= top);
+        // A single point: a tiny cube about it (its key 0).
+        let one = BoundingCube::of([3.0; 3], [3.0; 3]);
+        assert!(one.half > 0.0 && one.key(&[3.0; 3]) == 0);
     }
 
     #[test]
