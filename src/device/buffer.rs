@@ -61,6 +61,22 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
         Ok(())
     }
 
+    /// Copies the first `len` values of `src` (a device-to-device copy on `stream`).
+    pub fn copy_from(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        src: &DeviceBuffer<T>,
+        len: usize,
+    ) -> Result<(), CudaError> {
+        self.ensure(stream, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        stream
+            .memcpy_dtod(&src.get().slice(0..len), &mut self.get_mut().slice_mut(0..len))
+            .doing("copying between device buffers")
+    }
+
     /// Values allocated (0 before the first [`DeviceBuffer::ensure`]).
     pub fn capacity(&self) -> usize {
         self.buf.as_ref().map_or(0, |b| b.len())

@@ -1,17 +1,21 @@
-//! The FMM on one GPU (`kernels/fmm.cu`): tree and interaction lists built on the host (rayon,
-//! [`Structure`]), f64 expansions and f32 near-field sums on the device, one thread block per
-//! cell for P2M, M2M, M2L and L2L and one per target leaf for L2P with P2P, the seed's "multiple
-//! walks" (SC09 §2.3). Buffers stay allocated between calls and grow only.
+//! The FMM on one GPU (`kernels/fmm.cu`): the trees and interaction lists built on the device
+//! ([`GpuTree`], `kernels/fmm_tree.cu`: the host's cells and lists, value for value), f64
+//! expansions and f32 near-field sums, one thread block per cell for P2M, M2M, M2L and L2L and
+//! one per target leaf for L2P with P2P, the seed's "multiple walks" (SC09 §2.3). Buffers stay
+//! allocated between calls and grow only.
 //!
-//! The host form sends the sources in tree order (f64 positions, strengths, cores), the cells
-//! and the lists, and receives the results. The device form ([`DeviceSummation`], used by the
-//! GPU-resident stepper) takes resident particles: only the positions and cores come to the
-//! host for the tree (32 bytes per particle), the strengths are gathered into tree order on the
-//! device, and the results are written into the caller's device buffers. The kernels never
-//! reduce across blocks, so the answer is deterministic, and both forms give the same bits.
+//! The host form uploads the particles in the caller's order (f64 positions, strengths, cores,
+//! and the targets) and then runs as the device form; it receives the results. The device form
+//! ([`DeviceSummation`], used by the GPU-resident stepper) takes resident particles: the tree
+//! is built from them on the device (a few small downloads per tree level size the launches,
+//! and the largest core radius comes back for the near-field radius), the strengths are gathered
+//! into tree order there, and the results are written into the caller's device buffers. The
+//! kernels never reduce across blocks, so the answer is deterministic, and both forms give the
+//! same bits. [`FmmStats::tree_seconds`] is the device time of the tree and lists (CUDA events).
 
 use super::params::{plan_parameters, FmmBackend, FmmParams};
-use super::{AccuracyCheck, Fmm, FmmState, FmmStats, Structure};
+use super::gpu_tree::{Cores, GpuTree, Shape, TreeRequest};
+use super::{AccuracyCheck, Fmm, FmmState, FmmStats};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::CompiledModule;
 use crate::device::cuda::{
@@ -24,9 +28,7 @@ use crate::summation::{
     SummationError, PAIR_KERNEL_HEADER,
 };
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use rayon::prelude::*;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// The kernel family: fmm.cu with the shared pair kernel header.
 pub const KERNELS: KernelSource = kernel_source!("fmm.cu", PAIR_KERNEL_HEADER);
@@ -110,41 +112,13 @@ pub struct CudaFmm {
     state: FmmState,
     kernels: Option<Kernels>,
     buf: Buffers,
+    /// The trees and lists, built on the device.
+    tree: GpuTree,
+    /// The host form's inputs in the caller's order.
+    staged: Staged,
     /// The host form's outputs: velocities (3 per target) and the gradient or stretching.
     out_u: DeviceBuffer<f64>,
     out_x: DeviceBuffer<f64>,
-}
-
-/// A tree's cells as flat arrays for the device.
-struct CellArrays {
-    center: Vec<f64>,
-    begin: Vec<u32>,
-    end: Vec<u32>,
-    child_begin: Vec<u32>,
-    child_count: Vec<u8>,
-    parent: Vec<u32>,
-}
-
-impl CellArrays {
-    fn of(t: &super::tree::Octree) -> Self {
-        Self {
-            center: t.cells.iter().flat_map(|c| c.center).collect(),
-            begin: t.cells.iter().map(|c| c.begin).collect(),
-            end: t.cells.iter().map(|c| c.end).collect(),
-            child_begin: t.cells.iter().map(|c| c.child_begin).collect(),
-            child_count: t.cells.iter().map(|c| c.child_count).collect(),
-            parent: t.cells.iter().map(|c| c.parent).collect(),
-        }
-    }
-}
-
-/// `v` in the order `order`, flattened.
-pub(super) fn gather3(v: &[[f64; 3]], order: &[u32]) -> Vec<f64> {
-    let mut out = vec![0.0; 3 * order.len()];
-    out.par_chunks_mut(3)
-        .zip(order.par_iter())
-        .for_each(|(o, &i)| o.copy_from_slice(&v[i as usize]));
-    out
 }
 
 /// The target tree on the device: its own arrays, or the source tree's when the targets are
@@ -158,46 +132,49 @@ pub(super) struct TargetView<'a> {
 }
 
 impl Buffers {
-    /// Uploads the trees' cells and leaves, the target order and the interaction lists of `st`,
-    /// and sizes the multipole and local expansions for `q` charges at order `p`.
-    pub(super) fn upload_structure(
+    /// Takes the trees and lists built on the device by `tree` into the buffers the kernels read
+    /// (device-to-device copies: cells, leaves, the orders, the sorted positions and, with
+    /// `cores`, the sorted core radii), and sizes the multipole and local expansions for `q`
+    /// charges at order `p`.
+    pub(super) fn adopt(
         &mut self,
         s: &Arc<CudaStream>,
-        st: &Structure,
+        tree: &GpuTree,
+        cores: bool,
         q: usize,
         p: usize,
     ) -> Result<(), CudaError> {
-        let (stree, ttree) = (&st.sources, st.targets());
-        let sc = CellArrays::of(stree);
-        self.s_center.upload(s, &sc.center, "cell centres")?;
-        self.s_begin.upload(s, &sc.begin, "cells")?;
-        self.s_end.upload(s, &sc.end, "cells")?;
-        self.s_child_begin.upload(s, &sc.child_begin, "cells")?;
-        self.s_child_count.upload(s, &sc.child_count, "cells")?;
-        self.s_leaves.upload(s, &stree.leaves, "leaves")?;
-        match st.target_tree.as_ref().map(CellArrays::of) {
-            Some(tc) => {
-                self.t_center.upload(s, &tc.center, "target cells")?;
-                self.t_begin.upload(s, &tc.begin, "target cells")?;
-                self.t_end.upload(s, &tc.end, "target cells")?;
-                self.t_parent.upload(s, &tc.parent, "target cells")?;
-            }
-            None => self.t_parent.upload(s, &sc.parent, "cells")?,
+        let (src, tgt) = (&tree.sources, tree.target_tree());
+        let nc = src.n_cells;
+        self.s_center.copy_from(s, &src.center, 3 * nc)?;
+        self.s_begin.copy_from(s, &src.begin, nc)?;
+        self.s_end.copy_from(s, &src.end, nc)?;
+        self.s_child_begin.copy_from(s, &src.child_begin, nc)?;
+        self.s_child_count.copy_from(s, &src.child_count, nc)?;
+        self.s_leaves.copy_from(s, &src.leaves, src.n_leaves)?;
+        self.s_order.copy_from(s, &src.order, src.n)?;
+        self.s_x.copy_from(s, &src.x, 3 * src.n)?;
+        if cores {
+            self.s_sigma.copy_from(s, &src.cores, src.n)?;
         }
-        self.t_leaves.upload(s, &ttree.leaves, "target leaves")?;
-        self.t_order.upload(s, &ttree.order, "target order")?;
-        let lists = &st.lists;
-        self.m2l_offsets
-            .upload(s, &lists.m2l_offsets, "M2L lists")?;
-        self.m2l_sources
-            .upload(s, &lists.m2l_sources, "M2L lists")?;
-        self.p2p_offsets
-            .upload(s, &lists.p2p_offsets, "P2P lists")?;
-        self.p2p_sources
-            .upload(s, &lists.p2p_sources, "P2P lists")?;
+        let ntc = tgt.n_cells;
+        if tree.own_targets {
+            self.t_center.copy_from(s, &tgt.center, 3 * ntc)?;
+            self.t_begin.copy_from(s, &tgt.begin, ntc)?;
+            self.t_end.copy_from(s, &tgt.end, ntc)?;
+            self.t_x.copy_from(s, &tgt.x, 3 * tgt.n)?;
+        }
+        self.t_parent.copy_from(s, &tgt.parent, ntc)?;
+        self.t_leaves.copy_from(s, &tgt.leaves, tgt.n_leaves)?;
+        self.t_order.copy_from(s, &tgt.order, tgt.n)?;
+        let l = &tree.lists;
+        self.m2l_offsets.copy_from(s, &l.m2l_offsets, ntc + 1)?;
+        self.m2l_sources.copy_from(s, &l.m2l_sources, l.m2l_count)?;
+        self.p2p_offsets.copy_from(s, &l.p2p_offsets, tgt.n_leaves + 1)?;
+        self.p2p_sources.copy_from(s, &l.p2p_sources, l.p2p_count)?;
         let stride = q * super::expansions::coefficient_count(p);
-        self.mult.ensure(s, 2 * stride * stree.cells.len())?;
-        self.local.ensure(s, 2 * stride * ttree.cells.len())?;
+        self.mult.ensure(s, 2 * stride * nc)?;
+        self.local.ensure(s, 2 * stride * ntc)?;
         Ok(())
     }
 
@@ -222,6 +199,11 @@ impl Buffers {
     }
 }
 
+/// `v` flattened (3 values per point).
+pub(super) fn flat(v: &[[f64; 3]]) -> Vec<f64> {
+    v.iter().flatten().copied().collect()
+}
+
 /// A launch of `blocks` blocks (at least one) of `threads` threads.
 pub(super) fn cfg(blocks: usize, threads: u32) -> LaunchConfig {
     LaunchConfig {
@@ -239,7 +221,7 @@ pub(super) fn far_field(
     k: &FarKernels,
     b: &mut Buffers,
     s: &Arc<CudaStream>,
-    st: &Structure,
+    st: &Shape,
     p: usize,
     timeline: &Timeline,
 ) -> Result<(), CudaError> {
@@ -312,13 +294,12 @@ impl Timeline {
     }
 
     /// Marks the end (event 4), waits for the GPU and fills the phase times of `stats` from the
-    /// events and its counts from `st`.
+    /// events and its counts and tree time from `tree`.
     pub(super) fn finish(
         &self,
         gpu: &Gpu,
         s: &Arc<CudaStream>,
-        st: &Structure,
-        p: usize,
+        tree: &GpuTree,
         stats: &mut FmmStats,
     ) -> Result<(), CudaError> {
         self.record(4, s)?;
@@ -331,7 +312,7 @@ impl Timeline {
         stats.m2l_seconds = ms(1, 2)?;
         stats.downward_seconds = ms(2, 3)?;
         stats.p2p_seconds = ms(3, 4)?;
-        st.count(stats, p);
+        tree.count(stats);
         Ok(())
     }
 }
@@ -352,6 +333,8 @@ impl CudaFmm {
     ) -> Result<Self, SummationError> {
         let stream = gpu.stream().clone();
         let mut s = Self {
+            tree: GpuTree::new(&gpu)?,
+            staged: Staged::default(),
             gpu,
             stream,
             state: FmmState::new(params, check_every),
@@ -382,106 +365,51 @@ impl CudaFmm {
         &self.gpu
     }
 
-    /// One evaluation: the trees and lists from the host copies of the positions and cores
-    /// (`sources`' strengths are not read), the particle data staged by `inputs`, the launches,
-    /// and the results written to `outputs`.
+    /// One evaluation on device inputs (the caller's order; `sigma_max` their largest core):
+    /// the trees and lists built on the device, the strengths gathered into tree order, the
+    /// launches, and the results written to `outputs`.
     fn run(
         &mut self,
-        sources: &Sources,
-        targets: &[[f64; 3]],
+        inputs: &Inputs,
+        sigma_max: f64,
         extra: ExtraKind,
-        inputs: Inputs,
         outputs: Outputs,
     ) -> Result<(), CudaError> {
         let gradient = !matches!(extra, ExtraKind::Velocity);
         let p = self.state.params.order;
         let s = self.stream.clone();
-        let (_, sigma_max) = sigma_range(sources).map_err(|e| CudaError::Invalid(e.to_string()))?;
         let mut stats = FmmStats::default();
-
-        let t0 = Instant::now();
-        let st = Structure::build(sources, targets, &self.state.params, gradient, sigma_max);
-        let stree = &st.sources;
-        let ttree = st.targets();
+        let params = &self.state.params;
+        self.tree.build(&TreeRequest {
+            x: inputs.x,
+            n: inputs.n,
+            cores: Cores::PerPoint(inputs.sigma),
+            targets: inputs.targets,
+            leaf_size: params.leaf_size,
+            theta: params.theta,
+            rho_cut: params.rho_cut(gradient),
+            scale_max: sigma_max,
+        })?;
+        let st = self.tree.shape();
+        let (stree, ttree) = (&st.sources, st.targets());
         let own_targets = st.target_tree.is_some();
-        let n = sources.len();
-        let nt = targets.len();
+        let n = inputs.n;
+        let nt = self.tree.target_tree().n;
         let k = self
             .kernels
             .as_ref()
             .expect("kernels compiled at construction");
         let b = &mut self.buf;
-        b.upload_structure(&s, &st, 3, p)?;
+        b.adopt(&s, &self.tree, true, 3, p)?;
         b.s_pos.ensure(&s, 4 * n)?;
         b.s_str.ensure(&s, 4 * n)?;
-        // The particles in tree order: gathered on the host, or on the device from resident
-        // buffers.
-        match inputs {
-            Inputs::Host {
-                alpha,
-                target_alpha,
-            } => {
-                b.s_x
-                    .upload(&s, &gather3(sources.x, &stree.order), "positions")?;
-                b.s_alpha
-                    .upload(&s, &gather3(alpha, &stree.order), "strengths")?;
-                let sig: Vec<f64> = stree
-                    .order
-                    .par_iter()
-                    .map(|&i| sources.sigma[i as usize])
-                    .collect();
-                b.s_sigma.upload(&s, &sig, "core radii")?;
-                if own_targets {
-                    b.t_x
-                        .upload(&s, &gather3(targets, &ttree.order), "targets")?;
-                }
-                match target_alpha {
-                    Some(a) => {
-                        let flat: Vec<f64> = a.iter().flatten().copied().collect();
-                        b.t_alpha.upload(&s, &flat, "target strengths")?;
-                    }
-                    None => b.t_alpha.ensure(&s, 1)?,
-                }
-            }
-            Inputs::Device {
-                x,
-                alpha,
-                sigma,
-                targets: tx,
-            } => {
-                b.s_order.upload(&s, &stree.order, "tree order")?;
-                b.s_x.ensure(&s, 3 * n)?;
-                b.s_alpha.ensure(&s, 3 * n)?;
-                b.s_sigma.ensure(&s, n)?;
-                let g = |len: usize| LaunchConfig {
-                    grid_dim: (len.div_ceil(256).max(1) as u32, 1, 1),
-                    block_dim: (256, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                let (ni, three, one) = (n as i32, 3i32, 1i32);
-                // SAFETY: fmm_gather(order, n, width, src, dst): order holds n indices below the
-                // resident arrays' length n; src holds width·n doubles (the caller's buffers,
-                // at least 3n / n long), dst was ensured to width·n.
-                launch!(s, &k.gather, "fmm_gather", g(n);
-                    b.s_order.get(), &ni, &three, x, b.s_x.get_mut())?;
-                // SAFETY: as above (strengths, 3 per particle).
-                launch!(s, &k.gather, "fmm_gather", g(n);
-                    b.s_order.get(), &ni, &three, alpha, b.s_alpha.get_mut())?;
-                // SAFETY: as above (cores, 1 per particle).
-                launch!(s, &k.gather, "fmm_gather", g(n);
-                    b.s_order.get(), &ni, &one, sigma, b.s_sigma.get_mut())?;
-                if let (true, Some(tx)) = (own_targets, tx) {
-                    b.t_x.ensure(&s, 3 * nt)?;
-                    let nti = nt as i32;
-                    // SAFETY: as above for the nt targets (t_order holds nt indices below nt;
-                    // tx holds 3nt doubles).
-                    launch!(s, &k.gather, "fmm_gather", g(nt);
-                        b.t_order.get(), &nti, &three, tx, b.t_x.get_mut())?;
-                }
-                b.t_alpha.ensure(&s, 1)?;
-            }
-        }
-        stats.tree_seconds = t0.elapsed().as_secs_f64();
+        b.s_alpha.ensure(&s, 3 * n)?;
+        b.t_alpha.ensure(&s, 1)?;
+        let ni = n as i32;
+        // SAFETY: fmm_gather(order, n, width, src, dst): order (the tree's) holds n indices
+        // below n; src holds 3n doubles (the caller's strengths), dst was ensured to 3n.
+        launch!(s, &k.gather, "fmm_gather", gather_cfg(n);
+            b.s_order.get(), &ni, &3i32, inputs.alpha, b.s_alpha.get_mut())?;
 
         let timeline = Timeline::new(&self.gpu)?;
         let n_sleaves = stree.leaves.len() as i32;
@@ -529,8 +457,8 @@ impl CudaFmm {
             b.p2p_offsets.get(), b.p2p_sources.get(), b.s_center.get(), b.s_begin.get(),
             b.s_end.get(), b.s_pos.get(), b.s_str.get(), b.local.get(), &rho_cut2, &mode,
             talpha, out_u.get_mut(), out_x.get_mut())?;
-        // The phase timings wait for the GPU (the device form waited for the positions already).
-        timeline.finish(&self.gpu, &s, &st, p, &mut stats)?;
+        // The phase timings wait for the GPU.
+        timeline.finish(&self.gpu, &s, &self.tree, &mut stats)?;
         self.state.stats = stats;
         Ok(())
     }
@@ -604,21 +532,34 @@ impl ExtraKind {
     }
 }
 
-/// Where the particle data comes from.
-enum Inputs<'a> {
-    /// Host arrays (the host form): strengths, and the target strengths of a stretching.
-    Host {
-        alpha: &'a [[f64; 3]],
-        target_alpha: Option<&'a [[f64; 3]]>,
-    },
-    /// Resident device arrays in the caller's order (the device form); `targets` for targets
-    /// other than the sources.
-    Device {
-        x: &'a cudarc::driver::CudaSlice<f64>,
-        alpha: &'a cudarc::driver::CudaSlice<f64>,
-        sigma: &'a cudarc::driver::CudaSlice<f64>,
-        targets: Option<&'a cudarc::driver::CudaSlice<f64>>,
-    },
+/// The particles of one evaluation on the device, in the caller's order: positions and
+/// strengths (3 per source), cores (1 per source), and other targets (3 per target) with their
+/// number.
+struct Inputs<'a> {
+    x: &'a CudaSlice<f64>,
+    alpha: &'a CudaSlice<f64>,
+    sigma: &'a CudaSlice<f64>,
+    n: usize,
+    targets: Option<(&'a CudaSlice<f64>, usize)>,
+}
+
+/// The host forms' inputs uploaded in the caller's order (grow only): positions, charges (3
+/// strengths or 1 mass per source), cores, other targets.
+#[derive(Default)]
+pub(super) struct Staged {
+    pub(super) x: DeviceBuffer<f64>,
+    pub(super) alpha: DeviceBuffer<f64>,
+    pub(super) sigma: DeviceBuffer<f64>,
+    pub(super) targets: DeviceBuffer<f64>,
+}
+
+/// A launch of one thread per item for `fmm_gather`.
+pub(super) fn gather_cfg(len: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (len.div_ceil(256).max(1) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// Where the results go.
@@ -639,31 +580,20 @@ impl DeviceSummation for CudaFmm {
         &self.gpu
     }
 
-    /// The host form's kernels on resident particles: the positions and cores come to the host
-    /// for the tree and lists (32 bytes per particle), the strengths are gathered into tree
-    /// order on the device, and the results are written straight into `out`.
+    /// The host form's kernels on resident particles: the trees and lists are built on the
+    /// device from the resident positions and cores (the largest core comes back, 8 bytes), the
+    /// strengths are gathered into tree order there, and the results are written straight into
+    /// `out`. Only a due built-in check brings particles and results to the host.
     fn evaluate_on_device(&mut self, work: DeviceWork, out: &mut DeviceEvaluation) -> SumResult {
         let src = work.sources;
         let n = src.n;
-        let xs = self.to_host(src.x, 3 * n, "positions")?;
-        let sig = self.to_host(src.sigma, n, "core radii")?;
-        let x3: Vec<[f64; 3]> = xs.chunks(3).map(|c| [c[0], c[1], c[2]]).collect();
-        let (targets_host, tbuf) = match work.targets {
-            DeviceTargets::Sources => (None, None),
-            DeviceTargets::Points { x, n: nt } => {
-                let t = self.to_host(x, 3 * nt, "targets")?;
-                (
-                    Some(t.chunks(3).map(|c| [c[0], c[1], c[2]]).collect::<Vec<_>>()),
-                    Some(x.get()),
-                )
-            }
+        let sigma_max = match n {
+            0 => 0.0,
+            _ => self.tree.sort().max(src.sigma.get(), n)?,
         };
-        let targets: &[[f64; 3]] = targets_host.as_deref().unwrap_or(&x3);
-        let nt = targets.len();
-        let sources = Sources {
-            x: &x3,
-            alpha: &[],
-            sigma: &sig,
+        let (tbuf, nt) = match work.targets {
+            DeviceTargets::Sources => (None, n),
+            DeviceTargets::Points { x, n: nt } => (Some((x.get(), *nt)), *nt),
         };
         let (extra, talpha) = match work.extra {
             DeviceExtra::None => (ExtraKind::Velocity, None),
@@ -685,30 +615,31 @@ impl DeviceSummation for CudaFmm {
             _ => &mut out.stretching,
         };
         xbuf.ensure(&s, xlen)?;
-        self.run(
-            &sources,
-            targets,
-            extra,
-            Inputs::Device {
-                x: src.x.get(),
-                alpha: src.alpha.get(),
-                sigma: src.sigma.get(),
-                targets: tbuf,
-            },
-            Outputs::Device {
-                u: &mut out.velocity,
-                x: xbuf,
-                alpha: talpha,
-            },
-        )?;
-        // The built-in check, as in the host form: on a due evaluation the results, the
-        // strengths and the target strengths come to the host for the sampled comparison.
-        let sigma_max = sig.iter().copied().fold(0.0, f64::max);
+        let inputs = Inputs {
+            x: src.x.get(),
+            alpha: src.alpha.get(),
+            sigma: src.sigma.get(),
+            n,
+            targets: tbuf,
+        };
+        let outputs = Outputs::Device {
+            u: &mut out.velocity,
+            x: xbuf,
+            alpha: talpha,
+        };
+        self.run(&inputs, sigma_max, extra, outputs)?;
+        // The built-in check, as in the host form: on a due evaluation the positions, cores,
+        // results, strengths and target strengths come to the host for the sampled comparison.
         let stats = self.state.stats;
         if !self.state.schedule.next_is_due(sigma_max) {
+            let none = Sources {
+                x: &[],
+                alpha: &[],
+                sigma: &[],
+            };
             return self.state.schedule.after_evaluation(
-                &sources,
-                targets,
+                &none,
+                &[],
                 &Extra::None,
                 &Evaluation::default(),
                 sigma_max,
@@ -718,6 +649,13 @@ impl DeviceSummation for CudaFmm {
         }
         let to3 =
             |v: Vec<f64>| -> Vec<[f64; 3]> { v.chunks(3).map(|c| [c[0], c[1], c[2]]).collect() };
+        let x3 = to3(self.to_host(src.x, 3 * n, "positions")?);
+        let sig = self.to_host(src.sigma, n, "core radii")?;
+        let targets_host = match work.targets {
+            DeviceTargets::Sources => None,
+            DeviceTargets::Points { x, n: nt } => Some(to3(self.to_host(x, 3 * nt, "targets")?)),
+        };
+        let targets: &[[f64; 3]] = targets_host.as_deref().unwrap_or(&x3);
         let alpha = to3(self.to_host(src.alpha, 3 * n, "strengths")?);
         let mut host = Evaluation {
             velocity: to3(self.to_host(&out.velocity, 3 * nt, "velocities")?),
@@ -808,20 +746,31 @@ impl Summation for CudaFmm {
 
     fn evaluate_request(&mut self, req: Request, out: &mut Evaluation) -> SumResult {
         let (_, sigma_max) = sigma_range(req.sources)?;
-        let target_alpha = match req.extra {
-            Extra::Stretching { alpha, .. } => Some(alpha),
-            _ => None,
+        let (src, targets) = (req.sources, req.targets);
+        // The targets are the sources when they are the same array (one tree for both).
+        let same = std::ptr::eq(targets.as_ptr(), src.x.as_ptr()) && targets.len() == src.len();
+        let s = self.stream.clone();
+        let mut staged = std::mem::take(&mut self.staged);
+        staged.x.upload(&s, &flat(src.x), "positions")?;
+        staged.alpha.upload(&s, &flat(src.alpha), "strengths")?;
+        staged.sigma.upload(&s, src.sigma, "core radii")?;
+        if !same {
+            staged.targets.upload(&s, &flat(targets), "targets")?;
+        }
+        if let Extra::Stretching { alpha, .. } = req.extra {
+            self.buf.t_alpha.upload(&s, &flat(alpha), "target strengths")?;
+        }
+        let inputs = Inputs {
+            x: staged.x.get(),
+            alpha: staged.alpha.get(),
+            sigma: staged.sigma.get(),
+            n: src.len(),
+            targets: (!same).then(|| (staged.targets.get(), targets.len())),
         };
-        self.run(
-            req.sources,
-            req.targets,
-            ExtraKind::of(&req.extra),
-            Inputs::Host {
-                alpha: req.sources.alpha,
-                target_alpha,
-            },
-            Outputs::Staged,
-        )?;
+        let extra = ExtraKind::of(&req.extra);
+        let result = self.run(&inputs, sigma_max, extra, Outputs::Staged);
+        self.staged = staged;
+        result?;
         self.download(req.targets.len(), &req.extra, out)?;
         let stats = self.state.stats;
         self.state.schedule.after_evaluation(

@@ -1,15 +1,18 @@
 //! Softened gravity by the FMM on one GPU ([`CudaFmmGravity`]): the structure of the CPU
-//! [`super::FmmGravity`] (trees and lists built on the host with the absolute near-field radius,
-//! [`Structure::build_gravity`]), the far field of [`super::CudaFmm`] with one charge per body,
+//! [`super::FmmGravity`] (the same trees and lists, with the absolute near-field radius, built
+//! on the device by [`GpuTree`] from the bodies uploaded in the caller's order), the far field of [`super::CudaFmm`] with one charge per body,
 //! the mass (fmm.cu compiled with `-DFMM_Q=1`: P2M, M2M, M2L and L2L in f64,
 //! [`super::cuda::far_field`]), then `fmm_pack_gravity` and `fmm_eval_gravity`: φ and a from the
 //! local expansion in f64 and the exact softened pairs of the near field in f32
 //! (docs/physics.md §8.1). With ε = 0 a pair at distance 0 adds nothing, so `targets = None`
 //! skips each body's self pair, and coincident bodies are refused.
 
-use super::cuda::{cfg, compile, far_field, gather3, Buffers, FarKernels, Timeline};
+use super::cuda::{
+    cfg, compile, far_field, flat, gather_cfg, Buffers, FarKernels, Staged, Timeline,
+};
+use super::gpu_tree::{Cores, GpuTree, TreeRequest};
 use super::params::{plan_gravity_parameters, FmmBackend, FmmParams};
-use super::{AccuracyCheck, Fmm, FmmState, FmmStats, GravityFmmState, Structure};
+use super::{AccuracyCheck, Fmm, FmmState, FmmStats, GravityFmmState};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{launch, load_kernels, CudaError, Gpu};
 use crate::summation::direct::cuda_gravity::{check_bodies_in, softening_squared_in};
@@ -18,9 +21,7 @@ use crate::summation::interaction::{
 };
 use crate::summation::{SumResult, SummationError};
 use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
-use rayon::prelude::*;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Threads per block of `fmm_eval_gravity` (`EVAL_THREADS` in fmm.cu).
 const EVAL_THREADS: u32 = 128;
@@ -31,6 +32,7 @@ struct GravityKernels {
     far: FarKernels,
     pack_gravity: CudaFunction,
     eval_gravity: CudaFunction,
+    gather: CudaFunction,
 }
 
 /// Plummer-softened gravity by the FMM on one GPU: f64 expansions, f32 near field (module docs).
@@ -45,6 +47,9 @@ struct Engine {
     stream: Arc<CudaStream>,
     kernels: GravityKernels,
     buf: Buffers,
+    /// The trees and lists, built on the device, and the bodies uploaded for them.
+    tree: GpuTree,
+    staged: Staged,
     /// Outputs: the accelerations (3 per target) and the potentials (1 per target).
     out_acc: DeviceBuffer<f64>,
     out_phi: DeviceBuffer<f64>,
@@ -76,9 +81,11 @@ impl CudaFmmGravity {
         let (module, far) = compile(&gpu, p, 1)?;
         #[rustfmt::skip]
         let kernels = load_kernels!(module, "fmm_", GravityKernels {
-            pack_gravity, eval_gravity; order: p, far: far
+            pack_gravity, eval_gravity, gather; order: p, far: far
         });
         let engine = Engine {
+            tree: GpuTree::new(&gpu)?,
+            staged: Staged::default(),
             stream: gpu.stream().clone(),
             gpu,
             kernels,
@@ -120,25 +127,37 @@ impl Engine {
         let (n, nt) = (bodies.len(), tx.len());
         let mut stats = FmmStats::default();
 
-        let t0 = Instant::now();
-        let st = Structure::build_gravity(bodies.x, tx, params);
+        // The bodies in the caller's order; the targets are the bodies when they are the same
+        // array (one tree for both).
+        let same = std::ptr::eq(tx.as_ptr(), bodies.x.as_ptr()) && nt == n;
+        let st = &mut self.staged;
+        st.x.upload(&s, &flat(bodies.x), "positions")?;
+        st.alpha.upload(&s, bodies.mass, "masses")?;
+        if !same {
+            st.targets.upload(&s, &flat(tx), "targets")?;
+        }
+        self.tree.build(&TreeRequest {
+            x: st.x.get(),
+            n,
+            cores: Cores::Uniform(1.0),
+            targets: (!same).then(|| (st.targets.get(), nt)),
+            leaf_size: params.leaf_size,
+            theta: params.theta,
+            rho_cut: params.rho_cut_velocity,
+            scale_max: 1.0,
+        })?;
+        let st = self.tree.shape();
         let (stree, ttree) = (&st.sources, st.targets());
         let own_targets = st.target_tree.is_some();
         let (k, b) = (&self.kernels, &mut self.buf);
-        b.upload_structure(&s, &st, 1, p)?;
-        b.s_x
-            .upload(&s, &gather3(bodies.x, &stree.order), "positions")?;
-        let mass: Vec<f64> = stree
-            .order
-            .par_iter()
-            .map(|&i| bodies.mass[i as usize])
-            .collect();
-        b.s_alpha.upload(&s, &mass, "masses")?;
-        if own_targets {
-            b.t_x.upload(&s, &gather3(tx, &ttree.order), "targets")?;
-        }
+        b.adopt(&s, &self.tree, false, 1, p)?;
+        b.s_alpha.ensure(&s, n)?;
+        let ni = n as i32;
+        // SAFETY: fmm_gather(order, n, width, src, dst): order (the tree's) holds n indices below
+        // n; src holds the n masses (uploaded above), dst was ensured to n.
+        launch!(s, &k.gather, "fmm_gather", gather_cfg(n);
+            b.s_order.get(), &ni, &1i32, self.staged.alpha.get(), b.s_alpha.get_mut())?;
         b.s_pos.ensure(&s, 4 * n)?;
-        stats.tree_seconds = t0.elapsed().as_secs_f64();
 
         let timeline = Timeline::new(&self.gpu)?;
         timeline.record(0, &s)?;
@@ -166,7 +185,7 @@ impl Engine {
             b.p2p_offsets.get(), b.p2p_sources.get(), b.s_center.get(), b.s_begin.get(),
             b.s_end.get(), b.s_pos.get(), b.local.get(), &eps2, self.out_phi.get_mut(),
             self.out_acc.get_mut())?;
-        timeline.finish(&self.gpu, &s, &st, p, &mut stats)?;
+        timeline.finish(&self.gpu, &s, &self.tree, &mut stats)?;
 
         self.out_phi
             .download(&self.gpu, &mut out.potential[..nt], "potentials")?;

@@ -189,6 +189,46 @@ pub struct TreeRequest<'a> {
 
 type CudaResult = Result<(), CudaError>;
 
+/// What the far-field passes need of a tree besides its device arrays: its cell, leaf and
+/// level ranges (the names of [`Octree`]'s fields, so code written for either reads alike).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TreeShape {
+    pub cells: Range<usize>,
+    pub leaves: Range<usize>,
+    pub levels: Vec<Range<usize>>,
+}
+
+impl TreeShape {
+    pub fn depth(&self) -> usize {
+        self.levels.len()
+    }
+}
+
+/// The shapes of one evaluation's trees: the sources' and, when the targets are other points,
+/// the targets' (as [`super::Structure`] holds the trees).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Shape {
+    pub sources: TreeShape,
+    pub target_tree: Option<TreeShape>,
+}
+
+impl Shape {
+    pub fn targets(&self) -> &TreeShape {
+        self.target_tree.as_ref().unwrap_or(&self.sources)
+    }
+}
+
+impl DeviceTree {
+    /// Its cell, leaf and level ranges.
+    pub fn shape(&self) -> TreeShape {
+        TreeShape {
+            cells: 0..self.n_cells,
+            leaves: 0..self.n_leaves,
+            levels: self.levels.clone(),
+        }
+    }
+}
+
 /// The trees and lists of one evaluation on the GPU, and the buffers they live in (reused, grow
 /// only).
 pub struct GpuTree {
@@ -305,6 +345,14 @@ impl GpuTree {
         let ms = self.gpu.elapsed_ms(&self.events[0], &self.events[1], "the GPU tree")?;
         self.seconds = ms as f64 * 1e-3;
         Ok(())
+    }
+
+    /// The shapes of the last build's trees.
+    pub fn shape(&self) -> Shape {
+        Shape {
+            sources: self.sources.shape(),
+            target_tree: self.own_targets.then(|| self.targets.shape()),
+        }
     }
 
     /// Fills the counts of `stats` (as [`super::Structure::count`]) and the tree time.
