@@ -77,15 +77,22 @@ fn compare(
     };
     tree.build(&req).unwrap();
     let (ds, dt, dl) = tree.download().unwrap();
-    let same = |what: &str, ok: bool| assert!(ok, "{name}: the GPU's {what} differs from the host's");
-    for (h, d, which) in [(Some(&hs), Some(&ds), "source"), (ht.as_ref(), dt.as_ref(), "target")] {
+    let same =
+        |what: &str, ok: bool| assert!(ok, "{name}: the GPU's {what} differs from the host's");
+    for (h, d, which) in [
+        (Some(&hs), Some(&ds), "source"),
+        (ht.as_ref(), dt.as_ref(), "target"),
+    ] {
         let (Some(h), Some(d)) = (h, d) else {
             same("target tree presence", h.is_none() && d.is_none());
             continue;
         };
         same(&format!("{which} levels"), h.levels == d.levels);
         same(&format!("{which} order"), h.order == d.order);
-        same(&format!("{which} cell count"), h.cells.len() == d.cells.len());
+        same(
+            &format!("{which} cell count"),
+            h.cells.len() == d.cells.len(),
+        );
         if let Some(i) = (0..h.cells.len()).find(|&i| h.cells[i] != d.cells[i]) {
             panic!(
                 "{name}: {which} cell {i} differs:\n host {:?}\n  gpu {:?}",
@@ -99,7 +106,11 @@ fn compare(
     same("P2P offsets", hl.p2p_offsets == dl.p2p_offsets);
     same("P2P sources", hl.p2p_sources == dl.p2p_sources);
     let t = ht.as_ref().unwrap_or(&hs);
-    assert_eq!(tree.lists.p2p_pairs, hl.p2p_pairs(t, &hs), "{name}: P2P pairs");
+    assert_eq!(
+        tree.lists.p2p_pairs,
+        hl.p2p_pairs(t, &hs),
+        "{name}: P2P pairs"
+    );
     assert_eq!(tree.lists.m2l_count, hl.m2l_count(), "{name}: M2L count");
     println!(
         "{name}: {} cells, depth {}, {} M2L, {} P2P entries: equal",
@@ -147,8 +158,22 @@ fn gpu_tree_and_lists_equal_the_hosts() {
     let big = Particles::free_space(100_000, 1);
     let (cells, m2l, p2p) = compare(&mut tree, &gpu, "uniform 100k", &big, None, BS);
     assert!(cells > 3000 && m2l > 0 && p2p > 0);
-    compare(&mut tree, &gpu, "clustered 20k", &clustered(20_000, 10, 3.0, 0.05, 7), None, BS);
-    compare(&mut tree, &gpu, "ring 30k", &Particles::thin_ring(30_000, 3), None, BS);
+    compare(
+        &mut tree,
+        &gpu,
+        "clustered 20k",
+        &clustered(20_000, 10, 3.0, 0.05, 7),
+        None,
+        BS,
+    );
+    compare(
+        &mut tree,
+        &gpu,
+        "ring 30k",
+        &Particles::thin_ring(30_000, 3),
+        None,
+        BS,
+    );
     let plummer = Particles::plummer(50_000, 0.3, 0.01, 2);
     compare(&mut tree, &gpu, "plummer 50k", &plummer, None, BS);
     // Gravity's form: every source's scale 1, an absolute near-field radius; small leaves.
@@ -158,7 +183,14 @@ fn gpu_tree_and_lists_equal_the_hosts() {
         rho_cut: 1e-3,
         per_point: false,
     };
-    compare(&mut tree, &gpu, "plummer gravity", &Particles::plummer(8000, 0.3, 0.01, 5), None, g);
+    compare(
+        &mut tree,
+        &gpu,
+        "plummer gravity",
+        &Particles::plummer(8000, 0.3, 0.01, 5),
+        None,
+        g,
+    );
     // Coincident points: splitting stops at the minimum side / the last level.
     let mut dup = Particles::random_in_box(500, 1.0, 0.01, 0.01, 4);
     for i in 0..300 {
@@ -179,19 +211,47 @@ fn gpu_tree_and_lists_equal_the_hosts_with_separate_targets() {
     let mut tree = GpuTree::new(&gpu).unwrap();
     let p = Particles::plummer(20_000, 0.3, 0.01, 2);
     let faces = cell_face_targets(&p, 3000, 9);
-    compare(&mut tree, &gpu, "plummer, face targets", &p, Some(&faces), BS);
+    compare(
+        &mut tree,
+        &gpu,
+        "plummer, face targets",
+        &p,
+        Some(&faces),
+        BS,
+    );
     // Targets at the sources (a copy: a separate tree of the same points) and on a lattice.
     let u = Particles::free_space(10_000, 3);
-    compare(&mut tree, &gpu, "uniform, copied targets", &u, Some(&u.x.clone()), BS);
+    compare(
+        &mut tree,
+        &gpu,
+        "uniform, copied targets",
+        &u,
+        Some(&u.x.clone()),
+        BS,
+    );
     let lattice: Vec<[f64; 3]> = (0..16 * 16 * 16)
         .map(|i| [i % 16, (i / 16) % 16, i / 256].map(|k| -3.0 + 0.4 * k as f64))
         .collect();
-    compare(&mut tree, &gpu, "uniform, lattice targets", &u, Some(&lattice), BS);
+    compare(
+        &mut tree,
+        &gpu,
+        "uniform, lattice targets",
+        &u,
+        Some(&lattice),
+        BS,
+    );
     let ring = Particles::thin_ring(5000, 4);
     let few = cell_face_targets(&ring, 7, 1);
     compare(&mut tree, &gpu, "ring, 7 targets", &ring, Some(&few), BS);
     let one = Particles::random_in_box(1, 1.0, 0.01, 0.01, 1);
-    compare(&mut tree, &gpu, "1 source, face targets", &one, Some(&faces), BS);
+    compare(
+        &mut tree,
+        &gpu,
+        "1 source, face targets",
+        &one,
+        Some(&faces),
+        BS,
+    );
     // Back to targets = sources with the same GpuTree.
     compare(&mut tree, &gpu, "plummer again", &p, None, BS);
 }
@@ -210,7 +270,11 @@ fn gpu_radix_sort_scan_and_bounds_equal_the_hosts() {
         (100_003, 63, 1000),
         (300_000, 64, u64::MAX),
     ] {
-        let mask = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        let mask = if bits == 64 {
+            u64::MAX
+        } else {
+            (1u64 << bits) - 1
+        };
         // Many ties: `distinct` values spread over the key bits.
         let keys: Vec<u64> = (0..n)
             .map(|_| {
@@ -224,7 +288,8 @@ fn gpu_radix_sort_scan_and_bounds_equal_the_hosts() {
         let (mut dk, mut dv) = (DeviceBuffer::new(), DeviceBuffer::new());
         dk.upload(&s, &keys, "keys").unwrap();
         dv.upload(&s, &vals, "values").unwrap();
-        sort.sort_pairs(dk.get_mut(), dv.get_mut(), n, bits).unwrap();
+        sort.sort_pairs(dk.get_mut(), dv.get_mut(), n, bits)
+            .unwrap();
         let (mut gk, mut gv) = (vec![0u64; n], vec![0u32; n]);
         dk.download(&gpu, &mut gk, "keys").unwrap();
         dv.download(&gpu, &mut gv, "values").unwrap();

@@ -149,11 +149,10 @@ pub fn bench_fmm(
         Some(info) => crate::out!(
             "vpm bench fmm (GPU, f64 expansions, f32 near field, accuracy {:e}, {}): {info}; \
              wall clock of the synchronised call, median of {} after warm-up; tree and lists on \
-             the host ({} CPU threads)",
+             the device",
             o.accuracy,
             o.interaction,
             o.repeats,
-            rayon::current_num_threads()
         ),
     }
     crate::out!(

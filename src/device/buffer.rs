@@ -73,7 +73,10 @@ impl<T: DeviceRepr + ValidAsZeroBits> DeviceBuffer<T> {
             return Ok(());
         }
         stream
-            .memcpy_dtod(&src.get().slice(0..len), &mut self.get_mut().slice_mut(0..len))
+            .memcpy_dtod(
+                &src.get().slice(0..len),
+                &mut self.get_mut().slice_mut(0..len),
+            )
             .doing("copying between device buffers")
     }
 

@@ -6,7 +6,9 @@
 
 use super::buffer::DeviceBuffer;
 use super::cuda::{kernel_source, launch, load_kernels, CudaError, Doing, Gpu, KernelSource};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+};
 use std::sync::Arc;
 
 /// The block-wide scan shared by `sort.cu` and `ewald.cu`, a named NVRTC header.
@@ -98,7 +100,11 @@ impl DeviceSort {
         if n == 0 {
             return Ok(());
         }
-        assert!(buf.len() >= n, "scan of {n} values in a buffer of {}", buf.len());
+        assert!(
+            buf.len() >= n,
+            "scan of {n} values in a buffer of {}",
+            buf.len()
+        );
         Self::scan_with(&self.stream, &self.k, &mut self.sums, buf, n)
     }
 
@@ -126,9 +132,19 @@ impl DeviceSort {
             let shift = (8 * pass) as i32;
             // Even passes read the caller's buffers, odd ones the scratch copies.
             let (kin, vin, kout, vout) = if pass % 2 == 0 {
-                (&*keys, &*vals, self.keys_tmp.get_mut(), self.vals_tmp.get_mut())
+                (
+                    &*keys,
+                    &*vals,
+                    self.keys_tmp.get_mut(),
+                    self.vals_tmp.get_mut(),
+                )
             } else {
-                (self.keys_tmp.get(), self.vals_tmp.get(), &mut *keys, &mut *vals)
+                (
+                    self.keys_tmp.get(),
+                    self.vals_tmp.get(),
+                    &mut *keys,
+                    &mut *vals,
+                )
             };
             // SAFETY: sort_radix_hist(keys, n, shift, count): kin holds ≥ n keys; count holds
             // 256·nb values (ensured), nb blocks of RADIX_THREADS, one tile of RADIX_TILE each.

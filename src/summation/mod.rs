@@ -37,7 +37,7 @@
 //! pairs on a GPU, f32), [`ewald::EwaldPeriodic`] (periodic box, Ewald split, CPU f64),
 //! [`ewald::CudaEwald`] (the same on a GPU, f32), [`fmm::FmmFreeSpace`] (free space, fast
 //! multipoles, CPU f64) and [`fmm::CudaFmm`] (the same on a GPU: f64 expansions, f32 near field,
-//! tree and lists built on the host). For gravity: [`direct::DirectGravity`] and
+//! tree and lists built on the device). For gravity: [`direct::DirectGravity`] and
 //! [`fmm::FmmGravity`] (CPU, f64, the same engines over [`interaction::PlummerGravity`]).
 //! [`planner`] picks one from a registry (gravity: [`planner::plan_gravity`]);
 //! [`verify`] measures any of them against a reference; [`cells`] (cell lists in the box),

@@ -6,7 +6,8 @@
 //! σ² ← σ² + 2νΔt, the periodic wrap and the non-finite check are the kernels of
 //! `kernels/particles.cu`; velocity and stretching come from the evaluator's device form
 //! ([`crate::summation::DeviceSummation`]: all pairs or PME with f32 sums, without host copies;
-//! the FMM with its tree and lists built from host copies of the positions and cores);
+//! the FMM with its tree and lists built on the device too, a few small downloads per tree
+//! level);
 //! reinitialisation evaluates the blob vorticity at the lattice nodes on the device and solves
 //! for the strengths by cuFFT in f64 ([`super::rbf_device::DeviceRbfSolver`]), with the same
 //! conditioning (solenoidal projection, filter) and Σα = 0 as the CPU.

@@ -10,11 +10,11 @@
 
 use super::params::{CostModel, EwaldParameters};
 use crate::device::buffer::DeviceBuffer;
-use crate::device::sort::DeviceSort;
 use crate::device::cuda::{
     cufft_available, fft_plan, kernel_source, launch, load_kernels, CompiledModule, CudaError,
     Doing, FftLayout, Gpu, KernelSource,
 };
+use crate::device::sort::DeviceSort;
 use cudarc::cufft::{sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use std::f64::consts::{PI, TAU};

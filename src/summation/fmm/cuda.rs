@@ -13,8 +13,8 @@
 //! kernels never reduce across blocks, so the answer is deterministic, and both forms give the
 //! same bits. [`FmmStats::tree_seconds`] is the device time of the tree and lists (CUDA events).
 
-use super::params::{plan_parameters, FmmBackend, FmmParams};
 use super::gpu_tree::{Cores, GpuTree, Shape, TreeRequest};
+use super::params::{plan_parameters, FmmBackend, FmmParams};
 use super::{AccuracyCheck, Fmm, FmmState, FmmStats};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::CompiledModule;
@@ -170,7 +170,8 @@ impl Buffers {
         let l = &tree.lists;
         self.m2l_offsets.copy_from(s, &l.m2l_offsets, ntc + 1)?;
         self.m2l_sources.copy_from(s, &l.m2l_sources, l.m2l_count)?;
-        self.p2p_offsets.copy_from(s, &l.p2p_offsets, tgt.n_leaves + 1)?;
+        self.p2p_offsets
+            .copy_from(s, &l.p2p_offsets, tgt.n_leaves + 1)?;
         self.p2p_sources.copy_from(s, &l.p2p_sources, l.p2p_count)?;
         let stride = q * super::expansions::coefficient_count(p);
         self.mult.ensure(s, 2 * stride * nc)?;
@@ -758,7 +759,9 @@ impl Summation for CudaFmm {
             staged.targets.upload(&s, &flat(targets), "targets")?;
         }
         if let Extra::Stretching { alpha, .. } = req.extra {
-            self.buf.t_alpha.upload(&s, &flat(alpha), "target strengths")?;
+            self.buf
+                .t_alpha
+                .upload(&s, &flat(alpha), "target strengths")?;
         }
         let inputs = Inputs {
             x: staged.x.get(),

@@ -25,7 +25,9 @@ use super::traversal::InteractionLists;
 use super::tree::{BoundingCube, Cell, Octree, MAX_LEVEL};
 use super::FmmStats;
 use crate::device::buffer::DeviceBuffer;
-use crate::device::cuda::{kernel_source, launch, load_kernels, CudaError, Doing, Gpu, KernelSource};
+use crate::device::cuda::{
+    kernel_source, launch, load_kernels, CudaError, Doing, Gpu, KernelSource,
+};
 use crate::device::sort::{cfg_items, DeviceSort};
 use cudarc::driver::{
     CudaEvent, CudaFunction, CudaSlice, CudaStream, DeviceRepr, PushKernelArg, ValidAsZeroBits,
@@ -263,7 +265,11 @@ fn fetch<T: DeviceRepr + ValidAsZeroBits + Default + Clone>(
 /// Value `i` of `buf` on the host (one small download).
 fn read_at(gpu: &Gpu, buf: &DeviceBuffer<u32>, i: usize) -> Result<u32, CudaError> {
     let mut v = [0u32];
-    gpu.copy_to_host(&buf.get().slice(i..i + 1), &mut v, "a count of the GPU tree")?;
+    gpu.copy_to_host(
+        &buf.get().slice(i..i + 1),
+        &mut v,
+        "a count of the GPU tree",
+    )?;
     Ok(v[0])
 }
 
@@ -314,7 +320,9 @@ impl GpuTree {
     /// downloads; the last wait ends the build, whose device time goes to [`Self::seconds`]).
     pub fn build(&mut self, req: &TreeRequest) -> CudaResult {
         let min_side = min_leaf_side(req.rho_cut, req.scale_max);
-        self.events[0].record(&self.stream).doing("recording an event")?;
+        self.events[0]
+            .record(&self.stream)
+            .doing("recording an event")?;
         let mut parts = Parts {
             gpu: &self.gpu,
             s: &self.stream,
@@ -322,7 +330,14 @@ impl GpuTree {
             sort: &mut self.sort,
             counts: &mut self.counts,
         };
-        parts.tree(&mut self.sources, req.x, req.n, req.cores, req.leaf_size, min_side)?;
+        parts.tree(
+            &mut self.sources,
+            req.x,
+            req.n,
+            req.cores,
+            req.leaf_size,
+            min_side,
+        )?;
         self.own_targets = req.targets.is_some();
         if let Some((tx, nt)) = req.targets {
             let zero = Cores::Uniform(0.0);
@@ -334,15 +349,21 @@ impl GpuTree {
             &self.sources
         };
         parts.lists(t, &self.sources, req.theta, req.rho_cut, &mut self.lists)?;
-        self.events[1].record(&self.stream).doing("recording an event")?;
+        self.events[1]
+            .record(&self.stream)
+            .doing("recording an event")?;
         let mut pairs = [0u64];
         if t.n_leaves > 0 && self.sources.n_cells > 0 {
-            self.lists.pairs.download(&self.gpu, &mut pairs, "the near-field pairs")?;
+            self.lists
+                .pairs
+                .download(&self.gpu, &mut pairs, "the near-field pairs")?;
         } else {
             self.gpu.synchronize("the GPU tree")?;
         }
         self.lists.p2p_pairs = pairs[0];
-        let ms = self.gpu.elapsed_ms(&self.events[0], &self.events[1], "the GPU tree")?;
+        let ms = self
+            .gpu
+            .elapsed_ms(&self.events[0], &self.events[1], "the GPU tree")?;
         self.seconds = ms as f64 * 1e-3;
         Ok(())
     }
@@ -400,7 +421,9 @@ impl Parts<'_> {
     /// Exclusive scan of the first `n` counts; returns the value at `at` (downloaded).
     fn scan_read(&mut self, n: usize, at: &[usize]) -> Result<Vec<u32>, CudaError> {
         self.sort.exclusive_scan(self.counts.get_mut(), n)?;
-        at.iter().map(|&i| read_at(self.gpu, self.counts, i)).collect()
+        at.iter()
+            .map(|&i| read_at(self.gpu, self.counts, i))
+            .collect()
     }
 
     /// The octree of the `n` points at `x` (3 doubles each) into `tree`.

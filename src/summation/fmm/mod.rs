@@ -18,7 +18,7 @@
 //!
 //! Implementations: [`FmmFreeSpace`] (Biot–Savart, CPU, f64, rayon), [`FmmGravity`] (gravity,
 //! CPU, f64), [`CudaFmm`] (Biot–Savart on one GPU: f64 expansions, f32 near-field sums, tree
-//! and lists built on the host) and [`CudaFmmGravity`] (gravity on one GPU, the same far-field
+//! and lists built on the device, [`gpu_tree`], equal to the host's) and [`CudaFmmGravity`] (gravity on one GPU, the same far-field
 //! kernels with one charge). The design leaves room for the periodic box (a sum of the
 //! root's images, §8), not built yet.
 
@@ -46,8 +46,8 @@ use crate::summation::{Evaluation, Extra, Sources, SumResult, SummationError};
 use traversal::{build_lists, Criterion, InteractionLists};
 use tree::Octree;
 
-/// Counts and phase times of one evaluation (seconds, wall clock on the host; the GPU engine
-/// fills them from CUDA events).
+/// Counts and phase times of one evaluation (seconds, wall clock on the host; the GPU engines
+/// fill them from CUDA events, the tree phase included).
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct FmmStats {
     pub tree_seconds: f64,
@@ -79,7 +79,8 @@ impl FmmStats {
     }
 }
 
-/// The trees and interaction lists of one evaluation, built on the host (both engines).
+/// The trees and interaction lists of one evaluation, built on the host (the CPU engines, and
+/// the reference the GPU's [`gpu_tree`] build is tested against).
 pub struct Structure {
     pub sources: Octree,
     /// The target tree, `None` when the targets are the sources (one tree for both).
@@ -189,7 +190,8 @@ pub trait Fmm {
     }
 
     /// Counts and phase times of the last evaluation (on the GPU, device phases from CUDA
-    /// events; the tree phase is the host's build and the uploads).
+    /// events; the tree phase is the device's build of the trees and lists, without the host
+    /// form's uploads).
     fn last_stats(&self) -> &FmmStats {
         &self.state().stats
     }

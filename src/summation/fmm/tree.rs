@@ -333,7 +333,10 @@ mod tests {
         // The lowest corner has key 0, the highest point the largest cell, outside points clamp.
         assert_eq!(c.key(&c.corner), 0);
         let top = morton_key(0x1f_ffff, 0x1f_ffff, 0x1f_ffff);
-        assert_eq!(c.key(&[c.corner[0] + 2.0 * c.half; 3].map(|v| v + 10.0)), top);
+        assert_eq!(
+            c.key(&[c.corner[0] + 2.0 * c.half; 3].map(|v| v + 10.0)),
+            top
+        );
         assert_eq!(c.key(&[-1e300, -1e300, -1e300]), 0);
         assert!(c.key(&[1.0, 0.5, 2.0]) <= top);
         // A single point: a tiny cube about it (its key 0).
