@@ -119,6 +119,14 @@ __device__ __forceinline__ unsigned tree_digit_end(const u64 *keys, unsigned lo,
     return lo;
 }
 
+// A count pass over n items with a closing zero (so that the scan's entry n is the total): true
+// for the threads with nothing more to do, the one at n writing the zero.
+__device__ __forceinline__ bool tree_past_end(int i, int n, unsigned *cnt)
+{
+    if (i == n) cnt[n] = 0;
+    return i >= n;
+}
+
 // Whether a cell of `level` is split (the host's rule).
 __device__ __forceinline__ bool tree_splits(unsigned len, int level, unsigned leaf_size,
                                             double half, double min_side)
@@ -135,11 +143,7 @@ extern "C" __global__ void tree_count(int first, int count, int level, unsigned 
                                       unsigned *__restrict__ nchild)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i > count) return;
-    if (i == count) {
-        nchild[count] = 0;
-        return;
-    }
+    if (tree_past_end(i, count, nchild)) return;
     const int c = first + i;
     const unsigned b = begin[c], e = end[c];
     unsigned k = 0;
@@ -390,11 +394,7 @@ extern "C" __global__ void tree_p2p_count(int n_leaves, const unsigned *__restri
                                           unsigned *__restrict__ cnt)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i > n_leaves) return;
-    if (i == n_leaves) {
-        cnt[i] = 0;
-        return;
-    }
+    if (tree_past_end(i, n_leaves, cnt)) return;
     const unsigned l = leaves[i];
     cnt[i] = near_off[l + 1] - near_off[l];
 }

@@ -233,3 +233,80 @@ impl DeviceSort {
         Ok(b)
     }
 }
+
+/// A host mirror of the radix pass (`sort_radix_hist`, the scan, `sort_radix_scatter`: tiles,
+/// rounds, warps, ranks by equal digits among the lower lanes), tested against a stable sort.
+#[cfg(test)]
+mod mirror {
+    use super::{RADIX_THREADS, RADIX_TILE};
+
+    fn pass(keys: &[u64], vals: &[u32], shift: u32) -> (Vec<u64>, Vec<u32>) {
+        let n = keys.len();
+        let nb = n.div_ceil(RADIX_TILE);
+        let digit = |k: u64| ((k >> shift) & 255) as usize;
+        let mut count = vec![0u32; 256 * nb];
+        for (i, &k) in keys.iter().enumerate() {
+            count[digit(k) * nb + i / RADIX_TILE] += 1;
+        }
+        let mut acc = 0;
+        for c in count.iter_mut() {
+            let v = *c;
+            *c = acc;
+            acc += v;
+        }
+        let (mut ko, mut vo) = (vec![0u64; n], vec![0u32; n]);
+        let threads = RADIX_THREADS as usize;
+        for b in 0..nb {
+            let mut off: Vec<u32> = (0..256).map(|d| count[d * nb + b]).collect();
+            for r in 0..RADIX_TILE / threads {
+                let mut cnt = vec![[0u32; 256]; threads / 32];
+                let base = b * RADIX_TILE + r * threads;
+                let item = |tid: usize| (base + tid < n).then(|| base + tid);
+                let rank = |tid: usize| {
+                    let (w, lane) = (tid / 32, tid % 32);
+                    let d = digit(keys[item(tid).unwrap()]);
+                    (0..lane)
+                        .filter(|&l| item(32 * w + l).is_some_and(|j| digit(keys[j]) == d))
+                        .count() as u32
+                };
+                for tid in 0..threads {
+                    if let Some(i) = item(tid) {
+                        cnt[tid / 32][digit(keys[i])] += 1;
+                    }
+                }
+                for tid in 0..threads {
+                    if let Some(i) = item(tid) {
+                        let d = digit(keys[i]);
+                        let below: u32 = (0..tid / 32).map(|w| cnt[w][d]).sum();
+                        let pos = (off[d] + below + rank(tid)) as usize;
+                        ko[pos] = keys[i];
+                        vo[pos] = vals[i];
+                    }
+                }
+                for (d, o) in off.iter_mut().enumerate() {
+                    *o += cnt.iter().map(|c| c[d]).sum::<u32>();
+                }
+            }
+        }
+        (ko, vo)
+    }
+
+    #[test]
+    fn the_radix_passes_sort_stably() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
+        for n in [1usize, 31, 2048, 5000] {
+            let mut keys: Vec<u64> = (0..n)
+                .map(|_| rng.random::<u64>() % 37 * 0x0101_0101)
+                .collect();
+            let mut vals: Vec<u32> = (0..n as u32).collect();
+            let mut want: Vec<(u64, u32)> = keys.iter().copied().zip(vals.clone()).collect();
+            want.sort_by_key(|p| p.0);
+            for pass_no in 0..4 {
+                (keys, vals) = pass(&keys, &vals, 8 * pass_no);
+            }
+            let got: Vec<(u64, u32)> = keys.into_iter().zip(vals).collect();
+            assert_eq!(got, want, "{n}");
+        }
+    }
+}

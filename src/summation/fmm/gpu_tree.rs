@@ -643,3 +643,156 @@ impl Parts<'_> {
         Ok(())
     }
 }
+
+/// Host mirrors of the device passes (the kernels' index arithmetic, step for step), tested
+/// against the host build: what the GPU tests check on a device, checked here on every machine.
+#[cfg(test)]
+mod mirror {
+    use super::super::traversal::{build_lists, Criterion, InteractionLists};
+    use super::super::tree::Octree;
+
+    /// Exclusive scan in place (the sort module's scan).
+    fn scan(v: &mut [u32]) {
+        let mut acc = 0;
+        for x in v.iter_mut() {
+            let c = *x;
+            *x = acc;
+            acc += c;
+        }
+    }
+
+    /// `tree_resolve`: each candidate's subtree depth first with a bounded stack.
+    fn resolve(
+        t: &Octree,
+        s: &Octree,
+        a: usize,
+        cand: &[u32],
+        (theta, rho_cut): (f64, f64),
+        far: &mut Vec<u32>,
+        near: &mut Vec<u32>,
+    ) {
+        let ca = &t.cells[a];
+        const STACK: usize = 1 + 7 * (super::MAX_LEVEL + 1);
+        let mut stack = [0u32; STACK];
+        for &c in cand {
+            let mut sp = 0;
+            stack[sp] = c;
+            sp += 1;
+            while sp > 0 {
+                sp -= 1;
+                let b = stack[sp] as usize;
+                let cb = &s.cells[b];
+                let d = (0..3)
+                    .map(|k| (ca.center[k] - cb.center[k]).powi(2))
+                    .sum::<f64>()
+                    .sqrt();
+                let gap = d - ca.radius - cb.radius;
+                if ca.radius + cb.radius <= theta * d && gap >= rho_cut * cb.sigma_max {
+                    far.push(b as u32);
+                } else if !cb.is_leaf() && (ca.is_leaf() || cb.radius > ca.radius) {
+                    for ch in cb.children().rev() {
+                        stack[sp] = ch as u32;
+                        sp += 1;
+                    }
+                } else {
+                    near.push(b as u32);
+                }
+            }
+        }
+    }
+
+    /// `GpuTree::lists` with `tree_lists_count`, `tree_lists_write`, `tree_p2p_*`.
+    pub(super) fn lists(t: &Octree, s: &Octree, theta: f64, rho_cut: f64) -> InteractionLists {
+        let nc = t.cells.len();
+        let mut m2l_off = vec![0u32; nc + 1];
+        let mut near_off = vec![0u32; nc + 1];
+        let (mut m2l_src, mut near_src) = (Vec::new(), Vec::new());
+        for (level, r) in t.levels.iter().enumerate() {
+            let count = r.len();
+            let rows: Vec<(Vec<u32>, Vec<u32>)> = r
+                .clone()
+                .map(|a| {
+                    let cand: Vec<u32> = if level == 0 {
+                        vec![0]
+                    } else {
+                        let p = t.cells[a].parent as usize;
+                        near_src[near_off[p] as usize..near_off[p + 1] as usize].to_vec()
+                    };
+                    let (mut f, mut n) = (Vec::new(), Vec::new());
+                    resolve(t, s, a, &cand, (theta, rho_cut), &mut f, &mut n);
+                    (f, n)
+                })
+                .collect();
+            let mut cnt = vec![0u32; 2 * count + 1];
+            for (i, (f, n)) in rows.iter().enumerate() {
+                cnt[i] = f.len() as u32;
+                cnt[count + i] = n.len() as u32;
+            }
+            scan(&mut cnt);
+            let total_far = cnt[count];
+            let (far_base, near_base) = (m2l_src.len() as u32, near_src.len() as u32);
+            m2l_src.resize((far_base + total_far) as usize, u32::MAX);
+            near_src.resize((near_base + cnt[2 * count] - total_far) as usize, u32::MAX);
+            for (i, (f, n)) in rows.iter().enumerate() {
+                let fo = far_base + cnt[i];
+                let no = near_base + cnt[count + i] - total_far;
+                m2l_src[fo as usize..fo as usize + f.len()].copy_from_slice(f);
+                near_src[no as usize..no as usize + n.len()].copy_from_slice(n);
+                m2l_off[r.start + i] = fo;
+                near_off[r.start + i] = no;
+                if i == count - 1 {
+                    m2l_off[r.start + count] = fo + f.len() as u32;
+                    near_off[r.start + count] = no + n.len() as u32;
+                }
+            }
+        }
+        let nl = t.leaves.len();
+        let mut cnt: Vec<u32> = t
+            .leaves
+            .iter()
+            .map(|&l| near_off[l as usize + 1] - near_off[l as usize])
+            .chain([0])
+            .collect();
+        scan(&mut cnt);
+        let mut p2p_src = vec![u32::MAX; cnt[nl] as usize];
+        for (i, &l) in t.leaves.iter().enumerate() {
+            let row = &near_src[near_off[l as usize] as usize..near_off[l as usize + 1] as usize];
+            p2p_src[cnt[i] as usize..cnt[i] as usize + row.len()].copy_from_slice(row);
+        }
+        InteractionLists {
+            m2l_offsets: m2l_off,
+            m2l_sources: m2l_src,
+            p2p_offsets: cnt,
+            p2p_sources: p2p_src,
+        }
+    }
+
+    #[test]
+    fn the_device_list_passes_give_the_hosts_lists() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let x = super::super::tree::clustered_points(&mut rng, 4000, 5, 3.0, 0.2);
+        let sigma: Vec<f64> = (0..x.len()).map(|i| 0.005 + 1e-6 * i as f64).collect();
+        let y: Vec<[f64; 3]> = (0..700)
+            .map(|_| [0, 1, 2].map(|_| 2.0 * (rng.random::<f64>() - 0.5)))
+            .collect();
+        let s = Octree::build(&x, Some(&sigma), 16, 0.01);
+        let t = Octree::build(&y, None, 16, 0.01);
+        for (tt, name) in [(&s, "same tree"), (&t, "targets")] {
+            let host = build_lists(
+                tt,
+                &s,
+                Criterion::Multipole {
+                    theta: 0.5,
+                    rho_cut: 4.0,
+                },
+            );
+            let m = lists(tt, &s, 0.5, 4.0);
+            assert!(host.m2l_count() > 0 && host.p2p_count() > 0, "{name}");
+            assert_eq!(m.m2l_offsets, host.m2l_offsets, "{name}");
+            assert_eq!(m.m2l_sources, host.m2l_sources, "{name}");
+            assert_eq!(m.p2p_offsets, host.p2p_offsets, "{name}");
+            assert_eq!(m.p2p_sources, host.p2p_sources, "{name}");
+        }
+    }
+}
