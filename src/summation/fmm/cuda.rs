@@ -214,7 +214,7 @@ pub(super) fn cfg(blocks: usize, threads: u32) -> LaunchConfig {
     }
 }
 
-/// P2M, M2M, M2L and L2L on the structure uploaded by [`Buffers::upload_structure`], with the
+/// P2M, M2M, M2L and L2L on the structure taken by [`Buffers::adopt`], with the
 /// sources' sorted positions in `s_x` and their `q` charges each in `s_alpha` (the module's
 /// `FMM_Q`), queued on `s`; `timeline` marks the ends of the upward pass, M2L and L2L (events
 /// 1 to 3).
@@ -236,7 +236,7 @@ pub(super) fn far_field(
     // SAFETY: fmm_p2m(leaves, n_leaves, center, begin, end, x, charge, mult): the leaves index
     // cells of the uploaded source tree, whose particle ranges lie in 0..n; x holds 3n doubles
     // and charge FMM_Q·n (the caller's upload); mult holds FMM_Q·NC complex values (2 doubles)
-    // per source cell (upload_structure); the block has at least NC threads.
+    // per source cell (adopt); the block has at least NC threads.
     launch!(s, &k.p2m, "fmm_p2m", cfg(stree.leaves.len(), threads);
         b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
         b.s_x.get(), b.s_alpha.get(), b.mult.get_mut())?;
