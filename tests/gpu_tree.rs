@@ -326,3 +326,66 @@ fn gpu_radix_sort_scan_and_bounds_equal_the_hosts() {
         assert_eq!(m, x[..n].iter().copied().fold(f64::NEG_INFINITY, f64::max));
     }
 }
+
+/// The GPU engines count their device-built trees and lists as the host structure counts
+/// (cells, leaves, depth, M2L entries, near-field pairs, targets), with targets at the sources
+/// and elsewhere, and time the build on the device.
+#[test]
+fn gpu_fmm_engines_count_their_device_trees_as_the_host() {
+    use vpm::bench::fmm::gravity_bodies;
+    use vpm::summation::fmm::{
+        plan_gravity_parameters, plan_parameters, CudaFmm, CudaFmmGravity, Fmm, FmmBackend,
+        FmmStats, Structure,
+    };
+    use vpm::summation::interaction::{Bodies, GravityEvaluation, GravitySummation};
+    use vpm::summation::verify::poisoned;
+    use vpm::summation::{Extra, Summation};
+    let Some(gpu) = gpu_or_skip() else { return };
+    let p = Particles::plummer(20_000, 0.3, 0.01, 4);
+    let faces = cell_face_targets(&p, 2000, 5);
+    let params = plan_parameters(1e-4, FmmBackend::Cuda).unwrap();
+    let mut g = CudaFmm::with_params(gpu.clone(), params, 0).unwrap();
+    g.disable_checks();
+    let counts = |s: &FmmStats| {
+        (
+            s.cells,
+            s.leaves,
+            s.depth,
+            s.m2l_pairs,
+            s.p2p_pairs,
+            s.targets,
+        )
+    };
+    for targets in [&p.x[..], &faces[..]] {
+        let mut out = poisoned(targets.len());
+        g.evaluate(&p.sources(), targets, Extra::None, &mut out)
+            .unwrap();
+        let mut want = FmmStats::default();
+        Structure::build(&p.sources(), targets, &params, false, 0.01).count(&mut want, 0);
+        let got = *g.last_stats();
+        assert_eq!(
+            counts(&got),
+            counts(&want),
+            "Biot–Savart, {} targets",
+            targets.len()
+        );
+        assert!(got.tree_seconds > 0.0);
+    }
+    let (x, mass, gravity) = gravity_bodies(20_000, 3);
+    let bodies = Bodies { x: &x, mass: &mass };
+    let gp = plan_gravity_parameters(1e-4, FmmBackend::Cuda, gravity).unwrap();
+    let mut f = CudaFmmGravity::with_params(gpu, gravity, gp, 0).unwrap();
+    f.disable_checks();
+    for t in [None, Some(&faces[..])] {
+        let mut out = GravityEvaluation::default();
+        f.evaluate_gravity(&bodies, t, &mut out).unwrap();
+        let mut want = FmmStats::default();
+        Structure::build_gravity(&x, t.unwrap_or(&x), &gp).count(&mut want, 0);
+        assert_eq!(
+            counts(f.last_stats()),
+            counts(&want),
+            "gravity, targets {:?}",
+            t.map(<[_]>::len)
+        );
+    }
+}
