@@ -10,7 +10,8 @@
 //! device, and the results are written into the caller's device buffers. The kernels never
 //! reduce across blocks, so the answer is deterministic, and both forms give the same bits.
 
-use super::params::{plan_parameters, FmmBackend, FmmParams};
+use super::m2l_layout::{m2l_block, M2L_WARPS};
+use super::params::{plan_parameters, FmmBackend, FmmParams, M2lPrecision};
 use super::{AccuracyCheck, Fmm, FmmState, FmmStats, Structure};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::CompiledModule;
@@ -35,13 +36,15 @@ const EVAL_THREADS: u32 = 128;
 /// The highest order the GPU kernels are built for (their shared tables hold order 2p).
 pub const GPU_MAX_ORDER: usize = 20;
 
-/// The far-field kernels of one module (P2M, M2M, M2L, L2L), written once for any number of
-/// charges per source (`-DFMM_Q`).
-pub(super) struct FarKernels {
+/// The far-field kernels of one module (P2M, M2M, M2L in f64 and in scaled f32, L2L), written
+/// once for any number of charges per source (`-DFMM_Q`, kept in `q`).
+pub struct FarKernels {
     p2m: CudaFunction,
     m2m: CudaFunction,
     m2l: CudaFunction,
+    m2l_f32: CudaFunction,
     l2l: CudaFunction,
+    q: usize,
 }
 
 /// Compiles fmm.cu for expansion order `p` and `q` charges per source (refused above
@@ -56,9 +59,13 @@ pub(super) fn compile(
             "FMM on the GPU: order {p} above the kernels' largest, {GPU_MAX_ORDER}"
         )));
     }
-    let options = [format!("-DFMM_P={p}"), format!("-DFMM_Q={q}")];
+    let options = [
+        format!("-DFMM_P={p}"),
+        format!("-DFMM_Q={q}"),
+        format!("-DM2L_WARPS={M2L_WARPS}"),
+    ];
     let module = gpu.module_from(&KERNELS, &options)?;
-    let far = load_kernels!(module, "fmm_", FarKernels { p2m, m2m, m2l, l2l });
+    let far = load_kernels!(module, "fmm_", FarKernels { p2m, m2m, m2l, m2l_f32, l2l; q: q });
     Ok((module, far))
 }
 
@@ -231,16 +238,98 @@ pub(super) fn cfg(blocks: usize, threads: u32) -> LaunchConfig {
     }
 }
 
-/// P2M, M2M, M2L and L2L on the structure uploaded by [`Buffers::upload_structure`], with the
-/// sources' sorted positions in `s_x` and their `q` charges each in `s_alpha` (the module's
-/// `FMM_Q`), queued on `s`; `timeline` marks the ends of the upward pass, M2L and L2L (events
-/// 1 to 3).
+/// M2L into `local` for `n_cells` target cells, in `precision`: one warp per target cell
+/// ([`m2l_block`] warps per block).
+#[allow(clippy::too_many_arguments)]
+fn launch_m2l(
+    k: &FarKernels,
+    s: &Arc<CudaStream>,
+    p: usize,
+    precision: M2lPrecision,
+    n_cells: usize,
+    tcenter: &CudaSlice<f64>,
+    scenter: &CudaSlice<f64>,
+    offsets: &CudaSlice<u32>,
+    sources: &CudaSlice<u32>,
+    mult: &CudaSlice<f64>,
+    local: &mut CudaSlice<f64>,
+) -> Result<(), CudaError> {
+    let (warps, shared) = m2l_block(p, k.q, precision);
+    let config = LaunchConfig {
+        grid_dim: (n_cells.div_ceil(warps).max(1) as u32, 1, 1),
+        block_dim: (32 * warps as u32, 1, 1),
+        shared_mem_bytes: shared as u32,
+    };
+    let (f, name) = match precision {
+        M2lPrecision::F64 => (&k.m2l, "fmm_m2l"),
+        M2lPrecision::F32 => (&k.m2l_f32, "fmm_m2l_f32"),
+    };
+    let n = n_cells as i32;
+    // SAFETY: fmm_m2l[_f32](n_cells, tcenter, scenter, offsets, sources, mult, local): offsets
+    // has n_cells + 1 entries indexing sources (source cell ids with centres in scenter and
+    // FMM_Q·NC complex multipoles in mult); local holds FMM_Q·NC complex values per target
+    // cell; the block has 32·warps threads (warps ≤ M2L_WARPS, the launch bound) and the
+    // dynamic shared memory m2l_block gives for them.
+    launch!(s, f, name, config;
+        &n, tcenter, scenter, offsets, sources, mult, local)?;
+    Ok(())
+}
+
+/// M2L alone on the GPU for a test: the local expansions of `case`'s target cells (f64 pairs,
+/// as [`super::m2l_layout::M2lCase::reference`] lays them out) from the kernel compiled for
+/// its order and charges, in `precision`.
+pub fn m2l_on_gpu(
+    gpu: &Arc<Gpu>,
+    case: &super::m2l_layout::M2lCase,
+    precision: M2lPrecision,
+) -> Result<Vec<f64>, SummationError> {
+    let (_, k) = compile(gpu, case.p, case.q)?;
+    let s = gpu.stream().clone();
+    let n_cells = case.offsets.len() - 1;
+    let mut bufs: [DeviceBuffer<f64>; 3] = Default::default();
+    let [tc, sc, mult] = &mut bufs;
+    tc.upload(&s, &case.tcenter, "M2L test centres")?;
+    sc.upload(&s, &case.scenter, "M2L test centres")?;
+    mult.upload(&s, &case.mult, "M2L test multipoles")?;
+    let (mut off, mut src) = (
+        DeviceBuffer::<u32>::default(),
+        DeviceBuffer::<u32>::default(),
+    );
+    off.upload(&s, &case.offsets, "M2L test lists")?;
+    src.upload(&s, &case.sources, "M2L test lists")?;
+    let len = 2 * case.q * super::expansions::coefficient_count(case.p) * n_cells;
+    let mut local = DeviceBuffer::<f64>::default();
+    local.poison(&s, len)?;
+    launch_m2l(
+        &k,
+        &s,
+        case.p,
+        precision,
+        n_cells,
+        tc.get(),
+        sc.get(),
+        off.get(),
+        src.get(),
+        mult.get(),
+        local.get_mut(),
+    )?;
+    let mut out = vec![0.0; len];
+    local.download(gpu, &mut out, "M2L test locals")?;
+    Ok(out)
+}
+
+/// P2M, M2M, M2L (in `m2l`'s precision) and L2L on the structure uploaded by
+/// [`Buffers::upload_structure`], with the sources' sorted positions in `s_x` and their `q`
+/// charges each in `s_alpha` (the module's `FMM_Q`), queued on `s`; `timeline` marks the ends
+/// of the upward pass, M2L and L2L (events 1 to 3).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn far_field(
     k: &FarKernels,
     b: &mut Buffers,
     s: &Arc<CudaStream>,
     st: &Structure,
     p: usize,
+    m2l: M2lPrecision,
     timeline: &Timeline,
 ) -> Result<(), CudaError> {
     let (stree, ttree) = (&st.sources, st.targets());
@@ -268,17 +357,23 @@ pub(super) fn far_field(
             b.mult.get_mut())?;
     }
     timeline.record(1, s)?;
-    let n_tcells = ttree.cells.len() as i32;
     let tcenter = match st.target_tree {
         Some(_) => b.t_center.get(),
         None => b.s_center.get(),
     };
-    // SAFETY: fmm_m2l(n_cells, tcenter, scenter, offsets, sources, mult, local): offsets has
-    // n_cells + 1 entries indexing sources (source cell ids); local holds FMM_Q·NC complex
-    // values per target cell; the block has at least max(NC, 2p+1) threads.
-    launch!(s, &k.m2l, "fmm_m2l", cfg(ttree.cells.len(), threads);
-        &n_tcells, tcenter, b.s_center.get(), b.m2l_offsets.get(), b.m2l_sources.get(),
-        b.mult.get(), b.local.get_mut())?;
+    launch_m2l(
+        k,
+        s,
+        p,
+        m2l,
+        ttree.cells.len(),
+        tcenter,
+        b.s_center.get(),
+        b.m2l_offsets.get(),
+        b.m2l_sources.get(),
+        b.mult.get(),
+        b.local.get_mut(),
+    )?;
     timeline.record(2, s)?;
     for lv in 1..ttree.depth() {
         let r = ttree.levels[lv].clone();
@@ -492,7 +587,7 @@ impl CudaFmm {
         launch!(s, &k.pack, "fmm_pack", cfg(stree.leaves.len(), 128);
             b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
             b.s_x.get(), b.s_alpha.get(), b.s_sigma.get(), b.s_pos.get_mut(), b.s_str.get_mut())?;
-        far_field(&k.far, b, &s, &st, p, &timeline)?;
+        far_field(&k.far, b, &s, &st, p, self.state.params.m2l, &timeline)?;
         let n_tleaves = ttree.leaves.len() as i32;
         let rho_cut = self.state.params.rho_cut(gradient);
         let rho_cut2 = (rho_cut * rho_cut) as f32;

@@ -27,6 +27,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod cuda_gravity;
 pub mod expansions;
+pub mod m2l_layout;
 pub mod params;
 pub mod traversal;
 pub mod tree;
