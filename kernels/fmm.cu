@@ -1,9 +1,10 @@
 // The fast multipole method on the GPU (docs/physics.md §8; src/summation/fmm/). The tree and the
 // interaction lists come from the host; the expansions are f64 (src/summation/fmm/expansions.rs,
 // whose module docs give the normalisation and the operators line by line), the near field is
-// summed in f32 with the regularised kernel of common.cuh. One block per cell or leaf, its
-// threads over expansion coefficients (P2M, M2M, M2L, L2L) or over the leaf's targets (L2P and
-// P2P together: the seed's "multiple walks", SC09 §2.3), so no sum is reduced across blocks.
+// summed in f32 with the regularised kernel of common.cuh. One warp per cell, its lanes over
+// expansion coefficients (P2M, M2M, M2L in f64 or scaled f32, L2L; several cells per block, no
+// block barriers), or one block per leaf, its threads over the leaf's targets (L2P and P2P
+// together: the seed's "multiple walks", SC09 §2.3), so no sum is reduced across warps.
 //
 // Compiled per expansion order and charge count: -DFMM_P=<p> -DFMM_Q=<q>. The far-field kernels
 // (P2M, M2M, M2L, L2L) are written once for q Laplace charges per source, the interaction's
@@ -123,88 +124,122 @@ __device__ void irregular_column(double x, double y, double z, int m, int top, c
     }
 }
 
-// P2M: one block per source leaf, thread i < NC owns coefficient i: M_n^m = Σ q conj(R_n^m(y − c))
-// for each of the FMM_Q charges q (FMM_Q per source in `charge`).
-extern "C" __global__ void fmm_p2m(const unsigned *__restrict__ leaves, int n_leaves,
-                                   const double *__restrict__ center, const unsigned *__restrict__ begin,
-                                   const unsigned *__restrict__ end, const double *__restrict__ x,
-                                   const double *__restrict__ charge, cplx *__restrict__ mult)
+// P2M, M2M and L2L: one warp per cell, FAR_WARPS cells per block (the host's -DFAR_WARPS, the
+// most whose shared tables fit 48 KiB: m2l_layout.rs far_warps), no block barrier; lane l owns
+// the coefficients i = l, l + 32, … < NC (FAR_R of them) and adds their terms in registers in a
+// fixed order, so the results are deterministic.
+#ifndef FAR_WARPS
+#define FAR_WARPS 4
+#endif
+#define FAR_R ((NC + 31) / 32)
+static_assert(FAR_WARPS * (FMM_Q + 1) * NC * 16 <= 48 * 1024, "FAR_WARPS: M2M's and L2L's tables pass 48 KiB");
+
+// The lane's coefficients (n, m), i = lane + 32 r; past NC a dummy (0, 0).
+__device__ __forceinline__ void lane_outputs(int lane, int *on, int *om)
 {
-    const int leaf = blockIdx.x;
+#pragma unroll
+    for (int r = 0; r < FAR_R; r++)
+    {
+        const int i = lane + 32 * r;
+        if (i < NC)
+            cdecode(i, on[r], om[r]);
+        else
+            on[r] = om[r] = 0;
+    }
+}
+
+// P2M: one warp per source leaf: M_n^m = Σ q conj(R_n^m(y − c)) for each of the FMM_Q charges q
+// (FMM_Q per source in `charge`), the sources in order.
+extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
+    fmm_p2m(const unsigned *__restrict__ leaves, int n_leaves, const double *__restrict__ center,
+            const unsigned *__restrict__ begin, const unsigned *__restrict__ end,
+            const double *__restrict__ x, const double *__restrict__ charge, cplx *__restrict__ mult)
+{
+    const int lane = threadIdx.x & 31;
+    const int leaf = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (leaf >= n_leaves)
         return;
     const unsigned cell = leaves[leaf];
-    const int i = threadIdx.x;
-    if (i >= NC)
-        return;
-    int n, m;
-    cdecode(i, n, m);
     const double cx = center[3 * cell], cy = center[3 * cell + 1], cz = center[3 * cell + 2];
-    cplx acc[FMM_Q] = {};
-    cplx col[FMM_P + 1 + 1];
+    int on[FAR_R], om[FAR_R];
+    lane_outputs(lane, on, om);
+    cplx acc[FAR_R][FMM_Q] = {};
     for (unsigned q = begin[cell]; q < end[cell]; q++)
     {
         const double dx = x[3 * q] - cx, dy = x[3 * q + 1] - cy, dz = x[3 * q + 2] - cz;
-        // Column m only, indexed by n − m.
         const double r2 = dx * dx + dy * dy + dz * dz;
-        cplx d = {1.0, 0.0};
-        for (int k = 1; k <= m; k++)
+#pragma unroll
+        for (int r = 0; r < FAR_R; r++)
         {
-            const cplx xy = {-dx / (2 * k), -dy / (2 * k)};
-            d = cmul(xy, d);
-        }
-        col[0] = d;
-        if (n > m)
-            col[1] = {d.re * dz, d.im * dz};
-        for (int nn = m + 2; nn <= n; nn++)
-        {
-            const cplx a = col[nn - 1 - m], b = col[nn - 2 - m];
-            const double s = 1.0 / ((nn + m) * (nn - m)), f = (2 * nn - 1) * dz;
-            col[nn - m] = {(a.re * f - b.re * r2) * s, (a.im * f - b.im * r2) * s};
-        }
-        const cplx r = cconj(col[n - m]);
-        for (int c = 0; c < FMM_Q; c++)
-        {
-            const double a = charge[FMM_Q * q + c];
-            acc[c].re += r.re * a;
-            acc[c].im += r.im * a;
+            const int n = on[r], m = om[r];
+            // Column m only, R_m^m … R_n^m, the last two kept.
+            cplx d = {1.0, 0.0};
+            for (int k = 1; k <= m; k++)
+            {
+                const cplx xy = {-dx / (2 * k), -dy / (2 * k)};
+                d = cmul(xy, d);
+            }
+            cplx b = d, a = {d.re * dz, d.im * dz};
+            for (int nn = m + 2; nn <= n; nn++)
+            {
+                const double s = 1.0 / ((nn + m) * (nn - m)), f = (2 * nn - 1) * dz;
+                const cplx v = {(a.re * f - b.re * r2) * s, (a.im * f - b.im * r2) * s};
+                b = a;
+                a = v;
+            }
+            const cplx rv = cconj(n > m ? a : d);
+            for (int c = 0; c < FMM_Q; c++)
+            {
+                const double w = charge[FMM_Q * q + c];
+                acc[r][c].re += rv.re * w;
+                acc[r][c].im += rv.im * w;
+            }
         }
     }
-    for (int c = 0; c < FMM_Q; c++)
-        mult[(size_t)cell * FMM_Q * NC + FMM_Q * i + c] = acc[c];
+#pragma unroll
+    for (int r = 0; r < FAR_R; r++)
+    {
+        const int i = lane + 32 * r;
+        if (i < NC)
+            for (int c = 0; c < FMM_Q; c++)
+                mult[(size_t)cell * FMM_Q * NC + FMM_Q * i + c] = acc[r][c];
+    }
 }
 
-// M2M: one block per cell of cells[first, first + count) that has children (leaves return):
-// M'_n^m = Σ_children Σ_{j,k} M_j^k conj(R_{n−j}^{m−k}(c_child − c)).
-extern "C" __global__ void fmm_m2m(int first, int count, const double *__restrict__ center,
-                                   const unsigned *__restrict__ child_begin,
-                                   const unsigned char *__restrict__ child_count, cplx *__restrict__ mult)
+// M2M: one warp per cell of cells[first, first + count) that has children (leaves return):
+// M'_n^m = Σ_children Σ_{j,k} M_j^k conj(R_{n−j}^{m−k}(c_child − c)), the children in order.
+extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
+    fmm_m2m(int first, int count, const double *__restrict__ center, const unsigned *__restrict__ child_begin,
+            const unsigned char *__restrict__ child_count, cplx *__restrict__ mult)
 {
-    if ((int)blockIdx.x >= count)
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (b >= count)
         return;
-    const int cell = first + blockIdx.x;
+    const int cell = first + b;
     const int nch = child_count[cell];
     if (nch == 0)
         return;
-    __shared__ cplx R[NC];
-    __shared__ cplx M[FMM_Q * NC];
-    const int i = threadIdx.x;
-    int n = 0, m = 0;
-    if (i < NC)
-        cdecode(i, n, m);
-    cplx acc[FMM_Q] = {};
+    __shared__ cplx Rs[FAR_WARPS][NC];
+    __shared__ cplx Ms[FAR_WARPS][FMM_Q * NC];
+    cplx *R = Rs[warp], *M = Ms[warp];
+    int on[FAR_R], om[FAR_R];
+    lane_outputs(lane, on, om);
+    cplx acc[FAR_R][FMM_Q] = {};
     for (int ch = 0; ch < nch; ch++)
     {
         const unsigned c = child_begin[cell] + ch;
-        __syncthreads();
-        if (i <= FMM_P)
+        __syncwarp(); // the previous child's tables are read
+        if (lane <= FMM_P)
             regular_column(center[3 * c] - center[3 * cell], center[3 * c + 1] - center[3 * cell + 1],
-                           center[3 * c + 2] - center[3 * cell + 2], i, FMM_P, R);
-        for (int k = i; k < FMM_Q * NC; k += blockDim.x)
+                           center[3 * c + 2] - center[3 * cell + 2], lane, FMM_P, R);
+        for (int k = lane; k < FMM_Q * NC; k += 32)
             M[k] = mult[(size_t)c * FMM_Q * NC + k];
-        __syncthreads();
-        if (i < NC)
+        __syncwarp();
+#pragma unroll
+        for (int r = 0; r < FAR_R; r++)
         {
+            const int n = on[r], m = om[r];
             for (int j = 0; j <= n; j++)
             {
                 const int nj = n - j;
@@ -215,18 +250,22 @@ extern "C" __global__ void fmm_m2m(int first, int count, const double *__restric
                     for (int cc = 0; cc < FMM_Q; cc++)
                     {
                         const cplx v = cmul(csignedq(M, j, k, cc), t);
-                        acc[cc].re += v.re;
-                        acc[cc].im += v.im;
+                        acc[r][cc].re += v.re;
+                        acc[r][cc].im += v.im;
                     }
                 }
             }
         }
     }
-    if (i < NC)
-        for (int cc = 0; cc < FMM_Q; cc++)
-            mult[(size_t)cell * FMM_Q * NC + FMM_Q * i + cc] = acc[cc];
+#pragma unroll
+    for (int r = 0; r < FAR_R; r++)
+    {
+        const int i = lane + 32 * r;
+        if (i < NC)
+            for (int cc = 0; cc < FMM_Q; cc++)
+                mult[(size_t)cell * FMM_Q * NC + FMM_Q * i + cc] = acc[r][cc];
+    }
 }
-
 // ---------------------------------------------------------------------------------------------
 // M2L: one warp per target cell, several cells per block (M2L_WARPS, the host's launch: at most
 // that many warps, fewer where the warps' shared tables would pass 48 KiB), no block barrier:
@@ -427,47 +466,49 @@ __device__ __forceinline__ void m2l_warp(int n_cells, const double *__restrict__
             // f64: every term straight into the list's sums.
             for (int j = 0; j <= FMM_P; j++)
                 m2l_row<T>(I, M, j, on, om, (T(*)[FMM_Q][2])acc);
-            continue;
         }
-        T part[M2L_R][FMM_Q][2];
-#pragma unroll
-        for (int r = 0; r < M2L_R; r++)
-#pragma unroll
-            for (int c = 0; c < FMM_Q; c++)
-                part[r][c][0] = part[r][c][1] = (T)0;
-        for (int j = 0; j <= FMM_P; j++)
+        else
         {
-            T sj[M2L_R][FMM_Q][2];
+            T part[M2L_R][FMM_Q][2];
 #pragma unroll
             for (int r = 0; r < M2L_R; r++)
 #pragma unroll
                 for (int c = 0; c < FMM_Q; c++)
-                    sj[r][c][0] = sj[r][c][1] = (T)0;
-            m2l_row<T>(I, M, j, on, om, sj);
+                    part[r][c][0] = part[r][c][1] = (T)0;
+            for (int j = 0; j <= FMM_P; j++)
+            {
+                T sj[M2L_R][FMM_Q][2];
+#pragma unroll
+                for (int r = 0; r < M2L_R; r++)
+#pragma unroll
+                    for (int c = 0; c < FMM_Q; c++)
+                        sj[r][c][0] = sj[r][c][1] = (T)0;
+                m2l_row<T>(I, M, j, on, om, sj);
+#pragma unroll
+                for (int r = 0; r < M2L_R; r++)
+                {
+                    const T w = (T)binom[j * (FMM_P + 1) + on[r]];
+#pragma unroll
+                    for (int c = 0; c < FMM_Q; c++)
+                    {
+                        part[r][c][0] += w * sj[r][c][0];
+                        part[r][c][1] += w * sj[r][c][1];
+                    }
+                }
+            }
 #pragma unroll
             for (int r = 0; r < M2L_R; r++)
             {
-                const T w = (T)binom[j * (FMM_P + 1) + on[r]];
+                // n! ℓ^{−(n+1)}, then the pair's terms into the f64 sums.
+                double f = il;
+                for (int n = 1; n <= on[r]; n++)
+                    f *= n * il;
 #pragma unroll
                 for (int c = 0; c < FMM_Q; c++)
                 {
-                    part[r][c][0] += w * sj[r][c][0];
-                    part[r][c][1] += w * sj[r][c][1];
+                    acc[r][c][0] += f * (double)part[r][c][0];
+                    acc[r][c][1] += f * (double)part[r][c][1];
                 }
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < M2L_R; r++)
-        {
-            // n! ℓ^{−(n+1)}, then the pair's terms into the f64 sums.
-            double f = il;
-            for (int n = 1; n <= on[r]; n++)
-                f *= n * il;
-#pragma unroll
-            for (int c = 0; c < FMM_Q; c++)
-            {
-                acc[r][c][0] += f * (double)part[r][c][0];
-                acc[r][c][1] += f * (double)part[r][c][1];
             }
         }
     }
@@ -543,35 +584,43 @@ __device__ __forceinline__ void shifted_local(const cplx *R, const cplx *L, int 
     }
 }
 
-// L2L: one block per cell of cells[first, first + count) (a level below the root):
+// L2L: one warp per cell of cells[first, first + count) (a level below the root):
 // L'_n^m += Σ_{j ≥ n, k} L_j^k R_{j−n}^{k−m}(c − c_parent).
-extern "C" __global__ void fmm_l2l(int first, int count, const double *__restrict__ center,
-                                   const unsigned *__restrict__ parent, cplx *__restrict__ local)
+extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
+    fmm_l2l(int first, int count, const double *__restrict__ center, const unsigned *__restrict__ parent,
+            cplx *__restrict__ local)
 {
-    if ((int)blockIdx.x >= count)
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (b >= count)
         return;
-    const int cell = first + blockIdx.x;
+    const int cell = first + b;
     const unsigned pc = parent[cell];
-    __shared__ cplx R[NC];
-    __shared__ cplx L[FMM_Q * NC];
-    const int i = threadIdx.x;
-    if (i <= FMM_P)
+    __shared__ cplx Rs[FAR_WARPS][NC];
+    __shared__ cplx Ls[FAR_WARPS][FMM_Q * NC];
+    cplx *R = Rs[warp], *L = Ls[warp];
+    if (lane <= FMM_P)
         regular_column(center[3 * cell] - center[3 * pc], center[3 * cell + 1] - center[3 * pc + 1],
-                       center[3 * cell + 2] - center[3 * pc + 2], i, FMM_P, R);
-    for (int k = i; k < FMM_Q * NC; k += blockDim.x)
+                       center[3 * cell + 2] - center[3 * pc + 2], lane, FMM_P, R);
+    for (int k = lane; k < FMM_Q * NC; k += 32)
         L[k] = local[(size_t)pc * FMM_Q * NC + k];
-    __syncthreads();
-    if (i >= NC)
-        return;
-    int n, m;
-    cdecode(i, n, m);
-    cplx acc[FMM_Q];
-    shifted_local(R, L, n, m, acc);
-    for (int cc = 0; cc < FMM_Q; cc++)
+    __syncwarp();
+    int on[FAR_R], om[FAR_R];
+    lane_outputs(lane, on, om);
+#pragma unroll
+    for (int r = 0; r < FAR_R; r++)
     {
-        cplx &o = local[(size_t)cell * FMM_Q * NC + FMM_Q * i + cc];
-        o.re += acc[cc].re;
-        o.im += acc[cc].im;
+        const int i = lane + 32 * r;
+        if (i >= NC)
+            continue;
+        cplx acc[FMM_Q];
+        shifted_local(R, L, on[r], om[r], acc);
+        for (int cc = 0; cc < FMM_Q; cc++)
+        {
+            cplx &o = local[(size_t)cell * FMM_Q * NC + FMM_Q * i + cc];
+            o.re += acc[cc].re;
+            o.im += acc[cc].im;
+        }
     }
 }
 

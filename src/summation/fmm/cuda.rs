@@ -1,7 +1,8 @@
 //! The FMM on one GPU (`kernels/fmm.cu`): tree and interaction lists built on the host (rayon,
-//! [`Structure`]), f64 expansions and f32 near-field sums on the device, one thread block per
-//! cell for P2M, M2M, M2L and L2L and one per target leaf for L2P with P2P, the seed's "multiple
-//! walks" (SC09 §2.3). Buffers stay allocated between calls and grow only.
+//! [`Structure`]), f64 expansions (M2L products in f64 or scaled f32, [`M2lPrecision`]) and f32
+//! near-field sums on the device, one warp per cell for P2M, M2M, M2L and L2L and one thread
+//! block per target leaf for L2P with P2P, the seed's "multiple walks" (SC09 §2.3). Buffers
+//! stay allocated between calls and grow only.
 //!
 //! The host form sends the sources in tree order (f64 positions, strengths, cores), the cells
 //! and the lists, and receives the results. The device form ([`DeviceSummation`], used by the
@@ -10,7 +11,7 @@
 //! device, and the results are written into the caller's device buffers. The kernels never
 //! reduce across blocks, so the answer is deterministic, and both forms give the same bits.
 
-use super::m2l_layout::{m2l_block, M2L_WARPS};
+use super::m2l_layout::{far_warps, m2l_block, M2L_WARPS};
 use super::params::{plan_parameters, FmmBackend, FmmParams, M2lPrecision};
 use super::{AccuracyCheck, Fmm, FmmState, FmmStats, Structure};
 use crate::device::buffer::DeviceBuffer;
@@ -45,6 +46,8 @@ pub struct FarKernels {
     m2l_f32: CudaFunction,
     l2l: CudaFunction,
     q: usize,
+    /// Cells (warps) per block of P2M, M2M and L2L, compiled in (`FAR_WARPS`).
+    warps: usize,
 }
 
 /// Compiles fmm.cu for expansion order `p` and `q` charges per source (refused above
@@ -63,9 +66,13 @@ pub(super) fn compile(
         format!("-DFMM_P={p}"),
         format!("-DFMM_Q={q}"),
         format!("-DM2L_WARPS={M2L_WARPS}"),
+        format!("-DFAR_WARPS={}", far_warps(p, q)),
     ];
     let module = gpu.module_from(&KERNELS, &options)?;
-    let far = load_kernels!(module, "fmm_", FarKernels { p2m, m2m, m2l, m2l_f32, l2l; q: q });
+    #[rustfmt::skip]
+    let far = load_kernels!(module, "fmm_", FarKernels {
+        p2m, m2m, m2l, m2l_f32, l2l; q: q, warps: far_warps(p, q)
+    });
     Ok((module, far))
 }
 
@@ -333,17 +340,14 @@ pub(super) fn far_field(
     timeline: &Timeline,
 ) -> Result<(), CudaError> {
     let (stree, ttree) = (&st.sources, st.targets());
-    // Every coefficient and every column of the order-2p table has a thread.
-    let threads = {
-        let need = super::expansions::coefficient_count(p).max(2 * p + 1);
-        (need.div_ceil(32) * 32) as u32
-    };
+    // One warp per cell, k.warps cells per block.
+    let per_cell = |cells: usize| cfg(cells.div_ceil(k.warps), 32 * k.warps as u32);
     let n_sleaves = stree.leaves.len() as i32;
     // SAFETY: fmm_p2m(leaves, n_leaves, center, begin, end, x, charge, mult): the leaves index
     // cells of the uploaded source tree, whose particle ranges lie in 0..n; x holds 3n doubles
     // and charge FMM_Q·n (the caller's upload); mult holds FMM_Q·NC complex values (2 doubles)
-    // per source cell (upload_structure); the block has at least NC threads.
-    launch!(s, &k.p2m, "fmm_p2m", cfg(stree.leaves.len(), threads);
+    // per source cell (upload_structure); blocks of FAR_WARPS warps, one leaf each.
+    launch!(s, &k.p2m, "fmm_p2m", per_cell(stree.leaves.len());
         b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
         b.s_x.get(), b.s_alpha.get(), b.mult.get_mut())?;
     for lv in (0..stree.depth()).rev() {
@@ -352,7 +356,7 @@ pub(super) fn far_field(
         // SAFETY: fmm_m2m(first, count, center, child_begin, child_count, mult): cells
         // first..first+count exist; their children are cells of the next level, whose
         // expansions were written by P2M (leaves) or the previous launch.
-        launch!(s, &k.m2m, "fmm_m2m", cfg(r.len(), threads);
+        launch!(s, &k.m2m, "fmm_m2m", per_cell(r.len());
             &first, &count, b.s_center.get(), b.s_child_begin.get(), b.s_child_count.get(),
             b.mult.get_mut())?;
     }
@@ -380,7 +384,7 @@ pub(super) fn far_field(
         let (first, count) = (r.start as i32, r.len() as i32);
         // SAFETY: fmm_l2l(first, count, center, parent, local): cells of this level and their
         // parents (the level above, already complete) exist in the target tree.
-        launch!(s, &k.l2l, "fmm_l2l", cfg(r.len(), threads);
+        launch!(s, &k.l2l, "fmm_l2l", per_cell(r.len());
             &first, &count, tcenter, b.t_parent.get(), b.local.get_mut())?;
     }
     timeline.record(3, s)

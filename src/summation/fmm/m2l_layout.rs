@@ -28,6 +28,12 @@ pub const M2L_WARPS: usize = 4;
 /// Shared memory a block may take without opting in.
 const SHARED_LIMIT: usize = 48 * 1024;
 
+/// Warps (cells) per block of P2M, M2M and L2L (`-DFAR_WARPS`): up to 4, as many as fit
+/// the M2M and L2L tables, (q + 1)(p+1)(p+2)/2 complex f64 values a warp, in 48 KiB.
+pub fn far_warps(p: usize, q: usize) -> usize {
+    (SHARED_LIMIT / (16 * (q + 1) * coefficient_count(p))).clamp(1, 4)
+}
+
 /// Outputs per lane (`M2L_R`): lane l owns coefficients l, l + 32, … below (p+1)(p+2)/2.
 pub const fn outputs_per_lane(p: usize) -> usize {
     coefficient_count(p).div_ceil(32)
@@ -407,7 +413,7 @@ mod tests {
         }
     }
 
-    /// The launch fits 48 KiB for every order the GPU is built for, with at least one warp,
+    /// The launches fit 48 KiB for every order the GPU is built for, with at least one warp,
     /// and uses the knob where it fits (p = 9, q = 3 in f64: 5.7 KiB a warp).
     #[test]
     fn m2l_blocks_fit_shared_memory() {
@@ -432,6 +438,10 @@ mod tests {
             (4, 4 * 16 * (361 + 300))
         );
         assert_eq!(m2l_block(20, 3, M2lPrecision::F64).0, 1);
+        assert_eq!(
+            (far_warps(9, 3), far_warps(20, 3), far_warps(20, 1)),
+            (4, 3, 4)
+        );
     }
 
     /// The scaled harmonics stay below 2^N in magnitude (f32 range up to N = 40), on the axis
