@@ -444,6 +444,30 @@ mod tests {
         );
     }
 
+    /// The planner puts the GPU's M2L in f32 at coarse accuracies (said in the sentence), in
+    /// f64 below [`GPU_F32_M2L_ACCURACY`] when the GPU is planned that fine; the CPU's stays f64.
+    #[test]
+    fn planner_picks_the_m2l_precision() {
+        use super::super::params::{
+            plan_gravity_parameters, plan_parameters, FmmBackend, GPU_ACCURACY_FLOOR,
+            GPU_F32_M2L_ACCURACY,
+        };
+        use crate::summation::interaction::PlummerGravity;
+        let g = plan_parameters(1e-4, FmmBackend::Cuda).unwrap();
+        assert_eq!(g.m2l, M2lPrecision::F32);
+        assert!(g.to_string().ends_with(", M2L in scaled f32"), "{g}");
+        let gravity = PlummerGravity::new(1e-3).unwrap();
+        let gg = plan_gravity_parameters(1e-4, FmmBackend::Cuda, gravity).unwrap();
+        assert_eq!(gg.m2l, M2lPrecision::F32);
+        let c = plan_parameters(1e-4, FmmBackend::Cpu).unwrap();
+        assert_eq!(c.m2l, M2lPrecision::F64);
+        assert!(!c.to_string().contains("M2L"), "{c}");
+        if GPU_ACCURACY_FLOOR < GPU_F32_M2L_ACCURACY {
+            let fine = plan_parameters(GPU_ACCURACY_FLOOR, FmmBackend::Cuda).unwrap();
+            assert_eq!(fine.m2l, M2lPrecision::F64);
+        }
+    }
+
     /// The scaled harmonics stay below 2^N in magnitude (f32 range up to N = 40), on the axis
     /// and off it.
     #[test]
