@@ -301,7 +301,7 @@ extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
 #ifndef M2L_WARPS
 #define M2L_WARPS 4
 #endif
-#define M2L_R ((NC + 31) / 32)
+#define M2L_R FAR_R
 #define M2L_NI ((2 * FMM_P + 1) * (2 * FMM_P + 1))
 #define M2L_NM (FMM_Q * (FMM_P + 1) * (FMM_P + 1))
 
@@ -406,15 +406,7 @@ __device__ __forceinline__ void m2l_warp(int n_cells, const double *__restrict__
     cx<T> *M = I + M2L_NI;
     // The lane's outputs (n, m); past NC a dummy (0, 0), computed and not written.
     int on[M2L_R], om[M2L_R];
-#pragma unroll
-    for (int r = 0; r < M2L_R; r++)
-    {
-        const int i = lane + 32 * r;
-        if (i < NC)
-            cdecode(i, on[r], om[r]);
-        else
-            on[r] = om[r] = 0;
-    }
+    lane_outputs(lane, on, om);
     double acc[M2L_R][FMM_Q][2];
 #pragma unroll
     for (int r = 0; r < M2L_R; r++)

@@ -427,7 +427,7 @@ mod tests {
                         0
                     };
                     assert!(
-                        w >= 1 && w <= M2L_WARPS && bytes + fixed <= SHARED_LIMIT,
+                        (1..=M2L_WARPS).contains(&w) && bytes + fixed <= SHARED_LIMIT,
                         "{p} {q}"
                     );
                 }
