@@ -356,7 +356,7 @@ __device__ void irregular_column_full(T x, T y, T z, T ir2, int m, int top, cx<T
 }
 
 // Row j of a lane's M2L sums: s[r][c] += Σ_{|k| ≤ j} M_j^k I_{j+n_r}^{k−m_r} (complete tables,
-// m2l_warp), k ascending.
+// m2l_warp), k ascending, each complex product as four chained FMAs.
 template <typename T>
 __device__ __forceinline__ void m2l_row(const cx<T> *I, const cx<T> *M, int j, const int *on, const int *om,
                                         T (*s)[FMM_Q][2])
@@ -382,8 +382,12 @@ __device__ __forceinline__ void m2l_row(const cx<T> *I, const cx<T> *M, int j, c
 #pragma unroll
             for (int c = 0; c < FMM_Q; c++)
             {
-                s[r][c][0] += mv[c].re * h.re - mv[c].im * h.im;
-                s[r][c][1] += mv[c].re * h.im + mv[c].im * h.re;
+                // Four FMAs (written out: `s += a·b − c·d` would be two products, a
+                // subtraction and an addition).
+                s[r][c][0] = fma(mv[c].re, h.re, s[r][c][0]);
+                s[r][c][0] = fma(-mv[c].im, h.im, s[r][c][0]);
+                s[r][c][1] = fma(mv[c].re, h.im, s[r][c][1]);
+                s[r][c][1] = fma(mv[c].im, h.re, s[r][c][1]);
             }
         }
     }

@@ -114,14 +114,16 @@ pub fn m2l_scaled_f32<const K: usize>(p: usize, b: [f64; 3], multipole: &[C64], 
                     let h = t[full_index(j + n, k - m as isize)];
                     for c in 0..K {
                         let mv = mt[K * full_index(j, k) + c];
-                        sj[c][0] += mv[0] * h[0] - mv[1] * h[1];
-                        sj[c][1] += mv[0] * h[1] + mv[1] * h[0];
+                        sj[c][0] = mv[0].mul_add(h[0], sj[c][0]);
+                        sj[c][0] = (-mv[1]).mul_add(h[1], sj[c][0]);
+                        sj[c][1] = mv[0].mul_add(h[1], sj[c][1]);
+                        sj[c][1] = mv[1].mul_add(h[0], sj[c][1]);
                     }
                 }
                 let w = binomial(n + j, j) as f32;
                 for c in 0..K {
-                    part[c][0] += w * sj[c][0];
-                    part[c][1] += w * sj[c][1];
+                    part[c][0] = w.mul_add(sj[c][0], part[c][0]);
+                    part[c][1] = w.mul_add(sj[c][1], part[c][1]);
                 }
             }
             let f = (1..=n).fold(il, |s, a| s * a as f64 * il);
