@@ -148,6 +148,19 @@ __device__ __forceinline__ void lane_outputs(int lane, int *on, int *om)
     }
 }
 
+// Writes the lane's coefficients (FMM_Q charges each) of one expansion to `out`.
+__device__ __forceinline__ void store_lane(int lane, const cplx (*acc)[FMM_Q], cplx *out)
+{
+#pragma unroll
+    for (int r = 0; r < FAR_R; r++)
+    {
+        const int i = lane + 32 * r;
+        if (i < NC)
+            for (int c = 0; c < FMM_Q; c++)
+                out[FMM_Q * i + c] = acc[r][c];
+    }
+}
+
 // P2M: one warp per source leaf: M_n^m = Σ q conj(R_n^m(y − c)) for each of the FMM_Q charges q
 // (FMM_Q per source in `charge`), the sources in order.
 extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
@@ -196,14 +209,7 @@ extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < FAR_R; r++)
-    {
-        const int i = lane + 32 * r;
-        if (i < NC)
-            for (int c = 0; c < FMM_Q; c++)
-                mult[(size_t)cell * FMM_Q * NC + FMM_Q * i + c] = acc[r][c];
-    }
+    store_lane(lane, acc, mult + (size_t)cell * FMM_Q * NC);
 }
 
 // M2M: one warp per cell of cells[first, first + count) that has children (leaves return):
@@ -257,14 +263,7 @@ extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < FAR_R; r++)
-    {
-        const int i = lane + 32 * r;
-        if (i < NC)
-            for (int cc = 0; cc < FMM_Q; cc++)
-                mult[(size_t)cell * FMM_Q * NC + FMM_Q * i + cc] = acc[r][cc];
-    }
+    store_lane(lane, acc, mult + (size_t)cell * FMM_Q * NC);
 }
 // ---------------------------------------------------------------------------------------------
 // M2L: one warp per target cell, several cells per block (M2L_WARPS, the host's launch: at most
