@@ -154,6 +154,16 @@ pub struct BenchFmmArgs {
     /// the mean spacing; either device).
     #[arg(long, default_value = "biot-savart", value_parser = crate::summation::interaction::InteractionKind::parse)]
     pub interaction: crate::summation::interaction::InteractionKind,
+    /// Tuning: the opening angle θ instead of the device's (the order is re-planned for it
+    /// unless --order is given).
+    #[arg(long)]
+    pub theta: Option<f64>,
+    /// Tuning: the largest number of particles in a leaf instead of the device's.
+    #[arg(long)]
+    pub leaf_size: Option<usize>,
+    /// Tuning: the expansion order instead of the planned one.
+    #[arg(long)]
+    pub order: Option<usize>,
     #[command(flatten)]
     pub common: BenchCommon,
 }

@@ -402,6 +402,11 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
                 repeats: repeats.unwrap_or(3),
                 sample: a.sample,
                 interaction: a.interaction,
+                tuning: vpm::bench::FmmTuning {
+                    theta: a.theta,
+                    leaf_size: a.leaf_size,
+                    order: a.order,
+                },
             };
             vpm::bench::bench_fmm(&device, &sizes, &options, json)?;
             Ok(())

@@ -15,7 +15,7 @@ pub use direct::{
     GravityBenchOptions, GravityBenchRow,
 };
 pub use ewald::{bench_ewald, EwaldBenchRow, EwaldGpuBenchRow};
-pub use fmm::{bench_fmm, FmmBenchOptions, FmmBenchReport, FmmBenchRow};
+pub use fmm::{bench_fmm, FmmBenchOptions, FmmBenchReport, FmmBenchRow, FmmTuning};
 pub use kernel::{bench_kernel, KernelBenchRow, FLOPS_PER_INTERACTION};
 pub use spectral::{bench_spectral, SpectralBenchRow};
 pub use step::{bench_step, StepBenchOptions, StepBenchRow};
