@@ -62,6 +62,17 @@ pub enum M2lPrecision {
     F32,
 }
 
+impl M2lPrecision {
+    /// `f64` or `f32` (`vpm bench fmm --m2l`).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "f64" => Ok(Self::F64),
+            "f32" => Ok(Self::F32),
+            _ => Err(format!("M2L precision {s:?}: expected f64 or f32")),
+        }
+    }
+}
+
 /// The GPU's M2L runs in f32 at requested accuracies at or above this. One pair's result is an
 /// f32 sum of (p+1)² products per coefficient with binomial weights, relative rounding about
 /// u (p+1) = 6e-7 at p = 9 (u = 6e-8, errors adding as a random walk over the (p+1)² terms;
