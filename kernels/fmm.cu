@@ -1,9 +1,10 @@
 // The fast multipole method on the GPU (docs/physics.md §8; src/summation/fmm/). The tree and the
 // interaction lists come from the host; the expansions are f64 (src/summation/fmm/expansions.rs,
 // whose module docs give the normalisation and the operators line by line), the near field is
-// summed in f32 with the regularised kernel of common.cuh. One block per cell or leaf, its
-// threads over expansion coefficients (P2M, M2M, M2L, L2L) or over the leaf's targets (L2P and
-// P2P together: the seed's "multiple walks", SC09 §2.3), so no sum is reduced across blocks.
+// summed in f32 with the regularised kernel of common.cuh. One warp per cell, its lanes over
+// expansion coefficients (P2M, M2M, M2L in f64 or scaled f32, L2L; several cells per block, no
+// block barriers), or one block per leaf, its threads over the leaf's targets (L2P and P2P
+// together: the seed's "multiple walks", SC09 §2.3), so no sum is reduced across warps.
 //
 // Compiled per expansion order and charge count: -DFMM_P=<p> -DFMM_Q=<q>. The far-field kernels
 // (P2M, M2M, M2L, L2L) are written once for q Laplace charges per source, the interaction's
@@ -123,88 +124,128 @@ __device__ void irregular_column(double x, double y, double z, int m, int top, c
     }
 }
 
-// P2M: one block per source leaf, thread i < NC owns coefficient i: M_n^m = Σ q conj(R_n^m(y − c))
-// for each of the FMM_Q charges q (FMM_Q per source in `charge`).
-extern "C" __global__ void fmm_p2m(const unsigned *__restrict__ leaves, int n_leaves,
-                                   const double *__restrict__ center, const unsigned *__restrict__ begin,
-                                   const unsigned *__restrict__ end, const double *__restrict__ x,
-                                   const double *__restrict__ charge, cplx *__restrict__ mult)
+// P2M, M2M and L2L: one warp per cell, FAR_WARPS cells per block (the host's -DFAR_WARPS, the
+// most whose shared tables fit 48 KiB: m2l_layout.rs far_warps), no block barrier; lane l owns
+// the coefficients i = l, l + 32, … < NC (FAR_R of them) and adds their terms in registers in a
+// fixed order, so the results are deterministic.
+#ifndef FAR_WARPS
+#define FAR_WARPS 4
+#endif
+#define FAR_R ((NC + 31) / 32)
+static_assert(FAR_WARPS * (FMM_Q + 1) * NC * 16 <= 48 * 1024, "FAR_WARPS: M2M's and L2L's tables pass 48 KiB");
+
+// The lane's coefficients (n, m), i = lane + 32 r; past NC a dummy (0, 0).
+__device__ __forceinline__ void lane_outputs(int lane, int *on, int *om)
 {
-    const int leaf = blockIdx.x;
+#pragma unroll
+    for (int r = 0; r < FAR_R; r++)
+    {
+        const int i = lane + 32 * r;
+        if (i < NC)
+            cdecode(i, on[r], om[r]);
+        else
+            on[r] = om[r] = 0;
+    }
+}
+
+// Writes the lane's coefficients (FMM_Q charges each) of one expansion to `out`.
+__device__ __forceinline__ void store_lane(int lane, const cplx (*acc)[FMM_Q], cplx *out)
+{
+#pragma unroll
+    for (int r = 0; r < FAR_R; r++)
+    {
+        const int i = lane + 32 * r;
+        if (i < NC)
+            for (int c = 0; c < FMM_Q; c++)
+                out[FMM_Q * i + c] = acc[r][c];
+    }
+}
+
+// P2M: one warp per source leaf: M_n^m = Σ q conj(R_n^m(y − c)) for each of the FMM_Q charges q
+// (FMM_Q per source in `charge`), the sources in order.
+extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
+    fmm_p2m(const unsigned *__restrict__ leaves, int n_leaves, const double *__restrict__ center,
+            const unsigned *__restrict__ begin, const unsigned *__restrict__ end,
+            const double *__restrict__ x, const double *__restrict__ charge, cplx *__restrict__ mult)
+{
+    const int lane = threadIdx.x & 31;
+    const int leaf = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (leaf >= n_leaves)
         return;
     const unsigned cell = leaves[leaf];
-    const int i = threadIdx.x;
-    if (i >= NC)
-        return;
-    int n, m;
-    cdecode(i, n, m);
     const double cx = center[3 * cell], cy = center[3 * cell + 1], cz = center[3 * cell + 2];
-    cplx acc[FMM_Q] = {};
-    cplx col[FMM_P + 1 + 1];
+    int on[FAR_R], om[FAR_R];
+    lane_outputs(lane, on, om);
+    cplx acc[FAR_R][FMM_Q] = {};
     for (unsigned q = begin[cell]; q < end[cell]; q++)
     {
         const double dx = x[3 * q] - cx, dy = x[3 * q + 1] - cy, dz = x[3 * q + 2] - cz;
-        // Column m only, indexed by n − m.
         const double r2 = dx * dx + dy * dy + dz * dz;
-        cplx d = {1.0, 0.0};
-        for (int k = 1; k <= m; k++)
+#pragma unroll
+        for (int r = 0; r < FAR_R; r++)
         {
-            const cplx xy = {-dx / (2 * k), -dy / (2 * k)};
-            d = cmul(xy, d);
-        }
-        col[0] = d;
-        if (n > m)
-            col[1] = {d.re * dz, d.im * dz};
-        for (int nn = m + 2; nn <= n; nn++)
-        {
-            const cplx a = col[nn - 1 - m], b = col[nn - 2 - m];
-            const double s = 1.0 / ((nn + m) * (nn - m)), f = (2 * nn - 1) * dz;
-            col[nn - m] = {(a.re * f - b.re * r2) * s, (a.im * f - b.im * r2) * s};
-        }
-        const cplx r = cconj(col[n - m]);
-        for (int c = 0; c < FMM_Q; c++)
-        {
-            const double a = charge[FMM_Q * q + c];
-            acc[c].re += r.re * a;
-            acc[c].im += r.im * a;
+            const int n = on[r], m = om[r];
+            // Column m only, R_m^m … R_n^m, the last two kept.
+            cplx d = {1.0, 0.0};
+            for (int k = 1; k <= m; k++)
+            {
+                const cplx xy = {-dx / (2 * k), -dy / (2 * k)};
+                d = cmul(xy, d);
+            }
+            cplx b = d, a = {d.re * dz, d.im * dz};
+            for (int nn = m + 2; nn <= n; nn++)
+            {
+                const double s = 1.0 / ((nn + m) * (nn - m)), f = (2 * nn - 1) * dz;
+                const cplx v = {(a.re * f - b.re * r2) * s, (a.im * f - b.im * r2) * s};
+                b = a;
+                a = v;
+            }
+            const cplx rv = cconj(n > m ? a : d);
+            for (int c = 0; c < FMM_Q; c++)
+            {
+                const double w = charge[FMM_Q * q + c];
+                acc[r][c].re += rv.re * w;
+                acc[r][c].im += rv.im * w;
+            }
         }
     }
-    for (int c = 0; c < FMM_Q; c++)
-        mult[(size_t)cell * FMM_Q * NC + FMM_Q * i + c] = acc[c];
+    store_lane(lane, acc, mult + (size_t)cell * FMM_Q * NC);
 }
 
-// M2M: one block per cell of cells[first, first + count) that has children (leaves return):
-// M'_n^m = Σ_children Σ_{j,k} M_j^k conj(R_{n−j}^{m−k}(c_child − c)).
-extern "C" __global__ void fmm_m2m(int first, int count, const double *__restrict__ center,
-                                   const unsigned *__restrict__ child_begin,
-                                   const unsigned char *__restrict__ child_count, cplx *__restrict__ mult)
+// M2M: one warp per cell of cells[first, first + count) that has children (leaves return):
+// M'_n^m = Σ_children Σ_{j,k} M_j^k conj(R_{n−j}^{m−k}(c_child − c)), the children in order.
+extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
+    fmm_m2m(int first, int count, const double *__restrict__ center, const unsigned *__restrict__ child_begin,
+            const unsigned char *__restrict__ child_count, cplx *__restrict__ mult)
 {
-    if ((int)blockIdx.x >= count)
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (b >= count)
         return;
-    const int cell = first + blockIdx.x;
+    const int cell = first + b;
     const int nch = child_count[cell];
     if (nch == 0)
         return;
-    __shared__ cplx R[NC];
-    __shared__ cplx M[FMM_Q * NC];
-    const int i = threadIdx.x;
-    int n = 0, m = 0;
-    if (i < NC)
-        cdecode(i, n, m);
-    cplx acc[FMM_Q] = {};
+    __shared__ cplx Rs[FAR_WARPS][NC];
+    __shared__ cplx Ms[FAR_WARPS][FMM_Q * NC];
+    cplx *R = Rs[warp], *M = Ms[warp];
+    int on[FAR_R], om[FAR_R];
+    lane_outputs(lane, on, om);
+    cplx acc[FAR_R][FMM_Q] = {};
     for (int ch = 0; ch < nch; ch++)
     {
         const unsigned c = child_begin[cell] + ch;
-        __syncthreads();
-        if (i <= FMM_P)
+        __syncwarp(); // the previous child's tables are read
+        if (lane <= FMM_P)
             regular_column(center[3 * c] - center[3 * cell], center[3 * c + 1] - center[3 * cell + 1],
-                           center[3 * c + 2] - center[3 * cell + 2], i, FMM_P, R);
-        for (int k = i; k < FMM_Q * NC; k += blockDim.x)
+                           center[3 * c + 2] - center[3 * cell + 2], lane, FMM_P, R);
+        for (int k = lane; k < FMM_Q * NC; k += 32)
             M[k] = mult[(size_t)c * FMM_Q * NC + k];
-        __syncthreads();
-        if (i < NC)
+        __syncwarp();
+#pragma unroll
+        for (int r = 0; r < FAR_R; r++)
         {
+            const int n = on[r], m = om[r];
             for (int j = 0; j <= n; j++)
             {
                 const int nj = n - j;
@@ -215,83 +256,303 @@ extern "C" __global__ void fmm_m2m(int first, int count, const double *__restric
                     for (int cc = 0; cc < FMM_Q; cc++)
                     {
                         const cplx v = cmul(csignedq(M, j, k, cc), t);
-                        acc[cc].re += v.re;
-                        acc[cc].im += v.im;
+                        acc[r][cc].re += v.re;
+                        acc[r][cc].im += v.im;
                     }
                 }
             }
         }
     }
-    if (i < NC)
-        for (int cc = 0; cc < FMM_Q; cc++)
-            mult[(size_t)cell * FMM_Q * NC + FMM_Q * i + cc] = acc[cc];
+    store_lane(lane, acc, mult + (size_t)cell * FMM_Q * NC);
+}
+// ---------------------------------------------------------------------------------------------
+// M2L: one warp per target cell, several cells per block (M2L_WARPS, the host's launch: at most
+// that many warps, fewer where the warps' shared tables would pass 48 KiB), no block barrier:
+// the warp's lanes build the order-2p irregular harmonics of c_t − c_s and stage the source's
+// multipole in the warp's slice of (dynamic) shared memory, __syncwarp, then every lane adds
+// its outputs' terms in registers. Lane l owns the outputs i = l, l + 32, … < NC (M2L_R of
+// them), all FMM_Q charges of each, so one load of I serves FMM_Q products and one (broadcast)
+// load of M_j^k serves the lane's M2L_R outputs. Every output is summed over the list in list
+// order, by one lane: deterministic.
+//
+// Tables, both complete in m (no sign fix-ups in the inner loop): I_N^μ at N² + N + μ for
+// |μ| ≤ N ≤ 2p ((2p+1)² values), M_j^k at FMM_Q (j² + j + k) + c for |k| ≤ j ≤ p. Lane l ≤ p
+// builds the columns μ = l and, for l < p, μ = 2p − l (2p diagonal steps and 2p + 2 values per
+// lane; src/summation/fmm/m2l_layout.rs mirrors this and tests it).
+//
+// Cost per (target, source) pair at p = 9, q = 3 (NC = 55, M2L_R = 2): 8 q NC (p+1)² = 132 000
+// useful flops (complex multiply-adds, 4 FMA each); issued for 64 outputs, 86 % useful (p = 7:
+// NC = 36 of 64, 56 %). Shared loads per (j, k): M2L_R I values per lane (16 B in f64, 8 B in
+// f32) and FMM_Q broadcast M values, for M2L_R·FMM_Q complex FMAs: per warp and (j, k), f64
+// 2·4 + 3 = 11 wavefronts of 128 B against 24 DFMA warp instructions (12 cycles at 2 per cycle
+// on an H100 SM), f32 2·2 + 3 = 7 against 24 FFMA (6 cycles at 4 per cycle): about balanced
+// between shared memory and the FMA pipes. Table building is (2p+1)² values per pair (≈ 5 % of
+// the multiply-adds at p = 9). docs/performance.md has the same count.
+//
+// f32 (fmm_m2l_f32): dimensionless, with ℓ = |R|, R = c_t − c_s, u = R/ℓ:
+//   Ĩ_N^μ = I_N^μ(u) / N!          (|Ĩ| ≤ √(C(2N, N)) ≤ 2^N, ≤ 1.1e12 at N = 40)
+//   M̃_j^k = M_j^k j! ℓ^{−j}        (|M̃| ≤ Σ|q| (r_s/ℓ)^j, r_s the particles' distance to c_s)
+//   L_n^m = (−1)^{n+m} n! ℓ^{−(n+1)} Σ_j C(n+j, j) Σ_k M̃_j^k Ĩ_{j+n}^{k−m}
+// since I_{j+n}(R) = ℓ^{−(j+n+1)} I_{j+n}(u) and (j+n)!/j! = n! C(n+j, j). The inner sums are
+// f32, the binomial weights C(n+j, j) ≤ C(40, 20) = 1.4e11 (f32, from a per-block table), and
+// the pair's result is scaled by n! ℓ^{−(n+1)} and added in f64: nothing under- or overflows in
+// f32 up to 2p = 40 (m2l_layout.rs checks the identity in f32 on the CPU).
+#ifndef M2L_WARPS
+#define M2L_WARPS 4
+#endif
+#define M2L_R FAR_R
+#define M2L_NI ((2 * FMM_P + 1) * (2 * FMM_P + 1))
+#define M2L_NM (FMM_Q * (FMM_P + 1) * (FMM_P + 1))
+
+template <typename T> struct cx
+{
+    T re, im;
+};
+
+// X_N^μ and X_N^{−μ} = (−1)^μ conj(X_N^μ) into a complete table.
+template <typename T> __device__ __forceinline__ void put_pm(cx<T> *t, int N, int mu, cx<T> v)
+{
+    t[N * N + N + mu] = v;
+    if (mu > 0)
+        t[N * N + N - mu] = (mu & 1) ? cx<T>{-v.re, v.im} : cx<T>{v.re, -v.im};
 }
 
-// Sources an M2L block takes per barrier (their tables built side by side). Shared memory:
-// M2L_BATCH · (NC2 + 3·NC) complex values. Measured on the H100 at p = 9, 1e6 particles: 4 per
-// barrier made M2L slower (0.316 s against 0.244 s with 1; fewer blocks fit an SM), so 1.
-#ifndef M2L_BATCH
-#define M2L_BATCH 1
-#endif
-
-// M2L: one block per target cell (all of them, so every local expansion is written):
-// L_n^m = (−1)^{n+m} Σ_sources Σ_{j,k} M_j^k I_{j+n}^{k−m}(c_t − c_s), the sources in list order.
-extern "C" __global__ void fmm_m2l(int n_cells, const double *__restrict__ tcenter,
-                                   const double *__restrict__ scenter, const unsigned *__restrict__ offsets,
-                                   const unsigned *__restrict__ sources, const cplx *__restrict__ mult,
-                                   cplx *__restrict__ local)
+// Column μ = m, N = m..top, of I_N^m(x) (SCALED false; ir2 = 1/|x|²) or of Ĩ_N^m = I_N^m(u)/N!
+// at the unit vector u = x (SCALED true) into a complete table (put_pm).
+template <typename T, bool SCALED>
+__device__ void irregular_column_full(T x, T y, T z, T ir2, int m, int top, cx<T> *t)
 {
-    const int cell = blockIdx.x;
+    cx<T> d = {SCALED ? (T)1 : sqrt(ir2), (T)0};
+    for (int k = 1; k <= m; k++)
+    {
+        const T f = SCALED ? -(T)(2 * k - 1) / (T)k : -(T)(2 * k - 1) * ir2;
+        const cx<T> xy = {x * f, y * f};
+        d = {xy.re * d.re - xy.im * d.im, xy.re * d.im + xy.im * d.re};
+    }
+    put_pm(t, m, m, d);
+    if (m + 1 > top)
+        return;
+    const T f1 = SCALED ? (T)(2 * m + 1) / (T)(m + 1) * z : (T)(2 * m + 1) * z * ir2;
+    cx<T> b = d, a = {d.re * f1, d.im * f1};
+    put_pm(t, m + 1, m, a);
+    for (int n = m + 2; n <= top; n++)
+    {
+        cx<T> v;
+        if (SCALED)
+        {
+            const T f = (T)(2 * n - 1) / (T)n * z, g = (T)((n - 1) * (n - 1) - m * m) / (T)(n * (n - 1));
+            v = {a.re * f - b.re * g, a.im * f - b.im * g};
+        }
+        else
+        {
+            const T f = (T)(2 * n - 1) * z, g = (T)((n - 1) * (n - 1) - m * m);
+            v = {(a.re * f - b.re * g) * ir2, (a.im * f - b.im * g) * ir2};
+        }
+        put_pm(t, n, m, v);
+        b = a;
+        a = v;
+    }
+}
+
+// Row j of a lane's M2L sums: s[r][c] += Σ_{|k| ≤ j} M_j^k I_{j+n_r}^{k−m_r} (complete tables,
+// m2l_warp), k ascending, each complex product as four chained FMAs.
+template <typename T>
+__device__ __forceinline__ void m2l_row(const cx<T> *I, const cx<T> *M, int j, const int *on, const int *om,
+                                        T (*s)[FMM_Q][2])
+{
+    const cx<T> *row[M2L_R];
+#pragma unroll
+    for (int r = 0; r < M2L_R; r++)
+    {
+        const int N = j + on[r];
+        row[r] = I + (N * N + N - om[r]); // I_{j+n}^{k−m} at row[r][k]
+    }
+    const cx<T> *mrow = M + FMM_Q * (j * j + j);
+    for (int k = -j; k <= j; k++)
+    {
+        cx<T> mv[FMM_Q];
+#pragma unroll
+        for (int c = 0; c < FMM_Q; c++)
+            mv[c] = mrow[FMM_Q * k + c];
+#pragma unroll
+        for (int r = 0; r < M2L_R; r++)
+        {
+            const cx<T> h = row[r][k];
+#pragma unroll
+            for (int c = 0; c < FMM_Q; c++)
+            {
+                // Four FMAs (written out: `s += a·b − c·d` would be two products, a
+                // subtraction and an addition).
+                s[r][c][0] = fma(mv[c].re, h.re, s[r][c][0]);
+                s[r][c][0] = fma(-mv[c].im, h.im, s[r][c][0]);
+                s[r][c][1] = fma(mv[c].re, h.im, s[r][c][1]);
+                s[r][c][1] = fma(mv[c].im, h.re, s[r][c][1]);
+            }
+        }
+    }
+}
+
+// The body of fmm_m2l (T = double, SCALED false) and fmm_m2l_f32 (T = float, SCALED true);
+// binom (SCALED only) holds C(n+j, j) at j (p+1) + n.
+template <typename T, bool SCALED>
+__device__ __forceinline__ void m2l_warp(int n_cells, const double *__restrict__ tcenter,
+                                         const double *__restrict__ scenter,
+                                         const unsigned *__restrict__ offsets,
+                                         const unsigned *__restrict__ sources, const cplx *__restrict__ mult,
+                                         cplx *__restrict__ local, cx<T> *smem, const float *binom)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int cell = blockIdx.x * (blockDim.x >> 5) + warp;
     if (cell >= n_cells)
         return;
-    __shared__ cplx I[M2L_BATCH][NC2];
-    __shared__ cplx M[M2L_BATCH][FMM_Q * NC];
-    const int i = threadIdx.x;
-    int n = 0, m = 0;
-    if (i < NC)
-        cdecode(i, n, m);
-    cplx acc[FMM_Q] = {};
+    cx<T> *I = smem + (size_t)warp * (M2L_NI + M2L_NM);
+    cx<T> *M = I + M2L_NI;
+    // The lane's outputs (n, m); past NC a dummy (0, 0), computed and not written.
+    int on[M2L_R], om[M2L_R];
+    lane_outputs(lane, on, om);
+    double acc[M2L_R][FMM_Q][2];
+#pragma unroll
+    for (int r = 0; r < M2L_R; r++)
+#pragma unroll
+        for (int c = 0; c < FMM_Q; c++)
+            acc[r][c][0] = acc[r][c][1] = 0.0;
     const double tx = tcenter[3 * cell], ty = tcenter[3 * cell + 1], tz = tcenter[3 * cell + 2];
     const unsigned last = offsets[cell + 1];
-    for (unsigned e0 = offsets[cell]; e0 < last; e0 += M2L_BATCH)
+    for (unsigned e = offsets[cell]; e < last; e++)
     {
-        const int nb = min((unsigned)M2L_BATCH, last - e0);
-        __syncthreads();
-        for (int idx = i; idx < nb * (2 * FMM_P + 1); idx += blockDim.x)
+        const unsigned s = sources[e];
+        const double rx = tx - scenter[3 * s], ry = ty - scenter[3 * s + 1], rz = tz - scenter[3 * s + 2];
+        const double r2 = rx * rx + ry * ry + rz * rz;
+        const double il = SCALED ? 1.0 / sqrt(r2) : 1.0;
+        __syncwarp(); // the previous pair's tables are read
+        if (lane <= FMM_P)
         {
-            const int bq = idx / (2 * FMM_P + 1), col = idx % (2 * FMM_P + 1);
-            const unsigned s = sources[e0 + bq];
-            irregular_column(tx - scenter[3 * s], ty - scenter[3 * s + 1], tz - scenter[3 * s + 2], col,
-                             2 * FMM_P, I[bq]);
+            const T x = SCALED ? (T)(rx * il) : (T)rx, y = SCALED ? (T)(ry * il) : (T)ry,
+                    z = SCALED ? (T)(rz * il) : (T)rz, ir2 = SCALED ? (T)1 : (T)(1.0 / r2);
+            irregular_column_full<T, SCALED>(x, y, z, ir2, lane, 2 * FMM_P, I);
+            if (lane < FMM_P)
+                irregular_column_full<T, SCALED>(x, y, z, ir2, 2 * FMM_P - lane, 2 * FMM_P, I);
         }
-        for (int idx = i; idx < nb * FMM_Q * NC; idx += blockDim.x)
         {
-            const int bq = idx / (FMM_Q * NC), k = idx % (FMM_Q * NC);
-            M[bq][k] = mult[(size_t)sources[e0 + bq] * FMM_Q * NC + k];
+            // M_j^k (k ≥ 0, stored) times j! ℓ^{−j} (SCALED), both signs of k.
+            const cplx *src = mult + (size_t)s * FMM_Q * NC;
+            int j = 0;
+            double sc = 1.0;
+            for (int f = lane; f < FMM_Q * NC; f += 32)
+            {
+                const int i = f / FMM_Q, c = f - FMM_Q * i;
+                while ((j + 1) * (j + 2) / 2 <= i)
+                {
+                    j++;
+                    if (SCALED)
+                        sc *= j * il;
+                }
+                const int k = i - j * (j + 1) / 2;
+                const cplx v = src[f];
+                const cx<T> w = {(T)(v.re * sc), (T)(v.im * sc)};
+                M[FMM_Q * (j * j + j + k) + c] = w;
+                if (k > 0)
+                    M[FMM_Q * (j * j + j - k) + c] = (k & 1) ? cx<T>{-w.re, w.im} : cx<T>{w.re, -w.im};
+            }
         }
-        __syncthreads();
-        if (i < NC)
+        __syncwarp(); // tables complete
+        if (!SCALED)
         {
-            for (int bq = 0; bq < nb; bq++)
-                for (int j = 0; j <= FMM_P; j++)
-                    for (int k = -j; k <= j; k++)
+            // f64: every term straight into the list's sums.
+            for (int j = 0; j <= FMM_P; j++)
+                m2l_row<T>(I, M, j, on, om, (T(*)[FMM_Q][2])acc);
+        }
+        else
+        {
+            T part[M2L_R][FMM_Q][2];
+#pragma unroll
+            for (int r = 0; r < M2L_R; r++)
+#pragma unroll
+                for (int c = 0; c < FMM_Q; c++)
+                    part[r][c][0] = part[r][c][1] = (T)0;
+            for (int j = 0; j <= FMM_P; j++)
+            {
+                T sj[M2L_R][FMM_Q][2];
+#pragma unroll
+                for (int r = 0; r < M2L_R; r++)
+#pragma unroll
+                    for (int c = 0; c < FMM_Q; c++)
+                        sj[r][c][0] = sj[r][c][1] = (T)0;
+                m2l_row<T>(I, M, j, on, om, sj);
+#pragma unroll
+                for (int r = 0; r < M2L_R; r++)
+                {
+                    const T w = (T)binom[j * (FMM_P + 1) + on[r]];
+#pragma unroll
+                    for (int c = 0; c < FMM_Q; c++)
                     {
-                        const cplx h = csigned(I[bq], j + n, k - m);
-                        for (int cc = 0; cc < FMM_Q; cc++)
-                        {
-                            const cplx v = cmul(csignedq(M[bq], j, k, cc), h);
-                            acc[cc].re += v.re;
-                            acc[cc].im += v.im;
-                        }
+                        part[r][c][0] += w * sj[r][c][0];
+                        part[r][c][1] += w * sj[r][c][1];
                     }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < M2L_R; r++)
+            {
+                // n! ℓ^{−(n+1)}, then the pair's terms into the f64 sums.
+                double f = il;
+                for (int n = 1; n <= on[r]; n++)
+                    f *= n * il;
+#pragma unroll
+                for (int c = 0; c < FMM_Q; c++)
+                {
+                    acc[r][c][0] += f * (double)part[r][c][0];
+                    acc[r][c][1] += f * (double)part[r][c][1];
+                }
+            }
         }
     }
-    if (i < NC)
+#pragma unroll
+    for (int r = 0; r < M2L_R; r++)
     {
-        const double sign = ((n + m) & 1) ? -1.0 : 1.0;
-        for (int cc = 0; cc < FMM_Q; cc++)
-            local[(size_t)cell * FMM_Q * NC + FMM_Q * i + cc] = {acc[cc].re * sign, acc[cc].im * sign};
+        const int i = lane + 32 * r;
+        if (i >= NC)
+            continue;
+        const double sign = ((on[r] + om[r]) & 1) ? -1.0 : 1.0;
+#pragma unroll
+        for (int c = 0; c < FMM_Q; c++)
+            local[(size_t)cell * FMM_Q * NC + FMM_Q * i + c] = {acc[r][c][0] * sign, acc[r][c][1] * sign};
     }
+}
+
+extern __shared__ __align__(16) unsigned char m2l_shared[];
+
+// M2L in f64: L_n^m = (−1)^{n+m} Σ_sources Σ_{j,k} M_j^k I_{j+n}^{k−m}(c_t − c_s), the sources in
+// list order, every target cell written. Block: 32·w threads (w ≤ M2L_WARPS), one target cell
+// per warp; dynamic shared memory w · 16 ((2p+1)² + q (p+1)²) bytes.
+extern "C" __global__ void __launch_bounds__(32 * M2L_WARPS)
+    fmm_m2l(int n_cells, const double *__restrict__ tcenter, const double *__restrict__ scenter,
+            const unsigned *__restrict__ offsets, const unsigned *__restrict__ sources,
+            const cplx *__restrict__ mult, cplx *__restrict__ local)
+{
+    m2l_warp<double, false>(n_cells, tcenter, scenter, offsets, sources, mult, local,
+                            reinterpret_cast<cx<double> *>(m2l_shared), nullptr);
+}
+
+// The same in f32 with scaling (above); dynamic shared memory w · 8 ((2p+1)² + q (p+1)²) bytes,
+// static 4 (p+1)² (the binomial table, built before the block's only barrier).
+extern "C" __global__ void __launch_bounds__(32 * M2L_WARPS)
+    fmm_m2l_f32(int n_cells, const double *__restrict__ tcenter, const double *__restrict__ scenter,
+                const unsigned *__restrict__ offsets, const unsigned *__restrict__ sources,
+                const cplx *__restrict__ mult, cplx *__restrict__ local)
+{
+    __shared__ float binom[(FMM_P + 1) * (FMM_P + 1)];
+    for (int t = threadIdx.x; t < (FMM_P + 1) * (FMM_P + 1); t += blockDim.x)
+    {
+        const int j = t / (FMM_P + 1), n = t - j * (FMM_P + 1);
+        double b = 1.0; // C(n + j, j), exact in f64 (≤ C(40, 20))
+        for (int a = 1; a <= j; a++)
+            b = b * (n + a) / a;
+        binom[t] = (float)b;
+    }
+    __syncthreads();
+    m2l_warp<float, true>(n_cells, tcenter, scenter, offsets, sources, mult, local,
+                          reinterpret_cast<cx<float> *>(m2l_shared), binom);
 }
 
 // One coefficient of the local expansion L shifted to a point, for each of the FMM_Q charges:
@@ -318,35 +579,43 @@ __device__ __forceinline__ void shifted_local(const cplx *R, const cplx *L, int 
     }
 }
 
-// L2L: one block per cell of cells[first, first + count) (a level below the root):
+// L2L: one warp per cell of cells[first, first + count) (a level below the root):
 // L'_n^m += Σ_{j ≥ n, k} L_j^k R_{j−n}^{k−m}(c − c_parent).
-extern "C" __global__ void fmm_l2l(int first, int count, const double *__restrict__ center,
-                                   const unsigned *__restrict__ parent, cplx *__restrict__ local)
+extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
+    fmm_l2l(int first, int count, const double *__restrict__ center, const unsigned *__restrict__ parent,
+            cplx *__restrict__ local)
 {
-    if ((int)blockIdx.x >= count)
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (b >= count)
         return;
-    const int cell = first + blockIdx.x;
+    const int cell = first + b;
     const unsigned pc = parent[cell];
-    __shared__ cplx R[NC];
-    __shared__ cplx L[FMM_Q * NC];
-    const int i = threadIdx.x;
-    if (i <= FMM_P)
+    __shared__ cplx Rs[FAR_WARPS][NC];
+    __shared__ cplx Ls[FAR_WARPS][FMM_Q * NC];
+    cplx *R = Rs[warp], *L = Ls[warp];
+    if (lane <= FMM_P)
         regular_column(center[3 * cell] - center[3 * pc], center[3 * cell + 1] - center[3 * pc + 1],
-                       center[3 * cell + 2] - center[3 * pc + 2], i, FMM_P, R);
-    for (int k = i; k < FMM_Q * NC; k += blockDim.x)
+                       center[3 * cell + 2] - center[3 * pc + 2], lane, FMM_P, R);
+    for (int k = lane; k < FMM_Q * NC; k += 32)
         L[k] = local[(size_t)pc * FMM_Q * NC + k];
-    __syncthreads();
-    if (i >= NC)
-        return;
-    int n, m;
-    cdecode(i, n, m);
-    cplx acc[FMM_Q];
-    shifted_local(R, L, n, m, acc);
-    for (int cc = 0; cc < FMM_Q; cc++)
+    __syncwarp();
+    int on[FAR_R], om[FAR_R];
+    lane_outputs(lane, on, om);
+#pragma unroll
+    for (int r = 0; r < FAR_R; r++)
     {
-        cplx &o = local[(size_t)cell * FMM_Q * NC + FMM_Q * i + cc];
-        o.re += acc[cc].re;
-        o.im += acc[cc].im;
+        const int i = lane + 32 * r;
+        if (i >= NC)
+            continue;
+        cplx acc[FMM_Q];
+        shifted_local(R, L, on[r], om[r], acc);
+        for (int cc = 0; cc < FMM_Q; cc++)
+        {
+            cplx &o = local[(size_t)cell * FMM_Q * NC + FMM_Q * i + cc];
+            o.re += acc[cc].re;
+            o.im += acc[cc].im;
+        }
     }
 }
 

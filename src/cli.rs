@@ -164,6 +164,9 @@ pub struct BenchFmmArgs {
     /// Tuning: the expansion order instead of the planned one.
     #[arg(long)]
     pub order: Option<usize>,
+    /// Tuning: the GPU M2L's precision, `f64` or `f32` (scaled), instead of the planned one.
+    #[arg(long, value_parser = crate::summation::fmm::params::M2lPrecision::parse)]
+    pub m2l: Option<crate::summation::fmm::params::M2lPrecision>,
     #[command(flatten)]
     pub common: BenchCommon,
 }

@@ -406,6 +406,7 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
                     theta: a.theta,
                     leaf_size: a.leaf_size,
                     order: a.order,
+                    m2l: a.m2l,
                 },
             };
             vpm::bench::bench_fmm(&device, &sizes, &options, json)?;

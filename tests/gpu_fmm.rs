@@ -33,36 +33,42 @@ fn gpu_fmm_meets_the_requested_accuracy_on_three_sets() {
     }
 }
 
-/// The GPU (f32 near field) and the CPU (f64) with the same parameters agree to f32 rounding;
-/// two GPU runs are bit-identical; the outputs are fully written (poisoned before).
+/// The GPU (f32 near field; M2L in f64 and in scaled f32) and the CPU (f64) with the same
+/// parameters agree to f32 rounding; two GPU runs are bit-identical; the outputs are fully
+/// written (poisoned before).
 #[test]
 fn gpu_fmm_matches_cpu_fmm_and_is_deterministic() {
+    use vpm::summation::fmm::params::M2lPrecision;
     let Some(gpu) = gpu_or_skip() else { return };
     let p = Particles::plummer(20000, 0.5, 0.02, 4);
-    let params = plan_parameters(5e-5, FmmBackend::Cuda).unwrap();
-    let mut g = CudaFmm::with_params(gpu, params, 0).unwrap();
-    g.disable_checks();
-    let mut c = FmmFreeSpace::with_params(params, 0);
+    let planned = plan_parameters(5e-5, FmmBackend::Cuda).unwrap();
+    let mut c = FmmFreeSpace::with_params(planned, 0);
     c.disable_checks();
     let extra = Extra::Stretching {
         alpha: &p.alpha,
         scheme: StretchingScheme::Classical,
     };
-    let (mut a, mut b, mut r) = (poisoned(p.len()), poisoned(p.len()), Evaluation::default());
-    g.evaluate(&p.sources(), &p.x, extra, &mut a).unwrap();
-    g.evaluate(&p.sources(), &p.x, extra, &mut b).unwrap();
-    assert!(
-        a.velocity == b.velocity && a.stretching == b.stretching,
-        "not deterministic"
-    );
+    let mut r = Evaluation::default();
     c.evaluate(&p.sources(), &p.x, extra, &mut r).unwrap();
-    let ev = verify::rel_l2(&a.velocity, &r.velocity);
-    let es = verify::rel_l2(&a.stretching, &r.stretching);
-    println!(
-        "GPU vs CPU FMM: velocity {ev:.2e}, stretching {es:.2e}; {:?}",
-        g.last_stats()
-    );
-    assert!(ev < 2e-6 && es < 1e-5, "{ev:e} {es:e}");
+    for m2l in [M2lPrecision::F64, M2lPrecision::F32] {
+        let params = vpm::summation::fmm::FmmParams { m2l, ..planned };
+        let mut g = CudaFmm::with_params(gpu.clone(), params, 0).unwrap();
+        g.disable_checks();
+        let (mut a, mut b) = (poisoned(p.len()), poisoned(p.len()));
+        g.evaluate(&p.sources(), &p.x, extra, &mut a).unwrap();
+        g.evaluate(&p.sources(), &p.x, extra, &mut b).unwrap();
+        assert!(
+            a.velocity == b.velocity && a.stretching == b.stretching,
+            "{m2l:?}: not deterministic"
+        );
+        let ev = verify::rel_l2(&a.velocity, &r.velocity);
+        let es = verify::rel_l2(&a.stretching, &r.stretching);
+        println!(
+            "GPU ({m2l:?} M2L) vs CPU FMM: velocity {ev:.2e}, stretching {es:.2e}; {:?}",
+            g.last_stats()
+        );
+        assert!(ev < 2e-6 && es < 1e-5, "{m2l:?}: {ev:e} {es:e}");
+    }
 }
 
 /// A larger uniform set (2e5) checked on a sample against the direct sum, and the built-in check.
@@ -248,4 +254,40 @@ fn skip_reason_shows_once_under_a_capturing_harness() {
         .collect();
     assert_eq!(lines.len(), 1, "stderr:\n{stderr}");
     assert!(lines[0].starts_with("gpu_fmm: "), "{}", lines[0]);
+}
+
+/// The M2L kernels alone against the f64 operator (expansions.rs), coefficient by coefficient
+/// on a small set of lists (m2l_layout.rs's M2lCase: five target cells, 24 sources each, two
+/// far away): f64 (`fmm_m2l`) to 1e-13 and scaled f32 (`fmm_m2l_f32`) to 4 u (p+1) of the
+/// terms' size, for one and three charges up to the GPU's largest order; two runs
+/// bit-identical.
+#[test]
+fn gpu_m2l_matches_cpu_coefficients() {
+    use vpm::summation::fmm::cuda::m2l_on_gpu;
+    use vpm::summation::fmm::m2l_layout::{f32_tolerance, M2lCase, F64_TOLERANCE};
+    use vpm::summation::fmm::params::M2lPrecision;
+    let Some(gpu) = gpu_or_skip() else { return };
+    for p in [4, 9, 15, 20] {
+        for q in [1, 3] {
+            let case = M2lCase::new(p, q, 7 + p as u64);
+            let reference = case.reference();
+            for (prec, tol) in [
+                (M2lPrecision::F64, F64_TOLERANCE),
+                (M2lPrecision::F32, f32_tolerance(p)),
+            ] {
+                let got = m2l_on_gpu(&gpu, &case, prec).unwrap();
+                let e = case.max_error(&got, &reference);
+                eprintln!("M2L p = {p}, q = {q}, {prec:?}: error {e:.2e} (tolerance {tol:.1e})");
+                assert!(
+                    e <= tol,
+                    "M2L p = {p}, q = {q}, {prec:?}: error {e:e} > {tol:e}"
+                );
+                let again = m2l_on_gpu(&gpu, &case, prec).unwrap();
+                assert!(
+                    got == again,
+                    "M2L p = {p}, q = {q}, {prec:?}: not deterministic"
+                );
+            }
+        }
+    }
 }

@@ -4,8 +4,8 @@
 //! its phases, the parameters planned for the accuracy, the tree and list sizes, the error
 //! against the direct sum on a random sample of targets, the CPU all-pairs sum timed on that
 //! sample and scaled to N² pairs, and the exponent of t ∝ N^k fitted over the sizes from 10^5 to
-//! 1.67·10^7 particles. `--theta`, `--leaf-size` and `--order` override the planned parameters
-//! (tuning: [`FmmTuning`]).
+//! 1.67·10^7 particles. `--theta`, `--leaf-size`, `--order` and `--m2l` override the planned
+//! parameters (tuning: [`FmmTuning`]).
 //!
 //! Particles: [`Particles::free_space`], uniform in [−π, π]³ with σ = 2π/N^{1/3} (about one
 //! spacing) and strengths uniform in [−1, 1]³, a seed per size. The GPU evaluator synchronises
@@ -22,6 +22,7 @@ use crate::device::Device;
 use crate::kernel::StretchingScheme;
 use crate::summation::direct::{DirectFreeSpace, DirectGravity};
 use crate::summation::fmm::check::check_gravity_sample;
+use crate::summation::fmm::params::M2lPrecision;
 use crate::summation::fmm::{
     params, plan_gravity_parameters, plan_parameters, CudaFmm, CudaFmmGravity, Fmm, FmmBackend,
     FmmFreeSpace, FmmGravity, FmmParams, FmmStats,
@@ -100,13 +101,15 @@ pub const TARGETS: &[FmmTarget] = &[
 /// The largest scaling exponent over [`FIT_RANGE`].
 pub const TARGET_EXPONENT: f64 = 1.05;
 
-/// Overrides of the planned parameters, for tuning (`--theta`, `--leaf-size`, `--order`): a
-/// changed θ re-plans the order from the error model unless `order` is given.
+/// Overrides of the planned parameters, for tuning (`--theta`, `--leaf-size`, `--order`,
+/// `--m2l`): a changed θ re-plans the order from the error model unless `order` is given.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct FmmTuning {
     pub theta: Option<f64>,
     pub leaf_size: Option<usize>,
     pub order: Option<usize>,
+    /// The M2L's precision instead of the planned one (`--m2l`; the GPU's kernels).
+    pub m2l: Option<M2lPrecision>,
 }
 
 impl FmmTuning {
@@ -144,6 +147,9 @@ impl FmmTuning {
                 anyhow::bail!("--order {order}: must be in 1..={}", params::MAX_ORDER);
             }
             p.order = order;
+        }
+        if let Some(m2l) = self.m2l {
+            p.m2l = m2l;
         }
         Ok(p)
     }
@@ -399,6 +405,7 @@ pub fn bench_fmm(
                 "theta": o.tuning.theta,
                 "leaf_size": o.tuning.leaf_size,
                 "order": o.tuning.order,
+                "m2l": o.tuning.m2l,
             },
         }),
         rows,
@@ -575,10 +582,14 @@ mod tests {
             theta: Some(0.7),
             leaf_size: Some(64),
             order: None,
+            m2l: Some(M2lPrecision::F64),
         }
         .apply(planned)
         .unwrap();
-        assert_eq!((wide.theta, wide.leaf_size), (0.7, 64));
+        assert_eq!(
+            (wide.theta, wide.leaf_size, wide.m2l),
+            (0.7, 64, M2lPrecision::F64)
+        );
         assert!(wide.order > planned.order, "{wide:?} against {planned:?}");
         let fixed = FmmTuning {
             theta: Some(0.7),

@@ -1,8 +1,9 @@
 //! The FMM on one GPU (`kernels/fmm.cu`): the trees and interaction lists built on the device
 //! ([`GpuTree`], `kernels/fmm_tree.cu`: the host's cells and lists, value for value), f64
-//! expansions and f32 near-field sums, one thread block per cell for P2M, M2M, M2L and L2L and
-//! one per target leaf for L2P with P2P, the seed's "multiple walks" (SC09 §2.3). Buffers stay
-//! allocated between calls and grow only.
+//! expansions (M2L products in f64 or scaled f32, [`M2lPrecision`]) and f32 near-field sums, one
+//! warp per cell for P2M, M2M, M2L and L2L and one thread block per target leaf for L2P with
+//! P2P, the seed's "multiple walks" (SC09 §2.3). Buffers stay allocated between calls and grow
+//! only.
 //!
 //! The host form uploads the particles in the caller's order (f64 positions, strengths, cores,
 //! and the targets) and then runs as the device form; it receives the results. The device form
@@ -14,7 +15,8 @@
 //! same bits. [`FmmStats::tree_seconds`] is the device time of the tree and lists (CUDA events).
 
 use super::gpu_tree::{Cores, GpuTree, Shape, TreeRequest};
-use super::params::{plan_parameters, FmmBackend, FmmParams};
+use super::m2l_layout::{far_warps, m2l_block, M2L_WARPS};
+use super::params::{plan_parameters, FmmBackend, FmmParams, M2lPrecision};
 use super::{AccuracyCheck, Fmm, FmmState, FmmStats};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::CompiledModule;
@@ -37,13 +39,17 @@ const EVAL_THREADS: u32 = 128;
 /// The highest order the GPU kernels are built for (their shared tables hold order 2p).
 pub const GPU_MAX_ORDER: usize = 20;
 
-/// The far-field kernels of one module (P2M, M2M, M2L, L2L), written once for any number of
-/// charges per source (`-DFMM_Q`).
-pub(super) struct FarKernels {
+/// The far-field kernels of one module (P2M, M2M, M2L in f64 and in scaled f32, L2L), written
+/// once for any number of charges per source (`-DFMM_Q`, kept in `q`).
+pub struct FarKernels {
     p2m: CudaFunction,
     m2m: CudaFunction,
     m2l: CudaFunction,
+    m2l_f32: CudaFunction,
     l2l: CudaFunction,
+    q: usize,
+    /// Cells (warps) per block of P2M, M2M and L2L, compiled in (`FAR_WARPS`).
+    warps: usize,
 }
 
 /// Compiles fmm.cu for expansion order `p` and `q` charges per source (refused above
@@ -58,9 +64,17 @@ pub(super) fn compile(
             "FMM on the GPU: order {p} above the kernels' largest, {GPU_MAX_ORDER}"
         )));
     }
-    let options = [format!("-DFMM_P={p}"), format!("-DFMM_Q={q}")];
+    let options = [
+        format!("-DFMM_P={p}"),
+        format!("-DFMM_Q={q}"),
+        format!("-DM2L_WARPS={M2L_WARPS}"),
+        format!("-DFAR_WARPS={}", far_warps(p, q)),
+    ];
     let module = gpu.module_from(&KERNELS, &options)?;
-    let far = load_kernels!(module, "fmm_", FarKernels { p2m, m2m, m2l, l2l });
+    #[rustfmt::skip]
+    let far = load_kernels!(module, "fmm_", FarKernels {
+        p2m, m2m, m2l, m2l_f32, l2l; q: q, warps: far_warps(p, q)
+    });
     Ok((module, far))
 }
 
@@ -214,30 +228,109 @@ pub(super) fn cfg(blocks: usize, threads: u32) -> LaunchConfig {
     }
 }
 
-/// P2M, M2M, M2L and L2L on the structure taken by [`Buffers::adopt`], with the
-/// sources' sorted positions in `s_x` and their `q` charges each in `s_alpha` (the module's
-/// `FMM_Q`), queued on `s`; `timeline` marks the ends of the upward pass, M2L and L2L (events
-/// 1 to 3).
+/// M2L into `local` for `n_cells` target cells, in `precision`: one warp per target cell
+/// ([`m2l_block`] warps per block).
+#[allow(clippy::too_many_arguments)]
+fn launch_m2l(
+    k: &FarKernels,
+    s: &Arc<CudaStream>,
+    p: usize,
+    precision: M2lPrecision,
+    n_cells: usize,
+    tcenter: &CudaSlice<f64>,
+    scenter: &CudaSlice<f64>,
+    offsets: &CudaSlice<u32>,
+    sources: &CudaSlice<u32>,
+    mult: &CudaSlice<f64>,
+    local: &mut CudaSlice<f64>,
+) -> Result<(), CudaError> {
+    let (warps, shared) = m2l_block(p, k.q, precision);
+    let config = LaunchConfig {
+        grid_dim: (n_cells.div_ceil(warps).max(1) as u32, 1, 1),
+        block_dim: (32 * warps as u32, 1, 1),
+        shared_mem_bytes: shared as u32,
+    };
+    let (f, name) = match precision {
+        M2lPrecision::F64 => (&k.m2l, "fmm_m2l"),
+        M2lPrecision::F32 => (&k.m2l_f32, "fmm_m2l_f32"),
+    };
+    let n = n_cells as i32;
+    // SAFETY: fmm_m2l[_f32](n_cells, tcenter, scenter, offsets, sources, mult, local): offsets
+    // has n_cells + 1 entries indexing sources (source cell ids with centres in scenter and
+    // FMM_Q·NC complex multipoles in mult); local holds FMM_Q·NC complex values per target
+    // cell; the block has 32·warps threads (warps ≤ M2L_WARPS, the launch bound) and the
+    // dynamic shared memory m2l_block gives for them.
+    launch!(s, f, name, config;
+        &n, tcenter, scenter, offsets, sources, mult, local)?;
+    Ok(())
+}
+
+/// M2L alone on the GPU for a test: the local expansions of `case`'s target cells (f64 pairs,
+/// as [`super::m2l_layout::M2lCase::reference`] lays them out) from the kernel compiled for
+/// its order and charges, in `precision`.
+pub fn m2l_on_gpu(
+    gpu: &Arc<Gpu>,
+    case: &super::m2l_layout::M2lCase,
+    precision: M2lPrecision,
+) -> Result<Vec<f64>, SummationError> {
+    let (_, k) = compile(gpu, case.p, case.q)?;
+    let s = gpu.stream().clone();
+    let n_cells = case.offsets.len() - 1;
+    let mut bufs: [DeviceBuffer<f64>; 3] = Default::default();
+    let [tc, sc, mult] = &mut bufs;
+    tc.upload(&s, &case.tcenter, "M2L test centres")?;
+    sc.upload(&s, &case.scenter, "M2L test centres")?;
+    mult.upload(&s, &case.mult, "M2L test multipoles")?;
+    let (mut off, mut src) = (
+        DeviceBuffer::<u32>::default(),
+        DeviceBuffer::<u32>::default(),
+    );
+    off.upload(&s, &case.offsets, "M2L test lists")?;
+    src.upload(&s, &case.sources, "M2L test lists")?;
+    let len = 2 * case.q * super::expansions::coefficient_count(case.p) * n_cells;
+    let mut local = DeviceBuffer::<f64>::default();
+    local.poison(&s, len)?;
+    launch_m2l(
+        &k,
+        &s,
+        case.p,
+        precision,
+        n_cells,
+        tc.get(),
+        sc.get(),
+        off.get(),
+        src.get(),
+        mult.get(),
+        local.get_mut(),
+    )?;
+    let mut out = vec![0.0; len];
+    local.download(gpu, &mut out, "M2L test locals")?;
+    Ok(out)
+}
+
+/// P2M, M2M, M2L (in `m2l`'s precision) and L2L on the structure uploaded by
+/// [`Buffers::adopt`], with the sources' sorted positions in `s_x` and their `q`
+/// charges each in `s_alpha` (the module's `FMM_Q`), queued on `s`; `timeline` marks the ends
+/// of the upward pass, M2L and L2L (events 1 to 3).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn far_field(
     k: &FarKernels,
     b: &mut Buffers,
     s: &Arc<CudaStream>,
     st: &Shape,
     p: usize,
+    m2l: M2lPrecision,
     timeline: &Timeline,
 ) -> Result<(), CudaError> {
     let (stree, ttree) = (&st.sources, st.targets());
-    // Every coefficient and every column of the order-2p table has a thread.
-    let threads = {
-        let need = super::expansions::coefficient_count(p).max(2 * p + 1);
-        (need.div_ceil(32) * 32) as u32
-    };
+    // One warp per cell, k.warps cells per block.
+    let per_cell = |cells: usize| cfg(cells.div_ceil(k.warps), 32 * k.warps as u32);
     let n_sleaves = stree.leaves.len() as i32;
     // SAFETY: fmm_p2m(leaves, n_leaves, center, begin, end, x, charge, mult): the leaves index
     // cells of the uploaded source tree, whose particle ranges lie in 0..n; x holds 3n doubles
     // and charge FMM_Q·n (the caller's upload); mult holds FMM_Q·NC complex values (2 doubles)
-    // per source cell (adopt); the block has at least NC threads.
-    launch!(s, &k.p2m, "fmm_p2m", cfg(stree.leaves.len(), threads);
+    // per source cell (adopt); blocks of FAR_WARPS warps, one leaf each.
+    launch!(s, &k.p2m, "fmm_p2m", per_cell(stree.leaves.len());
         b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
         b.s_x.get(), b.s_alpha.get(), b.mult.get_mut())?;
     for lv in (0..stree.depth()).rev() {
@@ -246,29 +339,35 @@ pub(super) fn far_field(
         // SAFETY: fmm_m2m(first, count, center, child_begin, child_count, mult): cells
         // first..first+count exist; their children are cells of the next level, whose
         // expansions were written by P2M (leaves) or the previous launch.
-        launch!(s, &k.m2m, "fmm_m2m", cfg(r.len(), threads);
+        launch!(s, &k.m2m, "fmm_m2m", per_cell(r.len());
             &first, &count, b.s_center.get(), b.s_child_begin.get(), b.s_child_count.get(),
             b.mult.get_mut())?;
     }
     timeline.record(1, s)?;
-    let n_tcells = ttree.cells.len() as i32;
     let tcenter = match st.target_tree {
         Some(_) => b.t_center.get(),
         None => b.s_center.get(),
     };
-    // SAFETY: fmm_m2l(n_cells, tcenter, scenter, offsets, sources, mult, local): offsets has
-    // n_cells + 1 entries indexing sources (source cell ids); local holds FMM_Q·NC complex
-    // values per target cell; the block has at least max(NC, 2p+1) threads.
-    launch!(s, &k.m2l, "fmm_m2l", cfg(ttree.cells.len(), threads);
-        &n_tcells, tcenter, b.s_center.get(), b.m2l_offsets.get(), b.m2l_sources.get(),
-        b.mult.get(), b.local.get_mut())?;
+    launch_m2l(
+        k,
+        s,
+        p,
+        m2l,
+        ttree.cells.len(),
+        tcenter,
+        b.s_center.get(),
+        b.m2l_offsets.get(),
+        b.m2l_sources.get(),
+        b.mult.get(),
+        b.local.get_mut(),
+    )?;
     timeline.record(2, s)?;
     for lv in 1..ttree.depth() {
         let r = ttree.levels[lv].clone();
         let (first, count) = (r.start as i32, r.len() as i32);
         // SAFETY: fmm_l2l(first, count, center, parent, local): cells of this level and their
         // parents (the level above, already complete) exist in the target tree.
-        launch!(s, &k.l2l, "fmm_l2l", cfg(r.len(), threads);
+        launch!(s, &k.l2l, "fmm_l2l", per_cell(r.len());
             &first, &count, tcenter, b.t_parent.get(), b.local.get_mut())?;
     }
     timeline.record(3, s)
@@ -421,7 +520,7 @@ impl CudaFmm {
         launch!(s, &k.pack, "fmm_pack", cfg(stree.leaves.len(), 128);
             b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
             b.s_x.get(), b.s_alpha.get(), b.s_sigma.get(), b.s_pos.get_mut(), b.s_str.get_mut())?;
-        far_field(&k.far, b, &s, &st, p, &timeline)?;
+        far_field(&k.far, b, &s, &st, p, self.state.params.m2l, &timeline)?;
         let n_tleaves = ttree.leaves.len() as i32;
         let rho_cut = self.state.params.rho_cut(gradient);
         let rho_cut2 = (rho_cut * rho_cut) as f32;

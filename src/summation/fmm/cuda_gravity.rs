@@ -168,7 +168,7 @@ impl Engine {
         launch!(s, &k.pack_gravity, "fmm_pack_gravity", cfg(stree.leaves.len(), 128);
             b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
             b.s_x.get(), b.s_alpha.get(), b.s_pos.get_mut())?;
-        far_field(&k.far, b, &s, &st, p, &timeline)?;
+        far_field(&k.far, b, &s, &st, p, params.m2l, &timeline)?;
         self.out_phi.poison(&s, nt)?;
         self.out_acc.poison(&s, 3 * nt)?;
         let n_tleaves = ttree.leaves.len() as i32;

@@ -28,6 +28,7 @@ pub mod cuda;
 pub mod cuda_gravity;
 pub mod expansions;
 pub mod gpu_tree;
+pub mod m2l_layout;
 pub mod params;
 pub mod traversal;
 pub mod tree;

@@ -52,6 +52,36 @@ pub const MAX_ORDER: usize = 30;
 /// (tests/gravity.rs).
 pub const NEWTONIAN_SHARE: f64 = 1.0;
 
+/// The precision of the GPU's M2L (kernels/fmm.cu): the expansions are stored in f64 either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum M2lPrecision {
+    /// f64 products and sums (the CPU, and the GPU below [`GPU_F32_M2L_ACCURACY`]).
+    F64,
+    /// f32 products of dimensionless (scaled) harmonics and multipoles, each pair's terms added
+    /// in f64 (`fmm_m2l_f32`).
+    F32,
+}
+
+impl M2lPrecision {
+    /// `f64` or `f32` (`vpm bench fmm --m2l`).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "f64" => Ok(Self::F64),
+            "f32" => Ok(Self::F32),
+            _ => Err(format!("M2L precision {s:?}: expected f64 or f32")),
+        }
+    }
+}
+
+/// The GPU's M2L runs in f32 at requested accuracies at or above this. One pair's result is an
+/// f32 sum of (p+1)² products per coefficient with binomial weights, relative rounding about
+/// u (p+1) = 6e-7 at p = 9 (u = 6e-8, errors adding as a random walk over the (p+1)² terms;
+/// the bound u (p+1)² = 6e-6 if they all had one sign), and the pairs are added in f64; the
+/// truncation error the order is planned for is [`ORDER_MARGIN`] × the accuracy, so the f32
+/// rounding stays a tenth of that at 1e-5 (measured by `gpu_m2l_matches_cpu_coefficients` in
+/// tests/gpu_fmm.rs).
+pub const GPU_F32_M2L_ACCURACY: f64 = 1e-5;
+
 /// The chosen parameters; `Display` gives the sentence for the run log and the manifest.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct FmmParams {
@@ -71,6 +101,8 @@ pub struct FmmParams {
     pub rho_cut_gradient: f64,
     /// Largest number of particles in a leaf.
     pub leaf_size: usize,
+    /// The precision of the M2L products (GPU; the CPU is f64).
+    pub m2l: M2lPrecision,
 }
 
 impl FmmParams {
@@ -84,26 +116,42 @@ impl FmmParams {
     }
 }
 
+impl FmmParams {
+    /// The M2L's precision for the log sentence (said only when it is f32).
+    fn m2l_words(&self) -> &'static str {
+        match self.m2l {
+            M2lPrecision::F64 => "",
+            M2lPrecision::F32 => ", M2L in scaled f32",
+        }
+    }
+}
+
 impl std::fmt::Display for FmmParams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.interaction == InteractionKind::Gravity {
             return write!(
                 f,
                 "accuracy {:e}: order p = {}, θ = {}, leaves ≤ {} bodies, exact softened kernel \
-                 within {:.4e}",
-                self.accuracy, self.order, self.theta, self.leaf_size, self.rho_cut_velocity
+                 within {:.4e}{}",
+                self.accuracy,
+                self.order,
+                self.theta,
+                self.leaf_size,
+                self.rho_cut_velocity,
+                self.m2l_words()
             );
         }
         write!(
             f,
             "accuracy {:e}: order p = {}, θ = {}, leaves ≤ {} particles, exact kernel within \
-             ρ_c = {:.2} σ_max ({:.2} for the velocity alone)",
+             ρ_c = {:.2} σ_max ({:.2} for the velocity alone){}",
             self.accuracy,
             self.order,
             self.theta,
             self.leaf_size,
             self.rho_cut_gradient,
-            self.rho_cut_velocity
+            self.rho_cut_velocity,
+            self.m2l_words()
         )
     }
 }
@@ -207,6 +255,10 @@ fn plan_expansions(
         rho_cut_velocity: 0.0,
         rho_cut_gradient: 0.0,
         leaf_size,
+        m2l: match backend {
+            FmmBackend::Cuda if accuracy >= GPU_F32_M2L_ACCURACY => M2lPrecision::F32,
+            _ => M2lPrecision::F64,
+        },
     })
 }
 

@@ -1,0 +1,498 @@
+//! The GPU M2L's layout and arithmetic on the host (kernels/fmm.cu, `fmm_m2l` and
+//! `fmm_m2l_f32`): which outputs a lane owns, which harmonic columns it builds, the complete
+//! (both signs of m) tables, the launch's warps and shared memory, and an f32 mirror of the
+//! scaled kernel, tested here against the f64 operator of [`super::expansions`]. The test case
+//! ([`M2lCase`]) is shared with the GPU test (tests/gpu_fmm.rs), which compares the kernels'
+//! local expansions with [`M2lCase::reference`] coefficient by coefficient.
+//!
+//! The scaled form (ℓ = |R|, R = c_t − c_s, u = R/ℓ):
+//!
+//! ```text
+//! Ĩ_N^μ = I_N^μ(u) / N!     M̃_j^k = M_j^k j! ℓ^{−j}
+//! L_n^m = (−1)^{n+m} n! ℓ^{−(n+1)} Σ_j C(n+j, j) Σ_k M̃_j^k Ĩ_{j+n}^{k−m}
+//! ```
+//!
+//! from I_N(R) = ℓ^{−(N+1)} I_N(u) and (j+n)!/j! = n! C(n+j, j); |Ĩ_N^μ| ≤ 2^N and |M̃_j^k| ≤
+//! Σ|q| (r_s/ℓ)^j, so every f32 value stays in range up to 2p = 40.
+
+use super::expansions::{coefficient_count, index, m2l, p2m, Workspace};
+use super::params::M2lPrecision;
+use num_complex::Complex64 as C64;
+use rand::{Rng, SeedableRng};
+
+/// Warps (target cells) per M2L block, compiled in as `-DM2L_WARPS` (the kernels' launch
+/// bound) and used by the launch unless the warps' shared tables would pass 48 KiB
+/// ([`m2l_block`]). The knob to tune on the H100 (docs/performance.md).
+pub const M2L_WARPS: usize = 4;
+
+/// Shared memory a block may take without opting in.
+const SHARED_LIMIT: usize = 48 * 1024;
+
+/// Warps (cells) per block of P2M, M2M and L2L (`-DFAR_WARPS`): up to 4, as many as fit
+/// the M2M and L2L tables, (q + 1)(p+1)(p+2)/2 complex f64 values a warp, in 48 KiB.
+pub fn far_warps(p: usize, q: usize) -> usize {
+    (SHARED_LIMIT / (16 * (q + 1) * coefficient_count(p))).clamp(1, 4)
+}
+
+/// Outputs per lane (`M2L_R`): lane l owns coefficients l, l + 32, … below (p+1)(p+2)/2.
+pub const fn outputs_per_lane(p: usize) -> usize {
+    coefficient_count(p).div_ceil(32)
+}
+
+/// (n, m) of coefficient `i` (the kernels' `cdecode`).
+pub fn decode(i: usize) -> (usize, usize) {
+    let mut n = 0;
+    while (n + 1) * (n + 2) / 2 <= i {
+        n += 1;
+    }
+    (n, i - n * (n + 1) / 2)
+}
+
+/// The columns μ ≥ 0 of the order-2p irregular table lane `lane` builds: μ = lane and
+/// 2p − lane for lanes below p, μ = p for lane p, none above.
+pub fn lane_columns(p: usize, lane: usize) -> Vec<usize> {
+    match lane {
+        l if l < p => vec![l, 2 * p - l],
+        l if l == p => vec![p],
+        _ => Vec::new(),
+    }
+}
+
+/// Position of X_n^m, |m| ≤ n, in a complete table (both signs of m): n² + n + m.
+pub const fn full_index(n: usize, m: isize) -> usize {
+    (n * n + n).wrapping_add_signed(m)
+}
+
+/// Warps per block and dynamic shared bytes of an M2L launch at order `p` with `q` charges:
+/// per warp the complete order-2p table and the staged multipole, ((2p+1)² + q (p+1)²)
+/// complex values of 16 (f64) or 8 (f32) bytes; the f32 kernel adds a static binomial table
+/// of 4 (p+1)² bytes per block.
+pub fn m2l_block(p: usize, q: usize, precision: M2lPrecision) -> (usize, usize) {
+    let (bytes, fixed) = match precision {
+        M2lPrecision::F64 => (16, 0),
+        M2lPrecision::F32 => (8, 4 * (p + 1) * (p + 1)),
+    };
+    let per_warp = bytes * ((2 * p + 1) * (2 * p + 1) + q * (p + 1) * (p + 1));
+    let warps = ((SHARED_LIMIT - fixed) / per_warp).clamp(1, M2L_WARPS);
+    (warps, warps * per_warp)
+}
+
+/// `fmm_m2l_f32`'s arithmetic for one pair on the host: adds to `local` (f64, K components)
+/// the field of `multipole` with `b` = c_t − c_s, products and inner sums in f32 as the kernel
+/// does them (same tables, same order), the pair's result scaled and added in f64.
+pub fn m2l_scaled_f32<const K: usize>(p: usize, b: [f64; 3], multipole: &[C64], local: &mut [C64]) {
+    let l = (b[0] * b[0] + b[1] * b[1] + b[2] * b[2]).sqrt();
+    let il = 1.0 / l;
+    let u = [(b[0] * il) as f32, (b[1] * il) as f32, (b[2] * il) as f32];
+    let top = 2 * p;
+    // Ĩ, complete, from the columns as the lanes build them.
+    let mut t = vec![[0f32; 2]; (top + 1) * (top + 1)];
+    for lane in 0..32 {
+        for m in lane_columns(p, lane) {
+            scaled_column(u, m, top, &mut t);
+        }
+    }
+    // M̃, complete.
+    let mut mt = vec![[0f32; 2]; K * (p + 1) * (p + 1)];
+    for j in 0..=p {
+        let sc = (1..=j).fold(1.0, |s, a| s * a as f64 * il);
+        for k in 0..=j {
+            for c in 0..K {
+                let v = multipole[K * index(j, k) + c] * sc;
+                let w = [v.re as f32, v.im as f32];
+                mt[K * full_index(j, k as isize) + c] = w;
+                mt[K * full_index(j, -(k as isize)) + c] = mirror(w, k);
+            }
+        }
+    }
+    for n in 0..=p {
+        for m in 0..=n {
+            let mut part = [[0f32; 2]; K];
+            for j in 0..=p {
+                let mut sj = [[0f32; 2]; K];
+                for k in -(j as isize)..=j as isize {
+                    let h = t[full_index(j + n, k - m as isize)];
+                    for c in 0..K {
+                        let mv = mt[K * full_index(j, k) + c];
+                        sj[c][0] = mv[0].mul_add(h[0], sj[c][0]);
+                        sj[c][0] = (-mv[1]).mul_add(h[1], sj[c][0]);
+                        sj[c][1] = mv[0].mul_add(h[1], sj[c][1]);
+                        sj[c][1] = mv[1].mul_add(h[0], sj[c][1]);
+                    }
+                }
+                let w = binomial(n + j, j) as f32;
+                for c in 0..K {
+                    part[c][0] = w.mul_add(sj[c][0], part[c][0]);
+                    part[c][1] = w.mul_add(sj[c][1], part[c][1]);
+                }
+            }
+            let f = (1..=n).fold(il, |s, a| s * a as f64 * il);
+            let sign = if (n + m) % 2 == 1 { -f } else { f };
+            for c in 0..K {
+                local[K * index(n, m) + c] += C64::new(part[c][0] as f64, part[c][1] as f64) * sign;
+            }
+        }
+    }
+}
+
+/// X^{−k} = (−1)^k conj(X^k).
+fn mirror(w: [f32; 2], k: usize) -> [f32; 2] {
+    if k % 2 == 1 {
+        [-w[0], w[1]]
+    } else {
+        [w[0], -w[1]]
+    }
+}
+
+/// C(n, k) in f64 (exact below 2^53).
+fn binomial(n: usize, k: usize) -> f64 {
+    (1..=k).fold(1.0, |b, a| b * (n - k + a) as f64 / a as f64)
+}
+
+/// Column m of Ĩ_N^m = I_N^m(u)/N! at the unit vector u, N = m..top, both signs, in f32
+/// (the kernels' `irregular_column_full` with SCALED).
+fn scaled_column(u: [f32; 3], m: usize, top: usize, t: &mut [[f32; 2]]) {
+    let mut put = |n: usize, v: [f32; 2]| {
+        t[full_index(n, m as isize)] = v;
+        t[full_index(n, -(m as isize))] = mirror(v, m);
+    };
+    let mut d = [1f32, 0.0];
+    for k in 1..=m {
+        let f = -((2 * k - 1) as f32) / k as f32;
+        let xy = [u[0] * f, u[1] * f];
+        d = [xy[0] * d[0] - xy[1] * d[1], xy[0] * d[1] + xy[1] * d[0]];
+    }
+    put(m, d);
+    if m + 1 > top {
+        return;
+    }
+    let f1 = (2 * m + 1) as f32 / (m + 1) as f32 * u[2];
+    let (mut b, mut a) = (d, [d[0] * f1, d[1] * f1]);
+    put(m + 1, a);
+    for n in m + 2..=top {
+        let f = (2 * n - 1) as f32 / n as f32 * u[2];
+        let g = ((n - 1) * (n - 1) - m * m) as f32 / (n * (n - 1)) as f32;
+        let v = [a[0] * f - b[0] * g, a[1] * f - b[1] * g];
+        put(n, v);
+        b = a;
+        a = v;
+    }
+}
+
+/// A small M2L problem with the kernels' inputs: target cells, each with an interaction list
+/// of source cells (well separated at θ = 0.5, some far away), the sources' multipoles from
+/// P2M of random particles, K charges each.
+pub struct M2lCase {
+    pub p: usize,
+    pub q: usize,
+    /// 3 per target cell.
+    pub tcenter: Vec<f64>,
+    /// 3 per source cell.
+    pub scenter: Vec<f64>,
+    /// Target t's list is sources[offsets[t]..offsets[t + 1]].
+    pub offsets: Vec<u32>,
+    pub sources: Vec<u32>,
+    /// The multipoles, q (p+1)(p+2)/2 complex values (re, im) per source cell.
+    pub mult: Vec<f64>,
+}
+
+impl M2lCase {
+    /// Five target cells of half side 1/4, 24 sources each (cells of the same size at 1.8 to 4
+    /// and two at 12), 8 particles per source cell, `q` ∈ {1, 3} charges.
+    pub fn new(p: usize, q: usize, seed: u64) -> Self {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let (h, targets, per_list) = (0.25, 5, 24);
+        let mut case = Self {
+            p,
+            q,
+            tcenter: Vec::new(),
+            scenter: Vec::new(),
+            offsets: vec![0],
+            sources: Vec::new(),
+            mult: Vec::new(),
+        };
+        let mut ws = Workspace::new(p);
+        for t in 0..targets {
+            let tc: [f64; 3] = std::array::from_fn(|_| rng.random_range(-1.0..1.0));
+            case.tcenter.extend(tc);
+            for e in 0..per_list {
+                let dist = if e < 2 {
+                    12.0
+                } else {
+                    rng.random_range(1.8..4.0)
+                };
+                let dir: [f64; 3] = std::array::from_fn(|_| rng.random_range(-1.0..1.0));
+                let norm = dir.iter().map(|v| v * v).sum::<f64>().sqrt().max(1e-3);
+                let sc: [f64; 3] = std::array::from_fn(|a| tc[a] + dist * dir[a] / norm);
+                let s = case.scenter.len() / 3;
+                case.scenter.extend(sc);
+                case.sources.push(s as u32);
+                let y: Vec<[f64; 3]> = (0..8)
+                    .map(|_| std::array::from_fn(|a| sc[a] + rng.random_range(-h..h)))
+                    .collect();
+                let charges: Vec<[f64; 3]> = (0..8)
+                    .map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0)))
+                    .collect();
+                let mut m = vec![C64::new(0.0, 0.0); q * coefficient_count(p)];
+                match q {
+                    1 => {
+                        let c1: Vec<[f64; 1]> = charges.iter().map(|c| [c[0]]).collect();
+                        p2m::<1>(&mut ws, sc, &y, &c1, &mut m);
+                    }
+                    _ => p2m::<3>(&mut ws, sc, &y, &charges, &mut m),
+                }
+                case.mult.extend(m.iter().flat_map(|v| [v.re, v.im]));
+            }
+            case.offsets.push(((t + 1) * per_list) as u32);
+        }
+        case
+    }
+
+    fn targets(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    /// The multipole of source cell `s`.
+    fn multipole(&self, s: usize) -> Vec<C64> {
+        let w = self.q * coefficient_count(self.p);
+        self.mult[2 * w * s..2 * w * (s + 1)]
+            .chunks(2)
+            .map(|v| C64::new(v[0], v[1]))
+            .collect()
+    }
+
+    /// Each target's local expansion from `pair` (b = c_t − c_s, multipole, local), the
+    /// sources in list order, flattened as the kernels write them (re, im).
+    fn locals(&self, mut pair: impl FnMut([f64; 3], &[C64], &mut [C64])) -> Vec<f64> {
+        let w = self.q * coefficient_count(self.p);
+        let mut out = Vec::with_capacity(2 * w * self.targets());
+        for t in 0..self.targets() {
+            let mut local = vec![C64::new(0.0, 0.0); w];
+            for e in self.offsets[t]..self.offsets[t + 1] {
+                let s = self.sources[e as usize] as usize;
+                let b = std::array::from_fn(|a| self.tcenter[3 * t + a] - self.scenter[3 * s + a]);
+                pair(b, &self.multipole(s), &mut local);
+            }
+            out.extend(local.iter().flat_map(|v| [v.re, v.im]));
+        }
+        out
+    }
+
+    /// The f64 operator's local expansions ([`m2l`]).
+    pub fn reference(&self) -> Vec<f64> {
+        let mut ws = Workspace::new(self.p);
+        match self.q {
+            1 => self.locals(|b, m, l| m2l::<1>(&mut ws, b, m, l)),
+            _ => self.locals(|b, m, l| m2l::<3>(&mut ws, b, m, l)),
+        }
+    }
+
+    /// The f32 mirror's ([`m2l_scaled_f32`]).
+    pub fn scaled_f32(&self) -> Vec<f64> {
+        let p = self.p;
+        match self.q {
+            1 => self.locals(|b, m, l| m2l_scaled_f32::<1>(p, b, m, l)),
+            _ => self.locals(|b, m, l| m2l_scaled_f32::<3>(p, b, m, l)),
+        }
+    }
+
+    /// Σ over each target's list of |the pair's L_n^m| (f64 operator), laid out as
+    /// [`Self::reference`] with the sums in the real parts: the scale of the rounding errors.
+    fn magnitudes(&self) -> Vec<f64> {
+        let mut ws = Workspace::new(self.p);
+        let mut tmp = vec![C64::new(0.0, 0.0); self.q * coefficient_count(self.p)];
+        let q = self.q;
+        self.locals(|b, m, l| {
+            tmp.iter_mut().for_each(|v| *v = C64::new(0.0, 0.0));
+            match q {
+                1 => m2l::<1>(&mut ws, b, m, &mut tmp),
+                _ => m2l::<3>(&mut ws, b, m, &mut tmp),
+            }
+            for (a, v) in l.iter_mut().zip(&tmp) {
+                a.re += v.norm();
+            }
+        })
+    }
+
+    /// The largest error of `got` against `reference`, coefficient by coefficient, relative
+    /// to the largest Σ_pairs |L_n^m| of the same target, degree n and charge (the size of the
+    /// terms the sums round, [`Self::magnitudes`]).
+    pub fn max_error(&self, got: &[f64], reference: &[f64]) -> f64 {
+        let magnitude = self.magnitudes();
+        let (p, q) = (self.p, self.q);
+        let w = q * coefficient_count(p);
+        let at = |v: &[f64], t: usize, n: usize, m: usize, c: usize| {
+            let k = 2 * (w * t + q * index(n, m) + c);
+            C64::new(v[k], v[k + 1])
+        };
+        let mut worst = 0.0f64;
+        for t in 0..self.targets() {
+            for n in 0..=p {
+                for c in 0..q {
+                    let scale = (0..=n)
+                        .map(|m| at(&magnitude, t, n, m, c).norm())
+                        .fold(0.0, f64::max);
+                    for m in 0..=n {
+                        let e = (at(got, t, n, m, c) - at(reference, t, n, m, c)).norm() / scale;
+                        worst = worst.max(if e.is_nan() { f64::INFINITY } else { e });
+                    }
+                }
+            }
+        }
+        worst
+    }
+}
+
+/// The f32 M2L's tolerance in [`M2lCase::max_error`] at order p: 4 u (p+1) with u = 2^{−23},
+/// the rounding of a pair's (p+1)² f32 products and of the order-2p recurrences adding as a
+/// random walk (√((p+1)²) = p+1); the mirror measures 2 to 20 times less (p = 4 … 20, test
+/// below), a wrong term gives errors of order one.
+pub fn f32_tolerance(p: usize) -> f64 {
+    4.0 * f32::EPSILON as f64 * (p + 1) as f64
+}
+
+/// The f64 kernel's tolerance in [`M2lCase::max_error`]: the same sums in another order.
+pub const F64_TOLERANCE: f64 = 1e-13;
+
+/// The largest |I_N^μ(u)/N!| over unit vectors (for the range argument; tests).
+#[cfg(test)]
+fn scaled_harmonic_bound(u: [f64; 3], top: usize) -> f64 {
+    use super::expansions::irregular_harmonics;
+    let mut t = vec![C64::new(0.0, 0.0); coefficient_count(top)];
+    irregular_harmonics(u, top, &mut t);
+    (0..=top)
+        .flat_map(|n| (0..=n).map(move |m| (n, m)))
+        .map(|(n, m)| {
+            t[index(n, m)].norm()
+                / (1..=n).fold(1.0, |f: f64, a| f * a as f64)
+                / 2f64.powi(n as i32)
+        })
+        .fold(0.0, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every coefficient has exactly one lane (l + 32 r), every column μ ≤ 2p one builder, and
+    /// the builders' work is balanced (2p diagonal steps, 2p + 2 values per lane below p).
+    #[test]
+    fn lanes_cover_outputs_and_columns_once() {
+        for p in [2, 4, 7, 9, 15, 20] {
+            let nc = coefficient_count(p);
+            let r = outputs_per_lane(p);
+            let mut seen = vec![0; nc];
+            for lane in 0..32 {
+                for k in 0..r {
+                    let i = lane + 32 * k;
+                    if i < nc {
+                        seen[i] += 1;
+                        let (n, m) = decode(i);
+                        assert_eq!(index(n, m), i);
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&s| s == 1), "p = {p}");
+            let mut cols = vec![0; 2 * p + 1];
+            for lane in 0..32 {
+                let c = lane_columns(p, lane);
+                for &m in &c {
+                    cols[m] += 1;
+                }
+                if lane < p {
+                    let values: usize = c.iter().map(|&m| 2 * p + 1 - m).sum();
+                    assert_eq!((c.iter().sum::<usize>(), values), (2 * p, 2 * p + 2));
+                }
+            }
+            assert!(cols.iter().all(|&s| s == 1), "p = {p}");
+            // Complete tables: n² + n + m runs over 0..(top+1)² once.
+            let top = 2 * p;
+            let mut idx: Vec<usize> = (0..=top)
+                .flat_map(|n| (-(n as isize)..=n as isize).map(move |m| full_index(n, m)))
+                .collect();
+            idx.sort_unstable();
+            assert_eq!(idx, (0..(top + 1) * (top + 1)).collect::<Vec<_>>());
+        }
+    }
+
+    /// The launches fit 48 KiB for every order the GPU is built for, with at least one warp,
+    /// and uses the knob where it fits (p = 9, q = 3 in f64: 5.7 KiB a warp).
+    #[test]
+    fn m2l_blocks_fit_shared_memory() {
+        for p in [2, 4, 7, 9, 15, 20] {
+            for q in [1, 3] {
+                for prec in [M2lPrecision::F64, M2lPrecision::F32] {
+                    let (w, bytes) = m2l_block(p, q, prec);
+                    let fixed = if prec == M2lPrecision::F32 {
+                        4 * (p + 1) * (p + 1)
+                    } else {
+                        0
+                    };
+                    assert!(
+                        (1..=M2L_WARPS).contains(&w) && bytes + fixed <= SHARED_LIMIT,
+                        "{p} {q}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            m2l_block(9, 3, M2lPrecision::F64),
+            (4, 4 * 16 * (361 + 300))
+        );
+        assert_eq!(m2l_block(20, 3, M2lPrecision::F64).0, 1);
+        assert_eq!(
+            (far_warps(9, 3), far_warps(20, 3), far_warps(20, 1)),
+            (4, 3, 4)
+        );
+    }
+
+    /// The planner puts the GPU's M2L in f32 at coarse accuracies (said in the sentence), in
+    /// f64 below [`GPU_F32_M2L_ACCURACY`] when the GPU is planned that fine; the CPU's stays f64.
+    #[test]
+    fn planner_picks_the_m2l_precision() {
+        use super::super::params::{
+            plan_gravity_parameters, plan_parameters, FmmBackend, GPU_ACCURACY_FLOOR,
+            GPU_F32_M2L_ACCURACY,
+        };
+        use crate::summation::interaction::PlummerGravity;
+        let g = plan_parameters(1e-4, FmmBackend::Cuda).unwrap();
+        assert_eq!(g.m2l, M2lPrecision::F32);
+        assert!(g.to_string().ends_with(", M2L in scaled f32"), "{g}");
+        let gravity = PlummerGravity::new(1e-3).unwrap();
+        let gg = plan_gravity_parameters(1e-4, FmmBackend::Cuda, gravity).unwrap();
+        assert_eq!(gg.m2l, M2lPrecision::F32);
+        let c = plan_parameters(1e-4, FmmBackend::Cpu).unwrap();
+        assert_eq!(c.m2l, M2lPrecision::F64);
+        assert!(!c.to_string().contains("M2L"), "{c}");
+        if GPU_ACCURACY_FLOOR < GPU_F32_M2L_ACCURACY {
+            let fine = plan_parameters(GPU_ACCURACY_FLOOR, FmmBackend::Cuda).unwrap();
+            assert_eq!(fine.m2l, M2lPrecision::F64);
+        }
+    }
+
+    /// The scaled harmonics stay below 2^N in magnitude (f32 range up to N = 40), on the axis
+    /// and off it.
+    #[test]
+    fn scaled_harmonics_are_bounded() {
+        for u in [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.6, -0.48, 0.64]] {
+            assert!(scaled_harmonic_bound(u, 40) <= 1.0 + 1e-12, "{u:?}");
+        }
+    }
+
+    /// The f32 mirror of `fmm_m2l_f32` matches the f64 operator within [`f32_tolerance`] at
+    /// every order the GPU test uses, both charge counts.
+    #[test]
+    fn scaled_f32_m2l_matches_f64_operator() {
+        for p in [4, 9, 15, 20] {
+            for q in [1, 3] {
+                let case = M2lCase::new(p, q, 7 + p as u64);
+                let e = case.max_error(&case.scaled_f32(), &case.reference());
+                eprintln!(
+                    "p = {p}, q = {q}: f32 mirror error {e:.2e}, tolerance {:.2e}",
+                    f32_tolerance(p)
+                );
+                assert!(e <= f32_tolerance(p), "p = {p}, q = {q}: {e:e}");
+            }
+        }
+    }
+}
