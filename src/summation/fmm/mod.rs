@@ -22,9 +22,11 @@
 //! kernels with one charge). The design leaves room for the periodic box (a sum of the
 //! root's images, §8), not built yet.
 
+pub mod cartesian;
 pub mod check;
 pub mod cpu;
 pub mod cuda;
+pub mod cuda_cartesian;
 pub mod cuda_gravity;
 pub mod expansions;
 pub mod params;

@@ -1,0 +1,214 @@
+//! The gravity FMM's softened Cartesian expansions on one GPU (kernels/fmm_cartesian.cu, the
+//! device form of [`super::cartesian`]): [`CartesianGravityKernels`] queues the upward pass, the
+//! M2L (a warp per target cell), the downward pass and the fused L2P + P2P on the device buffers
+//! of a structure ([`Buffers`]: cells, leaves, levels, lists, sorted positions and masses),
+//! wherever that structure was built. [`CartesianGravityKernels::evaluate_structure`] is the host
+//! form: it uploads a host-built [`Structure`] and the bodies, runs and downloads (tests and
+//! tools).
+
+use super::cartesian::term_count;
+use super::cuda::{cfg, gather3, Buffers, Timeline};
+use super::params::CARTESIAN_GPU_MAX_ORDER;
+use super::{FmmStats, Structure};
+use crate::device::buffer::DeviceBuffer;
+use crate::device::cuda::{kernel_source, launch, load_kernels, CudaError, Gpu, KernelSource};
+use crate::summation::interaction::{Bodies, GravityEvaluation, PlummerGravity};
+use crate::summation::SummationError;
+use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
+use std::sync::Arc;
+
+/// The kernel family (no header).
+pub const KERNELS: KernelSource = kernel_source!("fmm_cartesian.cu");
+/// Threads per block of every kernel but the M2L (`CART_THREADS`).
+const THREADS: u32 = 128;
+/// Target cells (warps) per block of `cart_m2l` (`M2L_WARPS`).
+const M2L_WARPS: usize = 4;
+
+/// The compiled kernels of one order (`-DCART_P`).
+pub struct CartesianGravityKernels {
+    order: usize,
+    pack: CudaFunction,
+    p2m: CudaFunction,
+    m2m: CudaFunction,
+    m2l: CudaFunction,
+    l2l: CudaFunction,
+    eval: CudaFunction,
+}
+
+/// ε² as the kernels take it: f64 for the expansions, f32 for the near field.
+#[derive(Debug, Clone, Copy)]
+pub struct SofteningSquared {
+    pub far: f64,
+    pub near: f32,
+}
+
+impl SofteningSquared {
+    /// ε² of `gravity` in both precisions (the caller refuses an ε² that underflows f32).
+    pub fn of(gravity: &PlummerGravity) -> Self {
+        let e2 = gravity.softening * gravity.softening;
+        Self {
+            far: e2,
+            near: e2 as f32,
+        }
+    }
+}
+
+impl CartesianGravityKernels {
+    /// Compiles kernels/fmm_cartesian.cu for order `p` (2 ≤ p ≤ [`CARTESIAN_GPU_MAX_ORDER`]).
+    pub fn new(gpu: &Gpu, p: usize) -> Result<Self, SummationError> {
+        if !(2..=CARTESIAN_GPU_MAX_ORDER).contains(&p) {
+            return Err(SummationError::Unsupported(format!(
+                "gravity FMM on the GPU: Cartesian order {p} outside the kernels' 2…\
+                 {CARTESIAN_GPU_MAX_ORDER}"
+            )));
+        }
+        let module = gpu.module_from(&KERNELS, &[format!("-DCART_P={p}")])?;
+        #[rustfmt::skip]
+        let kernels = load_kernels!(module, "cart_", CartesianGravityKernels {
+            pack, p2m, m2m, m2l, l2l, eval; order: p
+        });
+        Ok(kernels)
+    }
+
+    /// The expansion order compiled.
+    pub fn order(&self) -> usize {
+        self.order
+    }
+
+    /// Queues the whole evaluation on `s`: pack, P2M, M2M per level (deepest first), M2L, L2L
+    /// per level, then L2P with P2P into `out_phi` (one per target) and `out_acc` (three), at the
+    /// targets' original indices. `b` holds `st` (uploaded by [`Buffers::upload_structure`] or
+    /// built on the device), the bodies' sorted positions in `s_x` and masses in `s_alpha`, and
+    /// the targets' sorted positions in `t_x` when the targets have a tree of their own; `s_pos`
+    /// (four floats per body), `mult`, `local` and the outputs are sized here. `timeline` marks
+    /// the ends of the upward pass, M2L and L2L (events 1 to 3; the caller records 0 and 4).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        st: &Structure,
+        eps2: SofteningSquared,
+        timeline: &Timeline,
+        out_phi: &mut DeviceBuffer<f64>,
+        out_acc: &mut DeviceBuffer<f64>,
+    ) -> Result<(), CudaError> {
+        let (stree, ttree) = (&st.sources, st.targets());
+        let nt = term_count(self.order);
+        let bodies = stree.order.len();
+        let targets = ttree.order.len();
+        b.s_pos.ensure(s, 4 * bodies)?;
+        b.mult.ensure(s, nt * stree.cells.len())?;
+        b.local.ensure(s, nt * ttree.cells.len())?;
+        out_phi.poison(s, targets)?;
+        out_acc.poison(s, 3 * targets)?;
+        let n_sleaves = stree.leaves.len() as i32;
+        // SAFETY: cart_pack(leaves, n_leaves, center, begin, end, x, mass, pos) and
+        // cart_p2m(leaves, n_leaves, center, begin, end, x, mass, mult): the leaves index cells
+        // of the uploaded source tree, whose body ranges lie in 0..bodies; x holds 3·bodies
+        // doubles and mass `bodies` (the caller's upload), pos 4·bodies floats and mult NT
+        // doubles per source cell (ensured above); blockDim is CART_THREADS.
+        launch!(s, &self.pack, "cart_pack", cfg(stree.leaves.len(), THREADS);
+            b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
+            b.s_x.get(), b.s_alpha.get(), b.s_pos.get_mut())?;
+        launch!(s, &self.p2m, "cart_p2m", cfg(stree.leaves.len(), THREADS);
+            b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
+            b.s_x.get(), b.s_alpha.get(), b.mult.get_mut())?;
+        for r in stree.levels.iter().rev() {
+            let (first, count) = (r.start as i32, r.len() as i32);
+            // SAFETY: cart_m2m(first, count, center, child_begin, child_count, mult): cells
+            // first..first+count of the source tree; their children (the next level) were
+            // written by P2M or the previous launch; leaves are skipped.
+            launch!(s, &self.m2m, "cart_m2m", cfg(r.len(), THREADS);
+                &first, &count, b.s_center.get(), b.s_child_begin.get(), b.s_child_count.get(),
+                b.mult.get_mut())?;
+        }
+        timeline.record(1, s)?;
+        let own = st.target_tree.is_some();
+        let n_tcells = ttree.cells.len() as i32;
+        // The target tree's arrays (its own, or the sources' when the targets are the bodies),
+        // borrowed field by field beside the expansions written below.
+        let (tcenter, tbegin, tend, tx) = if own {
+            (&b.t_center, &b.t_begin, &b.t_end, &b.t_x)
+        } else {
+            (&b.s_center, &b.s_begin, &b.s_end, &b.s_x)
+        };
+        // SAFETY: cart_m2l(n_cells, tcenter, scenter, offsets, sources, mult, eps2, local):
+        // offsets has n_cells + 1 entries into sources (source cell ids); mult and local hold
+        // NT doubles per source and target cell; 32·M2L_WARPS threads per block, one warp per
+        // target cell (the grid covers n_cells).
+        launch!(s, &self.m2l, "cart_m2l", cfg(ttree.cells.len().div_ceil(M2L_WARPS), 32 * M2L_WARPS as u32);
+            &n_tcells, tcenter.get(), b.s_center.get(), b.m2l_offsets.get(), b.m2l_sources.get(),
+            b.mult.get(), &eps2.far, b.local.get_mut())?;
+        timeline.record(2, s)?;
+        for r in ttree.levels.iter().skip(1) {
+            let (first, count) = (r.start as i32, r.len() as i32);
+            // SAFETY: cart_l2l(first, count, center, parent, local): cells of this level of the
+            // target tree and their parents (the level above, complete).
+            launch!(s, &self.l2l, "cart_l2l", cfg(r.len(), THREADS);
+                &first, &count, tcenter.get(), b.t_parent.get(), b.local.get_mut())?;
+        }
+        timeline.record(3, s)?;
+        let n_tleaves = ttree.leaves.len() as i32;
+        // SAFETY: cart_eval(tleaves, n, tcenter, tbegin, tend, tx, torder, p2p_offsets,
+        // p2p_sources, scenter, sbegin, send, spos, local, eps2, out_phi, out_acc): target
+        // leaves and their sorted positions (3 per target), the order mapping sorted → original
+        // targets, the P2P lists (n_tleaves + 1 offsets, source leaf ids), the packed bodies,
+        // the locals (NT per target cell); out_phi holds `targets` doubles and out_acc 3·targets
+        // (poisoned above); blockDim is CART_THREADS.
+        launch!(s, &self.eval, "cart_eval", cfg(ttree.leaves.len(), THREADS);
+            b.t_leaves.get(), &n_tleaves, tcenter.get(), tbegin.get(), tend.get(), tx.get(),
+            b.t_order.get(),
+            b.p2p_offsets.get(), b.p2p_sources.get(), b.s_center.get(), b.s_begin.get(),
+            b.s_end.get(), b.s_pos.get(), b.local.get(), &eps2.near, out_phi.get_mut(),
+            out_acc.get_mut())?;
+        Ok(())
+    }
+
+    /// The host form: uploads `st` (built on the host for `bodies` and the points `tx`, which
+    /// are the bodies' positions when `st` has no target tree), runs and downloads φ and a at
+    /// `tx`, with the phase times and counts. An error when an output is left unwritten or is
+    /// not finite.
+    pub fn evaluate_structure(
+        &self,
+        gpu: &Arc<Gpu>,
+        st: &Structure,
+        bodies: &Bodies,
+        tx: &[[f64; 3]],
+        gravity: &PlummerGravity,
+    ) -> Result<(GravityEvaluation, FmmStats), SummationError> {
+        let s = gpu.stream().clone();
+        let mut b = Buffers::default();
+        b.upload_structure(&s, st, 1, self.order)?;
+        let order = &st.sources.order;
+        b.s_x.upload(&s, &gather3(bodies.x, order), "positions")?;
+        let mass: Vec<f64> = order.iter().map(|&i| bodies.mass[i as usize]).collect();
+        b.s_alpha.upload(&s, &mass, "masses")?;
+        if let Some(tt) = &st.target_tree {
+            b.t_x.upload(&s, &gather3(tx, &tt.order), "targets")?;
+        }
+        let (mut phi, mut acc) = (DeviceBuffer::default(), DeviceBuffer::default());
+        let timeline = Timeline::new(gpu)?;
+        timeline.record(0, &s)?;
+        let eps2 = SofteningSquared::of(gravity);
+        self.run(&s, &mut b, st, eps2, &timeline, &mut phi, &mut acc)?;
+        let mut stats = FmmStats::default();
+        timeline.finish(gpu, &s, st, self.order, &mut stats)?;
+        let mut out = GravityEvaluation::default();
+        out.resize(tx.len());
+        phi.download(gpu, &mut out.potential, "potentials")?;
+        let mut flat = vec![0.0; 3 * tx.len()];
+        acc.download(gpu, &mut flat, "accelerations")?;
+        for (o, v) in out.acceleration.iter_mut().zip(flat.chunks_exact(3)) {
+            *o = [v[0], v[1], v[2]];
+        }
+        if !out.potential.iter().chain(&flat).all(|v| v.is_finite()) {
+            return Err(SummationError::Unsupported(
+                "the Cartesian gravity FMM left a potential or an acceleration unwritten or not \
+                 finite"
+                    .into(),
+            ));
+        }
+        Ok((out, stats))
+    }
+}
