@@ -87,7 +87,10 @@ fn compare(n: usize, eps: Option<f64>, accuracy: f64, faces: bool) {
     );
     assert!(stats.m2l_pairs > 0);
     // The f32 near field against the f64 one: relative L2 ~1e-6.
-    assert!(ga.rel_l2 < 1e-5 && gp.rel_l2 < 1e-5, "GPU vs CPU {ga:?} {gp:?}");
+    assert!(
+        ga.rel_l2 < 1e-5 && gp.rel_l2 < 1e-5,
+        "GPU vs CPU {ga:?} {gp:?}"
+    );
     assert!(ga.max_rel < 2e-4, "GPU vs CPU max {ga:?}");
     assert!(
         da.within(accuracy, 10.0) && dp.within(accuracy, 10.0),

@@ -80,9 +80,10 @@ pub struct Table {
     /// Shifts: triples (n, a, b) with a + b = n (M2M: M_n += M_a w_b; L2L: L_a += L_n w_b),
     /// grouped by n.
     pub shift: Vec<[u32; 3]>,
-    /// M2L: for each output k, pairs (n, n + k) in `m2l[m2l_offsets[k]..m2l_offsets[k+1]]`.
+    /// M2L: for each output k, the indices of n + k in `m2l[m2l_offsets[k]..m2l_offsets[k+1]]`
+    /// for the terms n = 0, 1, … of order ≤ p − |k| (a prefix of the term order).
     pub m2l_offsets: Vec<u32>,
-    pub m2l: Vec<[u32; 2]>,
+    pub m2l: Vec<u32>,
     /// The index of n + e_i per term and axis (u32::MAX beyond order p): the gradient in L2P.
     pub up: Vec<[u32; 3]>,
     lookup: Vec<u32>,
@@ -104,7 +105,10 @@ pub fn term_count(p: usize) -> usize {
 impl Table {
     /// The tables of order `p` (≤ [`CARTESIAN_MAX_ORDER`]).
     pub fn new(p: usize) -> Self {
-        assert!(p <= CARTESIAN_MAX_ORDER, "Cartesian order {p} above the largest");
+        assert!(
+            p <= CARTESIAN_MAX_ORDER,
+            "Cartesian order {p} above the largest"
+        );
         let mut terms = Vec::with_capacity(term_count(p));
         for deg in 0..=p {
             for i in (0..=deg).rev() {
@@ -203,8 +207,8 @@ impl Table {
             for n in &terms {
                 let n = n.map(i32::from);
                 let s = [n[0] + k[0], n[1] + k[1], n[2] + k[2]];
-                if let (Some(ni), Some(si)) = (at(self, n), at(self, s)) {
-                    self.m2l.push([ni, si]);
+                if let Some(si) = at(self, s) {
+                    self.m2l.push(si);
                 }
             }
             self.m2l_offsets.push(self.m2l.len() as u32);
@@ -223,9 +227,8 @@ impl Table {
     pub fn monomials(&self, d: [f64; 3], w: &mut [f64]) {
         w[0] = 1.0;
         for t in 1..self.len() {
-            w[t] = w[self.mono_prev[t] as usize]
-                * d[self.mono_axis[t] as usize]
-                * self.mono_scale[t];
+            w[t] =
+                w[self.mono_prev[t] as usize] * d[self.mono_axis[t] as usize] * self.mono_scale[t];
         }
     }
 
@@ -247,7 +250,14 @@ impl Table {
     }
 
     /// P2M: adds the moments of masses `m` at `x` about `center` to `mult`.
-    pub fn p2m(&self, center: [f64; 3], x: &[[f64; 3]], m: &[f64], w: &mut [f64], mult: &mut [f64]) {
+    pub fn p2m(
+        &self,
+        center: [f64; 3],
+        x: &[[f64; 3]],
+        m: &[f64],
+        w: &mut [f64],
+        mult: &mut [f64],
+    ) {
         for (y, &q) in x.iter().zip(m) {
             self.monomials(between(center, *y), w);
             for (o, wi) in mult.iter_mut().zip(w.iter()) {
@@ -279,10 +289,11 @@ impl Table {
     pub fn m2l(&self, r: [f64; 3], eps2: f64, mult: &[f64], deriv: &mut [f64], local: &mut [f64]) {
         self.derivatives(r, eps2, deriv);
         for (k, l) in local.iter_mut().enumerate() {
-            let pairs = &self.m2l[self.m2l_offsets[k] as usize..self.m2l_offsets[k + 1] as usize];
-            *l += pairs
+            let sums = &self.m2l[self.m2l_offsets[k] as usize..self.m2l_offsets[k + 1] as usize];
+            *l += mult[..sums.len()]
                 .iter()
-                .map(|&[n, s]| mult[n as usize] * deriv[s as usize])
+                .zip(sums)
+                .map(|(m, &s)| m * deriv[s as usize])
                 .sum::<f64>();
         }
     }
@@ -511,7 +522,11 @@ mod tests {
                 t.derivatives(rm, eps2, &mut dm);
                 let fd = (dp[lower] - dm[lower]) / (2.0 * h);
                 let scale = d[k].abs().max(1.0);
-                assert!((fd - d[k]).abs() < 1e-7 * scale, "{n:?} ε² {eps2}: {fd} {}", d[k]);
+                assert!(
+                    (fd - d[k]).abs() < 1e-7 * scale,
+                    "{n:?} ε² {eps2}: {fd} {}",
+                    d[k]
+                );
                 // The symmetric form: s D_n = −(2|n|−1)/|n| Σ n_i R_i D_{n−e_i} − (|n|−1)/|n|
                 // Σ n_i (n_i−1) D_{n−2e_i}.
                 let nn = n.map(i32::from);
@@ -541,7 +556,11 @@ mod tests {
         let t = Table::new(9);
         assert_eq!(t.len(), term_count(9));
         for (i, n) in t.terms.iter().enumerate() {
-            assert_eq!(term_index(n[0] as usize, n[1] as usize, n[2] as usize), i, "{n:?}");
+            assert_eq!(
+                term_index(n[0] as usize, n[1] as usize, n[2] as usize),
+                i,
+                "{n:?}"
+            );
         }
     }
 
@@ -561,13 +580,19 @@ mod tests {
         let xyz = -15.0 * r[0] * r[1] * r[2] / rn.powi(7);
         assert!((at([1, 1, 1]) - xyz).abs() < 1e-13);
         let zzz = -(15.0 * r[2].powi(3) - 9.0 * r[2] * r2) / rn.powi(7);
-        assert!((at([0, 0, 3]) - zzz).abs() < 1e-13, "{} {zzz}", at([0, 0, 3]));
+        assert!(
+            (at([0, 0, 3]) - zzz).abs() < 1e-13,
+            "{} {zzz}",
+            at([0, 0, 3])
+        );
     }
 
     fn cluster(n: usize, c: [f64; 3], h: f64, seed: u64) -> (Vec<[f64; 3]>, Vec<f64>) {
         let mut s = seed;
         let mut next = || {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (s >> 11) as f64 / (1u64 << 53) as f64
         };
         let x = (0..n)
@@ -629,7 +654,10 @@ mod tests {
                 // The cluster radii (√3 h each plus the shifts) over the distance: θ ≈ 0.25.
                 let bound = 3.0 * 0.25f64.powi(p as i32);
                 assert!(err < bound, "ε {eps} p {p}: {err:e} > {bound:e}");
-                assert!(err < last || err < 1e-13, "ε {eps} p {p}: {err:e} ≥ {last:e}");
+                assert!(
+                    err < last || err < 1e-13,
+                    "ε {eps} p {p}: {err:e} ≥ {last:e}"
+                );
                 last = err;
             }
         }
@@ -640,7 +668,9 @@ mod tests {
     #[test]
     fn local_shift_is_exact() {
         let t = Table::new(7);
-        let lp: Vec<f64> = (0..t.len()).map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.1).collect();
+        let lp: Vec<f64> = (0..t.len())
+            .map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.1)
+            .collect();
         let mut w = vec![0.0; t.len()];
         let mut l = vec![0.0; t.len()];
         let d = [0.1, -0.2, 0.05];

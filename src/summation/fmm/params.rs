@@ -299,7 +299,10 @@ mod tests {
         assert_eq!((gpu.backend, gpu.leaf_size), (FmmBackend::Cuda, 128));
         assert_eq!((gpu.rho_cut_velocity, cpu.rho_cut_gradient), (0.0, 0.0));
         assert!(gpu.order <= CARTESIAN_GPU_MAX_ORDER);
-        assert!(cpu.to_string().contains("softened Cartesian expansions"), "{cpu}");
+        assert!(
+            cpu.to_string().contains("softened Cartesian expansions"),
+            "{cpu}"
+        );
         let e = plan_gravity_parameters(1e-5, FmmBackend::Cuda, g)
             .unwrap_err()
             .to_string();
@@ -307,7 +310,10 @@ mod tests {
         let mut last = 0;
         for a in [1e-3, 1e-4, 1e-6, 1e-8] {
             let p = plan_gravity_parameters(a, FmmBackend::Cpu, g).unwrap();
-            assert!(p.order > last && p.order <= CARTESIAN_MAX_ORDER, "{a:e}: {p}");
+            assert!(
+                p.order > last && p.order <= CARTESIAN_MAX_ORDER,
+                "{a:e}: {p}"
+            );
             last = p.order;
         }
     }
