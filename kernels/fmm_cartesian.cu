@@ -25,6 +25,8 @@
 // M2L writes every target cell's local expansion (zero without a list) and P2M/M2M every source
 // cell's moments, so no buffer needs clearing; L2L adds the parent's to the M2L result.
 
+#include "common.cuh"
+
 #ifndef CART_P
 #define CART_P 8
 #endif
@@ -371,20 +373,7 @@ extern "C" __global__ void __launch_bounds__(CART_THREADS)
                 if (!active)
                     continue;
                 for (unsigned q = 0; q < cnt; q++)
-                {
-                    const float4 S = P[q];
-                    const float ex = S.x - qx, ey = S.y - qy, ez = S.z - qz;
-                    const float s2 = fmaf(ex, ex, fmaf(ey, ey, fmaf(ez, ez, eps2)));
-                    if (s2 > 0.0f)
-                    {
-                        const float is = rsqrtf(s2);
-                        const float mis = S.w * is, mis3 = mis * is * is;
-                        v[0] -= mis;
-                        v[1] = fmaf(mis3, ex, v[1]);
-                        v[2] = fmaf(mis3, ey, v[2]);
-                        v[3] = fmaf(mis3, ez, v[3]);
-                    }
-                }
+                    add_softened_pair(P[q], qx, qy, qz, eps2, v);
             }
         }
         if (!active)

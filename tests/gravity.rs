@@ -3,7 +3,7 @@
 //! sets, at the bodies and at targets on cell faces, relative L2 and maxima of φ and a.
 
 use vpm::summation::direct::DirectGravity;
-use vpm::summation::fmm::{Fmm, FmmBackend, FmmGravity};
+use vpm::summation::fmm::{Fmm, FmmBackend, FmmGravity, FmmStats};
 use vpm::summation::interaction::{Bodies, GravityEvaluation, GravitySummation, PlummerGravity};
 use vpm::summation::verify::{cell_face_targets, on_threads, ErrorStats, Particles};
 
@@ -114,6 +114,39 @@ fn coincident_bodies_are_refused_without_softening() {
     assert!(out.potential.iter().all(|p| p.is_finite()));
 }
 
+/// The CPU FMM planned for `accuracy` on the bodies (x, m) at the targets (`None`: the bodies),
+/// against `want`: prints the errors and counts under `label` and asserts relative L2 ≤ the
+/// accuracy and max ≤ 10 × it for φ and a; the counts.
+fn fmm_within(
+    g: PlummerGravity,
+    accuracy: f64,
+    (x, m, t): (&[[f64; 3]], &[f64], Option<&[[f64; 3]]>),
+    want: &GravityEvaluation,
+    label: &str,
+) -> FmmStats {
+    let mut fmm = FmmGravity::new(g, accuracy, 0).unwrap();
+    fmm.disable_checks();
+    let got = evaluate(&mut fmm, x, m, t);
+    let (a, p) = errors(&got, want);
+    let stats = *fmm.last_stats();
+    println!(
+        "{label} {accuracy:e}: a {:.2e} max {:.2e}, φ {:.2e} max {:.2e}; p {}, M2L {}, P2P/target \
+         {:.0}",
+        a.rel_l2,
+        a.max_rel,
+        p.rel_l2,
+        p.max_rel,
+        fmm.params().order,
+        stats.m2l_pairs,
+        stats.p2p_per_target()
+    );
+    assert!(
+        a.within(accuracy, 10.0) && p.within(accuracy, 10.0),
+        "{label} {accuracy:e}"
+    );
+    stats
+}
+
 /// The FMM against the direct sum: relative L2 ≤ accuracy and max ≤ 10 × accuracy for φ and a,
 /// at the bodies and on cell faces, for 1e-3, 1e-5 and 1e-7, with and without softening.
 #[test]
@@ -133,23 +166,8 @@ fn fmm_meets_the_requested_accuracy_on_uniform_and_plummer_sets() {
             for (where_, t) in [("bodies", None), ("faces", Some(&faces[..]))] {
                 let want = evaluate(&mut DirectGravity::new(g), &x, &m, t);
                 for accuracy in [1e-3, 1e-5, 1e-7] {
-                    let mut fmm = FmmGravity::new(g, accuracy, 0).unwrap();
-                    fmm.disable_checks();
-                    let got = evaluate(&mut fmm, &x, &m, t);
-                    let (a, p) = errors(&got, &want);
-                    let stats = fmm.last_stats();
-                    println!(
-                        "{name} ε {eps} {where_} {accuracy:e}: a {:.2e} max {:.2e}, φ {:.2e} \
-                         max {:.2e}; p {}, M2L {}, P2P/target {:.0}",
-                        a.rel_l2,
-                        a.max_rel,
-                        p.rel_l2,
-                        p.max_rel,
-                        fmm.params().order,
-                        stats.m2l_pairs,
-                        stats.p2p_per_target()
-                    );
-                    assert!(a.within(accuracy, 10.0) && p.within(accuracy, 10.0));
+                    let label = format!("{name} ε {eps} {where_}");
+                    let stats = fmm_within(g, accuracy, (&x, &m, t), &want, &label);
                     assert!(stats.m2l_pairs > 0, "no far field at all");
                 }
             }
@@ -204,23 +222,7 @@ fn large_softening_is_summed_by_expansions() {
         let g = PlummerGravity::new(eps).unwrap();
         let want = evaluate(&mut DirectGravity::new(g), &x, &m, None);
         for accuracy in [1e-4, 1e-7] {
-            let mut fmm = FmmGravity::new(g, accuracy, 0).unwrap();
-            fmm.disable_checks();
-            let got = evaluate(&mut fmm, &x, &m, None);
-            let (a, p) = errors(&got, &want);
-            let stats = fmm.last_stats();
-            println!(
-                "ε {eps} {accuracy:e}: a {:.2e} max {:.2e}, φ {:.2e} max {:.2e}; p {}, M2L {}, \
-                 P2P/target {:.0}",
-                a.rel_l2,
-                a.max_rel,
-                p.rel_l2,
-                p.max_rel,
-                fmm.params().order,
-                stats.m2l_pairs,
-                stats.p2p_per_target()
-            );
-            assert!(a.within(accuracy, 10.0) && p.within(accuracy, 10.0));
+            let stats = fmm_within(g, accuracy, (&x, &m, None), &want, &format!("ε {eps}"));
             assert!(
                 stats.p2p_per_target() < 0.5 * x.len() as f64,
                 "mostly direct: {}",

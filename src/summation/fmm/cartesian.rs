@@ -49,9 +49,6 @@ use std::time::Instant;
 /// The highest order the tables are built for (the CPU's planned orders: 22 at its floor, 1e-10).
 pub const CARTESIAN_MAX_ORDER: usize = 24;
 
-/// Targets per rayon task of the evaluation (a leaf with more is split between tasks).
-const TARGET_CHUNK: usize = 64;
-
 /// One term of the derivative recurrence: `coef` × (R_axis, or 1 when `axis` is 3) × D_src.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RecurrenceTerm {
@@ -440,31 +437,21 @@ pub fn evaluate_gravity(
     let t2 = Instant::now();
     let ttree = st.targets();
     let nt = table.len();
-    // Chunks of at most TARGET_CHUNK targets of one leaf, each a rayon task.
-    let chunks: Vec<(usize, usize, usize)> = ttree
+    // A rayon task per target leaf (no near-field radius holds leaves large).
+    let per_leaf: Vec<Vec<(f64, [f64; 3])>> = ttree
         .leaves
-        .iter()
-        .enumerate()
-        .flat_map(|(li, &leaf)| {
-            let r = ttree.cells[leaf as usize].particles();
-            (r.start..r.end)
-                .step_by(TARGET_CHUNK)
-                .map(move |b| (li, b, (b + TARGET_CHUNK).min(r.end)))
-        })
-        .collect();
-    let results: Vec<Vec<(f64, [f64; 3])>> = chunks
         .par_iter()
+        .enumerate()
         .map_init(
             || Scratch::new(&table),
-            |sc, &(li, begin, end)| {
-                let leaf = ttree.leaves[li] as usize;
-                let centre = ttree.cells[leaf].center;
-                let l = &local[leaf * nt..(leaf + 1) * nt];
+            |sc, (li, &leaf)| {
+                let cell = &ttree.cells[leaf as usize];
+                let l = &local[leaf as usize * nt..(leaf as usize + 1) * nt];
                 let near = st.lists.p2p_of(li);
-                (begin..end)
+                cell.particles()
                     .map(|i| {
                         let xt = targets[ttree.order[i] as usize];
-                        let (psi, mut a) = table.l2p(between(xt, centre), l, &mut sc.w);
+                        let (psi, mut a) = table.l2p(between(xt, cell.center), l, &mut sc.w);
                         let mut phi = -psi;
                         for &sl in near {
                             for q in st.sources.cells[sl as usize].particles() {
@@ -480,9 +467,9 @@ pub fn evaluate_gravity(
         )
         .collect();
     let mut answers = vec![(0.0, [0.0; 3]); targets.len()];
-    for (&(_, begin, _), chunk) in chunks.iter().zip(&results) {
-        for (i, v) in chunk.iter().enumerate() {
-            answers[ttree.order[begin + i] as usize] = *v;
+    for (&leaf, values) in ttree.leaves.iter().zip(&per_leaf) {
+        for (i, v) in ttree.cells[leaf as usize].particles().zip(values) {
+            answers[ttree.order[i] as usize] = *v;
         }
     }
     stats.p2p_seconds = t2.elapsed().as_secs_f64();

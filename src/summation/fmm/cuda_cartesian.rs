@@ -13,12 +13,12 @@ use super::{FmmStats, Structure};
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{kernel_source, launch, load_kernels, CudaError, Gpu, KernelSource};
 use crate::summation::interaction::{Bodies, GravityEvaluation, PlummerGravity};
-use crate::summation::SummationError;
+use crate::summation::{SummationError, PAIR_KERNEL_HEADER};
 use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
 use std::sync::Arc;
 
-/// The kernel family (no header).
-pub const KERNELS: KernelSource = kernel_source!("fmm_cartesian.cu");
+/// The kernel family, with the shared header (its softened gravity pair).
+pub const KERNELS: KernelSource = kernel_source!("fmm_cartesian.cu", PAIR_KERNEL_HEADER);
 /// Threads per block of every kernel but the M2L (`CART_THREADS`).
 const THREADS: u32 = 128;
 /// Target cells (warps) per block of `cart_m2l` (`M2L_WARPS`).
