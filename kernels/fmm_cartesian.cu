@@ -8,7 +8,6 @@
 // (src/summation/fmm/cuda_cartesian.rs).
 //
 // Compiled per order: -DCART_P=<p>. Kernels:
-//   cart_pack   bodies as f32 (y − c_leaf, m), one block per source leaf;
 //   cart_p2m    one block per source leaf, a thread per term, bodies in tiles of 32 whose scaled
 //               powers x^a/a! sit in shared memory;
 //   cart_m2m    one launch per level (deepest first), one block per cell, a thread per term;
@@ -20,8 +19,8 @@
 //   cart_l2l    one launch per level (top first), one block per cell, a thread per term;
 //   cart_eval   L2P and P2P fused, one block per target leaf, a thread per target: φ = −ψ and
 //               a = ∇ψ from the local expansion in f64, plus the softened pairs of the P2P list
-//               in f32 over shared-memory tiles (a pair at distance 0 adds nothing, so ε = 0
-//               skips the self pair).
+//               in f32 over shared-memory tiles, each body loaded as (y − c_leaf, m) in f32 (a
+//               pair at distance 0 adds nothing, so ε = 0 skips the self pair).
 // M2L writes every target cell's local expansion (zero without a list) and P2M/M2M every source
 // cell's moments, so no buffer needs clearing; L2L adds the parent's to the M2L result.
 
@@ -77,22 +76,6 @@ __device__ __forceinline__ void fill_terms(uchar4 *tm)
         tm[t] = make_uchar4((unsigned char)i, (unsigned char)j, (unsigned char)k, (unsigned char)(i + j + k));
     }
     __syncthreads();
-}
-
-extern "C" __global__ void cart_pack(const unsigned *__restrict__ leaves, int n_leaves,
-                                     const double *__restrict__ center, const unsigned *__restrict__ begin,
-                                     const unsigned *__restrict__ end, const double *__restrict__ x,
-                                     const double *__restrict__ mass, float4 *__restrict__ pos)
-{
-    if ((int)blockIdx.x >= n_leaves)
-        return;
-    const unsigned cell = leaves[blockIdx.x];
-    const double *c = center + 3 * (size_t)cell;
-    for (unsigned q = begin[cell] + threadIdx.x; q < end[cell]; q += blockDim.x)
-    {
-        const double *y = x + 3 * (size_t)q;
-        pos[q] = make_float4((float)(y[0] - c[0]), (float)(y[1] - c[1]), (float)(y[2] - c[2]), (float)mass[q]);
-    }
 }
 
 // P2M: M_n = Σ m (c − y)ⁿ/n! over the leaf's bodies, in body order.
@@ -314,8 +297,8 @@ extern "C" __global__ void __launch_bounds__(CART_THREADS)
               const unsigned *__restrict__ tbegin, const unsigned *__restrict__ tend, const double *__restrict__ tx,
               const unsigned *__restrict__ torder, const unsigned *__restrict__ p2p_offsets,
               const unsigned *__restrict__ p2p_sources, const double *__restrict__ scenter,
-              const unsigned *__restrict__ sbegin, const unsigned *__restrict__ send, const float4 *__restrict__ spos,
-              const double *__restrict__ local, float eps2, double *__restrict__ out_phi,
+              const unsigned *__restrict__ sbegin, const unsigned *__restrict__ send, const double *__restrict__ sx,
+              const double *__restrict__ smass, const double *__restrict__ local, float eps2, double *__restrict__ out_phi,
               double *__restrict__ out_acc)
 {
     __shared__ double L[NT];
@@ -360,15 +343,20 @@ extern "C" __global__ void __launch_bounds__(CART_THREADS)
         for (unsigned e = p2p_offsets[blockIdx.x]; e < p2p_offsets[blockIdx.x + 1]; e++)
         {
             const unsigned sl = p2p_sources[e];
-            const float qx = (float)(dx + (cx - scenter[3 * (size_t)sl]));
-            const float qy = (float)(dy + (cy - scenter[3 * (size_t)sl + 1]));
-            const float qz = (float)(dz + (cz - scenter[3 * (size_t)sl + 2]));
+            const double *sc = scenter + 3 * (size_t)sl;
+            const float qx = (float)(dx + (cx - sc[0]));
+            const float qy = (float)(dy + (cy - sc[1]));
+            const float qz = (float)(dz + (cz - sc[2]));
             for (unsigned tile = sbegin[sl]; tile < send[sl]; tile += CART_THREADS)
             {
                 const unsigned cnt = min((unsigned)CART_THREADS, send[sl] - tile);
                 __syncthreads();
                 if (threadIdx.x < cnt)
-                    P[threadIdx.x] = spos[tile + threadIdx.x];
+                {
+                    const size_t q = tile + threadIdx.x;
+                    P[threadIdx.x] = make_float4((float)(sx[3 * q] - sc[0]), (float)(sx[3 * q + 1] - sc[1]),
+                                                 (float)(sx[3 * q + 2] - sc[2]), (float)smass[q]);
+                }
                 __syncthreads();
                 if (!active)
                     continue;

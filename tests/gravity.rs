@@ -114,19 +114,20 @@ fn coincident_bodies_are_refused_without_softening() {
     assert!(out.potential.iter().all(|p| p.is_finite()));
 }
 
-/// The CPU FMM planned for `accuracy` on the bodies (x, m) at the targets (`None`: the bodies),
+/// The CPU FMM planned for `accuracy` on `bodies` at the targets `t` (`None`: the bodies),
 /// against `want`: prints the errors and counts under `label` and asserts relative L2 ≤ the
 /// accuracy and max ≤ 10 × it for φ and a; the counts.
 fn fmm_within(
     g: PlummerGravity,
     accuracy: f64,
-    (x, m, t): (&[[f64; 3]], &[f64], Option<&[[f64; 3]]>),
+    bodies: &Bodies,
+    t: Option<&[[f64; 3]]>,
     want: &GravityEvaluation,
     label: &str,
 ) -> FmmStats {
     let mut fmm = FmmGravity::new(g, accuracy, 0).unwrap();
     fmm.disable_checks();
-    let got = evaluate(&mut fmm, x, m, t);
+    let got = evaluate(&mut fmm, bodies.x, bodies.mass, t);
     let (a, p) = errors(&got, want);
     let stats = *fmm.last_stats();
     println!(
@@ -167,7 +168,8 @@ fn fmm_meets_the_requested_accuracy_on_uniform_and_plummer_sets() {
                 let want = evaluate(&mut DirectGravity::new(g), &x, &m, t);
                 for accuracy in [1e-3, 1e-5, 1e-7] {
                     let label = format!("{name} ε {eps} {where_}");
-                    let stats = fmm_within(g, accuracy, (&x, &m, t), &want, &label);
+                    let stats =
+                        fmm_within(g, accuracy, &Bodies { x: &x, mass: &m }, t, &want, &label);
                     assert!(stats.m2l_pairs > 0, "no far field at all");
                 }
             }
@@ -222,7 +224,14 @@ fn large_softening_is_summed_by_expansions() {
         let g = PlummerGravity::new(eps).unwrap();
         let want = evaluate(&mut DirectGravity::new(g), &x, &m, None);
         for accuracy in [1e-4, 1e-7] {
-            let stats = fmm_within(g, accuracy, (&x, &m, None), &want, &format!("ε {eps}"));
+            let stats = fmm_within(
+                g,
+                accuracy,
+                &Bodies { x: &x, mass: &m },
+                None,
+                &want,
+                &format!("ε {eps}"),
+            );
             assert!(
                 stats.p2p_per_target() < 0.5 * x.len() as f64,
                 "mostly direct: {}",

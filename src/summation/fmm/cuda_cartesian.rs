@@ -27,7 +27,6 @@ const M2L_WARPS: usize = 4;
 /// The compiled kernels of one order (`-DCART_P`).
 pub struct CartesianGravityKernels {
     order: usize,
-    pack: CudaFunction,
     p2m: CudaFunction,
     m2m: CudaFunction,
     m2l: CudaFunction,
@@ -65,7 +64,7 @@ impl CartesianGravityKernels {
         let module = gpu.module_from(&KERNELS, &[format!("-DCART_P={p}")])?;
         #[rustfmt::skip]
         let kernels = load_kernels!(module, "cart_", CartesianGravityKernels {
-            pack, p2m, m2m, m2l, l2l, eval; order: p
+            p2m, m2m, m2l, l2l, eval; order: p
         });
         Ok(kernels)
     }
@@ -75,12 +74,12 @@ impl CartesianGravityKernels {
         self.order
     }
 
-    /// Queues the whole evaluation on `s`: pack, P2M, M2M per level (deepest first), M2L, L2L
+    /// Queues the whole evaluation on `s`: P2M, M2M per level (deepest first), M2L, L2L
     /// per level, then L2P with P2P into `out_phi` (one per target) and `out_acc` (three), at the
     /// targets' original indices. `b` holds `st` (uploaded by [`Buffers::upload_structure`] or
     /// built on the device), the bodies' sorted positions in `s_x` and masses in `s_alpha`, and
-    /// the targets' sorted positions in `t_x` when the targets have a tree of their own; `s_pos`
-    /// (four floats per body), `mult`, `local` and the outputs are sized here. `timeline` marks
+    /// the targets' sorted positions in `t_x` when the targets have a tree of their own; `mult`,
+    /// `local` and the outputs are sized here. `timeline` marks
     /// the ends of the upward pass, M2L and L2L (events 1 to 3; the caller records 0 and 4).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn run(
@@ -95,22 +94,17 @@ impl CartesianGravityKernels {
     ) -> Result<(), CudaError> {
         let (stree, ttree) = (&st.sources, st.targets());
         let nt = term_count(self.order);
-        let bodies = stree.order.len();
+        debug_assert!(b.s_alpha.capacity() >= stree.order.len());
         let targets = ttree.order.len();
-        b.s_pos.ensure(s, 4 * bodies)?;
         b.mult.ensure(s, nt * stree.cells.len())?;
         b.local.ensure(s, nt * ttree.cells.len())?;
         out_phi.poison(s, targets)?;
         out_acc.poison(s, 3 * targets)?;
         let n_sleaves = stree.leaves.len() as i32;
-        // SAFETY: cart_pack(leaves, n_leaves, center, begin, end, x, mass, pos) and
-        // cart_p2m(leaves, n_leaves, center, begin, end, x, mass, mult): the leaves index cells
-        // of the uploaded source tree, whose body ranges lie in 0..bodies; x holds 3·bodies
-        // doubles and mass `bodies` (the caller's upload), pos 4·bodies floats and mult NT
-        // doubles per source cell (ensured above); blockDim is CART_THREADS.
-        launch!(s, &self.pack, "cart_pack", cfg(stree.leaves.len(), THREADS);
-            b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
-            b.s_x.get(), b.s_alpha.get(), b.s_pos.get_mut())?;
+        // SAFETY: cart_p2m(leaves, n_leaves, center, begin, end, x, mass, mult): the leaves index
+        // cells of the uploaded source tree, whose body ranges lie in 0..bodies; x holds
+        // 3·bodies doubles and mass `bodies` (the caller's upload), mult NT doubles per source
+        // cell (ensured above); blockDim is CART_THREADS.
         launch!(s, &self.p2m, "cart_p2m", cfg(stree.leaves.len(), THREADS);
             b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
             b.s_x.get(), b.s_alpha.get(), b.mult.get_mut())?;
@@ -151,16 +145,16 @@ impl CartesianGravityKernels {
         timeline.record(3, s)?;
         let n_tleaves = ttree.leaves.len() as i32;
         // SAFETY: cart_eval(tleaves, n, tcenter, tbegin, tend, tx, torder, p2p_offsets,
-        // p2p_sources, scenter, sbegin, send, spos, local, eps2, out_phi, out_acc): target
+        // p2p_sources, scenter, sbegin, send, sx, smass, local, eps2, out_phi, out_acc): target
         // leaves and their sorted positions (3 per target), the order mapping sorted → original
-        // targets, the P2P lists (n_tleaves + 1 offsets, source leaf ids), the packed bodies,
-        // the locals (NT per target cell); out_phi holds `targets` doubles and out_acc 3·targets
+        // targets, the P2P lists (n_tleaves + 1 offsets, source leaf ids), the bodies' sorted
+        // positions and masses, the locals (NT per target cell); out_phi holds `targets` doubles and out_acc 3·targets
         // (poisoned above); blockDim is CART_THREADS.
         launch!(s, &self.eval, "cart_eval", cfg(ttree.leaves.len(), THREADS);
             b.t_leaves.get(), &n_tleaves, tcenter.get(), tbegin.get(), tend.get(), tx.get(),
             b.t_order.get(),
             b.p2p_offsets.get(), b.p2p_sources.get(), b.s_center.get(), b.s_begin.get(),
-            b.s_end.get(), b.s_pos.get(), b.local.get(), &eps2.near, out_phi.get_mut(),
+            b.s_end.get(), b.s_x.get(), b.s_alpha.get(), b.local.get(), &eps2.near, out_phi.get_mut(),
             out_acc.get_mut())?;
         Ok(())
     }
