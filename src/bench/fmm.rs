@@ -128,19 +128,8 @@ impl FmmTuning {
                 anyhow::bail!("--theta {theta}: must be in (0, 1)");
             }
             p.theta = theta;
-            let gradient = p.interaction == InteractionKind::BiotSavart;
-            p.order = (1..=params::MAX_ORDER)
-                .find(|&k| {
-                    params::truncation_error(k, theta, gradient)
-                        <= params::ORDER_MARGIN * p.accuracy
-                })
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "--theta {theta}: accuracy {:e} needs an order above {}",
-                        p.accuracy,
-                        params::MAX_ORDER
-                    )
-                })?;
+            p.order = params::plan_order(p.interaction, p.accuracy, theta, p.backend)
+                .map_err(|e| anyhow::anyhow!("--theta {theta}: {e}"))?;
         }
         if let Some(leaf) = self.leaf_size {
             if leaf == 0 {
@@ -149,8 +138,12 @@ impl FmmTuning {
             p.leaf_size = leaf;
         }
         if let Some(order) = self.order {
-            if !(1..=params::MAX_ORDER).contains(&order) {
-                anyhow::bail!("--order {order}: must be in 1..={}", params::MAX_ORDER);
+            let max = match p.interaction {
+                InteractionKind::BiotSavart => params::MAX_ORDER,
+                InteractionKind::Gravity => params::cartesian_max_order(p.backend),
+            };
+            if !(1..=max).contains(&order) {
+                anyhow::bail!("--order {order}: must be in 1..={max}");
             }
             p.order = order;
         }

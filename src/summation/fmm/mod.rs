@@ -9,12 +9,12 @@
 //! are and what the answer is made of: for the regularised Biot–Savart law the three components
 //! of the vortex strengths are three Laplace charges sharing one tree and one set of
 //! translations, the velocity is the curl of the local expansions' first derivatives and the
-//! velocity gradient (the stretching) comes from their second derivatives; for Plummer gravity
-//! the mass is one charge, and φ and a come from the potential and its gradient. Cells interact
+//! velocity gradient (the stretching) comes from their second derivatives. Cells interact
 //! through expansions only when every source–target distance between them exceeds the
-//! interaction's near-field radius (ρ_c σ_max; for gravity the radius where the softened kernel
-//! is Newtonian to the accuracy), so the answer converges to the exact direct sum, not the
-//! singular one.
+//! interaction's near-field radius (ρ_c σ_max), so the answer converges to the exact direct sum,
+//! not the singular one. Plummer gravity instead expands the softened kernel itself (Cartesian
+//! Taylor expansions, [`cartesian`]; the mass is one charge, φ and a come from the potential and
+//! its gradient), so its near field is only the opening criterion's.
 //!
 //! Implementations: [`FmmFreeSpace`] (Biot–Savart, CPU, f64, rayon), [`FmmGravity`] (gravity,
 //! CPU, f64), [`CudaFmm`] (Biot–Savart on one GPU: f64 expansions, f32 near-field sums, tree
@@ -22,9 +22,11 @@
 //! kernels with one charge). The design leaves room for the periodic box (a sum of the
 //! root's images, §8), not built yet.
 
+pub mod cartesian;
 pub mod check;
 pub mod cpu;
 pub mod cuda;
+pub mod cuda_cartesian;
 pub mod cuda_gravity;
 pub mod expansions;
 pub mod gpu_tree;
