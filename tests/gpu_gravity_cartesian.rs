@@ -7,6 +7,7 @@
 //! the reason printed) without a GPU.
 
 use vpm::bench::fmm::gravity_bodies;
+use vpm::device::buffer::DeviceBuffer;
 use vpm::summation::direct::DirectGravity;
 use vpm::summation::fmm::cuda_cartesian::CartesianGravityKernels;
 use vpm::summation::fmm::params::CARTESIAN_GPU_MAX_ORDER;
@@ -55,6 +56,25 @@ fn compare(n: usize, eps: Option<f64>, accuracy: f64, faces: bool) {
         a.potential == b.potential && a.acceleration == b.acceleration,
         "not deterministic"
     );
+    if !faces {
+        // The device form on resident bodies gives the host form's bits.
+        let s = gpu.stream().clone();
+        let flat: Vec<f64> = x.iter().flatten().copied().collect();
+        let (mut xd, mut md) = (DeviceBuffer::default(), DeviceBuffer::default());
+        xd.upload(&s, &flat, "positions").unwrap();
+        md.upload(&s, &m, "masses").unwrap();
+        let (mut phi, mut acc) = (DeviceBuffer::default(), DeviceBuffer::default());
+        engine
+            .evaluate_resident(&xd, &md, x.len(), &mut phi, &mut acc)
+            .unwrap();
+        let mut p = vec![0.0; x.len()];
+        phi.download(&gpu, &mut p, "potentials").unwrap();
+        let mut f = vec![0.0; 3 * x.len()];
+        acc.download(&gpu, &mut f, "accelerations").unwrap();
+        assert!(p == a.potential, "resident φ differs from the host form's");
+        let host: Vec<f64> = a.acceleration.iter().flatten().copied().collect();
+        assert!(f == host, "resident a differs from the host form's");
+    }
     // The device's trees and lists are the host's (tests/gpu_tree.rs), so the CPU engine with
     // the same parameters sums the same expansions.
     assert_eq!(stats.m2l_pairs, st.lists.m2l_count());

@@ -298,18 +298,30 @@ pub fn bench_fmm(
             Device::Cuda(_) => FmmBackend::Cuda,
         };
         let row = match device {
-            Device::Cpu if gravity => bench_gravity_one(n, o, backend, |g| {
-                let p = o
-                    .tuning
-                    .apply(plan_gravity_parameters(o.accuracy, fmm_backend, g)?)?;
-                Ok(FmmGravity::with_params(g, p, 0))
-            })?,
-            Device::Cuda(gpu) if gravity => bench_gravity_one(n, o, backend, |g| {
-                let p = o
-                    .tuning
-                    .apply(plan_gravity_parameters(o.accuracy, fmm_backend, g)?)?;
-                Ok(CudaFmmGravity::with_params(gpu.clone(), g, p, 0)?)
-            })?,
+            Device::Cpu if gravity => bench_gravity_one(
+                n,
+                o,
+                backend,
+                |g| {
+                    let p = o
+                        .tuning
+                        .apply(plan_gravity_parameters(o.accuracy, fmm_backend, g)?)?;
+                    Ok(FmmGravity::with_params(g, p, 0))
+                },
+                |_, _| Ok(None),
+            )?,
+            Device::Cuda(gpu) if gravity => bench_gravity_one(
+                n,
+                o,
+                backend,
+                |g| {
+                    let p = o
+                        .tuning
+                        .apply(plan_gravity_parameters(o.accuracy, fmm_backend, g)?)?;
+                    Ok(CudaFmmGravity::with_params(gpu.clone(), g, p, 0)?)
+                },
+                time_resident_gravity,
+            )?,
             Device::Cpu => {
                 let p = o.tuning.apply(plan_parameters(o.accuracy, fmm_backend)?)?;
                 bench_one(&mut FmmFreeSpace::with_params(p, 0), backend, n, o)?
@@ -553,6 +565,7 @@ fn bench_gravity_one<F: Fmm + GravitySummation>(
     o: &FmmBenchOptions,
     backend: &str,
     make: impl FnOnce(PlummerGravity) -> Result<F>,
+    resident: impl FnOnce(&mut F, (&Bodies, usize)) -> Result<Option<(f64, FmmStats)>>,
 ) -> Result<FmmBenchRow> {
     let (x, mass, gravity) = gravity_bodies(n, 0x9a7 ^ n as u64);
     let bodies = Bodies { x: &x, mass: &mass };
@@ -572,7 +585,35 @@ fn bench_gravity_one<F: Fmm + GravitySummation>(
     } else {
         None
     };
-    Ok(row(n, o, backend, timed, *fmm.params(), measured))
+    let times = resident(&mut fmm, (&bodies, o.repeats))?;
+    let mut r = row(n, o, backend, timed, *fmm.params(), measured);
+    if let Some((seconds, stats)) = times {
+        r.seconds_resident = Some(seconds);
+        r.stats = stats;
+    }
+    Ok(r)
+}
+
+/// [`time_resident`] for the GPU gravity FMM: φ and a of the bodies uploaded once
+/// ([`CudaFmmGravity::evaluate_resident`], results left on the device).
+fn time_resident_gravity(
+    fmm: &mut CudaFmmGravity,
+    (bodies, repeats): (&Bodies, usize),
+) -> Result<Option<(f64, FmmStats)>> {
+    let gpu = fmm.gpu().clone();
+    let s = gpu.stream().clone();
+    let flat: Vec<f64> = bodies.x.iter().flatten().copied().collect();
+    let (mut x, mut mass) = (DeviceBuffer::default(), DeviceBuffer::default());
+    x.upload(&s, &flat, "positions")?;
+    mass.upload(&s, bodies.mass, "masses")?;
+    let (mut phi, mut acc) = (DeviceBuffer::default(), DeviceBuffer::default());
+    let n = bodies.len();
+    let (seconds, _) = time_runs(repeats, || {
+        fmm.evaluate_resident(&x, &mass, n, &mut phi, &mut acc)?;
+        gpu.synchronize("the resident gravity FMM")?;
+        Ok(FmmStats::default())
+    })?;
+    Ok(Some((seconds, *fmm.last_stats())))
 }
 
 /// One row from the timing and the sample check.

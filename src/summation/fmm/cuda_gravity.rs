@@ -34,12 +34,22 @@ struct Engine {
     stream: Arc<CudaStream>,
     kernels: CartesianGravityKernels,
     buf: Buffers,
-    /// The trees and lists, built on the device, and the bodies uploaded for them.
+    /// The trees and lists, built on the device.
     tree: GpuTree,
+    /// The host form's bodies (and targets) uploaded in the caller's order.
     staged: Staged,
-    /// Outputs: the accelerations (3 per target) and the potentials (1 per target).
+    /// The host form's outputs: the accelerations (3 per target) and the potentials (1 per
+    /// target).
     out_acc: DeviceBuffer<f64>,
     out_phi: DeviceBuffer<f64>,
+}
+
+/// Bodies (and other targets) on the device for one evaluation, in the caller's order.
+struct OnDevice<'a> {
+    x: &'a cudarc::driver::CudaSlice<f64>,
+    mass: &'a cudarc::driver::CudaSlice<f64>,
+    n: usize,
+    targets: Option<(&'a cudarc::driver::CudaSlice<f64>, usize)>,
 }
 
 impl CudaFmmGravity {
@@ -94,7 +104,8 @@ impl CudaFmmGravity {
 
 impl Engine {
     /// φ and a at `tx` from `bodies` with the squared softening `eps2` and `params` on the GPU
-    /// into `out` (sized for `tx`); the phase times and counts.
+    /// into `out` (sized for `tx`): the host form (uploads, [`Self::compute`], downloads); the
+    /// phase times and counts.
     fn run(
         &mut self,
         eps2: SofteningSquared,
@@ -103,43 +114,31 @@ impl Engine {
         tx: &[[f64; 3]],
         out: &mut GravityEvaluation,
     ) -> Result<FmmStats, CudaError> {
-        let p = params.order;
-        debug_assert_eq!(self.kernels.order(), p);
         let s = self.stream.clone();
         let (n, nt) = (bodies.len(), tx.len());
-        let mut stats = FmmStats::default();
-
-        // The bodies in the caller's order; the targets are the bodies when they are the same
-        // array (one tree for both).
+        // The targets are the bodies when they are the same array (one tree for both).
         let same = std::ptr::eq(tx.as_ptr(), bodies.x.as_ptr()) && nt == n;
-        let st = &mut self.staged;
+        let mut st = std::mem::take(&mut self.staged);
         st.x.upload(&s, &flat(bodies.x), "positions")?;
         st.alpha.upload(&s, bodies.mass, "masses")?;
         if !same {
             st.targets.upload(&s, &flat(tx), "targets")?;
         }
-        self.tree.build(&TreeRequest {
+        let (mut phi, mut acc) = (
+            std::mem::take(&mut self.out_phi),
+            std::mem::take(&mut self.out_acc),
+        );
+        let on = OnDevice {
             x: st.x.get(),
+            mass: st.alpha.get(),
             n,
-            cores: Cores::Uniform(1.0),
             targets: (!same).then(|| (st.targets.get(), nt)),
-            leaf_size: params.leaf_size,
-            theta: params.theta,
-            rho_cut: params.rho_cut_velocity,
-            scale_max: 1.0,
-        })?;
-        let shape = self.tree.shape();
-        let b = &mut self.buf;
-        b.adopt(&s, &self.tree, false, 1, p)?;
-        self.tree
-            .gather_sources(1, self.staged.alpha.get(), &mut b.s_alpha)?;
-        let timeline = Timeline::new(&self.gpu)?;
-        timeline.record(0, &s)?;
-        let (phi, acc) = (&mut self.out_phi, &mut self.out_acc);
-        self.kernels
-            .run(&s, b, &shape, nt, eps2, &timeline, phi, acc)?;
-        timeline.finish(&self.gpu, &s, &self.tree, &mut stats)?;
-
+        };
+        let stats = self.compute(eps2, params, on, &mut phi, &mut acc);
+        self.staged = st;
+        self.out_phi = phi;
+        self.out_acc = acc;
+        let stats = stats?;
         self.out_phi
             .download(&self.gpu, &mut out.potential[..nt], "potentials")?;
         let mut flat = vec![0.0f64; 3 * nt];
@@ -156,6 +155,98 @@ impl Engine {
             ));
         }
         Ok(stats)
+    }
+
+    /// The evaluation on bodies already on the device: the trees and lists built there, the
+    /// masses gathered into tree order, the Cartesian far field and the near field, φ into
+    /// `phi` (one per target) and a into `acc` (three), at the targets' original indices; waits
+    /// for the GPU at the end (the phase times).
+    fn compute(
+        &mut self,
+        eps2: SofteningSquared,
+        params: &FmmParams,
+        on: OnDevice,
+        phi: &mut DeviceBuffer<f64>,
+        acc: &mut DeviceBuffer<f64>,
+    ) -> Result<FmmStats, CudaError> {
+        let p = params.order;
+        debug_assert_eq!(self.kernels.order(), p);
+        let s = self.stream.clone();
+        let nt = on.targets.map_or(on.n, |t| t.1);
+        let mut stats = FmmStats::default();
+        self.tree.build(&TreeRequest {
+            x: on.x,
+            n: on.n,
+            cores: Cores::Uniform(1.0),
+            targets: on.targets,
+            leaf_size: params.leaf_size,
+            theta: params.theta,
+            rho_cut: params.rho_cut_velocity,
+            scale_max: 1.0,
+        })?;
+        let shape = self.tree.shape();
+        let b = &mut self.buf;
+        b.adopt(&s, &self.tree, false, 1, p)?;
+        self.tree.gather_sources(1, on.mass, &mut b.s_alpha)?;
+        let timeline = Timeline::new(&self.gpu)?;
+        timeline.record(0, &s)?;
+        self.kernels
+            .run(&s, b, &shape, nt, eps2, &timeline, phi, acc)?;
+        timeline.finish(&self.gpu, &s, &self.tree, &mut stats)?;
+        Ok(stats)
+    }
+}
+
+impl CudaFmmGravity {
+    /// The device form, targets = the bodies: φ (n values) and a (3n, x y z per body) of the `n`
+    /// bodies at `x` (3 f64 each) with masses `mass` resident on this engine's GPU, into `phi`
+    /// and `acc` (grown as needed), the bodies' order kept; the tree and lists are built on the
+    /// device (a few small counts come back per level). The built-in check runs when due, as in
+    /// the host form: then the bodies and results come to the host for the sampled comparison.
+    pub fn evaluate_resident(
+        &mut self,
+        x: &DeviceBuffer<f64>,
+        mass: &DeviceBuffer<f64>,
+        n: usize,
+        phi: &mut DeviceBuffer<f64>,
+        acc: &mut DeviceBuffer<f64>,
+    ) -> SumResult {
+        let gravity = self.core.gravity();
+        softening_squared_in::<f32>(&gravity)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let eps2 = SofteningSquared::of(&gravity);
+        let params = self.core.fmm.params;
+        let on = OnDevice {
+            x: x.get(),
+            mass: mass.get(),
+            n,
+            targets: None,
+        };
+        let stats = self.engine.compute(eps2, &params, on, phi, acc)?;
+        self.core.fmm.stats = stats;
+        let schedule = &mut self.core.fmm.schedule;
+        if schedule.count_evaluation(0.0).is_none() {
+            return Ok(());
+        }
+        // Due: the sampled check on the host, as GravityFmmState::evaluate does.
+        let gpu = &self.engine.gpu;
+        let mut xs = vec![0.0; 3 * n];
+        x.download(gpu, &mut xs, "positions")?;
+        let xs: Vec<[f64; 3]> = xs.chunks(3).map(|c| [c[0], c[1], c[2]]).collect();
+        check_bodies_in::<f32>(&gravity, &xs)?;
+        let mut ms = vec![0.0; n];
+        mass.download(gpu, &mut ms, "masses")?;
+        let mut out = GravityEvaluation::default();
+        out.resize(n);
+        phi.download(gpu, &mut out.potential, "potentials")?;
+        let mut flat = vec![0.0; 3 * n];
+        acc.download(gpu, &mut flat, "accelerations")?;
+        for (o, v) in out.acceleration.iter_mut().zip(flat.chunks(3)) {
+            *o = [v[0], v[1], v[2]];
+        }
+        self.core.check(&Bodies { x: &xs, mass: &ms }, None, &out)
     }
 }
 

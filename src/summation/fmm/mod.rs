@@ -43,7 +43,7 @@ pub use params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams
 
 use crate::summation::direct::DirectGravity;
 use crate::summation::interaction::{
-    GravityEvaluation, GravitySummation, GravityWork, PlummerGravity,
+    Bodies, GravityEvaluation, GravitySummation, GravityWork, PlummerGravity,
 };
 use crate::summation::{Evaluation, Extra, Sources, SumResult, SummationError};
 use traversal::{build_lists, Criterion, InteractionLists};
@@ -370,11 +370,25 @@ impl GravityFmmState {
         let params = self.fmm.params;
         let stats = run(&params, tx, out)?;
         self.fmm.stats = stats;
-        let schedule = &mut self.fmm.schedule;
-        if schedule.count_evaluation(0.0).is_none() {
+        if self.fmm.schedule.count_evaluation(0.0).is_none() {
             return Ok(());
         }
-        let sample = check::sample_size(stats.p2p_pairs, bodies.len(), tx.len());
+        self.check(bodies, targets, out)
+    }
+
+    /// The built-in check of an evaluation just counted and due: φ and a of `out` (at `targets`,
+    /// or at the bodies) against the reference on a sample; an error when it misses the request
+    /// by more than [`check::FAILURE_FACTOR`].
+    pub fn check(
+        &mut self,
+        bodies: &Bodies,
+        targets: Option<&[[f64; 3]]>,
+        out: &GravityEvaluation,
+    ) -> SumResult {
+        let (params, stats) = (self.fmm.params, self.fmm.stats);
+        let points = targets.map_or(bodies.len(), |t| t.len());
+        let schedule = &mut self.fmm.schedule;
+        let sample = check::sample_size(stats.p2p_pairs, bodies.len(), points);
         let seed = schedule.evaluations();
         let reference = &mut self.reference;
         let e = check::check_gravity_sample(reference, bodies, targets, out, sample, seed)?;
