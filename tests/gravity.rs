@@ -3,7 +3,9 @@
 //! sets, at the bodies and at targets on cell faces, relative L2 and maxima of φ and a.
 
 use vpm::summation::direct::DirectGravity;
-use vpm::summation::fmm::{Fmm, FmmBackend, FmmGravity, FmmStats};
+use vpm::summation::fmm::{
+    plan_gravity_parameters, Fmm, FmmBackend, FmmGravity, FmmParams, FmmStats,
+};
 use vpm::summation::interaction::{Bodies, GravityEvaluation, GravitySummation, PlummerGravity};
 use vpm::summation::verify::{cell_face_targets, on_threads, ErrorStats, Particles};
 
@@ -125,7 +127,21 @@ fn fmm_within(
     want: &GravityEvaluation,
     label: &str,
 ) -> FmmStats {
-    let mut fmm = FmmGravity::new(g, accuracy, 0).unwrap();
+    let params = plan_gravity_parameters(accuracy, FmmBackend::Cpu, g).unwrap();
+    fmm_within_params(g, params, bodies, t, want, label)
+}
+
+/// [`fmm_within`] with the parameters given.
+fn fmm_within_params(
+    g: PlummerGravity,
+    params: FmmParams,
+    bodies: &Bodies,
+    t: Option<&[[f64; 3]]>,
+    want: &GravityEvaluation,
+    label: &str,
+) -> FmmStats {
+    let accuracy = params.accuracy;
+    let mut fmm = FmmGravity::with_params(g, params, 0);
     fmm.disable_checks();
     let got = evaluate(&mut fmm, bodies.x, bodies.mass, t);
     let (a, p) = errors(&got, want);
@@ -213,10 +229,10 @@ fn fmm_checks_itself_and_is_deterministic() {
     assert!(outs.windows(2).all(|w| bits(&w[0]) == bits(&w[1])));
 }
 
-/// A softening comparable to the cells (ε = 0.05 of a unit cube, leaves of side ~0.06): the
-/// Newtonian expansions could only sum such a set directly (their near-field radius, about
-/// 122 ε at 1e-4, spans the cube); the softened Cartesian expansions do it with M2L at every
-/// requested accuracy, within it.
+/// A softening comparable to the cells (ε = 0.05 of a unit cube, leaves of ≤ 24 bodies, side
+/// 1/8): the Newtonian expansions could only sum such a set directly (their near-field radius,
+/// about 122 ε at 1e-4, spans the cube); the softened Cartesian expansions do it with M2L at
+/// every requested accuracy, within it.
 #[test]
 fn large_softening_is_summed_by_expansions() {
     let (x, m) = uniform(3000);
@@ -224,9 +240,13 @@ fn large_softening_is_summed_by_expansions() {
         let g = PlummerGravity::new(eps).unwrap();
         let want = evaluate(&mut DirectGravity::new(g), &x, &m, None);
         for accuracy in [1e-4, 1e-7] {
-            let stats = fmm_within(
+            let planned = plan_gravity_parameters(accuracy, FmmBackend::Cpu, g).unwrap();
+            let stats = fmm_within_params(
                 g,
-                accuracy,
+                FmmParams {
+                    leaf_size: 24,
+                    ..planned
+                },
                 &Bodies { x: &x, mass: &m },
                 None,
                 &want,
