@@ -11,11 +11,12 @@
 //   cart_p2m    one block per source leaf, a thread per term, bodies in tiles of 32 whose scaled
 //               powers x^a/a! sit in shared memory;
 //   cart_m2m    one launch per level (deepest first), one block per cell, a thread per term;
-//   cart_m2l    one warp per target cell, four per block, no block barrier after the start: per
-//               list entry (in list order) the warp loads the source's moments and computes the
-//               derivatives ∂^m Φ, |m| ≤ p, degree by degree into its shared slice (lanes over
-//               the terms of a degree, __syncwarp between degrees), then each lane adds to the
-//               output terms it owns (k = lane + 32 j, in registers): deterministic;
+//   cart_m2l    one warp per target cell, four per block, no block barrier: per list entry (in
+//               list order) the warp loads the source's moments and computes the derivatives
+//               ∂^m Φ, |m| ≤ p, degree by degree from a recurrence table into its shared slice
+//               (lanes over the terms of a degree, __syncwarp between degrees), then each lane
+//               runs its ⌈C(p+6,6)/32⌉ products from a host-built schedule (equal for all lanes)
+//               into per-piece slots; L_k sums its pieces at the end: deterministic;
 //   cart_l2l    one launch per level (top first), one block per cell, a thread per term;
 //   cart_eval   L2P and P2P fused, one block per target leaf, a thread per target: φ = −ψ and
 //               a = ∇ψ from the local expansion in f64, plus the softened pairs of the P2P list
@@ -171,93 +172,103 @@ extern "C" __global__ void __launch_bounds__(CART_THREADS)
 }
 
 // M2L: one warp per target cell (module comment). L_k = Σ_{|n| ≤ p − |k|} M_n D_{n+k}(c_t − c_s).
+//
+// `tables` (src/summation/fmm/cartesian.rs `M2lSchedule::device_words`, tested there against the
+// CPU M2L): CART_STEPS × 32 product words (lane l's j-th at [32 j + l]: n in bits 0–9, n + k in
+// 10–19, slot + 1 in 20–30 to add the lane's running sum to), NT + 1 slot offsets per output,
+// then the derivative recurrence, six words per term at [CART_STEPS·32 + NT + 1 + e·NT + t]
+// (source in bits 0–9, axis in 10–11 with 3 for none, whole coefficient in 12–31).
+//
+// Cost per cell pair at p = 8 (NT = 165, C(14, 6) = 3 003 products), per lane:
+//   before (term k = lane + 32u owned whole, its products in a triple loop): 216 products on the
+//     busiest lane (lane 0 owns k = 0 with 165; average 94), each two shared loads, a DFMA and
+//     two cart_index (≈ 20 integer ops with two multiplies and a division by 6); the recurrence
+//     decoded multi-indices and called cart_index up to 4 times per derivative.
+//   now: 94 products on every lane (⌈3 003/32⌉; p = 6: 29 of 95 before, p = 10: 251 of 451,
+//     p = 12: 581 of 885), each one coalesced 4-byte table load (L1-resident, 12 KiB at p = 8),
+//     two shared loads, a DFMA and three integer ops (mask, shift, flush test); ≤ 7 slot
+//     additions per lane; the recurrence six table words and six DFMA per derivative, no index
+//     arithmetic.
+// Deterministic: each slot is one lane's, summed into in list order; L_k sums its slots in slot
+// order at the end.
+#define CART_PRODUCTS ((CART_P + 1) * (CART_P + 2) * (CART_P + 3) * (CART_P + 4) / 24 * (CART_P + 5) * (CART_P + 6) / 30)
+#define CART_STEPS ((CART_PRODUCTS + 31) / 32)
+#define CART_SLOTS (NT + 32)
+#define CART_REC_WIDTH 6
 extern "C" __global__ void __launch_bounds__(32 * M2L_WARPS)
     cart_m2l(int n_cells, const double *__restrict__ tcenter, const double *__restrict__ scenter,
              const unsigned *__restrict__ offsets, const unsigned *__restrict__ sources,
-             const double *__restrict__ mult, double eps2, double *__restrict__ local)
+             const double *__restrict__ mult, const unsigned *__restrict__ tables, double eps2,
+             double *__restrict__ local)
 {
-    __shared__ uchar4 tm[NT];
     __shared__ double Msh[M2L_WARPS][NT];
-    __shared__ double Dsh[M2L_WARPS][NT];
-    fill_terms(tm);
+    __shared__ double Dsh[M2L_WARPS][NT + 1];
+    __shared__ double Ssh[M2L_WARPS][CART_SLOTS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int tc = blockIdx.x * M2L_WARPS + warp;
     if (tc >= n_cells)
         return;
-    double *M = Msh[warp], *D = Dsh[warp];
-    double acc[TERMS_PER_LANE];
-#pragma unroll
-    for (int u = 0; u < TERMS_PER_LANE; u++)
-        acc[u] = 0.0;
+    double *M = Msh[warp], *D = Dsh[warp], *S = Ssh[warp];
+    const unsigned *slot_begin = tables + 32 * CART_STEPS, *rec = slot_begin + NT + 1;
+    for (int t = lane; t < CART_SLOTS; t += 32)
+        S[t] = 0.0;
+    if (lane == 0)
+        D[NT] = 0.0;
     const double cx = tcenter[3 * (size_t)tc], cy = tcenter[3 * (size_t)tc + 1], cz = tcenter[3 * (size_t)tc + 2];
     for (unsigned e = offsets[tc]; e < offsets[tc + 1]; e++)
     {
         const unsigned sc = sources[e];
-        const double R[3] = {cx - scenter[3 * (size_t)sc], cy - scenter[3 * (size_t)sc + 1],
-                             cz - scenter[3 * (size_t)sc + 2]};
-        const double s = R[0] * R[0] + R[1] * R[1] + R[2] * R[2] + eps2, inv_s = 1.0 / s;
+        const double R0 = cx - scenter[3 * (size_t)sc], R1 = cy - scenter[3 * (size_t)sc + 1],
+                     R2 = cz - scenter[3 * (size_t)sc + 2];
+        const double s = R0 * R0 + R1 * R1 + R2 * R2 + eps2, inv_s = 1.0 / s;
         __syncwarp();
         for (int t = lane; t < NT; t += 32)
             M[t] = mult[(size_t)sc * NT + t];
         if (lane == 0)
             D[0] = sqrt(inv_s);
-        // Degree d's terms from degrees d − 1 and d − 2 (cartesian.rs `derivatives`): with i the
-        // first axis where n_i ≥ 1, s D_n = −(2n_i − 1) R_i D_{n−e_i} − (n_i − 1)² D_{n−2e_i}
-        // − Σ_{j≠i} [2 n_j R_j D_{n−e_j} + n_j (n_j − 1) D_{n−2e_j}].
+        // Degree d's derivatives from degrees d − 1 and d − 2 (cartesian.rs `derivatives`):
+        // D_n = −(Σ_e coef_e R_{axis_e} D_{src_e}) / s.
         for (int d = 1; d <= CART_P; d++)
         {
             __syncwarp();
             const int base = d * (d + 1) * (d + 2) / 6, width = (d + 1) * (d + 2) / 2;
-            for (int o = lane; o < width; o += 32)
+            for (int t = base + lane; t < base + width; t += 32)
             {
-                const uchar4 q = tm[base + o];
-                const int n[3] = {q.x, q.y, q.z};
-                const int i = n[0] > 0 ? 0 : (n[1] > 0 ? 1 : 2);
                 double sum = 0.0;
-                for (int j = 0; j < 3; j++)
+#pragma unroll
+                for (int r = 0; r < CART_REC_WIDTH; r++)
                 {
-                    const int nj = n[j];
-                    if (nj >= 1)
-                    {
-                        int m[3] = {n[0], n[1], n[2]};
-                        m[j] -= 1;
-                        const double c1 = j == i ? 2.0 * nj - 1.0 : 2.0 * nj;
-                        sum += c1 * R[j] * D[cart_index(m[0], m[1], m[2])];
-                        if (nj >= 2)
-                        {
-                            m[j] -= 1;
-                            const double c2 = j == i ? (nj - 1.0) * (nj - 1.0) : nj * (nj - 1.0);
-                            sum += c2 * D[cart_index(m[0], m[1], m[2])];
-                        }
-                    }
+                    const unsigned w = __ldg(rec + r * NT + t);
+                    const unsigned ax = (w >> 10) & 3u;
+                    const double f = ax == 0 ? R0 : (ax == 1 ? R1 : (ax == 2 ? R2 : 1.0));
+                    sum += (double)(w >> 12) * f * D[w & 1023u];
                 }
-                D[base + o] = -sum * inv_s;
+                D[t] = -sum * inv_s;
             }
         }
         __syncwarp();
-#pragma unroll
-        for (int u = 0; u < TERMS_PER_LANE; u++)
+        // The lane's run of products (cartesian.rs `M2lSchedule::accumulate`).
+        double a = 0.0;
+#pragma unroll 4
+        for (int j = 0; j < CART_STEPS; j++)
         {
-            const int t = lane + 32 * u;
-            if (t < NT)
+            const unsigned w = __ldg(tables + 32 * j + lane);
+            a = fma(M[w & 1023u], D[(w >> 10) & 1023u], a);
+            const unsigned f = w >> 20;
+            if (f != 0)
             {
-                const uchar4 k = tm[t];
-                const int q = CART_P - k.w;
-                double a = 0.0;
-                for (int n0 = 0; n0 <= q; n0++)
-                    for (int n1 = 0; n1 <= q - n0; n1++)
-                        for (int n2 = 0; n2 <= q - n0 - n1; n2++)
-                            a += M[cart_index(n0, n1, n2)] * D[cart_index(n0 + k.x, n1 + k.y, n2 + k.z)];
-                acc[u] += a;
+                S[f - 1] += a;
+                a = 0.0;
             }
         }
     }
-#pragma unroll
-    for (int u = 0; u < TERMS_PER_LANE; u++)
+    __syncwarp();
+    for (int k = lane; k < NT; k += 32)
     {
-        const int t = lane + 32 * u;
-        if (t < NT)
-            local[(size_t)tc * NT + t] = acc[u];
+        double l = 0.0;
+        for (unsigned q = __ldg(slot_begin + k); q < __ldg(slot_begin + k + 1); q++)
+            l += S[q];
+        local[(size_t)tc * NT + k] = l;
     }
 }
 

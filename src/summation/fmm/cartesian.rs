@@ -312,6 +312,152 @@ impl Table {
     }
 }
 
+/// Lanes of a warp: the GPU M2L ([`M2lSchedule`]) splits one cell pair's products among them.
+pub const M2L_LANES: usize = 32;
+
+/// The number of M2L products Σ_k C(p − |k| + 3, 3) = C(p + 6, 6) of order p.
+pub fn m2l_product_count(p: usize) -> usize {
+    (1..=6).fold(1, |c, i| c * (p + i) / i)
+}
+
+/// The GPU M2L's schedule of one order (`cart_m2l` in kernels/fmm_cartesian.cu, which reads
+/// [`M2lSchedule::device_words`]): the C(p + 6, 6) products M_n D_{n+k} of a cell pair, output by
+/// output (k in term order) and n ascending within each, dealt to the 32 lanes in consecutive
+/// runs of `steps` = ⌈C(p + 6, 6)/32⌉, so every lane does the same number of products (the last
+/// lane is padded with M_0 × 0). A lane boundary splits at most one output, so the outputs come
+/// in at most NT + 31 pieces; each piece has a slot of its own, which its lane adds its run's
+/// partial sum to (once per source cell, no two lanes on one slot), and L_k is the sum of its
+/// pieces' slots in slot order at the end: a fixed order, deterministic.
+#[derive(Debug, Clone)]
+pub struct M2lSchedule {
+    /// Products per lane.
+    pub steps: usize,
+    /// Lane l's j-th product at `words[32 j + l]`: bits 0–9 the moment index n, bits 10–19 the
+    /// derivative index n + k (the term count NT for padding: a zero slot), bits 20–30 the slot
+    /// + 1 to add the partial sum to after this product (0: none).
+    pub words: Vec<u32>,
+    /// Output k's pieces are the slots `slot_begin[k]..slot_begin[k + 1]` (NT + 1 entries).
+    pub slot_begin: Vec<u32>,
+}
+
+/// Field width of an index in [`M2lSchedule::words`] and [`recurrence_words`].
+const INDEX_BITS: u32 = 10;
+const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
+
+impl M2lSchedule {
+    /// The schedule of `table`'s order (term indices must fit [`INDEX_BITS`]: p ≤ 16).
+    pub fn new(table: &Table) -> Self {
+        let nt = table.len();
+        assert!(nt + M2L_LANES < INDEX_MASK as usize, "order too high for the GPU M2L");
+        let total = table.m2l.len();
+        let steps = total.div_ceil(M2L_LANES);
+        let pad = (nt as u32) << INDEX_BITS;
+        let mut words = vec![pad; steps * M2L_LANES];
+        let mut slot_begin = Vec::with_capacity(nt + 1);
+        let (mut slot, mut at) = (0u32, 0usize);
+        for k in 0..nt {
+            slot_begin.push(slot);
+            let (lo, hi) = (table.m2l_offsets[k] as usize, table.m2l_offsets[k + 1] as usize);
+            for (n, &d) in table.m2l[lo..hi].iter().enumerate() {
+                let (lane, j) = (at / steps, at % steps);
+                let piece_ends = n + 1 == hi - lo || (at + 1) % steps == 0;
+                let flush = if piece_ends { slot + 1 } else { 0 };
+                words[j * M2L_LANES + lane] =
+                    n as u32 | d << INDEX_BITS | flush << (2 * INDEX_BITS);
+                if piece_ends {
+                    slot += 1;
+                }
+                at += 1;
+            }
+        }
+        slot_begin.push(slot);
+        Self {
+            steps,
+            words,
+            slot_begin,
+        }
+    }
+
+    /// The slots' count (pieces of outputs): at most NT + 31.
+    pub fn slots(&self) -> usize {
+        *self.slot_begin.last().unwrap() as usize
+    }
+
+    /// One cell pair as the kernel's lanes do it: adds Σ M_n D_{n+k} of each piece to its slot
+    /// (`deriv` holds NT derivatives and a zero).
+    pub fn accumulate(&self, mult: &[f64], deriv: &[f64], slots: &mut [f64]) {
+        for lane in 0..M2L_LANES {
+            let mut a = 0.0;
+            for j in 0..self.steps {
+                let w = self.words[j * M2L_LANES + lane];
+                a += mult[(w & INDEX_MASK) as usize] * deriv[(w >> INDEX_BITS & INDEX_MASK) as usize];
+                let flush = w >> (2 * INDEX_BITS);
+                if flush != 0 {
+                    slots[flush as usize - 1] += a;
+                    a = 0.0;
+                }
+            }
+        }
+    }
+
+    /// L_k = the sum of its pieces' slots, in slot order.
+    pub fn finish(&self, slots: &[f64], local: &mut [f64]) {
+        for (k, l) in local.iter_mut().enumerate() {
+            let r = self.slot_begin[k] as usize..self.slot_begin[k + 1] as usize;
+            *l = slots[r].iter().fold(0.0, |s, v| s + v);
+        }
+    }
+
+    /// The device table: [`Self::words`], then [`Self::slot_begin`], then
+    /// [`recurrence_words`] (`cart_m2l`'s layout).
+    pub fn device_words(&self, table: &Table) -> Vec<u32> {
+        let mut out = self.words.clone();
+        out.extend_from_slice(&self.slot_begin);
+        out.extend(recurrence_words(table));
+        out
+    }
+}
+
+/// Recurrence terms per derivative (at most 2 per axis).
+pub const RECURRENCE_WIDTH: usize = 6;
+
+/// The derivative recurrence of `table` ([`Table::rec`]) as the GPU reads it: term t's e-th
+/// entry at `[e · NT + t]` (e < [`RECURRENCE_WIDTH`], padded with zero coefficients; term 0 all
+/// zero), bits 0–9 the source index, bits 10–11 the axis (3: no factor R), bits 12–31 the
+/// coefficient (a whole number ≤ 2p²).
+pub fn recurrence_words(table: &Table) -> Vec<u32> {
+    let nt = table.len();
+    let mut out = vec![3 << INDEX_BITS; RECURRENCE_WIDTH * nt];
+    for t in 1..nt {
+        let terms = &table.rec[table.rec_offsets[t] as usize..table.rec_offsets[t + 1] as usize];
+        assert!(terms.len() <= RECURRENCE_WIDTH);
+        for (e, r) in terms.iter().enumerate() {
+            assert!(r.coef == r.coef.round() && r.coef > 0.0 && r.coef < (1 << 20) as f64);
+            out[e * nt + t] = r.src | (r.axis as u32) << INDEX_BITS | (r.coef as u32) << 12;
+        }
+    }
+    out
+}
+
+/// [`Table::derivatives`] from [`recurrence_words`], as `cart_m2l` evaluates it (all six
+/// entries, padding included).
+pub fn derivatives_from_words(words: &[u32], r: [f64; 3], eps2: f64, d: &mut [f64]) {
+    let nt = words.len() / RECURRENCE_WIDTH;
+    let s = r[0] * r[0] + r[1] * r[1] + r[2] * r[2] + eps2;
+    let inv_s = 1.0 / s;
+    d[0] = inv_s.sqrt();
+    let ra = [r[0], r[1], r[2], 1.0];
+    for t in 1..nt {
+        let mut sum = 0.0;
+        for e in 0..RECURRENCE_WIDTH {
+            let w = words[e * nt + t];
+            let coef = (w >> 12) as f64;
+            sum += coef * ra[(w >> INDEX_BITS & 3) as usize] * d[(w & INDEX_MASK) as usize];
+        }
+        d[t] = -sum * inv_s;
+    }
+}
+
 /// Per-thread scratch of the operators: monomials and derivatives.
 struct Scratch {
     w: Vec<f64>,
@@ -548,6 +694,77 @@ mod tests {
                 i,
                 "{n:?}"
             );
+        }
+    }
+
+    /// The GPU M2L's schedule covers every product M_n D_{n+k} exactly once, balances the
+    /// lanes (⌈C(p+6,6)/32⌉ each) and, evaluated as the kernel does, equals [`Table::m2l`]; the
+    /// recurrence words give [`Table::derivatives`]. Every GPU order.
+    #[test]
+    fn gpu_m2l_schedule_covers_every_product_once_and_matches_the_m2l() {
+        for p in 2..=12 {
+            let t = Table::new(p);
+            let nt = t.len();
+            let sch = M2lSchedule::new(&t);
+            assert_eq!(t.m2l.len(), m2l_product_count(p));
+            assert_eq!(sch.steps, m2l_product_count(p).div_ceil(M2L_LANES));
+            assert!(sch.slots() < nt + M2L_LANES);
+            // Every (k, n) once: the slot names k, the derivative index n + k.
+            let k_of_slot: Vec<usize> = (0..nt)
+                .flat_map(|k| vec![k; (sch.slot_begin[k + 1] - sch.slot_begin[k]) as usize])
+                .collect();
+            let mut seen = vec![false; t.m2l.len()];
+            for lane in 0..M2L_LANES {
+                let mut run: Vec<(usize, usize)> = Vec::new();
+                for j in 0..sch.steps {
+                    let w = sch.words[j * M2L_LANES + lane];
+                    let (n, d, f) = (
+                        (w & INDEX_MASK) as usize,
+                        (w >> INDEX_BITS & INDEX_MASK) as usize,
+                        (w >> (2 * INDEX_BITS)) as usize,
+                    );
+                    if d == nt {
+                        assert_eq!((n, f), (0, 0), "padding");
+                        continue;
+                    }
+                    run.push((n, d));
+                    if f != 0 {
+                        let k = k_of_slot[f - 1];
+                        let off = t.m2l_offsets[k] as usize;
+                        for &(n, d) in &run {
+                            assert!(off + n < t.m2l_offsets[k + 1] as usize);
+                            assert_eq!(t.m2l[off + n] as usize, d, "p {p} k {k} n {n}");
+                            assert!(!seen[off + n], "p {p}: product twice");
+                            seen[off + n] = true;
+                        }
+                        run.clear();
+                    }
+                }
+                assert!(run.is_empty(), "p {p} lane {lane}: a run without its slot");
+            }
+            assert!(seen.iter().all(|&s| s), "p {p}: a product missing");
+            // Through the schedule against Table::m2l, two source cells into the same slots.
+            let rec = recurrence_words(&t);
+            let mult: Vec<f64> = (0..nt).map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.1).collect();
+            let (mut want, mut scratch) = (vec![0.0; nt], vec![0.0; nt]);
+            let mut slots = vec![0.0; sch.slots()];
+            for (r, eps2) in [([0.7, -0.4, 0.9], 0.01), ([-1.1, 0.3, 0.2], 0.0)] {
+                t.m2l(r, eps2, &mult, &mut scratch, &mut want);
+                let mut d = vec![0.0; nt + 1];
+                derivatives_from_words(&rec, r, eps2, &mut d[..nt]);
+                for (a, b) in d.iter().zip(&scratch) {
+                    assert!((a - b).abs() <= 1e-15 * b.abs(), "p {p} recurrence {a} {b}");
+                }
+                sch.accumulate(&mult, &d, &mut slots);
+            }
+            let mut got = vec![0.0; nt];
+            sch.finish(&slots, &mut got);
+            let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!((a - b).abs() <= 1e-14 * scale, "p {p} k {k}: {a} {b}");
+            }
+            let dev = sch.device_words(&t);
+            assert_eq!(dev.len(), sch.steps * M2L_LANES + nt + 1 + RECURRENCE_WIDTH * nt);
         }
     }
 

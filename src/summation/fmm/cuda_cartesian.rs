@@ -5,7 +5,7 @@
 //! [`super::gpu_tree::GpuTree`]: cells, leaves, levels, lists, sorted positions and masses);
 //! [`super::CudaFmmGravity`] drives it.
 
-use super::cartesian::term_count;
+use super::cartesian::{term_count, M2lSchedule, Table};
 use super::cuda::{cfg, Buffers, Timeline};
 use super::gpu_tree::Shape;
 use super::params::CARTESIAN_GPU_MAX_ORDER;
@@ -31,6 +31,8 @@ pub struct CartesianGravityKernels {
     m2l: CudaFunction,
     l2l: CudaFunction,
     eval: CudaFunction,
+    /// `cart_m2l`'s product schedule and recurrence ([`M2lSchedule::device_words`]).
+    m2l_tables: DeviceBuffer<u32>,
 }
 
 /// ε² as the kernels take it: f64 for the expansions, f32 for the near field.
@@ -62,8 +64,18 @@ impl CartesianGravityKernels {
         }
         let module = gpu.module_from(&KERNELS, &[format!("-DCART_P={p}")])?;
         #[rustfmt::skip]
+        let m2l_tables = {
+            let table = Table::new(p);
+            let words = M2lSchedule::new(&table).device_words(&table);
+            let mut buf = DeviceBuffer::default();
+            buf.upload(gpu.stream(), &words, "the M2L schedule")?;
+            // Launches may come on another stream: the table is complete before any.
+            gpu.synchronize("the M2L schedule's upload")?;
+            buf
+        };
+        #[rustfmt::skip]
         let kernels = load_kernels!(module, "cart_", CartesianGravityKernels {
-            p2m, m2m, m2l, l2l, eval; order: p
+            p2m, m2m, m2l, l2l, eval; order: p, m2l_tables: m2l_tables
         });
         Ok(kernels)
     }
@@ -125,13 +137,14 @@ impl CartesianGravityKernels {
         } else {
             (&b.s_center, &b.s_begin, &b.s_end, &b.s_x)
         };
-        // SAFETY: cart_m2l(n_cells, tcenter, scenter, offsets, sources, mult, eps2, local):
-        // offsets has n_cells + 1 entries into sources (source cell ids); mult and local hold
-        // NT doubles per source and target cell; 32·M2L_WARPS threads per block, one warp per
+        // SAFETY: cart_m2l(n_cells, tcenter, scenter, offsets, sources, mult, tables, eps2,
+        // local): offsets has n_cells + 1 entries into sources (source cell ids); mult and local
+        // hold NT doubles per source and target cell; tables is this order's schedule (its
+        // layout checked in cartesian.rs's tests); 32·M2L_WARPS threads per block, one warp per
         // target cell (the grid covers n_cells).
         launch!(s, &self.m2l, "cart_m2l", cfg(ttree.cells.len().div_ceil(M2L_WARPS), 32 * M2L_WARPS as u32);
             &n_tcells, tcenter.get(), b.s_center.get(), b.m2l_offsets.get(), b.m2l_sources.get(),
-            b.mult.get(), &eps2.far, b.local.get_mut())?;
+            b.mult.get(), self.m2l_tables.get(), &eps2.far, b.local.get_mut())?;
         timeline.record(2, s)?;
         for r in ttree.levels.iter().skip(1) {
             let (first, count) = (r.start as i32, r.len() as i32);
