@@ -262,7 +262,9 @@ fn large_softening_is_summed_by_expansions() {
 }
 
 /// Prints the errors of the softened Cartesian expansions against p and θ (the calibration of
-/// `cartesian_truncation_error`; issue 25's set: uniform in the unit cube, ε = 0.1 N^{-1/3}):
+/// `cartesian_truncation_error`; issue 25's set: uniform in the unit cube, ε = 0.1 N^{-1/3}),
+/// then, at the GPU's planned θ and leaves, p = 3…10 on the uniform and Plummer sets at the
+/// bodies and at targets on cell faces (the contract's cases):
 /// `cargo test --release --test gravity calibrate -- --ignored --nocapture`.
 #[test]
 #[ignore]
@@ -270,6 +272,23 @@ fn calibrate() {
     let n = 20000;
     let (x, m) = uniform(n);
     let g = PlummerGravity::new(0.1 / (n as f64).cbrt()).unwrap();
+    let run = |x: &[[f64; 3]], m: &[f64], t: Option<&[[f64; 3]]>, want: &GravityEvaluation, params: FmmParams| {
+        let mut fmm = FmmGravity::with_params(g, params, 0);
+        fmm.disable_checks();
+        let got = evaluate(&mut fmm, x, m, t);
+        let (a, p) = errors(&got, want);
+        let s = fmm.last_stats();
+        format!(
+            "a L2 {:.2e} max {:.2e}; φ L2 {:.2e} max {:.2e}; m2l {} p2p/target {:.0}; {:.2} s",
+            a.rel_l2,
+            a.max_rel,
+            p.rel_l2,
+            p.max_rel,
+            s.m2l_pairs,
+            s.p2p_per_target(),
+            s.total_seconds()
+        )
+    };
     let want = evaluate(&mut DirectGravity::new(g), &x, &m, None);
     for theta in [0.4, 0.5, 0.6] {
         for order in [2, 3, 4, 5, 6, 8, 10, 12, 14] {
@@ -277,22 +296,31 @@ fn calibrate() {
                 vpm::summation::fmm::plan_gravity_parameters(1e-4, FmmBackend::Cpu, g).unwrap();
             params.order = order;
             params.theta = theta;
-            let mut fmm = FmmGravity::with_params(g, params, 0);
-            fmm.disable_checks();
-            let got = evaluate(&mut fmm, &x, &m, None);
-            let (a, p) = errors(&got, &want);
-            let s = fmm.last_stats();
-            println!(
-                "θ {theta} p {order:2}: a L2 {:.2e} max {:.2e}; φ L2 {:.2e} max {:.2e}; m2l {} \
-                 p2p/target {:.0}; {:.2} s",
-                a.rel_l2,
-                a.max_rel,
-                p.rel_l2,
-                p.max_rel,
-                s.m2l_pairs,
-                s.p2p_per_target(),
-                s.total_seconds()
-            );
+            println!("θ {theta} p {order:2}: {}", run(&x, &m, None, &want, params));
+        }
+    }
+    let gpu = plan_gravity_parameters(1e-4, FmmBackend::Cuda, g).unwrap();
+    for (name, (x, m)) in [("uniform", uniform(n)), ("plummer", plummer(n))] {
+        let faces = cell_face_targets(
+            &Particles {
+                x: x.clone(),
+                ..Default::default()
+            },
+            2000,
+            3,
+        );
+        for t in [None, Some(&faces[..])] {
+            let want = evaluate(&mut DirectGravity::new(g), &x, &m, t);
+            for order in 3..=10 {
+                let params = FmmParams { order, ..gpu };
+                let at = if t.is_some() { "faces" } else { "bodies" };
+                println!(
+                    "GPU θ {} leaves {}: {name} at {at} p {order:2}: {}",
+                    gpu.theta,
+                    gpu.leaf_size,
+                    run(&x, &m, t, &want, params)
+                );
+            }
         }
     }
 }

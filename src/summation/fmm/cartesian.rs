@@ -321,13 +321,15 @@ pub fn m2l_product_count(p: usize) -> usize {
 }
 
 /// The GPU M2L's schedule of one order (`cart_m2l` in kernels/fmm_cartesian.cu, which reads
-/// [`M2lSchedule::device_words`]): the C(p + 6, 6) products M_n D_{n+k} of a cell pair, output by
-/// output (k in term order) and n ascending within each, dealt to the 32 lanes in consecutive
-/// runs of `steps` = ⌈C(p + 6, 6)/32⌉, so every lane does the same number of products (the last
-/// lane is padded with M_0 × 0). A lane boundary splits at most one output, so the outputs come
-/// in at most NT + 31 pieces; each piece has a slot of its own, which its lane adds its run's
-/// partial sum to (once per source cell, no two lanes on one slot), and L_k is the sum of its
-/// pieces' slots in slot order at the end: a fixed order, deterministic.
+/// [`M2lSchedule::device_words`]): the C(p + 6, 6) products M_n D_{n+k} of a cell pair
+/// dealt to the 32 lanes so that each does at most `steps` = ⌈C(p + 6, 6)/32⌉ (the rest padded
+/// with M_0 × 0): outputs whole where they fit (worst-fit decreasing), the few that do not split
+/// into runs of consecutive n (≤ 31 splits, so at most NT + 31 pieces). Each piece has a slot of
+/// its own, which its lane adds the piece's partial sum to (once per source cell, no two lanes on
+/// one slot), and L_k is the sum of its pieces' slots in slot order at the end: a fixed order,
+/// deterministic. At p = 8: 94 products and at most 8 slot additions per lane, which fall on 20
+/// of the 94 steps (the warp's divergent additions); sequential runs would put 56 on the last
+/// lane and some addition on almost every step.
 #[derive(Debug, Clone)]
 pub struct M2lSchedule {
     /// Products per lane.
@@ -349,28 +351,51 @@ impl M2lSchedule {
     pub fn new(table: &Table) -> Self {
         let nt = table.len();
         assert!(nt + M2L_LANES < INDEX_MASK as usize, "order too high for the GPU M2L");
-        let total = table.m2l.len();
-        let steps = total.div_ceil(M2L_LANES);
-        let pad = (nt as u32) << INDEX_BITS;
-        let mut words = vec![pad; steps * M2L_LANES];
-        let mut slot_begin = Vec::with_capacity(nt + 1);
-        let (mut slot, mut at) = (0u32, 0usize);
-        for k in 0..nt {
-            slot_begin.push(slot);
-            let (lo, hi) = (table.m2l_offsets[k] as usize, table.m2l_offsets[k + 1] as usize);
-            for (n, &d) in table.m2l[lo..hi].iter().enumerate() {
-                let (lane, j) = (at / steps, at % steps);
-                let piece_ends = n + 1 == hi - lo || (at + 1) % steps == 0;
-                let flush = if piece_ends { slot + 1 } else { 0 };
-                words[j * M2L_LANES + lane] =
-                    n as u32 | d << INDEX_BITS | flush << (2 * INDEX_BITS);
-                if piece_ends {
-                    slot += 1;
-                }
-                at += 1;
+        let count = |k: usize| (table.m2l_offsets[k + 1] - table.m2l_offsets[k]) as usize;
+        let steps = table.m2l.len().div_ceil(M2L_LANES);
+        // Worst-fit decreasing: outputs by size, each into the lane with the most room (the
+        // lowest on ties), split where it does not fit (which fills that lane: ≤ 31 splits).
+        let mut room = [steps; M2L_LANES];
+        let mut pieces: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); M2L_LANES];
+        let mut by_size: Vec<usize> = (0..nt).collect();
+        by_size.sort_by_key(|&k| (std::cmp::Reverse(count(k)), k));
+        for k in by_size {
+            let mut start = 0;
+            while start < count(k) {
+                let lane = (0..M2L_LANES).max_by_key(|&l| (room[l], M2L_LANES - l)).unwrap();
+                let len = room[lane].min(count(k) - start);
+                pieces[lane].push((k, start, len));
+                room[lane] -= len;
+                start += len;
             }
         }
-        slot_begin.push(slot);
+        // Slots by output, then piece; a lane runs its longest pieces first, so the lanes' slot
+        // additions mostly fall on the same few steps.
+        let mut all: Vec<(usize, usize)> = pieces
+            .iter()
+            .flat_map(|ps| ps.iter().map(|&(k, start, _)| (k, start)))
+            .collect();
+        all.sort_unstable();
+        let slot_of = |k: usize, start: usize| all.binary_search(&(k, start)).unwrap() as u32;
+        let slot_begin = (0..=nt)
+            .map(|k| all.partition_point(|&(kk, _)| kk < k) as u32)
+            .collect();
+        let pad = (nt as u32) << INDEX_BITS;
+        let mut words = vec![pad; steps * M2L_LANES];
+        for (lane, ps) in pieces.iter_mut().enumerate() {
+            ps.sort_by_key(|&(k, start, len)| (std::cmp::Reverse(len), k, start));
+            let mut j = 0;
+            for &(k, start, len) in ps.iter() {
+                let off = table.m2l_offsets[k] as usize;
+                for n in start..start + len {
+                    let flush = if n + 1 == start + len { slot_of(k, start) + 1 } else { 0 };
+                    let d = table.m2l[off + n];
+                    words[j * M2L_LANES + lane] =
+                        n as u32 | d << INDEX_BITS | flush << (2 * INDEX_BITS);
+                    j += 1;
+                }
+            }
+        }
         Self {
             steps,
             words,
@@ -743,6 +768,13 @@ mod tests {
                 assert!(run.is_empty(), "p {p} lane {lane}: a run without its slot");
             }
             assert!(seen.iter().all(|&s| s), "p {p}: a product missing");
+            // The slot additions: few per lane, on few steps (the kernel's divergent branch).
+            let flushes = |j: usize, l: usize| sch.words[j * M2L_LANES + l] >> (2 * INDEX_BITS) != 0;
+            let per_lane = (0..M2L_LANES).map(|l| (0..sch.steps).filter(|&j| flushes(j, l)).count());
+            let on_steps = (0..sch.steps).filter(|&j| (0..M2L_LANES).any(|l| flushes(j, l))).count();
+            if p == 8 {
+                assert_eq!((per_lane.max(), on_steps), (Some(8), 20));
+            }
             // Through the schedule against Table::m2l, two source cells into the same slots.
             let rec = recurrence_words(&t);
             let mult: Vec<f64> = (0..nt).map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.1).collect();
