@@ -272,7 +272,11 @@ fn calibrate() {
     let n = 20000;
     let (x, m) = uniform(n);
     let g = PlummerGravity::new(0.1 / (n as f64).cbrt()).unwrap();
-    let run = |x: &[[f64; 3]], m: &[f64], t: Option<&[[f64; 3]]>, want: &GravityEvaluation, params: FmmParams| {
+    let run = |x: &[[f64; 3]],
+               m: &[f64],
+               t: Option<&[[f64; 3]]>,
+               want: &GravityEvaluation,
+               params: FmmParams| {
         let mut fmm = FmmGravity::with_params(g, params, 0);
         fmm.disable_checks();
         let got = evaluate(&mut fmm, x, m, t);
@@ -296,7 +300,10 @@ fn calibrate() {
                 vpm::summation::fmm::plan_gravity_parameters(1e-4, FmmBackend::Cpu, g).unwrap();
             params.order = order;
             params.theta = theta;
-            println!("θ {theta} p {order:2}: {}", run(&x, &m, None, &want, params));
+            println!(
+                "θ {theta} p {order:2}: {}",
+                run(&x, &m, None, &want, params)
+            );
         }
     }
     let gpu = plan_gravity_parameters(1e-4, FmmBackend::Cuda, g).unwrap();

@@ -350,7 +350,10 @@ impl M2lSchedule {
     /// The schedule of `table`'s order (term indices must fit [`INDEX_BITS`]: p ≤ 16).
     pub fn new(table: &Table) -> Self {
         let nt = table.len();
-        assert!(nt + M2L_LANES < INDEX_MASK as usize, "order too high for the GPU M2L");
+        assert!(
+            nt + M2L_LANES < INDEX_MASK as usize,
+            "order too high for the GPU M2L"
+        );
         let count = |k: usize| (table.m2l_offsets[k + 1] - table.m2l_offsets[k]) as usize;
         let steps = table.m2l.len().div_ceil(M2L_LANES);
         // Worst-fit decreasing: outputs by size, each into the lane with the most room (the
@@ -362,7 +365,9 @@ impl M2lSchedule {
         for k in by_size {
             let mut start = 0;
             while start < count(k) {
-                let lane = (0..M2L_LANES).max_by_key(|&l| (room[l], M2L_LANES - l)).unwrap();
+                let lane = (0..M2L_LANES)
+                    .max_by_key(|&l| (room[l], M2L_LANES - l))
+                    .unwrap();
                 let len = room[lane].min(count(k) - start);
                 pieces[lane].push((k, start, len));
                 room[lane] -= len;
@@ -388,7 +393,11 @@ impl M2lSchedule {
             for &(k, start, len) in ps.iter() {
                 let off = table.m2l_offsets[k] as usize;
                 for n in start..start + len {
-                    let flush = if n + 1 == start + len { slot_of(k, start) + 1 } else { 0 };
+                    let flush = if n + 1 == start + len {
+                        slot_of(k, start) + 1
+                    } else {
+                        0
+                    };
                     let d = table.m2l[off + n];
                     words[j * M2L_LANES + lane] =
                         n as u32 | d << INDEX_BITS | flush << (2 * INDEX_BITS);
@@ -415,7 +424,8 @@ impl M2lSchedule {
             let mut a = 0.0;
             for j in 0..self.steps {
                 let w = self.words[j * M2L_LANES + lane];
-                a += mult[(w & INDEX_MASK) as usize] * deriv[(w >> INDEX_BITS & INDEX_MASK) as usize];
+                a += mult[(w & INDEX_MASK) as usize]
+                    * deriv[(w >> INDEX_BITS & INDEX_MASK) as usize];
                 let flush = w >> (2 * INDEX_BITS);
                 if flush != 0 {
                     slots[flush as usize - 1] += a;
@@ -769,15 +779,21 @@ mod tests {
             }
             assert!(seen.iter().all(|&s| s), "p {p}: a product missing");
             // The slot additions: few per lane, on few steps (the kernel's divergent branch).
-            let flushes = |j: usize, l: usize| sch.words[j * M2L_LANES + l] >> (2 * INDEX_BITS) != 0;
-            let per_lane = (0..M2L_LANES).map(|l| (0..sch.steps).filter(|&j| flushes(j, l)).count());
-            let on_steps = (0..sch.steps).filter(|&j| (0..M2L_LANES).any(|l| flushes(j, l))).count();
+            let flushes =
+                |j: usize, l: usize| sch.words[j * M2L_LANES + l] >> (2 * INDEX_BITS) != 0;
+            let per_lane =
+                (0..M2L_LANES).map(|l| (0..sch.steps).filter(|&j| flushes(j, l)).count());
+            let on_steps = (0..sch.steps)
+                .filter(|&j| (0..M2L_LANES).any(|l| flushes(j, l)))
+                .count();
             if p == 8 {
                 assert_eq!((per_lane.max(), on_steps), (Some(8), 20));
             }
             // Through the schedule against Table::m2l, two source cells into the same slots.
             let rec = recurrence_words(&t);
-            let mult: Vec<f64> = (0..nt).map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.1).collect();
+            let mult: Vec<f64> = (0..nt)
+                .map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.1)
+                .collect();
             let (mut want, mut scratch) = (vec![0.0; nt], vec![0.0; nt]);
             let mut slots = vec![0.0; sch.slots()];
             for (r, eps2) in [([0.7, -0.4, 0.9], 0.01), ([-1.1, 0.3, 0.2], 0.0)] {
@@ -796,7 +812,10 @@ mod tests {
                 assert!((a - b).abs() <= 1e-14 * scale, "p {p} k {k}: {a} {b}");
             }
             let dev = sch.device_words(&t);
-            assert_eq!(dev.len(), sch.steps * M2L_LANES + nt + 1 + RECURRENCE_WIDTH * nt);
+            assert_eq!(
+                dev.len(),
+                sch.steps * M2L_LANES + nt + 1 + RECURRENCE_WIDTH * nt
+            );
         }
     }
 

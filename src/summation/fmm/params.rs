@@ -194,6 +194,11 @@ pub fn plan_parameters(accuracy: f64, backend: FmmBackend) -> Result<FmmParams, 
 /// are 2–3× the uniform set's and its sampled maximum 13× its L2 at p = 4 (1.1e-2 at 1e-3 with
 /// the uniform fit; tests/gravity.rs). It does not depend on the softening: the expansions are
 /// those of the softened kernel, which converge at least as fast as the Newtonian ones.
+/// Checked again for a lower order (issue 25, `calibrate` at the GPU's θ = 0.5 and leaves ≤ 128,
+/// 20 000 bodies, p = 3…10; docs/validation.md): on the uniform set p = 6 would meet 1e-4 (a at
+/// cell faces L2 2.7e-5, max 2.2e-4), but a Plummer sphere at cell faces is 20× worse than the
+/// uniform set at the bodies (p = 8: L2 7.1e-5, max 1.3e-3, just above 10 × 1e-4; p = 5: L2
+/// 1.2e-3 against 1e-3), so the model is not lowered: at that set it is, if anything, optimistic.
 pub fn cartesian_truncation_error(order: usize, theta: f64) -> f64 {
     1.2e-2 * theta.powf(1.23 * order as f64)
 }
