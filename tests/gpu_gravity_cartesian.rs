@@ -29,10 +29,16 @@ fn errors(got: &GravityEvaluation, want: &GravityEvaluation) -> (ErrorStats, Err
 /// The GPU against the CPU (same structure, same order) and the f64 all-pairs sum, for the
 /// bodies themselves (`faces` false) or targets on cell faces.
 fn compare(n: usize, eps: Option<f64>, accuracy: f64, faces: bool) {
+    compare_at_order(n, eps, accuracy, faces, None);
+}
+
+/// [`compare`] with the planned order replaced by `order` when given.
+fn compare_at_order(n: usize, eps: Option<f64>, accuracy: f64, faces: bool, order: Option<usize>) {
     let Some(gpu) = gpu_or_skip() else { return };
     let (x, m, g0) = gravity_bodies(n, 7);
     let g = eps.map_or(g0, |e| PlummerGravity::new(e).unwrap());
-    let params = plan_gravity_parameters(accuracy, FmmBackend::Cuda, g).unwrap();
+    let mut params = plan_gravity_parameters(accuracy, FmmBackend::Cuda, g).unwrap();
+    params.order = order.unwrap_or(params.order);
     let face_targets = cell_face_targets(
         &Particles {
             x: x.clone(),
@@ -143,6 +149,15 @@ fn gpu_cartesian_at_the_f32_floor_and_with_large_softening() {
 #[test]
 fn gpu_cartesian_without_softening_skips_the_self_pair() {
     compare(8000, Some(0.0), 1e-4, false);
+}
+
+/// The M2L's host-built schedule at the ends of the GPU's orders (p = 3: one product per lane
+/// for most lanes; p = 12: 581 per lane, 44.7 KiB of shared memory per block): the GPU still
+/// equals the CPU on the same structure.
+#[test]
+fn gpu_cartesian_matches_cpu_at_the_lowest_and_highest_orders() {
+    compare_at_order(8000, None, 1e-2, false, Some(3));
+    compare_at_order(8000, None, 1e-4, true, Some(CARTESIAN_GPU_MAX_ORDER));
 }
 
 /// Every order the planner may ask of the GPU compiles and loads.

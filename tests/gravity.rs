@@ -57,6 +57,15 @@ fn plummer(n: usize) -> (Vec<[f64; 3]>, Vec<f64>) {
     (p.x, vec![1.0 / n as f64; n])
 }
 
+/// `count` targets on the faces of cells around the bodies `x` (seed `seed`).
+fn faces_of(x: &[[f64; 3]], count: usize, seed: u64) -> Vec<[f64; 3]> {
+    let p = Particles {
+        x: x.to_vec(),
+        ..Default::default()
+    };
+    cell_face_targets(&p, count, seed)
+}
+
 fn evaluate(
     s: &mut dyn GravitySummation,
     x: &[[f64; 3]],
@@ -170,14 +179,7 @@ fn fmm_within_params(
 fn fmm_meets_the_requested_accuracy_on_uniform_and_plummer_sets() {
     let n = 3000;
     for (name, (x, m)) in [("uniform", uniform(n)), ("plummer", plummer(n))] {
-        let faces = cell_face_targets(
-            &Particles {
-                x: x.clone(),
-                ..Default::default()
-            },
-            400,
-            5,
-        );
+        let faces = faces_of(&x, 400, 5);
         for eps in [0.0, 1e-4] {
             let g = PlummerGravity::new(eps).unwrap();
             for (where_, t) in [("bodies", None), ("faces", Some(&faces[..]))] {
@@ -308,14 +310,7 @@ fn calibrate() {
     }
     let gpu = plan_gravity_parameters(1e-4, FmmBackend::Cuda, g).unwrap();
     for (name, (x, m)) in [("uniform", uniform(n)), ("plummer", plummer(n))] {
-        let faces = cell_face_targets(
-            &Particles {
-                x: x.clone(),
-                ..Default::default()
-            },
-            2000,
-            3,
-        );
+        let faces = faces_of(&x, 2000, 3);
         for t in [None, Some(&faces[..])] {
             let want = evaluate(&mut DirectGravity::new(g), &x, &m, t);
             for order in 3..=10 {
