@@ -267,42 +267,77 @@ extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
 }
 // ---------------------------------------------------------------------------------------------
 // M2L: one warp per target cell, several cells per block (M2L_WARPS, the host's launch: at most
-// that many warps, fewer where the warps' shared tables would pass 48 KiB), no block barrier:
-// the warp's lanes build the order-2p irregular harmonics of c_t − c_s and stage the source's
-// multipole in the warp's slice of (dynamic) shared memory, __syncwarp, then every lane adds
-// its outputs' terms in registers. Lane l owns the outputs i = l, l + 32, … < NC (M2L_R of
-// them), all FMM_Q charges of each, so one load of I serves FMM_Q products and one (broadcast)
-// load of M_j^k serves the lane's M2L_R outputs. Every output is summed over the list in list
-// order, by one lane: deterministic.
+// that many warps, fewer where the warps' shared tables would pass 48 KiB), no block barrier
+// inside the list loop. Once after the upward pass, fmm_m2l_expand[_f32] writes every source
+// cell's multipole as a complete table (both signs of k) in the M2L's precision and layout,
+// M_j^k at FMM_Q (j² + j + k) + c for |k| ≤ j ≤ p: in f64 as it is, in f32 scaled by the
+// pair-independent j! ρ_s^{−j} (ρ_s = √3 h_s, the source cell's half diagonal). Per list entry
+// the warp copies that table into its slice of (dynamic) shared memory (coalesced; the next
+// entry's table is loaded into registers while the current one is summed), builds the order-2p
+// irregular harmonics of c_t − c_s, lane μ the column μ (and μ + 32, …; 2p serial steps a lane,
+// no division: reciprocals from a per-block table), __syncwarp, then every lane adds its
+// outputs' terms in registers.
 //
-// Tables, both complete in m (no sign fix-ups in the inner loop): I_N^μ at N² + N + μ for
-// |μ| ≤ N ≤ 2p ((2p+1)² values), M_j^k at FMM_Q (j² + j + k) + c for |k| ≤ j ≤ p. Lane l ≤ p
-// builds the columns μ = l and, for l < p, μ = 2p − l (2p diagonal steps and 2p + 2 values per
-// lane; src/summation/fmm/m2l_layout.rs mirrors this and tests it).
+// Outputs by slots: slot s is (n, m0), m0 = 0, B, 2B, … ≤ n, and holds the B = M2L_B outputs
+// (n, m0 … m0 + B − 1) of one degree (those past m = n are computed and not written); lane l
+// owns slots l, l + 32, … (M2L_R rounds). The B outputs of a slot read I_{j+n}^{k−m0−b}: along
+// the (unrolled) k loop a window of B values slides, so one load of I serves B·FMM_Q complex
+// FMAs and one broadcast load of M_j^k serves M2L_R·B of them. The j and k loops are unrolled at
+// compile time (FMM_P is a macro): no loop counters, immediate shared offsets. Every output is
+// summed over the list in list order by one lane: deterministic. src/summation/fmm/m2l_layout.rs
+// mirrors the slots, columns, tables and the f32 arithmetic and tests them.
 //
-// Cost per (target, source) pair at p = 9, q = 3 (NC = 55, M2L_R = 2): 8 q NC (p+1)² = 132 000
-// useful flops (complex multiply-adds, 4 FMA each); issued for 64 outputs, 86 % useful (p = 7:
-// NC = 36 of 64, 56 %). Shared loads per (j, k): M2L_R I values per lane (16 B in f64, 8 B in
-// f32) and FMM_Q broadcast M values, for M2L_R·FMM_Q complex FMAs: per warp and (j, k), f64
-// 2·4 + 3 = 11 wavefronts of 128 B against 24 DFMA warp instructions (12 cycles at 2 per cycle
-// on an H100 SM), f32 2·2 + 3 = 7 against 24 FFMA (6 cycles at 4 per cycle): about balanced
-// between shared memory and the FMA pipes. Table building is (2p+1)² values per pair (≈ 5 % of
-// the multiply-adds at p = 9). docs/performance.md has the same count.
+// Cost per (target, source) pair, per warp (docs/performance.md, "warp-per-cell far field"):
+// useful 8 q NC (p+1)² flops (p = 9, q = 3: 132 000; p = 11: 274 560; p = 7, q = 1: 18 432).
+// Inner loop per (j, k) and warp: M2L_R·B·q·4 FMAs, M2L_R I loads (8 B a lane in f32: 2
+// wavefronts each) and q broadcast M loads (1 wavefront each):
+//   p = 9,  q = 3, B = 2, R = 1: 24 FFMA (6 issue cycles of an SM's 4 schedulers), 5 wavefronts
+//   p = 11, q = 3, B = 3, R = 1: 36 FFMA (9 cycles), 5 wavefronts
+//   p = 7,  q = 1, B = 2, R = 1:  8 FFMA (2 cycles), 3 wavefronts
+// before (B = 1, lanes over coefficients, rolled loops): p = 9: 24 FFMA and 7 wavefronts plus
+// loop and address arithmetic, p = 11: 36 FFMA and 9 wavefronts, p = 7, q = 1: 8 FFMA and 5
+// wavefronts (R = 2, 28 of 64 lanes idle in the second round); per pair before, the staging
+// (a `while` decode, f64 scaling and one dependent global load per lane and round), 2 columns
+// of 2p + 2 values per lane with f32 divisions (4p serial steps); now one coalesced copy, one
+// column per lane (2p steps), weights (ρ/ℓ)^j C(n+j, j) per j and slot.
 //
-// f32 (fmm_m2l_f32): dimensionless, with ℓ = |R|, R = c_t − c_s, u = R/ℓ:
+// f32 (fmm_m2l_f32): dimensionless, with ℓ = |R|, R = c_t − c_s, u = R/ℓ, ρ = ρ_s:
 //   Ĩ_N^μ = I_N^μ(u) / N!          (|Ĩ| ≤ √(C(2N, N)) ≤ 2^N, ≤ 1.1e12 at N = 40)
-//   M̃_j^k = M_j^k j! ℓ^{−j}        (|M̃| ≤ Σ|q| (r_s/ℓ)^j, r_s the particles' distance to c_s)
-//   L_n^m = (−1)^{n+m} n! ℓ^{−(n+1)} Σ_j C(n+j, j) Σ_k M̃_j^k Ĩ_{j+n}^{k−m}
-// since I_{j+n}(R) = ℓ^{−(j+n+1)} I_{j+n}(u) and (j+n)!/j! = n! C(n+j, j). The inner sums are
-// f32, the binomial weights C(n+j, j) ≤ C(40, 20) = 1.4e11 (f32, from a per-block table), and
-// the pair's result is scaled by n! ℓ^{−(n+1)} and added in f64: nothing under- or overflows in
-// f32 up to 2p = 40 (m2l_layout.rs checks the identity in f32 on the CPU).
+//   M̂_j^k = M_j^k j! ρ^{−j}        (|M̂| ≤ Σ|q| (r_s/ρ)^j ≤ Σ|q|: the particles lie in the cell)
+//   L_n^m = (−1)^{n+m} n! ℓ^{−(n+1)} Σ_j C(n+j, j) (ρ/ℓ)^j Σ_k M̂_j^k Ĩ_{j+n}^{k−m}
+// since I_{j+n}(R) = ℓ^{−(j+n+1)} I_{j+n}(u), (j+n)!/j! = n! C(n+j, j) and M_j^k j! ℓ^{−j} =
+// M̂_j^k (ρ/ℓ)^j. Listed cells are disjoint cubes, so ℓ ≥ h_s + h_t > h_s and ρ/ℓ < √3 (below θ
+// for the θ criterion's pairs of equal cells): the weight C(n+j, j)(ρ/ℓ)^j ≤ 1.4e11 · 3^10 <
+// 1e16 at p = 20, the inner sums ≤ (2p+1) 2^{2p} Σ|q|; the pair's result is scaled by
+// n! ℓ^{−(n+1)} and added in f64: nothing under- or overflows in f32 up to 2p = 40 for
+// Σ|q| < 1e9 (m2l_layout.rs checks the identity in f32 on the CPU).
 #ifndef M2L_WARPS
 #define M2L_WARPS 4
 #endif
-#define M2L_R FAR_R
 #define M2L_NI ((2 * FMM_P + 1) * (2 * FMM_P + 1))
 #define M2L_NM (FMM_Q * (FMM_P + 1) * (FMM_P + 1))
+
+// Slots of B outputs for degrees 0..p: Σ_n ⌈(n+1)/B⌉.
+__host__ __device__ constexpr int m2l_slots(int b)
+{
+    int s = 0;
+    for (int n = 0; n <= FMM_P; n++)
+        s += (n + b) / b;
+    return s;
+}
+// Outputs per slot: the smallest B ≤ 3 whose slots fit one round of 32 lanes, else 2
+// (m2l_layout.rs slot_width).
+__host__ __device__ constexpr int m2l_width()
+{
+    return m2l_slots(1) <= 32 ? 1 : m2l_slots(2) <= 32 ? 2 : m2l_slots(3) <= 32 ? 3 : 2;
+}
+#ifndef M2L_B
+#define M2L_B m2l_width()
+#endif
+#define M2L_S m2l_slots(M2L_B)
+#define M2L_RR ((M2L_S + 31) / 32)
+// Values before the harmonic table (read only by outputs past m = n, never written): B − 1.
+#define M2L_PAD (M2L_B - 1)
 
 template <typename T> struct cx
 {
@@ -318,21 +353,21 @@ template <typename T> __device__ __forceinline__ void put_pm(cx<T> *t, int N, in
 }
 
 // Column μ = m, N = m..top, of I_N^m(x) (SCALED false; ir2 = 1/|x|²) or of Ĩ_N^m = I_N^m(u)/N!
-// at the unit vector u = x (SCALED true) into a complete table (put_pm).
+// at the unit vector u = x (SCALED true; rec[n] = 1/n in f32) into a complete table (put_pm).
 template <typename T, bool SCALED>
-__device__ void irregular_column_full(T x, T y, T z, T ir2, int m, int top, cx<T> *t)
+__device__ void irregular_column_full(T x, T y, T z, T ir2, int m, int top, cx<T> *t, const float *rec)
 {
     cx<T> d = {SCALED ? (T)1 : sqrt(ir2), (T)0};
     for (int k = 1; k <= m; k++)
     {
-        const T f = SCALED ? -(T)(2 * k - 1) / (T)k : -(T)(2 * k - 1) * ir2;
+        const T f = SCALED ? -(T)(2 * k - 1) * (T)rec[k] : -(T)(2 * k - 1) * ir2;
         const cx<T> xy = {x * f, y * f};
         d = {xy.re * d.re - xy.im * d.im, xy.re * d.im + xy.im * d.re};
     }
     put_pm(t, m, m, d);
     if (m + 1 > top)
         return;
-    const T f1 = SCALED ? (T)(2 * m + 1) / (T)(m + 1) * z : (T)(2 * m + 1) * z * ir2;
+    const T f1 = SCALED ? (T)(2 * m + 1) * (T)rec[m + 1] * z : (T)(2 * m + 1) * z * ir2;
     cx<T> b = d, a = {d.re * f1, d.im * f1};
     put_pm(t, m + 1, m, a);
     for (int n = m + 2; n <= top; n++)
@@ -340,7 +375,8 @@ __device__ void irregular_column_full(T x, T y, T z, T ir2, int m, int top, cx<T
         cx<T> v;
         if (SCALED)
         {
-            const T f = (T)(2 * n - 1) / (T)n * z, g = (T)((n - 1) * (n - 1) - m * m) / (T)(n * (n - 1));
+            const T f = (T)(2 * n - 1) * (T)rec[n] * z,
+                    g = (T)((n - 1) * (n - 1) - m * m) * ((T)rec[n] * (T)rec[n - 1]);
             v = {a.re * f - b.re * g, a.im * f - b.im * g};
         }
         else
@@ -354,20 +390,63 @@ __device__ void irregular_column_full(T x, T y, T z, T ir2, int m, int top, cx<T
     }
 }
 
-// Row j of a lane's M2L sums: s[r][c] += Σ_{|k| ≤ j} M_j^k I_{j+n_r}^{k−m_r} (complete tables,
-// m2l_warp), k ascending, each complex product as four chained FMAs.
-template <typename T>
-__device__ __forceinline__ void m2l_row(const cx<T> *I, const cx<T> *M, int j, const int *on, const int *om,
-                                        T (*s)[FMM_Q][2])
+// The complete multipole tables of cells 0..n_cells (fmm_m2l_expand[_f32]): entry e =
+// FMM_Q (j² + j + k) + c of cell `cell`, scaled by j! ρ^{−j} (SCALED, ρ = √3 h).
+template <typename T, bool SCALED>
+__device__ __forceinline__ void m2l_expand(int n_cells, const double *__restrict__ half,
+                                           const cplx *__restrict__ mult, cx<T> *__restrict__ out)
 {
-    const cx<T> *row[M2L_R];
-#pragma unroll
-    for (int r = 0; r < M2L_R; r++)
+    const size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (size_t)n_cells * M2L_NM)
+        return;
+    const int cell = (int)(t / M2L_NM), e = (int)(t - (size_t)cell * M2L_NM);
+    const int jk = e / FMM_Q, c = e - FMM_Q * jk;
+    int j = 0;
+    while ((j + 1) * (j + 1) <= jk)
+        j++;
+    const int k = jk - j * j - j;
+    const cplx v = csignedq(mult + (size_t)cell * FMM_Q * NC, j, k, c);
+    double sc = 1.0;
+    if (SCALED)
     {
-        const int N = j + on[r];
-        row[r] = I + (N * N + N - om[r]); // I_{j+n}^{k−m} at row[r][k]
+        const double irho = 1.0 / (1.7320508075688772 * half[cell]);
+        for (int a = 1; a <= j; a++)
+            sc *= a * irho;
+    }
+    out[t] = {(T)(v.re * sc), (T)(v.im * sc)};
+}
+
+extern "C" __global__ void fmm_m2l_expand(int n_cells, const double *__restrict__ half,
+                                          const cplx *__restrict__ mult, cx<double> *__restrict__ out)
+{
+    m2l_expand<double, false>(n_cells, half, mult, out);
+}
+
+extern "C" __global__ void fmm_m2l_expand_f32(int n_cells, const double *__restrict__ half,
+                                              const cplx *__restrict__ mult, cx<float> *__restrict__ out)
+{
+    m2l_expand<float, true>(n_cells, half, mult, out);
+}
+
+// One pair's terms of row j: s[r][b][c] += Σ_{|k| ≤ j} M_j^k I_{j+n_r}^{k−m0_r−b} (complete
+// tables; I offset by M2L_PAD), k ascending, each complex product as four chained FMAs.
+template <typename T>
+__device__ __forceinline__ void m2l_row(const cx<T> *I, const cx<T> *M, int j, const int *sn, const int *sm,
+                                        T (*s)[M2L_B][FMM_Q][2])
+{
+    const cx<T> *row[M2L_RR];
+    cx<T> win[M2L_RR][M2L_B]; // win[r][b] = I_N^{k − m0 − b}
+#pragma unroll
+    for (int r = 0; r < M2L_RR; r++)
+    {
+        const int N = j + sn[r];
+        row[r] = I + (N * N + N - sm[r]); // I_N^{k − m0} at row[r][k]
+#pragma unroll
+        for (int b = 1; b < M2L_B; b++)
+            win[r][b] = row[r][-j - b];
     }
     const cx<T> *mrow = M + FMM_Q * (j * j + j);
+#pragma unroll
     for (int k = -j; k <= j; k++)
     {
         cx<T> mv[FMM_Q];
@@ -375,173 +454,248 @@ __device__ __forceinline__ void m2l_row(const cx<T> *I, const cx<T> *M, int j, c
         for (int c = 0; c < FMM_Q; c++)
             mv[c] = mrow[FMM_Q * k + c];
 #pragma unroll
-        for (int r = 0; r < M2L_R; r++)
+        for (int r = 0; r < M2L_RR; r++)
         {
-            const cx<T> h = row[r][k];
+            win[r][0] = row[r][k];
 #pragma unroll
-            for (int c = 0; c < FMM_Q; c++)
+            for (int b = 0; b < M2L_B; b++)
             {
-                // Four FMAs (written out: `s += a·b − c·d` would be two products, a
-                // subtraction and an addition).
-                s[r][c][0] = fma(mv[c].re, h.re, s[r][c][0]);
-                s[r][c][0] = fma(-mv[c].im, h.im, s[r][c][0]);
-                s[r][c][1] = fma(mv[c].re, h.im, s[r][c][1]);
-                s[r][c][1] = fma(mv[c].im, h.re, s[r][c][1]);
+                const cx<T> h = win[r][b];
+#pragma unroll
+                for (int c = 0; c < FMM_Q; c++)
+                {
+                    // Four FMAs (written out: `s += a·b − c·d` would be two products, a
+                    // subtraction and an addition).
+                    s[r][b][c][0] = fma(mv[c].re, h.re, s[r][b][c][0]);
+                    s[r][b][c][0] = fma(-mv[c].im, h.im, s[r][b][c][0]);
+                    s[r][b][c][1] = fma(mv[c].re, h.im, s[r][b][c][1]);
+                    s[r][b][c][1] = fma(mv[c].im, h.re, s[r][b][c][1]);
+                }
             }
+#pragma unroll
+            for (int b = M2L_B - 1; b > 0; b--)
+                win[r][b] = win[r][b - 1];
         }
     }
 }
 
+// Rows 0..p of one pair: f64 straight into acc; f32 per row into a partial weighted by
+// w_j = C(n+j, j) (ρ/ℓ)^j (binom[j (p+1) + n] times pw = (ρ/ℓ)^j, advanced by rl a row). The
+// rows are unrolled up to p = 12 (constant j: the k loops unroll too, immediate offsets);
+// above, rolled (compile time and registers).
+template <typename T, bool SCALED>
+__device__ __forceinline__ void m2l_rows(const cx<T> *I, const cx<T> *M, const int *sn, const int *sm,
+                                         T (*acc)[M2L_B][FMM_Q][2], const float *binom, T rl)
+{
+    T pw = (T)1;
+#if FMM_P <= 12
+#pragma unroll
+#else
+#pragma unroll 1
+#endif
+    for (int j = 0; j <= FMM_P; j++)
+    {
+        if (!SCALED)
+            m2l_row<T>(I, M, j, sn, sm, acc);
+        else
+        {
+            T sj[M2L_RR][M2L_B][FMM_Q][2];
+#pragma unroll
+            for (int r = 0; r < M2L_RR; r++)
+#pragma unroll
+                for (int b = 0; b < M2L_B; b++)
+#pragma unroll
+                    for (int c = 0; c < FMM_Q; c++)
+                        sj[r][b][c][0] = sj[r][b][c][1] = (T)0;
+            m2l_row<T>(I, M, j, sn, sm, sj);
+#pragma unroll
+            for (int r = 0; r < M2L_RR; r++)
+            {
+                const T w = (T)binom[j * (FMM_P + 1) + sn[r]] * pw;
+#pragma unroll
+                for (int b = 0; b < M2L_B; b++)
+#pragma unroll
+                    for (int c = 0; c < FMM_Q; c++)
+                    {
+                        acc[r][b][c][0] = fma(w, sj[r][b][c][0], acc[r][b][c][0]);
+                        acc[r][b][c][1] = fma(w, sj[r][b][c][1], acc[r][b][c][1]);
+                    }
+            }
+            pw *= rl;
+        }
+    }
+}
+
+// The copy unit of a multipole table: one complex value of the M2L's precision.
+#define M2L_U ((M2L_NM + 31) / 32)
+
 // The body of fmm_m2l (T = double, SCALED false) and fmm_m2l_f32 (T = float, SCALED true);
-// binom (SCALED only) holds C(n+j, j) at j (p+1) + n.
+// binom (SCALED only) holds C(n+j, j) at j (p+1) + n, rec 1/n at n ≤ 2p + 1.
 template <typename T, bool SCALED>
 __device__ __forceinline__ void m2l_warp(int n_cells, const double *__restrict__ tcenter,
-                                         const double *__restrict__ scenter,
+                                         const double *__restrict__ scenter, const double *__restrict__ shalf,
                                          const unsigned *__restrict__ offsets,
-                                         const unsigned *__restrict__ sources, const cplx *__restrict__ mult,
-                                         cplx *__restrict__ local, cx<T> *smem, const float *binom)
+                                         const unsigned *__restrict__ sources, const cx<T> *__restrict__ mfull,
+                                         cplx *__restrict__ local, cx<T> *smem, const float *binom,
+                                         const float *rec)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int cell = blockIdx.x * (blockDim.x >> 5) + warp;
     if (cell >= n_cells)
         return;
-    cx<T> *I = smem + (size_t)warp * (M2L_NI + M2L_NM);
+    cx<T> *I = smem + (size_t)warp * (M2L_PAD + M2L_NI + M2L_NM) + M2L_PAD;
     cx<T> *M = I + M2L_NI;
-    // The lane's outputs (n, m); past NC a dummy (0, 0), computed and not written.
-    int on[M2L_R], om[M2L_R];
-    lane_outputs(lane, on, om);
-    double acc[M2L_R][FMM_Q][2];
+    // The lane's slots (n, m0); past the last slot a dummy (0, 0), computed and not written.
+    int sn[M2L_RR], sm[M2L_RR];
 #pragma unroll
-    for (int r = 0; r < M2L_R; r++)
+    for (int r = 0; r < M2L_RR; r++)
+    {
+        int s = lane + 32 * r, n = 0;
+        if (s >= M2L_S)
+            s = 0;
+        while (s >= (n + M2L_B) / M2L_B)
+        {
+            s -= (n + M2L_B) / M2L_B;
+            n++;
+        }
+        sn[r] = n;
+        sm[r] = M2L_B * s;
+    }
+    double acc[M2L_RR][M2L_B][FMM_Q][2];
 #pragma unroll
-        for (int c = 0; c < FMM_Q; c++)
-            acc[r][c][0] = acc[r][c][1] = 0.0;
+    for (int r = 0; r < M2L_RR; r++)
+#pragma unroll
+        for (int b = 0; b < M2L_B; b++)
+#pragma unroll
+            for (int c = 0; c < FMM_Q; c++)
+                acc[r][b][c][0] = acc[r][b][c][1] = 0.0;
     const double tx = tcenter[3 * cell], ty = tcenter[3 * cell + 1], tz = tcenter[3 * cell + 2];
-    const unsigned last = offsets[cell + 1];
-    for (unsigned e = offsets[cell]; e < last; e++)
+    const unsigned first = offsets[cell], last = offsets[cell + 1];
+    // f32 up to 16 values a lane (p = 11, q = 3): the next entry's table, in flight while the
+    // current one is summed; f64 (twice the registers) and larger tables: the entry's own
+    // table, loaded after the barrier.
+    constexpr bool ahead = SCALED && M2L_U <= 16;
+    cx<T> pre[M2L_U];
+    auto fetch = [&](unsigned e) {
+        const cx<T> *src = mfull + (size_t)sources[e] * M2L_NM;
+#pragma unroll
+        for (int u = 0; u < M2L_U; u++)
+        {
+            const int f = lane + 32 * u;
+            if (f < M2L_NM)
+                pre[u] = src[f];
+        }
+    };
+    if (ahead && first < last)
+        fetch(first);
+    for (unsigned e = first; e < last; e++)
     {
         const unsigned s = sources[e];
         const double rx = tx - scenter[3 * s], ry = ty - scenter[3 * s + 1], rz = tz - scenter[3 * s + 2];
         const double r2 = rx * rx + ry * ry + rz * rz;
         const double il = SCALED ? 1.0 / sqrt(r2) : 1.0;
         __syncwarp(); // the previous pair's tables are read
-        if (lane <= FMM_P)
+        if (!ahead)
+            fetch(e);
+#pragma unroll
+        for (int u = 0; u < M2L_U; u++)
+        {
+            const int f = lane + 32 * u;
+            if (f < M2L_NM)
+                M[f] = pre[u];
+        }
+        if (ahead && e + 1 < last)
+            fetch(e + 1);
         {
             const T x = SCALED ? (T)(rx * il) : (T)rx, y = SCALED ? (T)(ry * il) : (T)ry,
                     z = SCALED ? (T)(rz * il) : (T)rz, ir2 = SCALED ? (T)1 : (T)(1.0 / r2);
-            irregular_column_full<T, SCALED>(x, y, z, ir2, lane, 2 * FMM_P, I);
-            if (lane < FMM_P)
-                irregular_column_full<T, SCALED>(x, y, z, ir2, 2 * FMM_P - lane, 2 * FMM_P, I);
-        }
-        {
-            // M_j^k (k ≥ 0, stored) times j! ℓ^{−j} (SCALED), both signs of k.
-            const cplx *src = mult + (size_t)s * FMM_Q * NC;
-            int j = 0;
-            double sc = 1.0;
-            for (int f = lane; f < FMM_Q * NC; f += 32)
-            {
-                const int i = f / FMM_Q, c = f - FMM_Q * i;
-                while ((j + 1) * (j + 2) / 2 <= i)
-                {
-                    j++;
-                    if (SCALED)
-                        sc *= j * il;
-                }
-                const int k = i - j * (j + 1) / 2;
-                const cplx v = src[f];
-                const cx<T> w = {(T)(v.re * sc), (T)(v.im * sc)};
-                M[FMM_Q * (j * j + j + k) + c] = w;
-                if (k > 0)
-                    M[FMM_Q * (j * j + j - k) + c] = (k & 1) ? cx<T>{-w.re, w.im} : cx<T>{w.re, -w.im};
-            }
+            for (int mu = lane; mu <= 2 * FMM_P; mu += 32)
+                irregular_column_full<T, SCALED>(x, y, z, ir2, mu, 2 * FMM_P, I, rec);
         }
         __syncwarp(); // tables complete
         if (!SCALED)
         {
             // f64: every term straight into the list's sums.
-            for (int j = 0; j <= FMM_P; j++)
-                m2l_row<T>(I, M, j, on, om, (T(*)[FMM_Q][2])acc);
+            m2l_rows<T, false>(I, M, sn, sm, (T(*)[M2L_B][FMM_Q][2])acc, nullptr, (T)1);
         }
         else
         {
-            T part[M2L_R][FMM_Q][2];
+            T part[M2L_RR][M2L_B][FMM_Q][2];
 #pragma unroll
-            for (int r = 0; r < M2L_R; r++)
+            for (int r = 0; r < M2L_RR; r++)
 #pragma unroll
-                for (int c = 0; c < FMM_Q; c++)
-                    part[r][c][0] = part[r][c][1] = (T)0;
-            for (int j = 0; j <= FMM_P; j++)
-            {
-                T sj[M2L_R][FMM_Q][2];
-#pragma unroll
-                for (int r = 0; r < M2L_R; r++)
+                for (int b = 0; b < M2L_B; b++)
 #pragma unroll
                     for (int c = 0; c < FMM_Q; c++)
-                        sj[r][c][0] = sj[r][c][1] = (T)0;
-                m2l_row<T>(I, M, j, on, om, sj);
+                        part[r][b][c][0] = part[r][b][c][1] = (T)0;
+            const T rl = (T)(1.7320508075688772 * shalf[s] * il);
+            m2l_rows<T, true>(I, M, sn, sm, part, binom, rl);
 #pragma unroll
-                for (int r = 0; r < M2L_R; r++)
-                {
-                    const T w = (T)binom[j * (FMM_P + 1) + on[r]];
-#pragma unroll
-                    for (int c = 0; c < FMM_Q; c++)
-                    {
-                        part[r][c][0] += w * sj[r][c][0];
-                        part[r][c][1] += w * sj[r][c][1];
-                    }
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < M2L_R; r++)
+            for (int r = 0; r < M2L_RR; r++)
             {
                 // n! ℓ^{−(n+1)}, then the pair's terms into the f64 sums.
                 double f = il;
-                for (int n = 1; n <= on[r]; n++)
+                for (int n = 1; n <= sn[r]; n++)
                     f *= n * il;
 #pragma unroll
-                for (int c = 0; c < FMM_Q; c++)
-                {
-                    acc[r][c][0] += f * (double)part[r][c][0];
-                    acc[r][c][1] += f * (double)part[r][c][1];
-                }
+                for (int b = 0; b < M2L_B; b++)
+#pragma unroll
+                    for (int c = 0; c < FMM_Q; c++)
+                    {
+                        acc[r][b][c][0] += f * (double)part[r][b][c][0];
+                        acc[r][b][c][1] += f * (double)part[r][b][c][1];
+                    }
             }
         }
     }
 #pragma unroll
-    for (int r = 0; r < M2L_R; r++)
+    for (int r = 0; r < M2L_RR; r++)
     {
-        const int i = lane + 32 * r;
-        if (i >= NC)
+        if (lane + 32 * r >= M2L_S)
             continue;
-        const double sign = ((on[r] + om[r]) & 1) ? -1.0 : 1.0;
 #pragma unroll
-        for (int c = 0; c < FMM_Q; c++)
-            local[(size_t)cell * FMM_Q * NC + FMM_Q * i + c] = {acc[r][c][0] * sign, acc[r][c][1] * sign};
+        for (int b = 0; b < M2L_B; b++)
+        {
+            const int n = sn[r], m = sm[r] + b;
+            if (m > n)
+                continue;
+            const double sign = ((n + m) & 1) ? -1.0 : 1.0;
+            const int i = cindex(n, m);
+#pragma unroll
+            for (int c = 0; c < FMM_Q; c++)
+                local[(size_t)cell * FMM_Q * NC + FMM_Q * i + c] = {acc[r][b][c][0] * sign,
+                                                                    acc[r][b][c][1] * sign};
+        }
     }
 }
 
 extern __shared__ __align__(16) unsigned char m2l_shared[];
 
 // M2L in f64: L_n^m = (−1)^{n+m} Σ_sources Σ_{j,k} M_j^k I_{j+n}^{k−m}(c_t − c_s), the sources in
-// list order, every target cell written. Block: 32·w threads (w ≤ M2L_WARPS), one target cell
-// per warp; dynamic shared memory w · 16 ((2p+1)² + q (p+1)²) bytes.
+// list order, every target cell written; mfull from fmm_m2l_expand. Block: 32·w threads
+// (w ≤ M2L_WARPS), one target cell per warp; dynamic shared memory
+// w · 16 (M2L_PAD + (2p+1)² + q (p+1)²) bytes.
 extern "C" __global__ void __launch_bounds__(32 * M2L_WARPS)
     fmm_m2l(int n_cells, const double *__restrict__ tcenter, const double *__restrict__ scenter,
-            const unsigned *__restrict__ offsets, const unsigned *__restrict__ sources,
-            const cplx *__restrict__ mult, cplx *__restrict__ local)
+            const double *__restrict__ shalf, const unsigned *__restrict__ offsets,
+            const unsigned *__restrict__ sources, const cx<double> *__restrict__ mfull,
+            cplx *__restrict__ local)
 {
-    m2l_warp<double, false>(n_cells, tcenter, scenter, offsets, sources, mult, local,
-                            reinterpret_cast<cx<double> *>(m2l_shared), nullptr);
+    m2l_warp<double, false>(n_cells, tcenter, scenter, shalf, offsets, sources, mfull, local,
+                            reinterpret_cast<cx<double> *>(m2l_shared), nullptr, nullptr);
 }
 
-// The same in f32 with scaling (above); dynamic shared memory w · 8 ((2p+1)² + q (p+1)²) bytes,
-// static 4 (p+1)² (the binomial table, built before the block's only barrier).
+// The same in f32 with scaling (above; mfull from fmm_m2l_expand_f32); dynamic shared memory
+// w · 8 (M2L_PAD + (2p+1)² + q (p+1)²) bytes, static 4 ((p+1)² + 2p + 2) (the binomial and
+// reciprocal tables, built before the block's only barrier).
 extern "C" __global__ void __launch_bounds__(32 * M2L_WARPS)
     fmm_m2l_f32(int n_cells, const double *__restrict__ tcenter, const double *__restrict__ scenter,
-                const unsigned *__restrict__ offsets, const unsigned *__restrict__ sources,
-                const cplx *__restrict__ mult, cplx *__restrict__ local)
+                const double *__restrict__ shalf, const unsigned *__restrict__ offsets,
+                const unsigned *__restrict__ sources, const cx<float> *__restrict__ mfull,
+                cplx *__restrict__ local)
 {
     __shared__ float binom[(FMM_P + 1) * (FMM_P + 1)];
+    __shared__ float rec[2 * FMM_P + 2];
     for (int t = threadIdx.x; t < (FMM_P + 1) * (FMM_P + 1); t += blockDim.x)
     {
         const int j = t / (FMM_P + 1), n = t - j * (FMM_P + 1);
@@ -550,9 +704,11 @@ extern "C" __global__ void __launch_bounds__(32 * M2L_WARPS)
             b = b * (n + a) / a;
         binom[t] = (float)b;
     }
+    for (int t = threadIdx.x; t < 2 * FMM_P + 2; t += blockDim.x)
+        rec[t] = t == 0 ? 0.0f : 1.0f / (float)t;
     __syncthreads();
-    m2l_warp<float, true>(n_cells, tcenter, scenter, offsets, sources, mult, local,
-                          reinterpret_cast<cx<float> *>(m2l_shared), binom);
+    m2l_warp<float, true>(n_cells, tcenter, scenter, shalf, offsets, sources, mfull, local,
+                          reinterpret_cast<cx<float> *>(m2l_shared), binom, rec);
 }
 
 // One coefficient of the local expansion L shifted to a point, for each of the FMM_Q charges:

@@ -46,6 +46,8 @@ pub struct FarKernels {
     m2m: CudaFunction,
     m2l: CudaFunction,
     m2l_f32: CudaFunction,
+    m2l_expand: CudaFunction,
+    m2l_expand_f32: CudaFunction,
     l2l: CudaFunction,
     q: usize,
     /// Cells (warps) per block of P2M, M2M and L2L, compiled in (`FAR_WARPS`).
@@ -73,7 +75,7 @@ pub(super) fn compile(
     let module = gpu.module_from(&KERNELS, &options)?;
     #[rustfmt::skip]
     let far = load_kernels!(module, "fmm_", FarKernels {
-        p2m, m2m, m2l, m2l_f32, l2l; q: q, warps: far_warps(p, q)
+        p2m, m2m, m2l, m2l_f32, m2l_expand, m2l_expand_f32, l2l; q: q, warps: far_warps(p, q)
     });
     Ok((module, far))
 }
@@ -92,6 +94,8 @@ struct Kernels {
 #[derive(Default)]
 pub(super) struct Buffers {
     pub(super) s_center: DeviceBuffer<f64>,
+    /// The source cells' half sides (the f32 M2L's scale).
+    pub(super) s_half: DeviceBuffer<f64>,
     pub(super) s_begin: DeviceBuffer<u32>,
     pub(super) s_end: DeviceBuffer<u32>,
     pub(super) s_child_begin: DeviceBuffer<u32>,
@@ -116,6 +120,9 @@ pub(super) struct Buffers {
     pub(super) p2p_offsets: DeviceBuffer<u32>,
     pub(super) p2p_sources: DeviceBuffer<u32>,
     pub(super) mult: DeviceBuffer<f64>,
+    /// The M2L's complete multipole tables (`fmm_m2l_expand[_f32]`), q (p+1)² complex values
+    /// per source cell in f64 or f32.
+    pub(super) m2l_mult: DeviceBuffer<f64>,
     pub(super) local: DeviceBuffer<f64>,
 }
 
@@ -161,6 +168,7 @@ impl Buffers {
         let (src, tgt) = (&tree.sources, tree.target_tree());
         let nc = src.n_cells;
         self.s_center.copy_from(s, &src.center, 3 * nc)?;
+        self.s_half.copy_from(s, &src.half, nc)?;
         self.s_begin.copy_from(s, &src.begin, nc)?;
         self.s_end.copy_from(s, &src.end, nc)?;
         self.s_child_begin.copy_from(s, &src.child_begin, nc)?;
@@ -189,6 +197,7 @@ impl Buffers {
         self.p2p_sources.copy_from(s, &l.p2p_sources, l.p2p_count)?;
         let stride = q * super::expansions::coefficient_count(p);
         self.mult.ensure(s, 2 * stride * nc)?;
+        self.m2l_mult.ensure(s, 2 * q * (p + 1) * (p + 1) * nc)?;
         self.local.ensure(s, 2 * stride * ntc)?;
         Ok(())
     }
@@ -228,8 +237,18 @@ pub(super) fn cfg(blocks: usize, threads: u32) -> LaunchConfig {
     }
 }
 
-/// M2L into `local` for `n_cells` target cells, in `precision`: one warp per target cell
-/// ([`m2l_block`] warps per block).
+/// The source cells' multipoles and geometry as the M2L reads them: `n_cells` cells with
+/// centres (3 each), half sides and FMM_Q·NC complex multipoles each.
+pub(super) struct M2lSources<'a> {
+    pub(super) n_cells: usize,
+    pub(super) center: &'a CudaSlice<f64>,
+    pub(super) half: &'a CudaSlice<f64>,
+    pub(super) mult: &'a CudaSlice<f64>,
+}
+
+/// M2L into `local` for `n_cells` target cells, in `precision`: the sources' complete tables
+/// into `table` (`fmm_m2l_expand[_f32]`, one thread per entry; q (p+1)² complex values per
+/// source cell), then one warp per target cell ([`m2l_block`] warps per block).
 #[allow(clippy::too_many_arguments)]
 fn launch_m2l(
     k: &FarKernels,
@@ -238,12 +257,23 @@ fn launch_m2l(
     precision: M2lPrecision,
     n_cells: usize,
     tcenter: &CudaSlice<f64>,
-    scenter: &CudaSlice<f64>,
+    src: &M2lSources,
+    table: &mut CudaSlice<f64>,
     offsets: &CudaSlice<u32>,
     sources: &CudaSlice<u32>,
-    mult: &CudaSlice<f64>,
     local: &mut CudaSlice<f64>,
 ) -> Result<(), CudaError> {
+    let entries = src.n_cells * k.q * (p + 1) * (p + 1);
+    let (f, name) = match precision {
+        M2lPrecision::F64 => (&k.m2l_expand, "fmm_m2l_expand"),
+        M2lPrecision::F32 => (&k.m2l_expand_f32, "fmm_m2l_expand_f32"),
+    };
+    let ns = src.n_cells as i32;
+    // SAFETY: fmm_m2l_expand[_f32](n_cells, half, mult, out): half has n_cells values, mult
+    // FMM_Q·NC complex values per cell; out (table) q (p+1)² complex values of 16 or 8 bytes
+    // per cell (Buffers::adopt sizes it for f64); one thread per entry.
+    launch!(s, f, name, cfg(entries.div_ceil(256), 256);
+        &ns, src.half, src.mult, &mut *table)?;
     let (warps, shared) = m2l_block(p, k.q, precision);
     let config = LaunchConfig {
         grid_dim: (n_cells.div_ceil(warps).max(1) as u32, 1, 1),
@@ -255,13 +285,13 @@ fn launch_m2l(
         M2lPrecision::F32 => (&k.m2l_f32, "fmm_m2l_f32"),
     };
     let n = n_cells as i32;
-    // SAFETY: fmm_m2l[_f32](n_cells, tcenter, scenter, offsets, sources, mult, local): offsets
-    // has n_cells + 1 entries indexing sources (source cell ids with centres in scenter and
-    // FMM_Q·NC complex multipoles in mult); local holds FMM_Q·NC complex values per target
-    // cell; the block has 32·warps threads (warps ≤ M2L_WARPS, the launch bound) and the
-    // dynamic shared memory m2l_block gives for them.
+    // SAFETY: fmm_m2l[_f32](n_cells, tcenter, scenter, shalf, offsets, sources, mfull, local):
+    // offsets has n_cells + 1 entries indexing sources (source cell ids with centres in
+    // scenter, half sides in shalf and complete tables in mfull, written above); local holds
+    // FMM_Q·NC complex values per target cell; the block has 32·warps threads (warps ≤
+    // M2L_WARPS, the launch bound) and the dynamic shared memory m2l_block gives for them.
     launch!(s, f, name, config;
-        &n, tcenter, scenter, offsets, sources, mult, local)?;
+        &n, tcenter, src.center, src.half, offsets, sources, &*table, local)?;
     Ok(())
 }
 
@@ -276,11 +306,14 @@ pub fn m2l_on_gpu(
     let (_, k) = compile(gpu, case.p, case.q)?;
     let s = gpu.stream().clone();
     let n_cells = case.offsets.len() - 1;
-    let mut bufs: [DeviceBuffer<f64>; 3] = Default::default();
-    let [tc, sc, mult] = &mut bufs;
+    let mut bufs: [DeviceBuffer<f64>; 5] = Default::default();
+    let [tc, sc, sh, mult, table] = &mut bufs;
     tc.upload(&s, &case.tcenter, "M2L test centres")?;
     sc.upload(&s, &case.scenter, "M2L test centres")?;
+    sh.upload(&s, &case.shalf, "M2L test half sides")?;
     mult.upload(&s, &case.mult, "M2L test multipoles")?;
+    let n_sources = case.shalf.len();
+    table.ensure(&s, 2 * case.q * (case.p + 1) * (case.p + 1) * n_sources)?;
     let (mut off, mut src) = (
         DeviceBuffer::<u32>::default(),
         DeviceBuffer::<u32>::default(),
@@ -297,10 +330,15 @@ pub fn m2l_on_gpu(
         precision,
         n_cells,
         tc.get(),
-        sc.get(),
+        &M2lSources {
+            n_cells: n_sources,
+            center: sc.get(),
+            half: sh.get(),
+            mult: mult.get(),
+        },
+        table.get_mut(),
         off.get(),
         src.get(),
-        mult.get(),
         local.get_mut(),
     )?;
     let mut out = vec![0.0; len];
@@ -355,10 +393,15 @@ pub(super) fn far_field(
         m2l,
         ttree.cells.len(),
         tcenter,
-        b.s_center.get(),
+        &M2lSources {
+            n_cells: stree.cells.len(),
+            center: b.s_center.get(),
+            half: b.s_half.get(),
+            mult: b.mult.get(),
+        },
+        b.m2l_mult.get_mut(),
         b.m2l_offsets.get(),
         b.m2l_sources.get(),
-        b.mult.get(),
         b.local.get_mut(),
     )?;
     timeline.record(2, s)?;
