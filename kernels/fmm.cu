@@ -428,6 +428,18 @@ extern "C" __global__ void fmm_m2l_expand_f32(int n_cells, const double *__restr
     m2l_expand<float, true>(n_cells, half, mult, out);
 }
 
+// Zeroes a lane's sums of its slots' outputs (M2L_RR rounds, M2L_B outputs, FMM_Q charges).
+template <typename U> __device__ __forceinline__ void zero_slots(U (*a)[M2L_B][FMM_Q][2])
+{
+#pragma unroll
+    for (int r = 0; r < M2L_RR; r++)
+#pragma unroll
+        for (int b = 0; b < M2L_B; b++)
+#pragma unroll
+            for (int c = 0; c < FMM_Q; c++)
+                a[r][b][c][0] = a[r][b][c][1] = (U)0;
+}
+
 // One pair's terms of row j: s[r][b][c] += Σ_{|k| ≤ j} M_j^k I_{j+n_r}^{k−m0_r−b} (complete
 // tables; I offset by M2L_PAD), k ascending, each complex product as four chained FMAs.
 template <typename T>
@@ -500,13 +512,7 @@ __device__ __forceinline__ void m2l_rows(const cx<T> *I, const cx<T> *M, const i
         else
         {
             T sj[M2L_RR][M2L_B][FMM_Q][2];
-#pragma unroll
-            for (int r = 0; r < M2L_RR; r++)
-#pragma unroll
-                for (int b = 0; b < M2L_B; b++)
-#pragma unroll
-                    for (int c = 0; c < FMM_Q; c++)
-                        sj[r][b][c][0] = sj[r][b][c][1] = (T)0;
+            zero_slots(sj);
             m2l_row<T>(I, M, j, sn, sm, sj);
 #pragma unroll
             for (int r = 0; r < M2L_RR; r++)
@@ -562,13 +568,7 @@ __device__ __forceinline__ void m2l_warp(int n_cells, const double *__restrict__
         sm[r] = M2L_B * s;
     }
     double acc[M2L_RR][M2L_B][FMM_Q][2];
-#pragma unroll
-    for (int r = 0; r < M2L_RR; r++)
-#pragma unroll
-        for (int b = 0; b < M2L_B; b++)
-#pragma unroll
-            for (int c = 0; c < FMM_Q; c++)
-                acc[r][b][c][0] = acc[r][b][c][1] = 0.0;
+    zero_slots(acc);
     const double tx = tcenter[3 * cell], ty = tcenter[3 * cell + 1], tz = tcenter[3 * cell + 2];
     const unsigned first = offsets[cell], last = offsets[cell + 1];
     // f32 up to 16 values a lane (p = 11, q = 3): the next entry's table, in flight while the
@@ -621,13 +621,7 @@ __device__ __forceinline__ void m2l_warp(int n_cells, const double *__restrict__
         else
         {
             T part[M2L_RR][M2L_B][FMM_Q][2];
-#pragma unroll
-            for (int r = 0; r < M2L_RR; r++)
-#pragma unroll
-                for (int b = 0; b < M2L_B; b++)
-#pragma unroll
-                    for (int c = 0; c < FMM_Q; c++)
-                        part[r][b][c][0] = part[r][b][c][1] = (T)0;
+            zero_slots(part);
             const T rl = (T)(1.7320508075688772 * shalf[s] * il);
             m2l_rows<T, true>(I, M, sn, sm, part, binom, rl);
 #pragma unroll

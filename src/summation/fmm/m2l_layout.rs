@@ -101,8 +101,7 @@ pub fn m2l_block(p: usize, q: usize, precision: M2lPrecision) -> (usize, usize) 
         M2lPrecision::F64 => (16, 0),
         M2lPrecision::F32 => (8, m2l_static_shared(p, precision)),
     };
-    let per_warp =
-        bytes * (slot_width(p) - 1 + (2 * p + 1) * (2 * p + 1) + q * (p + 1) * (p + 1));
+    let per_warp = bytes * (slot_width(p) - 1 + (2 * p + 1) * (2 * p + 1) + q * (p + 1) * (p + 1));
     let warps = ((SHARED_LIMIT - fixed) / per_warp).clamp(1, M2L_WARPS);
     (warps, warps * per_warp)
 }
