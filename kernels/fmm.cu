@@ -314,7 +314,21 @@ extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
 #ifndef M2L_WARPS
 #define M2L_WARPS 4
 #endif
-#define M2L_NI ((2 * FMM_P + 1) * (2 * FMM_P + 1))
+// The order-2p table, I_N^μ at irow(N) + μ: triangular, irow(N) = N² + N ((2p+1)² values), or
+// in the f32 kernel with -DM2L_W=W > 0 (W ≥ 4p + 1, the host's choice: m2l_layout.rs
+// table_stride, up to p = 12) rectangular, irow(N) = N W + 2p ((2p+1) W values): rows a stride
+// apart that spreads the lanes' windowed reads over the banks (at p = 9 in f32 4 wavefronts a
+// load against 6.4 triangular; m2l_layout.rs counts them).
+#ifndef M2L_W
+#define M2L_W 0
+#endif
+#define M2L_RECT(SCALED) ((SCALED) && M2L_W > 0)
+#define M2L_NI(SCALED) (M2L_RECT(SCALED) ? (2 * FMM_P + 1) * M2L_W : (2 * FMM_P + 1) * (2 * FMM_P + 1))
+static_assert(M2L_W == 0 || M2L_W >= 4 * FMM_P + 1, "M2L_W: rows of the order-2p table overlap");
+template <bool SCALED> __device__ __forceinline__ int irow(int N)
+{
+    return M2L_RECT(SCALED) ? N * M2L_W + 2 * FMM_P : N * N + N;
+}
 #define M2L_NM (FMM_Q * (FMM_P + 1) * (FMM_P + 1))
 
 // Slots of B outputs for degrees 0..p: Σ_n ⌈(n+1)/B⌉.
@@ -344,12 +358,12 @@ template <typename T> struct cx
     T re, im;
 };
 
-// X_N^μ and X_N^{−μ} = (−1)^μ conj(X_N^μ) into a complete table.
-template <typename T> __device__ __forceinline__ void put_pm(cx<T> *t, int N, int mu, cx<T> v)
+// X_N^μ and X_N^{−μ} = (−1)^μ conj(X_N^μ) into a complete table (rows at irow).
+template <typename T, bool SCALED> __device__ __forceinline__ void put_pm(cx<T> *t, int N, int mu, cx<T> v)
 {
-    t[N * N + N + mu] = v;
+    t[irow<SCALED>(N) + mu] = v;
     if (mu > 0)
-        t[N * N + N - mu] = (mu & 1) ? cx<T>{-v.re, v.im} : cx<T>{v.re, -v.im};
+        t[irow<SCALED>(N) - mu] = (mu & 1) ? cx<T>{-v.re, v.im} : cx<T>{v.re, -v.im};
 }
 
 // Column μ = m, N = m..top, of I_N^m(x) (SCALED false; ir2 = 1/|x|²) or of Ĩ_N^m = I_N^m(u)/N!
@@ -364,12 +378,12 @@ __device__ void irregular_column_full(T x, T y, T z, T ir2, int m, int top, cx<T
         const cx<T> xy = {x * f, y * f};
         d = {xy.re * d.re - xy.im * d.im, xy.re * d.im + xy.im * d.re};
     }
-    put_pm(t, m, m, d);
+    put_pm<T, SCALED>(t, m, m, d);
     if (m + 1 > top)
         return;
     const T f1 = SCALED ? (T)(2 * m + 1) * (T)rec[m + 1] * z : (T)(2 * m + 1) * z * ir2;
     cx<T> b = d, a = {d.re * f1, d.im * f1};
-    put_pm(t, m + 1, m, a);
+    put_pm<T, SCALED>(t, m + 1, m, a);
     for (int n = m + 2; n <= top; n++)
     {
         cx<T> v;
@@ -384,7 +398,7 @@ __device__ void irregular_column_full(T x, T y, T z, T ir2, int m, int top, cx<T
             const T f = (T)(2 * n - 1) * z, g = (T)((n - 1) * (n - 1) - m * m);
             v = {(a.re * f - b.re * g) * ir2, (a.im * f - b.im * g) * ir2};
         }
-        put_pm(t, n, m, v);
+        put_pm<T, SCALED>(t, n, m, v);
         b = a;
         a = v;
     }
@@ -442,7 +456,7 @@ template <typename U> __device__ __forceinline__ void zero_slots(U (*a)[M2L_B][F
 
 // One pair's terms of row j: s[r][b][c] += Σ_{|k| ≤ j} M_j^k I_{j+n_r}^{k−m0_r−b} (complete
 // tables; I offset by M2L_PAD), k ascending, each complex product as four chained FMAs.
-template <typename T>
+template <typename T, bool SCALED>
 __device__ __forceinline__ void m2l_row(const cx<T> *I, const cx<T> *M, int j, const int *sn, const int *sm,
                                         T (*s)[M2L_B][FMM_Q][2])
 {
@@ -452,7 +466,7 @@ __device__ __forceinline__ void m2l_row(const cx<T> *I, const cx<T> *M, int j, c
     for (int r = 0; r < M2L_RR; r++)
     {
         const int N = j + sn[r];
-        row[r] = I + (N * N + N - sm[r]); // I_N^{k − m0} at row[r][k]
+        row[r] = I + (irow<SCALED>(N) - sm[r]); // I_N^{k − m0} at row[r][k]
 #pragma unroll
         for (int b = 1; b < M2L_B; b++)
             win[r][b] = row[r][-j - b];
@@ -508,12 +522,12 @@ __device__ __forceinline__ void m2l_rows(const cx<T> *I, const cx<T> *M, const i
     for (int j = 0; j <= FMM_P; j++)
     {
         if (!SCALED)
-            m2l_row<T>(I, M, j, sn, sm, acc);
+            m2l_row<T, SCALED>(I, M, j, sn, sm, acc);
         else
         {
             T sj[M2L_RR][M2L_B][FMM_Q][2];
             zero_slots(sj);
-            m2l_row<T>(I, M, j, sn, sm, sj);
+            m2l_row<T, SCALED>(I, M, j, sn, sm, sj);
 #pragma unroll
             for (int r = 0; r < M2L_RR; r++)
             {
@@ -549,8 +563,8 @@ __device__ __forceinline__ void m2l_warp(int n_cells, const double *__restrict__
     const int cell = blockIdx.x * (blockDim.x >> 5) + warp;
     if (cell >= n_cells)
         return;
-    cx<T> *I = smem + (size_t)warp * (M2L_PAD + M2L_NI + M2L_NM) + M2L_PAD;
-    cx<T> *M = I + M2L_NI;
+    cx<T> *I = smem + (size_t)warp * (M2L_PAD + M2L_NI(SCALED) + M2L_NM) + M2L_PAD;
+    cx<T> *M = I + M2L_NI(SCALED);
     // The lane's slots (n, m0); past the last slot a dummy (0, 0), computed and not written.
     int sn[M2L_RR], sm[M2L_RR];
 #pragma unroll
@@ -679,10 +693,12 @@ extern "C" __global__ void __launch_bounds__(32 * M2L_WARPS)
                             reinterpret_cast<cx<double> *>(m2l_shared), nullptr, nullptr);
 }
 
-// The same in f32 with scaling (above; mfull from fmm_m2l_expand_f32); dynamic shared memory
-// w · 8 (M2L_PAD + (2p+1)² + q (p+1)²) bytes, static 4 ((p+1)² + 2p + 2) (the binomial and
+// The same in f32 with scaling (above; mfull from fmm_m2l_expand_f32; at least one block per
+// SM in the launch bounds, so ptxas takes the registers it needs: without, it spilled 4 bytes
+// at p = 9, q = 1 with 64 registers); dynamic shared memory
+// w · 8 (M2L_PAD + M2L_NI(true) + q (p+1)²) bytes, static 4 ((p+1)² + 2p + 2) (the binomial and
 // reciprocal tables, built before the block's only barrier).
-extern "C" __global__ void __launch_bounds__(32 * M2L_WARPS)
+extern "C" __global__ void __launch_bounds__(32 * M2L_WARPS, 1)
     fmm_m2l_f32(int n_cells, const double *__restrict__ tcenter, const double *__restrict__ scenter,
                 const double *__restrict__ shalf, const unsigned *__restrict__ offsets,
                 const unsigned *__restrict__ sources, const cx<float> *__restrict__ mfull,

@@ -15,7 +15,7 @@
 //! same bits. [`FmmStats::tree_seconds`] is the device time of the tree and lists (CUDA events).
 
 use super::gpu_tree::{Cores, GpuTree, Shape, TreeRequest};
-use super::m2l_layout::{far_warps, m2l_block, M2L_WARPS};
+use super::m2l_layout::{far_warps, m2l_block, table_stride, M2L_WARPS};
 use super::params::{plan_parameters, FmmBackend, FmmParams, M2lPrecision};
 use super::{AccuracyCheck, Fmm, FmmState, FmmStats};
 use crate::device::buffer::DeviceBuffer;
@@ -70,6 +70,7 @@ pub(super) fn compile(
         format!("-DFMM_P={p}"),
         format!("-DFMM_Q={q}"),
         format!("-DM2L_WARPS={M2L_WARPS}"),
+        format!("-DM2L_W={}", table_stride(p)),
         format!("-DFAR_WARPS={}", far_warps(p, q)),
     ];
     let module = gpu.module_from(&KERNELS, &options)?;

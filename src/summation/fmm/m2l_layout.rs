@@ -82,6 +82,46 @@ pub const fn full_index(n: usize, m: isize) -> usize {
     (n * n + n).wrapping_add_signed(m)
 }
 
+/// The row stride W of the f32 M2L's rectangular order-2p table (`-DM2L_W`; 0: triangular):
+/// up to p = 12 the W in 4p+1 ..= 4p+8 whose windowed reads take the fewest wavefronts
+/// ([`window_wavefronts`], the smallest W of equals), where that beats the triangular table.
+pub fn table_stride(p: usize) -> usize {
+    if p > 12 {
+        return 0;
+    }
+    let mut best = (window_wavefronts(p, 0), 0);
+    for w in 4 * p + 1..=4 * p + 8 {
+        let c = window_wavefronts(p, w);
+        if c < best.0 - 1e-9 {
+            best = (c, w);
+        }
+    }
+    best.1
+}
+
+/// The table stride of the M2L in `precision` ([`table_stride`] in f32, triangular in f64).
+pub fn stride_for(p: usize, precision: M2lPrecision) -> usize {
+    match precision {
+        M2lPrecision::F32 => table_stride(p),
+        M2lPrecision::F64 => 0,
+    }
+}
+
+/// Where row N of the M2L's order-2p table starts (`irow`; I_N^μ at that + μ): N W + 2p for a
+/// stride W > 0, else N² + N.
+pub fn table_row(p: usize, w: usize, n: usize) -> usize {
+    if w > 0 {
+        n * w + 2 * p
+    } else {
+        n * n + n
+    }
+}
+
+/// Values of the M2L's order-2p table (`M2L_NI`): (2p+1) W or (2p+1)².
+pub fn table_len(p: usize, w: usize) -> usize {
+    (2 * p + 1) * if w > 0 { w } else { 2 * p + 1 }
+}
+
 /// Static shared bytes of an M2L block: the f32 kernel's binomial and reciprocal tables,
 /// 4 ((p+1)² + 2p + 2) bytes.
 pub fn m2l_static_shared(p: usize, precision: M2lPrecision) -> usize {
@@ -93,7 +133,8 @@ pub fn m2l_static_shared(p: usize, precision: M2lPrecision) -> usize {
 
 /// Warps per block and dynamic shared bytes of an M2L launch at order `p` with `q` charges:
 /// per warp the padding (`M2L_PAD` = B − 1 values read only for outputs past m = n), the
-/// complete order-2p table and the copied multipole table, (B − 1 + (2p+1)² + q (p+1)²)
+/// complete order-2p table ([`table_len`]) and the copied multipole table, (B − 1 + table +
+/// q (p+1)²)
 /// complex values of 16 (f64) or 8 (f32) bytes; the f32 kernel adds
 /// [`m2l_static_shared`] bytes per block.
 pub fn m2l_block(p: usize, q: usize, precision: M2lPrecision) -> (usize, usize) {
@@ -101,9 +142,44 @@ pub fn m2l_block(p: usize, q: usize, precision: M2lPrecision) -> (usize, usize) 
         M2lPrecision::F64 => (16, 0),
         M2lPrecision::F32 => (8, m2l_static_shared(p, precision)),
     };
-    let per_warp = bytes * (slot_width(p) - 1 + (2 * p + 1) * (2 * p + 1) + q * (p + 1) * (p + 1));
+    let ni = table_len(p, stride_for(p, precision));
+    let per_warp = bytes * (slot_width(p) - 1 + ni + q * (p + 1) * (p + 1));
     let warps = ((SHARED_LIMIT - fixed) / per_warp).clamp(1, M2L_WARPS);
     (warps, warps * per_warp)
+}
+
+/// Mean shared-memory wavefronts of one windowed load of I (8-byte values: two half-warps,
+/// each as many wavefronts as the most distinct 4-byte words one of the 32 banks holds) over
+/// the (j, k) of a pair, with the lanes' slots at order `p` in the table of stride `w` (0:
+/// triangular): the count behind [`table_stride`] (tests, docs/performance.md).
+pub fn window_wavefronts(p: usize, w: usize) -> f64 {
+    let b = slot_width(p);
+    let sl = slots(p, b);
+    let (mut total, mut count) = (0usize, 0usize);
+    for j in 0..=p {
+        for k in -(j as isize)..=j as isize {
+            for r in 0..slot_rounds(p) {
+                for half in 0..2 {
+                    let mut banks: Vec<Vec<isize>> = vec![Vec::new(); 32];
+                    for lane in 16 * half..16 * half + 16 {
+                        let Some(&(n, m0)) = sl.get(lane + 32 * r) else {
+                            continue;
+                        };
+                        let a = table_row(p, w, j + n) as isize - m0 as isize + k;
+                        for word in [2 * a, 2 * a + 1] {
+                            let bank = &mut banks[word.rem_euclid(32) as usize];
+                            if !bank.contains(&word) {
+                                bank.push(word);
+                            }
+                        }
+                    }
+                    total += banks.iter().map(Vec::len).max().unwrap_or(0);
+                }
+            }
+            count += 1;
+        }
+    }
+    total as f64 / count as f64
 }
 
 /// `fmm_m2l_expand_f32` on the host: the complete table M̂_j^k = M_j^k j! ρ^{−j} (ρ = √3
@@ -154,8 +230,13 @@ pub fn m2l_scaled_f32<const K: usize>(
     // output that read them would show).
     let b = slot_width(p);
     let pad = b - 1;
-    let mut tp = vec![[f32::NAN; 2]; pad];
-    tp.extend(t);
+    let rect = table_stride(p);
+    let mut tp = vec![[f32::NAN; 2]; pad + table_len(p, rect)];
+    for big in 0..=top {
+        for mu in -(big as isize)..=big as isize {
+            tp[(pad + table_row(p, rect, big)).wrapping_add_signed(mu)] = t[full_index(big, mu)];
+        }
+    }
     let at = |i: isize| tp[(i + pad as isize) as usize];
     let count = slots(p, b).len();
     for lane in 0..32 {
@@ -168,7 +249,7 @@ pub fn m2l_scaled_f32<const K: usize>(
             let mut pw = 1f32;
             for j in 0..=p {
                 let big = j + n;
-                let base = (big * big + big) as isize - m0 as isize; // I_big^{k − m0} at base + k
+                let base = table_row(p, rect, big) as isize - m0 as isize; // I_big^{k − m0} at base + k
                 let mut win = vec![[0f32; 2]; b]; // win[b'] = I_big^{k − m0 − b'}
                 for (bb, w) in win.iter_mut().enumerate().skip(1) {
                     *w = at(base - j as isize - bb as isize);
@@ -484,13 +565,15 @@ mod tests {
                 for m in m0..(m0 + b).min(n + 1) {
                     seen[index(n, m)] += 1;
                 }
-                // I_{j+n}^{k−m0−b'} for |k| ≤ j ≤ p, b' < B: n'² + n' + k − m0 − b'.
-                for j in 0..=p {
-                    let big = j + n;
-                    let lo = (big * big + big) as isize - j as isize - (m0 + b - 1) as isize;
-                    let hi = (big * big + big + j) as isize - m0 as isize;
-                    assert!(lo >= -(b as isize - 1), "p = {p}: ({n}, {m0}) reads {lo}");
-                    assert!(hi < ((2 * p + 1) * (2 * p + 1)) as isize);
+                // I_{j+n}^{k−m0−b'} for |k| ≤ j ≤ p, b' < B: row(j + n) + k − m0 − b'.
+                for w in [0, 4 * p + 1] {
+                    for j in 0..=p {
+                        let row = table_row(p, w, j + n) as isize;
+                        let lo = row - j as isize - (m0 + b - 1) as isize;
+                        let hi = row + j as isize - m0 as isize;
+                        assert!(lo >= -(b as isize - 1), "p = {p}: ({n}, {m0}) reads {lo}");
+                        assert!(hi < table_len(p, w) as isize);
+                    }
                 }
             }
             assert!(seen.iter().all(|&s| s == 1), "p = {p}");
@@ -506,8 +589,17 @@ mod tests {
             if p <= 11 {
                 assert_eq!(slot_rounds(p), 1, "p = {p}");
             }
-            // Complete tables: n² + n + m runs over 0..(top+1)² once.
+            // Rectangular rows (any W ≥ 4p + 1) do not overlap and fit the table.
             let top = 2 * p;
+            let w = 4 * p + 1;
+            for big in 0..top {
+                let end = table_row(p, w, big) + big;
+                assert!(end < table_row(p, w, big + 1) - (big + 1));
+            }
+            assert!(table_row(p, w, top) + top < table_len(p, w));
+            let chosen = table_stride(p);
+            assert!(chosen == 0 || (4 * p + 1..=4 * p + 8).contains(&chosen));
+            // Complete tables: n² + n + m runs over 0..(top+1)² once.
             let mut idx: Vec<usize> = (0..=top)
                 .flat_map(|n| (-(n as isize)..=n as isize).map(move |m| full_index(n, m)))
                 .collect();
@@ -543,8 +635,9 @@ mod tests {
         );
         assert_eq!(
             m2l_block(9, 3, M2lPrecision::F32),
-            (4, 4 * 8 * (1 + 361 + 300))
+            (4, 4 * 8 * (1 + 19 * table_stride(9) + 300))
         );
+        assert_eq!(m2l_block(11, 3, M2lPrecision::F32).0, 4);
         assert_eq!(m2l_block(20, 3, M2lPrecision::F64).0, 1);
         assert_eq!(
             (far_warps(9, 3), far_warps(20, 3), far_warps(20, 1)),
@@ -566,6 +659,20 @@ mod tests {
                 assert_eq!(t[3 * full_index(1, -1)], mirror(t[3 * full_index(1, 1)], 1));
             }
         }
+    }
+
+    /// The chosen rectangular tables meet fewer bank conflicts than the triangular ones (p =
+    /// 7: 4.9 → 3.0 wavefronts a load, 9: 6.4 → 4.0, 11: 4.7 → 4.0), and the strides are these
+    /// (compiled in as -DM2L_W).
+    #[test]
+    fn rectangular_table_has_fewer_bank_conflicts() {
+        for p in [7, 9, 11] {
+            let w = table_stride(p);
+            let (tri, rect) = (window_wavefronts(p, 0), window_wavefronts(p, w));
+            eprintln!("p = {p}: W = {w}, {tri:.2} → {rect:.2} wavefronts");
+            assert!(rect < tri && rect <= 4.0 + 1e-12, "p = {p}: {tri} {rect}");
+        }
+        assert_eq!([7, 9, 11, 13].map(table_stride), [29, 37, 46, 0]);
     }
 
     /// The planner puts the GPU's M2L in f32 at coarse accuracies (said in the sentence), in
