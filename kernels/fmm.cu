@@ -1132,20 +1132,7 @@ extern "C" __global__ void __launch_bounds__(EVAL_THREADS)
                 if (!active)
                     continue;
                 for (int q = group; q < cnt; q += G)
-                {
-                    const float4 Q = P[q];
-                    const float ddx = Q.x - px, ddy = Q.y - py, ddz = Q.z - pz;
-                    const float s2 = fmaf(ddx, ddx, fmaf(ddy, ddy, fmaf(ddz, ddz, eps2)));
-                    if (s2 > 0.0f)
-                    {
-                        const float is = rsqrtf(s2);
-                        const float mis = Q.w * is, mis3 = mis * is * is;
-                        v[0] -= mis;
-                        v[1] = fmaf(mis3, ddx, v[1]);
-                        v[2] = fmaf(mis3, ddy, v[2]);
-                        v[3] = fmaf(mis3, ddz, v[3]);
-                    }
-                }
+                    add_softened_pair(P[q], px, py, pz, eps2, v);
             }
         }
         add_group_partials<4>(part, v, G, T, group, slot);

@@ -198,7 +198,6 @@ impl Buffers {
         self.p2p_sources.copy_from(s, &l.p2p_sources, l.p2p_count)?;
         let stride = q * super::expansions::coefficient_count(p);
         self.mult.ensure(s, 2 * stride * nc)?;
-        self.m2l_mult.ensure(s, 2 * q * (p + 1) * (p + 1) * nc)?;
         self.local.ensure(s, 2 * stride * ntc)?;
         Ok(())
     }
@@ -272,7 +271,7 @@ fn launch_m2l(
     let ns = src.n_cells as i32;
     // SAFETY: fmm_m2l_expand[_f32](n_cells, half, mult, out): half has n_cells values, mult
     // FMM_Q·NC complex values per cell; out (table) q (p+1)² complex values of 16 or 8 bytes
-    // per cell (Buffers::adopt sizes it for f64); one thread per entry.
+    // per cell (far_field and m2l_on_gpu size it for f64); one thread per entry.
     launch!(s, f, name, cfg(entries.div_ceil(256), 256);
         &ns, src.half, src.mult, &mut *table)?;
     let (warps, shared) = m2l_block(p, k.q, precision);
@@ -383,6 +382,9 @@ pub(super) fn far_field(
             b.mult.get_mut())?;
     }
     timeline.record(1, s)?;
+    // The M2L's tables, allocated here (the engines without this far field do not pay them).
+    b.m2l_mult
+        .ensure(s, 2 * k.q * (p + 1) * (p + 1) * stree.cells.len())?;
     let tcenter = match st.target_tree {
         Some(_) => b.t_center.get(),
         None => b.s_center.get(),
