@@ -8,7 +8,8 @@
 //! skips each body's self pair, and coincident bodies are refused.
 
 use super::cuda::{
-    cfg, compile, far_field, flat, gather_cfg, Buffers, FarKernels, Staged, Timeline,
+    cfg, compile, far_field, flat, gather_cfg, local_len, near_cfg, Buffers, FarKernels, Staged,
+    Timeline,
 };
 use super::gpu_tree::{Cores, GpuTree, TreeRequest};
 use super::params::{plan_gravity_parameters, FmmBackend, FmmParams};
@@ -22,9 +23,6 @@ use crate::summation::interaction::{
 use crate::summation::{SumResult, SummationError};
 use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
 use std::sync::Arc;
-
-/// Threads per block of `fmm_eval_gravity` (`EVAL_THREADS` in fmm.cu).
-const EVAL_THREADS: u32 = 128;
 
 /// The kernels of one expansion order, one charge per body.
 struct GravityKernels {
@@ -53,6 +51,8 @@ struct Engine {
     /// Outputs: the accelerations (3 per target) and the potentials (1 per target).
     out_acc: DeviceBuffer<f64>,
     out_phi: DeviceBuffer<f64>,
+    /// Tests: the far field left out (see [`CudaFmmGravity::near_field_only`]).
+    near_only: bool,
 }
 
 impl CudaFmmGravity {
@@ -92,6 +92,7 @@ impl CudaFmmGravity {
             buf: Buffers::default(),
             out_acc: DeviceBuffer::default(),
             out_phi: DeviceBuffer::default(),
+            near_only: false,
         };
         Ok(Self {
             core: GravityFmmState::new(gravity, params, check_every),
@@ -106,6 +107,17 @@ impl CudaFmmGravity {
 
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.engine.gpu
+    }
+
+    /// Tests: with `on`, the local expansions are zeroed before L2P, so an evaluation returns
+    /// the near field (the softened pairs over the lists) alone.
+    pub fn near_field_only(&mut self, on: bool) {
+        self.engine.near_only = on;
+    }
+
+    /// The trees and lists of the last evaluation (tests download them).
+    pub fn device_tree(&self) -> &GpuTree {
+        &self.engine.tree
     }
 }
 
@@ -169,6 +181,9 @@ impl Engine {
             b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
             b.s_x.get(), b.s_alpha.get(), b.s_pos.get_mut())?;
         far_field(&k.far, b, &s, &st, p, params.m2l, &timeline)?;
+        if self.near_only {
+            b.local.zero(&s, local_len(1, p, ttree.cells.len()))?;
+        }
         self.out_phi.poison(&s, nt)?;
         self.out_acc.poison(&s, 3 * nt)?;
         let n_tleaves = ttree.leaves.len() as i32;
@@ -178,9 +193,9 @@ impl Engine {
         // leaves and their sorted positions (3 per target), the order mapping sorted → original
         // targets (nt entries below nt), the P2P lists (n_tleaves + 1 offsets, source leaf ids),
         // the packed bodies (one float4 each), the locals (NC complex values per target cell,
-        // FMM_Q = 1); out_phi holds nt doubles and out_acc 3·nt (poisoned above); blockDim is
-        // EVAL_THREADS.
-        launch!(s, &k.eval_gravity, "fmm_eval_gravity", cfg(ttree.leaves.len(), EVAL_THREADS);
+        // FMM_Q = 1); out_phi holds nt doubles and out_acc 3·nt (poisoned above); one warp per
+        // target leaf, blocks of NEAR_WARPS warps (the kernel's launch bound).
+        launch!(s, &k.eval_gravity, "fmm_eval_gravity", near_cfg(ttree.leaves.len());
             b.t_leaves.get(), &n_tleaves, t.center, t.begin, t.end, t.x, b.t_order.get(),
             b.p2p_offsets.get(), b.p2p_sources.get(), b.s_center.get(), b.s_begin.get(),
             b.s_end.get(), b.s_pos.get(), b.local.get(), &eps2, self.out_phi.get_mut(),
