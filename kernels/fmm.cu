@@ -849,11 +849,20 @@ __device__ __forceinline__ void near_leaf(const I &in, const NearArgs &a, unsign
     }
 }
 
+// Whether interaction I's staged records and results fit the warp's shared slice of `bytes`.
+template <class I> __host__ __device__ constexpr bool near_fits(int bytes)
+{
+    return (int)sizeof(typename I::Src) * NEAR_STAGE <= bytes && I::kOut * 32 * I::kTpt * 4 <= bytes;
+}
+
 // Far-away padding coordinate of a staged record (relative to the target leaf's centre): with a
 // zero strength or mass it adds exact zeros, and its r² = 3e36 stays finite in f32.
 #define NEAR_PAD 1e18f
 
 #if FMM_Q == 3
+// Targets per lane of the gradient (15 sums per target: 3 fit 128 registers, 4 do not).
+#define NEAR_GRAD_TPT (NEAR_TPT > 3 ? 3 : NEAR_TPT)
+
 // Packs the sorted sources of each leaf for P2P: (y − c_leaf, σ) and (α, 0) in f32. One block per
 // source leaf.
 extern "C" __global__ void fmm_pack(const unsigned *__restrict__ leaves, int n_leaves,
@@ -904,8 +913,7 @@ template <int MODE> struct NearBS
     static constexpr bool kGrad = MODE != OUT_VELOCITY;
     static constexpr bool kAlpha = MODE == OUT_CLASSICAL || MODE == OUT_TRANSPOSED;
     static constexpr int kOut = MODE == OUT_VELOCITY ? 3 : MODE == OUT_GRADIENT ? 12 : 6;
-    // The gradient's 15 sums per target fit 128 registers for 3 targets per lane, not 4.
-    static constexpr int kTpt = MODE == OUT_GRADIENT && NEAR_TPT > 3 ? 3 : NEAR_TPT;
+    static constexpr int kTpt = MODE == OUT_GRADIENT ? NEAR_GRAD_TPT : NEAR_TPT;
 
     float rho_cut2;
     const double *talpha;
@@ -1119,9 +1127,10 @@ template <int MODE> struct NearBS
     }
 };
 
-// The warp's shared slice: NEAR_STAGE staged sources (32 bytes) or NEAR_CHUNK targets' outputs
-// (at most 12 floats).
-#define NEAR_BYTES (NEAR_STAGE * 32 > NEAR_CHUNK * 48 ? NEAR_STAGE * 32 : NEAR_CHUNK * 48)
+// The warp's shared slice: NEAR_STAGE staged sources (32 bytes) or a chunk's outputs (6 floats
+// per target, 12 for the gradient's smaller chunks).
+#define NEAR_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define NEAR_BYTES NEAR_MAX(NEAR_STAGE * 32, NEAR_MAX(NEAR_CHUNK * 24, 32 * NEAR_GRAD_TPT * 48))
 
 // L2P and P2P of the Biot–Savart law (near_leaf's layout, one warp per target leaf), one kernel
 // per output mode (each its own registers): the velocity at every target into out_u (3 per
@@ -1145,6 +1154,7 @@ template <int MODE> struct NearBS
         __shared__ NearMeta meta[NEAR_WARPS];                                                               \
         const NearArgs a = {tleaves, n_tleaves, tcenter, tbegin, tend, tx, torder, p2p_offsets,            \
                             p2p_sources, scenter, sbegin, send, spos, sstr, local};                         \
+        static_assert(near_fits<NearBS<MODE>>(NEAR_BYTES), "NEAR_BYTES: the shared slice is too small");   \
         const int w = threadIdx.x >> 5;                                                                     \
         near_leaf(NearBS<MODE>{rho_cut2, talpha, out_u, out_x}, a, smem[w], meta[w]);                       \
     }
@@ -1273,6 +1283,7 @@ extern "C" __global__ void __launch_bounds__(32 * NEAR_WARPS, NEAR_MINB)
     __shared__ NearMeta meta[NEAR_WARPS];
     const NearArgs a = {tleaves, n_tleaves, tcenter, tbegin, tend, tx, torder, p2p_offsets,
                         p2p_sources, scenter, sbegin, send, spos, nullptr, local};
+    static_assert(near_fits<NearGravity>(NEAR_BYTES), "NEAR_BYTES: the shared slice is too small");
     const int w = threadIdx.x >> 5;
     near_leaf(NearGravity{eps2, out_phi, out_acc}, a, smem[w], meta[w]);
 }

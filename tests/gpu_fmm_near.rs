@@ -113,17 +113,27 @@ fn gpu_near_field_equals_f64_sum_over_the_p2p_pairs() {
         let mut fmm = CudaFmm::with_params(gpu.clone(), params, 0).unwrap();
         fmm.disable_checks();
         fmm.near_field_only(true);
-        for (where_, y, ya) in [("sources", &p.x, &p.alpha), ("others", &others, &other_alpha)] {
+        for (where_, y, ya) in [
+            ("sources", &p.x, &p.alpha),
+            ("others", &others, &other_alpha),
+        ] {
             let n = y.len();
             let mut vel = poisoned(n);
-            fmm.evaluate(&p.sources(), y, Extra::None, &mut vel).unwrap();
+            fmm.evaluate(&p.sources(), y, Extra::None, &mut vel)
+                .unwrap();
             let (u, g, (pairs, lo, hi)) = biot_savart_reference(fmm.device_tree(), &p, y, 8.0);
             let tag = format!("leaves ≤ {leaf_size}, targets at {where_}");
             println!("{tag}: {pairs} P2P pairs, leaves of {lo} to {hi}");
-            assert!(leaf_range_covered(leaf_size, lo, hi), "{tag}: leaves {lo}..{hi}");
+            assert!(
+                leaf_range_covered(leaf_size, lo, hi),
+                "{tag}: leaves {lo}..{hi}"
+            );
             let check = |what: &str, (l2, max): (f64, f64), tol: f64| {
                 println!("{tag}, {what}: rel L2 {l2:.2e}, max/rms {max:.2e}");
-                assert!(l2 <= tol && max <= 100.0 * tol, "{tag}, {what}: {l2:e} {max:e}");
+                assert!(
+                    l2 <= tol && max <= 100.0 * tol,
+                    "{tag}, {what}: {l2:e} {max:e}"
+                );
             };
             check("velocity", errors(&vel.velocity, &u), 2e-5);
             let mut grad = poisoned(n);
@@ -145,7 +155,11 @@ fn gpu_near_field_equals_f64_sum_over_the_p2p_pairs() {
                     .zip(ya.iter())
                     .map(|(m, a)| stretching_from_gradient(m, a, scheme))
                     .collect();
-                check(&format!("{scheme:?} stretching"), errors(&st.stretching, &want), 5e-5);
+                check(
+                    &format!("{scheme:?} stretching"),
+                    errors(&st.stretching, &want),
+                    5e-5,
+                );
             }
         }
     }
@@ -194,7 +208,10 @@ fn gpu_gravity_near_field_equals_f64_sum_over_the_p2p_pairs() {
                     "{tag}: {pairs} P2P pairs, leaves of {lo} to {hi}; φ {ep:.2e} (max/rms \
                      {mp:.2e}), a {ea:.2e} (max/rms {ma:.2e})"
                 );
-                assert!(leaf_range_covered(leaf_size, lo, hi), "{tag}: leaves {lo}..{hi}");
+                assert!(
+                    leaf_range_covered(leaf_size, lo, hi),
+                    "{tag}: leaves {lo}..{hi}"
+                );
                 assert!(ep <= 2e-5 && mp <= 2e-3, "{tag}: φ {ep:e} {mp:e}");
                 assert!(ea <= 2e-5 && ma <= 2e-3, "{tag}: a {ea:e} {ma:e}");
             }
@@ -202,23 +219,23 @@ fn gpu_gravity_near_field_equals_f64_sum_over_the_p2p_pairs() {
     }
 }
 
-/// Host mirror of fmm.cu's `near_leaf` and `near_stage` index arithmetic (NEAR_TPT = 4,
-/// NEAR_STAGE = 128), step for step on 32 simulated lanes, for one row of the lists given as
-/// the source leaves' (first packed source, count), and one target leaf of `n` targets: each
+/// Host mirror of fmm.cu's `near_leaf` and `near_stage` index arithmetic (`tpt` targets per
+/// lane: NEAR_TPT = 4, or 3 for the gradient; NEAR_STAGE = 128), step for step on 32 simulated
+/// lanes, for one row of the lists given as the source leaves' (first packed source, count),
+/// and one target leaf of `n` targets: each
 /// (target, source) pair of the row is summed exactly once, by the lane group the kernel gives
 /// it, after the groups' shuffle reduction. The GPU tests above are the kernels' only check on
 /// a device; this one runs everywhere.
-fn mirror_near_leaf(row: &[(u32, u32)], n: usize) -> Vec<Vec<u32>> {
-    const TPT: usize = 4;
+fn mirror_near_leaf(row: &[(u32, u32)], n: usize, tpt: usize) -> Vec<Vec<u32>> {
     const STAGE: usize = 128;
     let sources: u32 = row.iter().map(|r| r.1).sum();
     let first_source = row.iter().map(|r| r.0).min().unwrap_or(0);
     let mut counts = vec![vec![0u32; sources as usize]; n];
-    let chunk = 32 * TPT;
+    let chunk = 32 * tpt;
     for base in (0..n).step_by(chunk) {
         let nc = (n - base).min(chunk);
         let mut l = 1;
-        while l * TPT < nc {
+        while l * tpt < nc {
             l <<= 1;
         }
         let groups = 32 / l;
@@ -274,7 +291,7 @@ fn mirror_near_leaf(row: &[(u32, u32)], n: usize) -> Vec<Vec<u32>> {
                 let (g, slot) = (lane / l, lane % l);
                 for q in buf.iter().skip(g).step_by(groups).flatten() {
                     // Slot t computes target min(slot + L t, nc − 1), stored as slot + L t.
-                    for t in 0..TPT {
+                    for t in 0..tpt {
                         pairs.push((slot + l * t, *q));
                     }
                 }
@@ -293,7 +310,7 @@ fn mirror_near_leaf(row: &[(u32, u32)], n: usize) -> Vec<Vec<u32>> {
         for (slot, pairs) in lane_pairs.iter().enumerate().take(l) {
             for &(t, q) in pairs {
                 // Only the lane's own targets below nc are stored.
-                if (0..TPT).any(|k| slot + l * k == t) && t < nc {
+                if (0..tpt).any(|k| slot + l * k == t) && t < nc {
                     counts[base + t][(q - first_source) as usize] += 1;
                 }
             }
@@ -322,12 +339,14 @@ fn near_leaf_layout_sums_every_pair_once() {
                 row.push((at, c));
                 at += c;
             }
-            let counts = mirror_near_leaf(&row, n);
-            assert!(
-                counts.iter().flatten().all(|&c| c == 1),
-                "targets {n}, row {row:?}: a pair summed {} times",
-                counts.iter().flatten().find(|&&c| c != 1).unwrap()
-            );
+            for tpt in [3, 4] {
+                let counts = mirror_near_leaf(&row, n, tpt);
+                assert!(
+                    counts.iter().flatten().all(|&c| c == 1),
+                    "targets {n}, {tpt} per lane, row {row:?}: a pair summed {} times",
+                    counts.iter().flatten().find(|&&c| c != 1).unwrap()
+                );
+            }
         }
     }
 }
