@@ -639,11 +639,13 @@ extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
 // targets i = lane, lane + 32, … for L2P (the local expansion shifted to the target in f64) and
 // the stores at the targets' original indices.
 //
-// Biot–Savart: exact (Gaussian) kernel for every pair of a source that is within ρ_c σ_q of any
-// of the warp's current targets (a warp vote per source, so the warp takes one branch: never
-// both), the singular 1/(4πr³) beyond; the exact kernel is thus used wherever a pair is within
-// ρ_c σ_q (a superset of today's per-pair rule), the singular one only beyond. Gravity: the
-// softened pair everywhere (a pair at s = 0 adds nothing).
+// Biot–Savart: per staged source a warp vote on whether any of the warp's pairs with it is
+// within ρ_c σ_q (r² ≤ ρ_c² σ_q²); if none, the singular 1/(4πr³) for all; if some, a vote per
+// target slot k (the lanes' k-th targets: 32 consecutive targets when the warp is one group)
+// picks the exact (Gaussian) kernel for the slot's pairs when any of them is near, the singular
+// one otherwise. Every branch is warp-uniform (never both paths), and the exact kernel is used
+// wherever a pair is within ρ_c σ_q (a superset of the per-pair rule), the singular one only
+// beyond. Gravity: the softened pair everywhere (a pair at s = 0 adds nothing).
 #ifndef NEAR_WARPS
 #define NEAR_WARPS 4
 #endif
@@ -807,15 +809,24 @@ __device__ __forceinline__ void near_leaf(const I &in, const NearArgs &a, unsign
                 const Src s = buf[j];
                 if (I::kSplit)
                 {
-                    bool nr = false;
+                    // Any pair near: then per target slot k (32 consecutive targets when the
+                    // warp is one group), the exact kernel for the warp's slot-k pairs if any
+                    // of them is near.
+                    bool nk[I::kTpt], nr = false;
 #pragma unroll
                     for (int k = 0; k < I::kTpt; k++)
-                        nr |= in.near(s, tg[k]);
+                    {
+                        nk[k] = in.near(s, tg[k]);
+                        nr |= nk[k];
+                    }
                     if (__any_sync(NEAR_FULL, nr))
                     {
 #pragma unroll
                         for (int k = 0; k < I::kTpt; k++)
-                            in.template pair<true>(s, tg[k], acc[k]);
+                            if (__any_sync(NEAR_FULL, nk[k]))
+                                in.template pair<true>(s, tg[k], acc[k]);
+                            else
+                                in.template pair<false>(s, tg[k], acc[k]);
                         continue;
                     }
                 }
@@ -887,6 +898,25 @@ extern "C" __global__ void fmm_pack(const unsigned *__restrict__ leaves, int n_l
 #define OUT_GRADIENT 1
 #define OUT_CLASSICAL 2
 #define OUT_TRANSPOSED 3
+
+// The exact pair coefficients (K, L) = (G3/σ³, G5/σ⁵) from r² and 1/σ: src/kernel.rs
+// pair_coefficients in f32 (common.cuh's G3, G5; the 1/4π is in the staged strength).
+__device__ __forceinline__ float2 near_exact_kl(float r2, float is)
+{
+    const float x = r2 * is * is;
+    const float ce = (float)VPM_SQRT_2_OVER_PI * expf(-0.5f * x);
+    float g3, g5;
+    if (x < VPM_SERIES_RHO_F32 * VPM_SERIES_RHO_F32)
+        vpm_g3_g5_series(x, ce, g3, g5);
+    else
+    {
+        const float rho = sqrtf(x);
+        const float gg = erff(rho * (float)VPM_FRAC_1_SQRT_2) - ce * rho;
+        vpm_g3_g5_from_g(gg, ce, rho, x, g3, g5);
+    }
+    const float is3 = is * is * is;
+    return make_float2(g3 * is3, g5 * is3 * is * is);
+}
 
 // The regularised Biot–Savart interaction for near_leaf, writing the velocity and (MODE) the
 // gradient or a stretching. Staged source: p = (y − c_t, (ρ_c σ)²), s = (α/4π, 1/σ). Target:
@@ -973,22 +1003,9 @@ template <int MODE> struct NearBS
         float K, L;
         if (EXACT)
         {
-            // src/kernel.rs pair_coefficients in f32 (common.cuh's G3, G5), 1/4π in α'.
-            const float is = q.s.w;
-            const float x = r2 * is * is;
-            const float ce = (float)VPM_SQRT_2_OVER_PI * expf(-0.5f * x);
-            float g3, g5;
-            if (x < VPM_SERIES_RHO_F32 * VPM_SERIES_RHO_F32)
-                vpm_g3_g5_series(x, ce, g3, g5);
-            else
-            {
-                const float rho = sqrtf(x);
-                const float gg = erff(rho * (float)VPM_FRAC_1_SQRT_2) - ce * rho;
-                vpm_g3_g5_from_g(gg, ce, rho, x, g3, g5);
-            }
-            const float is3 = is * is * is;
-            K = g3 * is3;
-            L = g5 * is3 * is * is;
+            const float2 kl = near_exact_kl(r2, q.s.w);
+            K = kl.x;
+            L = kl.y;
         }
         else
         {
@@ -1065,6 +1082,7 @@ template <int MODE> struct NearBS
         const double dx = a.tx[3 * t] - cx, dy = a.tx[3 * t + 1] - cy, dz = a.tx[3 * t + 2] - cz;
         const cplx *Lc = a.local + (size_t)leaf * FMM_Q * NC;
         cplx R[NC];
+#pragma unroll 1
         for (int mm = 0; mm <= FMM_P; mm++)
             regular_column(dx, dy, dz, mm, FMM_P, R);
         // Shifted coefficients L'_n^m, n = 1, 2, m ≥ 0, three components.
@@ -1248,18 +1266,20 @@ struct NearGravity
     {
         const double dx = a.tx[3 * t] - cx, dy = a.tx[3 * t + 1] - cy, dz = a.tx[3 * t + 2] - cz;
         const cplx *Lc = a.local + (size_t)leaf * NC;
+        // (Loops kept rolled: L2P runs once per target, its registers are the pair loop's.)
         cplx R[NC];
+#pragma unroll 1
         for (int mm = 0; mm <= FMM_P; mm++)
             regular_column(dx, dy, dz, mm, FMM_P, R);
-        cplx l00, l10, l11;
-        shifted_local(R, Lc, 0, 0, &l00);
-        shifted_local(R, Lc, 1, 0, &l10);
-        shifted_local(R, Lc, 1, 1, &l11);
+        cplx l[3]; // L'_0^0, L'_1^0, L'_1^1
+#pragma unroll 1
+        for (int i = 0; i < 3; i++)
+            shifted_local(R, Lc, i > 0 ? 1 : 0, i > 1 ? 1 : 0, &l[i]);
         const size_t o = a.torder[t];
-        out_phi[o] = -l00.re + (double)nr[0];
-        out_acc[3 * o] = -l11.re + (double)nr[1];
-        out_acc[3 * o + 1] = l11.im + (double)nr[2];
-        out_acc[3 * o + 2] = l10.re + (double)nr[3];
+        out_phi[o] = -l[0].re + (double)nr[0];
+        out_acc[3 * o] = -l[2].re + (double)nr[1];
+        out_acc[3 * o + 1] = l[2].im + (double)nr[2];
+        out_acc[3 * o + 2] = l[1].re + (double)nr[3];
     }
 };
 
