@@ -639,13 +639,13 @@ extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
 // targets i = lane, lane + 32, … for L2P (the local expansion shifted to the target in f64) and
 // the stores at the targets' original indices.
 //
-// Biot–Savart: per staged source a warp vote on whether any of the warp's pairs with it is
-// within ρ_c σ_q (r² ≤ ρ_c² σ_q²); if none, the singular 1/(4πr³) for all; if some, a vote per
-// target slot k (the lanes' k-th targets: 32 consecutive targets when the warp is one group)
-// picks the exact (Gaussian) kernel for the slot's pairs when any of them is near, the singular
-// one otherwise. Every branch is warp-uniform (never both paths), and the exact kernel is used
-// wherever a pair is within ρ_c σ_q (a superset of the per-pair rule), the singular one only
-// beyond. Gravity: the softened pair everywhere (a pair at s = 0 adds nothing).
+// Biot–Savart: the exact (Gaussian) kernel for a pair within ρ_c σ_q (r² ≤ ρ_c² σ_q²), the
+// singular 1/(4πr³) beyond, as the per-pair rule has it, with warp-uniform branches: per staged
+// source a warp vote on whether any of the warp's pairs with it is near; if none, the singular
+// kernel for all (the fast path); if some, a vote per target slot k (the lanes' k-th targets:
+// 32 consecutive targets when the warp is one group) takes the exact path for the slot, where
+// each lane selects the exact or the singular coefficients of its own pair. Gravity: the
+// softened pair everywhere (a pair at s = 0 adds nothing).
 #ifndef NEAR_WARPS
 #define NEAR_WARPS 4
 #endif
@@ -1000,18 +1000,16 @@ template <int MODE> struct NearBS
     {
         const float rx = t.x - q.p.x, ry = t.y - q.p.y, rz = t.z - q.p.z;
         const float r2 = rx * rx + ry * ry + rz * rz;
-        float K, L;
+        // Singular (1/r³, 3/r⁵); on the exact path the Gaussian kernel's where r² ≤ (ρ_c σ)²
+        // (per lane: the per-pair rule), so r = 0 never takes the singular values.
+        const float ri = rsqrtf(r2);
+        float K = ri * ri * ri, L = 3.0f * K * ri * ri;
         if (EXACT)
         {
             const float2 kl = near_exact_kl(r2, q.s.w);
-            K = kl.x;
-            L = kl.y;
-        }
-        else
-        {
-            const float ri = rsqrtf(r2);
-            K = ri * ri * ri;
-            L = 3.0f * K * ri * ri;
+            const bool inside = r2 <= q.p.w;
+            K = inside ? kl.x : K;
+            L = inside ? kl.y : L;
         }
         float c0, c1, c2;
         vpm_cross(q.s.x, q.s.y, q.s.z, rx, ry, rz, c0, c1, c2);

@@ -1,10 +1,9 @@
 //! The GPU FMM's near field alone (kernels/fmm.cu `fmm_eval_*` and `fmm_eval_gravity` with the
 //! local expansions zeroed, `near_field_only`) against a straightforward f64 sum over exactly
 //! the P2P pairs of the lists the device built (downloaded with `GpuTree::download`): for the
-//! Biot–Savart law the exact kernel within ρ_c σ_q and the singular one beyond (ρ_c raised to 8,
-//! where the two differ by less than 1e-12, so the kernel's warp-uniform choice of the exact
-//! kernel for a whole warp is within f32 of the per-pair rule), velocity, gradient and both
-//! stretching schemes; for gravity the softened pair (ε = 0 and ε > 0). Leaves of 1 to 300
+//! Biot–Savart law the exact kernel within ρ_c σ_q and the singular one beyond (the planned
+//! gradient radius for every output, so that one tree serves all four), velocity, gradient and
+//! both stretching schemes; for gravity the softened pair (ε = 0 and ε > 0). Leaves of 1 to 300
 //! particles (leaf sizes 300 and 8 on a clustered set), targets at the sources and other points.
 //! Skipped (with the reason printed) without a GPU.
 
@@ -104,10 +103,10 @@ fn gpu_near_field_equals_f64_sum_over_the_p2p_pairs() {
     let other_alpha = Particles::plummer(1200, 0.7, 0.01, 13).alpha;
     let planned = plan_parameters(1e-4, FmmBackend::Cuda).unwrap();
     for leaf_size in [300, 8] {
+        let rho_cut = planned.rho_cut_gradient;
         let params = FmmParams {
             leaf_size,
-            rho_cut_velocity: 8.0,
-            rho_cut_gradient: 8.0,
+            rho_cut_velocity: rho_cut,
             ..planned
         };
         let mut fmm = CudaFmm::with_params(gpu.clone(), params, 0).unwrap();
@@ -121,7 +120,7 @@ fn gpu_near_field_equals_f64_sum_over_the_p2p_pairs() {
             let mut vel = poisoned(n);
             fmm.evaluate(&p.sources(), y, Extra::None, &mut vel)
                 .unwrap();
-            let (u, g, (pairs, lo, hi)) = biot_savart_reference(fmm.device_tree(), &p, y, 8.0);
+            let (u, g, (pairs, lo, hi)) = biot_savart_reference(fmm.device_tree(), &p, y, rho_cut);
             let tag = format!("leaves ≤ {leaf_size}, targets at {where_}");
             println!("{tag}: {pairs} P2P pairs, leaves of {lo} to {hi}");
             assert!(
