@@ -1202,9 +1202,9 @@ extern "C" __global__ void fmm_pack_gravity(const unsigned *__restrict__ leaves,
 // the target in f64, φ = −Φ = −Re L'_0^0 and a = ∇Φ = (−Re L'_1^1, Im L'_1^1, Re L'_1^0). The
 // near field is the softened pair in f32, φ −= m/s, a += m d/s³ with d = y − x,
 // s² = |d|² + ε² (the lists put in the near field every pair closer than the radius where the
-// softened and Newtonian kernels differ by more than the accuracy); a pair with s = 0 (the
-// target itself at ε = 0) adds nothing. Staged source: (y − c_t, m).
-struct NearGravity
+// softened and Newtonian kernels differ by more than the accuracy); NEWTON (ε = 0): a pair with
+// s = 0 (the target itself) adds nothing. Staged source: (y − c_t, m).
+template <bool NEWTON> struct NearGravity
 {
     typedef float4 Src;
     struct Tgt
@@ -1243,7 +1243,9 @@ struct NearGravity
     {
         const float dx = q.x - t.x, dy = q.y - t.y, dz = q.z - t.z;
         const float s2 = fmaf(dx, dx, fmaf(dy, dy, fmaf(dz, dz, eps2)));
-        const float is = s2 > 0.0f ? rsqrtf(s2) : 0.0f;
+        float is = rsqrtf(s2);
+        if (NEWTON)
+            is = s2 > 0.0f ? is : 0.0f; // +inf at s² = 0, selected away
         const float mis = q.w * is, mis3 = mis * is * is;
         c.v[0] -= mis;
         c.v[1] = fmaf(mis3, dx, c.v[1]);
@@ -1286,25 +1288,31 @@ struct NearGravity
 #define NEAR_BYTES (NEAR_STAGE * 16 > NEAR_CHUNK * 16 ? NEAR_STAGE * 16 : NEAR_CHUNK * 16)
 
 // L2P and P2P of softened gravity (near_leaf's layout, one warp per target leaf): φ to out_phi
-// and a to out_acc (3 per target) at the targets' original indices; eps2 = ε².
-extern "C" __global__ void __launch_bounds__(32 * NEAR_WARPS, NEAR_MINB)
-    fmm_eval_gravity(const unsigned *__restrict__ tleaves, int n_tleaves, const double *__restrict__ tcenter,
-                     const unsigned *__restrict__ tbegin, const unsigned *__restrict__ tend,
-                     const double *__restrict__ tx, const unsigned *__restrict__ torder,
-                     const unsigned *__restrict__ p2p_offsets, const unsigned *__restrict__ p2p_sources,
-                     const double *__restrict__ scenter, const unsigned *__restrict__ sbegin,
-                     const unsigned *__restrict__ send, const float4 *__restrict__ spos,
-                     const cplx *__restrict__ local, float eps2, double *__restrict__ out_phi,
-                     double *__restrict__ out_acc)
-{
-    __shared__ __align__(16) unsigned char smem[NEAR_WARPS][NEAR_BYTES];
-    __shared__ NearMeta meta[NEAR_WARPS];
-    const NearArgs a = {tleaves, n_tleaves, tcenter, tbegin, tend, tx, torder, p2p_offsets,
-                        p2p_sources, scenter, sbegin, send, spos, nullptr, local};
-    static_assert(near_fits<NearGravity>(NEAR_BYTES), "NEAR_BYTES: the shared slice is too small");
-    const int w = threadIdx.x >> 5;
-    near_leaf(NearGravity{eps2, out_phi, out_acc}, a, smem[w], meta[w]);
-}
+// and a to out_acc (3 per target) at the targets' original indices; eps2 = ε² > 0
+// (fmm_eval_gravity) or 0 (fmm_eval_gravity_newton: pairs at s = 0 skipped). Arguments (both
+// alike): tleaves, n_tleaves, tcenter, tbegin, tend, tx, torder, p2p_offsets, p2p_sources,
+// scenter, sbegin, send, spos, local, eps2, out_phi, out_acc.
+#define NEAR_GRAVITY_KERNEL(NAME, NEWTON)                                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * NEAR_WARPS, NEAR_MINB) NAME(                           \
+        const unsigned *__restrict__ tleaves, int n_tleaves, const double *__restrict__ tcenter,            \
+        const unsigned *__restrict__ tbegin, const unsigned *__restrict__ tend, const double *__restrict__ tx, \
+        const unsigned *__restrict__ torder, const unsigned *__restrict__ p2p_offsets,                      \
+        const unsigned *__restrict__ p2p_sources, const double *__restrict__ scenter,                       \
+        const unsigned *__restrict__ sbegin, const unsigned *__restrict__ send,                             \
+        const float4 *__restrict__ spos, const cplx *__restrict__ local, float eps2,                        \
+        double *__restrict__ out_phi, double *__restrict__ out_acc)                                         \
+    {                                                                                                       \
+        __shared__ __align__(16) unsigned char smem[NEAR_WARPS][NEAR_BYTES];                                \
+        __shared__ NearMeta meta[NEAR_WARPS];                                                               \
+        const NearArgs a = {tleaves, n_tleaves, tcenter, tbegin, tend, tx, torder, p2p_offsets,            \
+                            p2p_sources, scenter, sbegin, send, spos, nullptr, local};                      \
+        static_assert(near_fits<NearGravity<NEWTON>>(NEAR_BYTES), "NEAR_BYTES: the slice is too small");  \
+        const int w = threadIdx.x >> 5;                                                                     \
+        near_leaf(NearGravity<NEWTON>{eps2, out_phi, out_acc}, a, smem[w], meta[w]);                        \
+    }
+
+NEAR_GRAVITY_KERNEL(fmm_eval_gravity, false)
+NEAR_GRAVITY_KERNEL(fmm_eval_gravity_newton, true)
 #endif // FMM_Q == 1
 
 // Copies `width` doubles per item from src[order[i]] to dst[i] (the device form's gather of

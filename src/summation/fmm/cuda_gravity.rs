@@ -2,9 +2,9 @@
 //! [`super::FmmGravity`] (the same trees and lists, with the absolute near-field radius, built
 //! on the device by [`GpuTree`] from the bodies uploaded in the caller's order), the far field of [`super::CudaFmm`] with one charge per body,
 //! the mass (fmm.cu compiled with `-DFMM_Q=1`: P2M, M2M, M2L and L2L in f64,
-//! [`super::cuda::far_field`]), then `fmm_pack_gravity` and `fmm_eval_gravity`: φ and a from the
-//! local expansion in f64 and the exact softened pairs of the near field in f32
-//! (docs/physics.md §8.1). With ε = 0 a pair at distance 0 adds nothing, so `targets = None`
+//! [`super::cuda::far_field`]), then `fmm_pack_gravity` and `fmm_eval_gravity` (ε > 0) or
+//! `fmm_eval_gravity_newton` (ε = 0): φ and a from the local expansion in f64 and the exact
+//! softened pairs of the near field in f32 (docs/physics.md §8.1). With ε = 0 a pair at distance 0 adds nothing, so `targets = None`
 //! skips each body's self pair, and coincident bodies are refused.
 
 use super::cuda::{
@@ -29,7 +29,9 @@ struct GravityKernels {
     order: usize,
     far: FarKernels,
     pack_gravity: CudaFunction,
+    /// L2P with P2P for ε > 0, and for ε = 0 (pairs at distance 0 skipped).
     eval_gravity: CudaFunction,
+    eval_gravity_newton: CudaFunction,
     gather: CudaFunction,
 }
 
@@ -81,7 +83,7 @@ impl CudaFmmGravity {
         let (module, far) = compile(&gpu, p, 1)?;
         #[rustfmt::skip]
         let kernels = load_kernels!(module, "fmm_", GravityKernels {
-            pack_gravity, eval_gravity, gather; order: p, far: far
+            pack_gravity, eval_gravity, eval_gravity_newton, gather; order: p, far: far
         });
         let engine = Engine {
             tree: GpuTree::new(&gpu)?,
@@ -188,14 +190,19 @@ impl Engine {
         self.out_acc.poison(&s, 3 * nt)?;
         let n_tleaves = ttree.leaves.len() as i32;
         let t = b.targets(own_targets);
-        // SAFETY: fmm_eval_gravity(tleaves, n, tcenter, tbegin, tend, tx, torder, p2p_offsets,
-        // p2p_sources, scenter, sbegin, send, spos, local, eps2, out_phi, out_acc): target
+        // SAFETY: fmm_eval_gravity[_newton](tleaves, n, tcenter, tbegin, tend, tx, torder,
+        // p2p_offsets, p2p_sources, scenter, sbegin, send, spos, local, eps2, out_phi, out_acc):
+        // target
         // leaves and their sorted positions (3 per target), the order mapping sorted → original
         // targets (nt entries below nt), the P2P lists (n_tleaves + 1 offsets, source leaf ids),
         // the packed bodies (one float4 each), the locals (NC complex values per target cell,
         // FMM_Q = 1); out_phi holds nt doubles and out_acc 3·nt (poisoned above); one warp per
         // target leaf, blocks of NEAR_WARPS warps (the kernel's launch bound).
-        launch!(s, &k.eval_gravity, "fmm_eval_gravity", near_cfg(ttree.leaves.len());
+        let (eval, name) = match eps2 > 0.0 {
+            true => (&k.eval_gravity, "fmm_eval_gravity"),
+            false => (&k.eval_gravity_newton, "fmm_eval_gravity_newton"),
+        };
+        launch!(s, eval, name, near_cfg(ttree.leaves.len());
             b.t_leaves.get(), &n_tleaves, t.center, t.begin, t.end, t.x, b.t_order.get(),
             b.p2p_offsets.get(), b.p2p_sources.get(), b.s_center.get(), b.s_begin.get(),
             b.s_end.get(), b.s_pos.get(), b.local.get(), &eps2, self.out_phi.get_mut(),
