@@ -652,8 +652,9 @@ extern "C" __global__ void __launch_bounds__(32 * FAR_WARPS)
 #ifndef NEAR_TPT
 #define NEAR_TPT 4
 #endif
+// Blocks per SM the launch bound asks for: 16 warps per SM, so at most 128 registers a thread.
 #ifndef NEAR_MINB
-#define NEAR_MINB 4
+#define NEAR_MINB (NEAR_WARPS >= 16 ? 1 : 16 / NEAR_WARPS)
 #endif
 #define NEAR_CHUNK (32 * NEAR_TPT)
 #define NEAR_STAGE 128
