@@ -103,4 +103,22 @@ __device__ __forceinline__ R vpm_dot(R ax, R ay, R az, R bx, R by, R bz)
     return ax * bx + ay * by + az * bz;
 }
 
+// The Plummer-softened gravity pair in f32 (docs/physics.md §10), shared by the FMMs' near fields:
+// the source S = (x, y, z, m) and the target q in one frame, d = S − q, s² = |d|² + ε²; adds −m/s
+// to v[0] and m d/s³ to v[1..3], nothing at s = 0 (ε = 0 and the target itself).
+__device__ __forceinline__ void add_softened_pair(float4 S, float qx, float qy, float qz, float eps2, float *v)
+{
+    const float dx = S.x - qx, dy = S.y - qy, dz = S.z - qz;
+    const float s2 = fmaf(dx, dx, fmaf(dy, dy, fmaf(dz, dz, eps2)));
+    if (s2 > 0.0f)
+    {
+        const float is = rsqrtf(s2);
+        const float mis = S.w * is, mis3 = mis * is * is;
+        v[0] -= mis;
+        v[1] = fmaf(mis3, dx, v[1]);
+        v[2] = fmaf(mis3, dy, v[2]);
+        v[3] = fmaf(mis3, dz, v[3]);
+    }
+}
+
 #endif // VPM_COMMON_CUH

@@ -105,11 +105,15 @@ fn error_falls_with_the_requested_accuracy() {
 
 /// Far-field work is really done: with small cores most pairs go through expansions, and the
 /// answer is still right (a tree that sent everything to P2P would fail the first assertion).
+/// Leaves of 48 (the order's planned 245 would hold a sixth of these 8000 particles each).
 #[test]
 fn far_field_work_is_done() {
     let mut p = Particles::free_space(8000, 5);
     p.sigma.fill(0.05);
-    let mut fmm = fmm_at(1e-6);
+    let mut params = plan_parameters(1e-6, FmmBackend::Cpu).unwrap();
+    params.leaf_size = 48;
+    let mut fmm = FmmFreeSpace::with_params(params, 0);
+    fmm.disable_checks();
     let e = against_direct(&mut fmm, &p, Extra::Gradient);
     let s = *fmm.last_stats();
     let all = (p.len() * p.len()) as u64;
@@ -276,4 +280,52 @@ fn structure_time() {
         lists.m2l_count(),
         lists.p2p_count()
     );
+}
+
+/// The `ring` case's particles at `n = 156` (30 108, σ = h = 2π/156, core 0.1): counted work
+/// and phase times of one stretching evaluation at 1e-6 with the planned leaves and with leaves
+/// of 48 (before issue 25), and the direct sum's time on the same threads:
+/// `cargo test --release --test fmm ring_work -- --ignored --nocapture` (docs/performance.md).
+#[test]
+#[ignore]
+fn ring_work() {
+    use vpm::init::particles::{vortex_ring, CoreSampling};
+    let h = std::f64::consts::TAU / env_or("RING_N", 156.0);
+    let s = CoreSampling {
+        spacing: h,
+        particle_sigma: h,
+        core_extent: 3.5,
+    };
+    let ring = vortex_ring(1.0, 1.0, (0.01 - h * h).sqrt(), [0.0; 3], &s);
+    let src = vpm::summation::Sources::of(&ring);
+    let extra = || Extra::Stretching {
+        alpha: &ring.alpha,
+        scheme: StretchingScheme::Classical,
+    };
+    let planned = plan_parameters(1e-6, FmmBackend::Cpu).unwrap();
+    for leaf in [planned.leaf_size, 48] {
+        let mut fmm = FmmFreeSpace::with_params(
+            FmmParams {
+                leaf_size: leaf,
+                ..planned
+            },
+            0,
+        );
+        fmm.disable_checks();
+        let mut out = Evaluation::default();
+        let t = std::time::Instant::now();
+        fmm.evaluate(&src, &ring.x, extra(), &mut out).unwrap();
+        let s = fmm.last_stats();
+        println!(
+            "{} particles, leaves ≤ {leaf}: {:.2} s; {s:?}",
+            ring.x.len(),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let mut out = Evaluation::default();
+    let t = std::time::Instant::now();
+    DirectFreeSpace
+        .evaluate(&src, &ring.x, extra(), &mut out)
+        .unwrap();
+    println!("direct: {:.2} s", t.elapsed().as_secs_f64());
 }

@@ -3,7 +3,9 @@
 //! sets, at the bodies and at targets on cell faces, relative L2 and maxima of φ and a.
 
 use vpm::summation::direct::DirectGravity;
-use vpm::summation::fmm::{Fmm, FmmGravity};
+use vpm::summation::fmm::{
+    plan_gravity_parameters, Fmm, FmmBackend, FmmGravity, FmmParams, FmmStats,
+};
 use vpm::summation::interaction::{Bodies, GravityEvaluation, GravitySummation, PlummerGravity};
 use vpm::summation::verify::{cell_face_targets, on_threads, ErrorStats, Particles};
 
@@ -114,6 +116,54 @@ fn coincident_bodies_are_refused_without_softening() {
     assert!(out.potential.iter().all(|p| p.is_finite()));
 }
 
+/// The CPU FMM planned for `accuracy` on `bodies` at the targets `t` (`None`: the bodies),
+/// against `want`: prints the errors and counts under `label` and asserts relative L2 ≤ the
+/// accuracy and max ≤ 10 × it for φ and a; the counts.
+fn fmm_within(
+    g: PlummerGravity,
+    accuracy: f64,
+    bodies: &Bodies,
+    t: Option<&[[f64; 3]]>,
+    want: &GravityEvaluation,
+    label: &str,
+) -> FmmStats {
+    let params = plan_gravity_parameters(accuracy, FmmBackend::Cpu, g).unwrap();
+    fmm_within_params(g, params, bodies, t, want, label)
+}
+
+/// [`fmm_within`] with the parameters given.
+fn fmm_within_params(
+    g: PlummerGravity,
+    params: FmmParams,
+    bodies: &Bodies,
+    t: Option<&[[f64; 3]]>,
+    want: &GravityEvaluation,
+    label: &str,
+) -> FmmStats {
+    let accuracy = params.accuracy;
+    let mut fmm = FmmGravity::with_params(g, params, 0);
+    fmm.disable_checks();
+    let got = evaluate(&mut fmm, bodies.x, bodies.mass, t);
+    let (a, p) = errors(&got, want);
+    let stats = *fmm.last_stats();
+    println!(
+        "{label} {accuracy:e}: a {:.2e} max {:.2e}, φ {:.2e} max {:.2e}; p {}, M2L {}, P2P/target \
+         {:.0}",
+        a.rel_l2,
+        a.max_rel,
+        p.rel_l2,
+        p.max_rel,
+        fmm.params().order,
+        stats.m2l_pairs,
+        stats.p2p_per_target()
+    );
+    assert!(
+        a.within(accuracy, 10.0) && p.within(accuracy, 10.0),
+        "{label} {accuracy:e}"
+    );
+    stats
+}
+
 /// The FMM against the direct sum: relative L2 ≤ accuracy and max ≤ 10 × accuracy for φ and a,
 /// at the bodies and on cell faces, for 1e-3, 1e-5 and 1e-7, with and without softening.
 #[test]
@@ -133,23 +183,9 @@ fn fmm_meets_the_requested_accuracy_on_uniform_and_plummer_sets() {
             for (where_, t) in [("bodies", None), ("faces", Some(&faces[..]))] {
                 let want = evaluate(&mut DirectGravity::new(g), &x, &m, t);
                 for accuracy in [1e-3, 1e-5, 1e-7] {
-                    let mut fmm = FmmGravity::new(g, accuracy, 0).unwrap();
-                    fmm.disable_checks();
-                    let got = evaluate(&mut fmm, &x, &m, t);
-                    let (a, p) = errors(&got, &want);
-                    let stats = fmm.last_stats();
-                    println!(
-                        "{name} ε {eps} {where_} {accuracy:e}: a {:.2e} max {:.2e}, φ {:.2e} \
-                         max {:.2e}; p {}, M2L {}, P2P/target {:.0}",
-                        a.rel_l2,
-                        a.max_rel,
-                        p.rel_l2,
-                        p.max_rel,
-                        fmm.params().order,
-                        stats.m2l_pairs,
-                        stats.p2p_per_target()
-                    );
-                    assert!(a.within(accuracy, 10.0) && p.within(accuracy, 10.0));
+                    let label = format!("{name} ε {eps} {where_}");
+                    let stats =
+                        fmm_within(g, accuracy, &Bodies { x: &x, mass: &m }, t, &want, &label);
                     assert!(stats.m2l_pairs > 0, "no far field at all");
                 }
             }
@@ -191,4 +227,72 @@ fn fmm_checks_itself_and_is_deterministic() {
         )
     };
     assert!(outs.windows(2).all(|w| bits(&w[0]) == bits(&w[1])));
+}
+
+/// A softening comparable to the cells (ε = 0.05 of a unit cube, leaves of ≤ 24 bodies, side
+/// 1/8): the Newtonian expansions could only sum such a set directly (their near-field radius,
+/// about 122 ε at 1e-4, spans the cube); the softened Cartesian expansions do it with M2L at
+/// every requested accuracy, within it.
+#[test]
+fn large_softening_is_summed_by_expansions() {
+    let (x, m) = uniform(3000);
+    for eps in [0.05, 0.3] {
+        let g = PlummerGravity::new(eps).unwrap();
+        let want = evaluate(&mut DirectGravity::new(g), &x, &m, None);
+        for accuracy in [1e-4, 1e-7] {
+            let planned = plan_gravity_parameters(accuracy, FmmBackend::Cpu, g).unwrap();
+            let stats = fmm_within_params(
+                g,
+                FmmParams {
+                    leaf_size: 24,
+                    ..planned
+                },
+                &Bodies { x: &x, mass: &m },
+                None,
+                &want,
+                &format!("ε {eps}"),
+            );
+            assert!(
+                stats.p2p_per_target() < 0.5 * x.len() as f64,
+                "mostly direct: {}",
+                stats.p2p_per_target()
+            );
+        }
+    }
+}
+
+/// Prints the errors of the softened Cartesian expansions against p and θ (the calibration of
+/// `cartesian_truncation_error`; issue 25's set: uniform in the unit cube, ε = 0.1 N^{-1/3}):
+/// `cargo test --release --test gravity calibrate -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn calibrate() {
+    let n = 20000;
+    let (x, m) = uniform(n);
+    let g = PlummerGravity::new(0.1 / (n as f64).cbrt()).unwrap();
+    let want = evaluate(&mut DirectGravity::new(g), &x, &m, None);
+    for theta in [0.4, 0.5, 0.6] {
+        for order in [2, 3, 4, 5, 6, 8, 10, 12, 14] {
+            let mut params =
+                vpm::summation::fmm::plan_gravity_parameters(1e-4, FmmBackend::Cpu, g).unwrap();
+            params.order = order;
+            params.theta = theta;
+            let mut fmm = FmmGravity::with_params(g, params, 0);
+            fmm.disable_checks();
+            let got = evaluate(&mut fmm, &x, &m, None);
+            let (a, p) = errors(&got, &want);
+            let s = fmm.last_stats();
+            println!(
+                "θ {theta} p {order:2}: a L2 {:.2e} max {:.2e}; φ L2 {:.2e} max {:.2e}; m2l {} \
+                 p2p/target {:.0}; {:.2} s",
+                a.rel_l2,
+                a.max_rel,
+                p.rel_l2,
+                p.max_rel,
+                s.m2l_pairs,
+                s.p2p_per_target(),
+                s.total_seconds()
+            );
+        }
+    }
 }

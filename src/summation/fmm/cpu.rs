@@ -4,6 +4,7 @@
 //! charges K; [`FmmFreeSpace`] runs it for the Biot–Savart law, [`FmmGravity`] for Plummer
 //! gravity.
 
+use super::cartesian::evaluate_gravity;
 use super::expansions::{coefficient_count, l2l, l2p, m2l, m2m, p2m, Workspace};
 use super::params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams};
 use super::traversal::{build_lists, Criterion};
@@ -356,10 +357,9 @@ impl Fmm for FmmFreeSpace {
     }
 }
 
-/// Softened gravity by the FMM on the CPU (f64): the engine of [`FmmFreeSpace`] with
-/// [`PlummerGravity`] as the interaction (one charge, the mass); Newtonian expansions beyond the
-/// radius where the softened kernel agrees with the Newtonian one to the accuracy, exact
-/// softened pairs within it (docs/physics.md §8.1). Checks itself against
+/// Softened gravity by the FMM on the CPU (f64): the trees and lists of [`FmmFreeSpace`] with
+/// Cartesian expansions of the softened kernel itself ([`super::cartesian`]): the near field is
+/// only the opening criterion's, exact softened pairs (docs/physics.md §8.1). Checks itself against
 /// [`crate::summation::direct::DirectGravity`] on a sample, as the Biot–Savart FMM does.
 #[derive(Debug, Clone)]
 pub struct FmmGravity {
@@ -408,9 +408,9 @@ impl GravitySummation for FmmGravity {
             let mut stats = FmmStats::default();
             let t0 = Instant::now();
             let st = Structure::build_gravity(bodies.x, tx, params);
-            let src = SortedSources::new(&gravity, bodies.x, &st.sources, |i| bodies.mass[i]);
             stats.tree_seconds = t0.elapsed().as_secs_f64();
-            let answers = evaluate_tree(&gravity, &st, &src, tx, params.order, &mut stats);
+            let sources = (bodies.x, bodies.mass);
+            let answers = evaluate_gravity(gravity, &st, sources, tx, params.order, &mut stats);
             store_gravity(&answers, out);
             st.count(&mut stats, params.order);
             Ok(stats)

@@ -368,6 +368,29 @@ impl GpuTree {
         Ok(())
     }
 
+    /// Queues the gather of `width` values per source point (`src`, in the caller's order, at
+    /// least `width` × the last build's source count) into tree order in `dst` (grown as needed):
+    /// the strengths or masses that go with the sorted positions.
+    pub fn gather_sources(
+        &self,
+        width: usize,
+        src: &CudaSlice<f64>,
+        dst: &mut DeviceBuffer<f64>,
+    ) -> CudaResult {
+        let (s, n) = (&self.stream, self.sources.n);
+        assert!(src.len() >= width * n && width > 0);
+        dst.ensure(s, width * n)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let (ni, wi) = (n as i32, width as i32);
+        // SAFETY: tree_gather(order, n, width, src, dst): the source tree's order holds a
+        // permutation of 0..n, src width·n doubles (asserted), dst width·n (ensured).
+        launch!(s, &self.k.gather, "tree_gather", cfg_items(n, THREADS);
+            self.sources.order.get(), &ni, &wi, src, dst.get_mut())?;
+        Ok(())
+    }
+
     /// The shapes of the last build's trees.
     pub fn shape(&self) -> Shape {
         Shape {

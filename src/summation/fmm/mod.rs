@@ -9,12 +9,12 @@
 //! are and what the answer is made of: for the regularised Biot–Savart law the three components
 //! of the vortex strengths are three Laplace charges sharing one tree and one set of
 //! translations, the velocity is the curl of the local expansions' first derivatives and the
-//! velocity gradient (the stretching) comes from their second derivatives; for Plummer gravity
-//! the mass is one charge, and φ and a come from the potential and its gradient. Cells interact
+//! velocity gradient (the stretching) comes from their second derivatives. Cells interact
 //! through expansions only when every source–target distance between them exceeds the
-//! interaction's near-field radius (ρ_c σ_max; for gravity the radius where the softened kernel
-//! is Newtonian to the accuracy), so the answer converges to the exact direct sum, not the
-//! singular one.
+//! interaction's near-field radius (ρ_c σ_max), so the answer converges to the exact direct sum,
+//! not the singular one. Plummer gravity instead expands the softened kernel itself (Cartesian
+//! Taylor expansions, [`cartesian`]; the mass is one charge, φ and a come from the potential and
+//! its gradient), so its near field is only the opening criterion's.
 //!
 //! Implementations: [`FmmFreeSpace`] (Biot–Savart, CPU, f64, rayon), [`FmmGravity`] (gravity,
 //! CPU, f64), [`CudaFmm`] (Biot–Savart on one GPU: f64 expansions, f32 near-field sums, tree
@@ -22,9 +22,11 @@
 //! kernels with one charge). The design leaves room for the periodic box (a sum of the
 //! root's images, §8), not built yet.
 
+pub mod cartesian;
 pub mod check;
 pub mod cpu;
 pub mod cuda;
+pub mod cuda_cartesian;
 pub mod cuda_gravity;
 pub mod expansions;
 pub mod gpu_tree;
@@ -41,7 +43,7 @@ pub use params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams
 
 use crate::summation::direct::DirectGravity;
 use crate::summation::interaction::{
-    GravityEvaluation, GravitySummation, GravityWork, PlummerGravity,
+    Bodies, GravityEvaluation, GravitySummation, GravityWork, PlummerGravity,
 };
 use crate::summation::{Evaluation, Extra, Sources, SumResult, SummationError};
 use traversal::{build_lists, Criterion, InteractionLists};
@@ -368,11 +370,25 @@ impl GravityFmmState {
         let params = self.fmm.params;
         let stats = run(&params, tx, out)?;
         self.fmm.stats = stats;
-        let schedule = &mut self.fmm.schedule;
-        if schedule.count_evaluation(0.0).is_none() {
+        if self.fmm.schedule.count_evaluation(0.0).is_none() {
             return Ok(());
         }
-        let sample = check::sample_size(stats.p2p_pairs, bodies.len(), tx.len());
+        self.check(bodies, targets, out)
+    }
+
+    /// The built-in check of an evaluation just counted and due: φ and a of `out` (at `targets`,
+    /// or at the bodies) against the reference on a sample; an error when it misses the request
+    /// by more than [`check::FAILURE_FACTOR`].
+    pub fn check(
+        &mut self,
+        bodies: &Bodies,
+        targets: Option<&[[f64; 3]]>,
+        out: &GravityEvaluation,
+    ) -> SumResult {
+        let (params, stats) = (self.fmm.params, self.fmm.stats);
+        let points = targets.map_or(bodies.len(), |t| t.len());
+        let schedule = &mut self.fmm.schedule;
+        let sample = check::sample_size(stats.p2p_pairs, bodies.len(), points);
         let seed = schedule.evaluations();
         let reference = &mut self.reference;
         let e = check::check_gravity_sample(reference, bodies, targets, out, sample, seed)?;

@@ -5,10 +5,9 @@
 //!   ones may use 1/(4πr). ρ_c is the smallest ρ whose kernel tail is below `TAIL_SHARE` × the
 //!   accuracy: for the velocity 1 − g(ρ), for the gradient (stretching) (ρg' + 3(1 − g))/3, about
 //!   ten times larger (§8). The tail is a bound per pair; most of a target's velocity comes from
-//!   farther away, so the sum's relative error is smaller still. For gravity
-//!   ([`plan_gravity_parameters`]) the radius is absolute: the distance beyond which the Plummer
-//!   kernel agrees with the Newtonian one to [`NEWTONIAN_SHARE`] × the accuracy
-//!   ([`PairInteraction::near_field_radius`], about 122 ε at 1e-4; 0 at ε = 0).
+//!   farther away, so the sum's relative error is smaller still. Gravity
+//!   ([`plan_gravity_parameters`]) has no radius: its expansions are those of the softened kernel
+//!   ([`super::cartesian`]), exact at any distance the opening criterion accepts.
 //! * **Order p and opening angle θ.** A well-separated pair (r_A + r_B ≤ θd) truncated at order p
 //!   errs by about θ^{p+1} relative to that pair's contribution, second derivatives by about
 //!   (p+1) times more. The traversal accepts most pairs well inside the criterion, so measured
@@ -20,6 +19,7 @@
 //!   are never split below a side of ρ_c σ_max / 4 (§8: leaves much smaller than the near field
 //!   only add lists).
 
+use super::cartesian::CARTESIAN_MAX_ORDER;
 use crate::summation::interaction::{InteractionKind, PairInteraction, PlummerGravity};
 use crate::summation::SummationError;
 
@@ -46,11 +46,8 @@ pub const TAIL_SHARE: f64 = 0.1;
 pub const ORDER_MARGIN: f64 = 0.2;
 /// The highest order planned.
 pub const MAX_ORDER: usize = 30;
-/// Gravity: fraction of the requested accuracy the Plummer kernel may depart from the Newtonian
-/// one at the near-field radius. The departure 1.5 (ε/r)² falls with the distance and most of
-/// the field comes from farther away; measured errors stay well below the request
-/// (tests/gravity.rs).
-pub const NEWTONIAN_SHARE: f64 = 1.0;
+/// The highest Cartesian order the GPU kernels are compiled for (kernels/fmm_cartesian.cu).
+pub const CARTESIAN_GPU_MAX_ORDER: usize = 12;
 
 /// The precision of the GPU's M2L (kernels/fmm.cu): the expansions are stored in f64 either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -95,8 +92,8 @@ pub struct FmmParams {
     /// Opening angle θ: cells interact by expansions when r_A + r_B ≤ θ d.
     pub theta: f64,
     /// ρ_c for the velocity alone and for velocity and gradient, in units of each source's
-    /// length scale ([`PairInteraction::source_scale`]: σ for Biot–Savart; for gravity both are
-    /// the absolute near-field radius).
+    /// length scale ([`PairInteraction::source_scale`]: σ for Biot–Savart; 0 for gravity, whose
+    /// expansions are the softened kernel's).
     pub rho_cut_velocity: f64,
     pub rho_cut_gradient: f64,
     /// Largest number of particles in a leaf.
@@ -131,14 +128,9 @@ impl std::fmt::Display for FmmParams {
         if self.interaction == InteractionKind::Gravity {
             return write!(
                 f,
-                "accuracy {:e}: order p = {}, θ = {}, leaves ≤ {} bodies, exact softened kernel \
-                 within {:.4e}{}",
-                self.accuracy,
-                self.order,
-                self.theta,
-                self.leaf_size,
-                self.rho_cut_velocity,
-                self.m2l_words()
+                "accuracy {:e}: softened Cartesian expansions of order p = {}, θ = {}, leaves ≤ \
+                 {} bodies",
+                self.accuracy, self.order, self.theta, self.leaf_size
             );
         }
         write!(
@@ -191,21 +183,81 @@ pub fn plan_parameters(accuracy: f64, backend: FmmBackend) -> Result<FmmParams, 
     })
 }
 
-/// Plans the parameters of the gravity FMM for `accuracy` on `backend`: the order for first
-/// derivatives (the acceleration; the potential converges faster) and the near field out to the
-/// radius where `gravity`'s softened kernel is Newtonian to [`NEWTONIAN_SHARE`] × the accuracy.
+/// The error model of the gravity FMM's softened Cartesian expansions ([`super::cartesian`]):
+/// relative L2 error of the acceleration at order p and opening angle θ, E = 1.2e-2 θ^{1.23 p}
+/// (the potential's is 30–100× smaller). Fitted to 20 000 bodies uniform in the unit cube with
+/// ε = 0.1 N^{−1/3} (issue 25's set) at θ = 0.4, 0.5, 0.6 and p = 2…14 (test `calibrate` in
+/// tests/gravity.rs, table in docs/validation.md): per order the errors fall by θ^{1.23} at each
+/// θ (faster than the single-pair bound θ^{p+1}, as for the solid harmonics); at θ = 0.5 they are
+/// 2.4e-4, 2.5e-5, 3.7e-6, 6.9e-7, 1.4e-7, 2.8e-8 at p = 4, 6, 8, 10, 12, 14, and 6e-3 θ^{1.23p}
+/// fits them within 1.7×. The constant is doubled for clustered sets: a Plummer sphere's errors
+/// are 2–3× the uniform set's and its sampled maximum 13× its L2 at p = 4 (1.1e-2 at 1e-3 with
+/// the uniform fit; tests/gravity.rs). It does not depend on the softening: the expansions are
+/// those of the softened kernel, which converge at least as fast as the Newtonian ones.
+pub fn cartesian_truncation_error(order: usize, theta: f64) -> f64 {
+    1.2e-2 * theta.powf(1.23 * order as f64)
+}
+
+/// Plans the parameters of the gravity FMM for `accuracy` on `backend`: softened Cartesian
+/// expansions ([`super::cartesian`]) whose order meets [`cartesian_truncation_error`] ≤
+/// [`ORDER_MARGIN`] × the accuracy, and no near-field radius (the lists' near field is only the
+/// opening criterion's, for any softening of `_gravity`).
 pub fn plan_gravity_parameters(
     accuracy: f64,
     backend: FmmBackend,
-    gravity: PlummerGravity,
+    _gravity: PlummerGravity,
 ) -> Result<FmmParams, SummationError> {
-    let radius = PairInteraction::near_field_radius(&gravity, NEWTONIAN_SHARE * accuracy);
+    let base = plan_expansions(accuracy, backend, false)?;
+    let order = plan_order(InteractionKind::Gravity, accuracy, base.theta, backend)?;
     Ok(FmmParams {
         interaction: InteractionKind::Gravity,
-        rho_cut_velocity: radius,
-        rho_cut_gradient: radius,
-        ..plan_expansions(accuracy, backend, false)?
+        order,
+        ..base
     })
+}
+
+/// The CPU's leaf size for expansions of order p: 5(p+1)²/4 particles, at least 48 and at most
+/// 400. One M2L costs about 3(p+1)⁴/2 complex products and a leaf's near field grows with its
+/// size, so the balance of the two moves to larger leaves as p grows, as (p+1)² (SC09 §4.3).
+/// Measured on 2 cores (docs/performance.md, "CPU"): at 1e-6 (p = 13) leaves of 245 make a
+/// 30 000-particle evaluation 8× faster than leaves of 48; at 1e-4 (p = 9, leaves of 125)
+/// 10⁵ and 10⁶ uniform particles get the same tree as with 48.
+pub fn cpu_leaf_size(order: usize) -> usize {
+    (5 * (order + 1) * (order + 1) / 4).clamp(48, 400)
+}
+
+/// The highest Cartesian order (gravity) on `backend`.
+pub fn cartesian_max_order(backend: FmmBackend) -> usize {
+    match backend {
+        FmmBackend::Cpu => CARTESIAN_MAX_ORDER,
+        FmmBackend::Cuda => CARTESIAN_GPU_MAX_ORDER,
+    }
+}
+
+/// The order planned for `accuracy` at opening angle `theta`: the smallest whose modelled error
+/// ([`truncation_error`] of second derivatives for Biot–Savart, [`cartesian_truncation_error`]
+/// for gravity) meets [`ORDER_MARGIN`] × the accuracy, or an error naming the largest order.
+pub fn plan_order(
+    interaction: InteractionKind,
+    accuracy: f64,
+    theta: f64,
+    backend: FmmBackend,
+) -> Result<usize, SummationError> {
+    let (model, max_order): (&dyn Fn(usize) -> f64, usize) = match (interaction, backend) {
+        (InteractionKind::BiotSavart, _) => (&|p| truncation_error(p, theta, true), MAX_ORDER),
+        (InteractionKind::Gravity, _) => (
+            &|p| cartesian_truncation_error(p, theta),
+            cartesian_max_order(backend),
+        ),
+    };
+    (1..=max_order)
+        .find(|&p| model(p) <= ORDER_MARGIN * accuracy)
+        .ok_or_else(|| {
+            SummationError::Unsupported(format!(
+                "FMM ({interaction}, θ = {theta}): accuracy {accuracy:e} needs an order above \
+                 {max_order}"
+            ))
+        })
 }
 
 /// The accuracy checked against `backend`'s floor, θ and the leaf size of the device, and the
@@ -237,15 +289,16 @@ fn plan_expansions(
             "FMM: accuracy {accuracy:e} is finer than this device can deliver ({why} {floor:e})"
         )));
     }
-    let (theta, leaf_size) = match backend {
-        FmmBackend::Cpu => (0.5, 48),
-        FmmBackend::Cuda => (0.5, 128),
-    };
+    let theta = 0.5;
     let order = (1..=MAX_ORDER)
         .find(|&p| truncation_error(p, theta, gradient) <= ORDER_MARGIN * accuracy)
         .ok_or_else(|| {
             SummationError::Unsupported(format!("FMM: accuracy {accuracy:e} needs p > {MAX_ORDER}"))
         })?;
+    let leaf_size = match backend {
+        FmmBackend::Cpu => cpu_leaf_size(order),
+        FmmBackend::Cuda => 128,
+    };
     Ok(FmmParams {
         interaction: InteractionKind::BiotSavart,
         accuracy,
@@ -292,21 +345,35 @@ mod tests {
         assert!(((1.0 - g) / velocity_tail(3.0) - 1.0).abs() < 1e-12);
     }
 
-    /// The GPU gravity FMM is planned as the Biot–Savart one: down to the f32 floor, with the
-    /// GPU's θ and leaves, and the same absolute near-field radius as on the CPU.
+    /// The gravity FMM is planned as the Biot–Savart one (down to the f32 floor on the GPU, with
+    /// the GPU's θ and leaves) but with softened Cartesian expansions: no near-field radius for
+    /// any softening, an order that grows as the accuracy falls, within the kernels' largest.
     #[test]
-    fn gravity_on_the_gpu_stops_at_the_f32_floor() {
+    fn gravity_has_no_near_field_radius_and_stops_at_the_f32_floor() {
         let g = PlummerGravity::new(1e-3).unwrap();
         let gpu = plan_gravity_parameters(GPU_ACCURACY_FLOOR, FmmBackend::Cuda, g).unwrap();
         let cpu = plan_gravity_parameters(GPU_ACCURACY_FLOOR, FmmBackend::Cpu, g).unwrap();
         assert_eq!(gpu.interaction, InteractionKind::Gravity);
         assert_eq!((gpu.backend, gpu.leaf_size), (FmmBackend::Cuda, 128));
-        assert_eq!(gpu.rho_cut_velocity, cpu.rho_cut_velocity);
-        assert!(gpu.order <= super::super::cuda::GPU_MAX_ORDER);
+        assert_eq!((gpu.rho_cut_velocity, cpu.rho_cut_gradient), (0.0, 0.0));
+        assert!(gpu.order <= CARTESIAN_GPU_MAX_ORDER);
+        assert!(
+            cpu.to_string().contains("softened Cartesian expansions"),
+            "{cpu}"
+        );
         let e = plan_gravity_parameters(1e-5, FmmBackend::Cuda, g)
             .unwrap_err()
             .to_string();
         assert!(e.contains("f32") && e.contains("5e-5"), "{e}");
+        let mut last = 0;
+        for a in [1e-3, 1e-4, 1e-6, 1e-8] {
+            let p = plan_gravity_parameters(a, FmmBackend::Cpu, g).unwrap();
+            assert!(
+                p.order > last && p.order <= CARTESIAN_MAX_ORDER,
+                "{a:e}: {p}"
+            );
+            last = p.order;
+        }
     }
 
     #[test]
@@ -328,5 +395,18 @@ mod tests {
         assert!(e.contains("f32") && e.contains("CPU"), "{e}");
         assert!(plan_parameters(0.0, FmmBackend::Cpu).is_err());
         assert!(plan_parameters(f64::NAN, FmmBackend::Cpu).is_err());
+    }
+
+    /// The CPU's leaves grow with the order (1e-6 plans p = 13 and leaves of 245; 1e-4 p = 9
+    /// and 125); the GPU's stay at 128.
+    #[test]
+    fn cpu_leaves_grow_with_the_order() {
+        let cpu = |a| plan_parameters(a, FmmBackend::Cpu).unwrap();
+        assert_eq!((cpu(1e-6).order, cpu(1e-6).leaf_size), (13, 245));
+        assert_eq!((cpu(1e-4).order, cpu(1e-4).leaf_size), (9, 125));
+        assert_eq!(cpu(1e-2).leaf_size, 48);
+        assert_eq!(cpu(1e-10).leaf_size, 400);
+        let gpu = plan_parameters(1e-4, FmmBackend::Cuda).unwrap();
+        assert_eq!((gpu.order, gpu.leaf_size), (9, 128));
     }
 }
