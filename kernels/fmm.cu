@@ -861,10 +861,38 @@ __device__ __forceinline__ void near_leaf(const I &in, const NearArgs &a, unsign
     }
 }
 
+// The eval kernels' first parameters (NearArgs's, in its order up to spos).
+#define NEAR_LEAF_PARAMS                                                                                     \
+    const unsigned *__restrict__ tleaves, int n_tleaves, const double *__restrict__ tcenter,                \
+        const unsigned *__restrict__ tbegin, const unsigned *__restrict__ tend, const double *__restrict__ tx, \
+        const unsigned *__restrict__ torder, const unsigned *__restrict__ p2p_offsets,                      \
+        const unsigned *__restrict__ p2p_sources, const double *__restrict__ scenter,                       \
+        const unsigned *__restrict__ sbegin, const unsigned *__restrict__ send
+
 // Whether interaction I's staged records and results fit the warp's shared slice of `bytes`.
 template <class I> __host__ __device__ constexpr bool near_fits(int bytes)
 {
     return (int)sizeof(typename I::Src) * NEAR_STAGE <= bytes && I::kOut * 32 * I::kTpt * 4 <= bytes;
+}
+
+// An eval kernel's body over NEAR_LEAF_PARAMS, spos, local: the warps' shared slices of
+// NEAR_BYTES (checked against the interaction's records and results), the arguments, and
+// near_leaf for the interaction given after `sstr` (the packed strengths or nullptr).
+#define NEAR_LEAF_BODY(sstr, ...)                                                                           \
+    {                                                                                                       \
+        __shared__ __align__(16) unsigned char smem[NEAR_WARPS][NEAR_BYTES];                                \
+        __shared__ NearMeta meta[NEAR_WARPS];                                                               \
+        const NearArgs a = {tleaves, n_tleaves, tcenter, tbegin, tend, tx, torder, p2p_offsets,            \
+                            p2p_sources, scenter, sbegin, send, spos, sstr, local};                         \
+        near_run<NEAR_BYTES>(__VA_ARGS__, a, smem[threadIdx.x >> 5], meta[threadIdx.x >> 5]);               \
+    }
+
+// near_leaf for interaction I once its records and results are known to fit BYTES.
+template <int BYTES, class I>
+__device__ __forceinline__ void near_run(const I &in, const NearArgs &a, unsigned char *smem, NearMeta &m)
+{
+    static_assert(near_fits<I>(BYTES), "NEAR_BYTES: the warp's shared slice is too small");
+    near_leaf(in, a, smem, m);
 }
 
 // Far-away padding coordinate of a staged record (relative to the target leaf's centre): with a
@@ -1158,23 +1186,11 @@ template <int MODE> struct NearBS
 // send, spos, sstr, local, rho_cut2, talpha, out_u, out_x.
 #define NEAR_BS_KERNEL(NAME, MODE)                                                                           \
     extern "C" __global__ void __launch_bounds__(32 * NEAR_WARPS, NEAR_MINB) NAME(                           \
-        const unsigned *__restrict__ tleaves, int n_tleaves, const double *__restrict__ tcenter,            \
-        const unsigned *__restrict__ tbegin, const unsigned *__restrict__ tend, const double *__restrict__ tx, \
-        const unsigned *__restrict__ torder, const unsigned *__restrict__ p2p_offsets,                      \
-        const unsigned *__restrict__ p2p_sources, const double *__restrict__ scenter,                       \
-        const unsigned *__restrict__ sbegin, const unsigned *__restrict__ send,                             \
+        NEAR_LEAF_PARAMS,                                                                                   \
         const float4 *__restrict__ spos, const float4 *__restrict__ sstr, const cplx *__restrict__ local,   \
         float rho_cut2, const double *__restrict__ talpha, double *__restrict__ out_u,                      \
         double *__restrict__ out_x)                                                                         \
-    {                                                                                                       \
-        __shared__ __align__(16) unsigned char smem[NEAR_WARPS][NEAR_BYTES];                                \
-        __shared__ NearMeta meta[NEAR_WARPS];                                                               \
-        const NearArgs a = {tleaves, n_tleaves, tcenter, tbegin, tend, tx, torder, p2p_offsets,            \
-                            p2p_sources, scenter, sbegin, send, spos, sstr, local};                         \
-        static_assert(near_fits<NearBS<MODE>>(NEAR_BYTES), "NEAR_BYTES: the shared slice is too small");   \
-        const int w = threadIdx.x >> 5;                                                                     \
-        near_leaf(NearBS<MODE>{rho_cut2, talpha, out_u, out_x}, a, smem[w], meta[w]);                       \
-    }
+    NEAR_LEAF_BODY(sstr, NearBS<MODE>{rho_cut2, talpha, out_u, out_x})
 
 NEAR_BS_KERNEL(fmm_eval_velocity, OUT_VELOCITY)
 NEAR_BS_KERNEL(fmm_eval_gradient, OUT_GRADIENT)
@@ -1295,22 +1311,10 @@ template <bool NEWTON> struct NearGravity
 // scenter, sbegin, send, spos, local, eps2, out_phi, out_acc.
 #define NEAR_GRAVITY_KERNEL(NAME, NEWTON)                                                                    \
     extern "C" __global__ void __launch_bounds__(32 * NEAR_WARPS, NEAR_MINB) NAME(                           \
-        const unsigned *__restrict__ tleaves, int n_tleaves, const double *__restrict__ tcenter,            \
-        const unsigned *__restrict__ tbegin, const unsigned *__restrict__ tend, const double *__restrict__ tx, \
-        const unsigned *__restrict__ torder, const unsigned *__restrict__ p2p_offsets,                      \
-        const unsigned *__restrict__ p2p_sources, const double *__restrict__ scenter,                       \
-        const unsigned *__restrict__ sbegin, const unsigned *__restrict__ send,                             \
+        NEAR_LEAF_PARAMS,                                                                                   \
         const float4 *__restrict__ spos, const cplx *__restrict__ local, float eps2,                        \
         double *__restrict__ out_phi, double *__restrict__ out_acc)                                         \
-    {                                                                                                       \
-        __shared__ __align__(16) unsigned char smem[NEAR_WARPS][NEAR_BYTES];                                \
-        __shared__ NearMeta meta[NEAR_WARPS];                                                               \
-        const NearArgs a = {tleaves, n_tleaves, tcenter, tbegin, tend, tx, torder, p2p_offsets,            \
-                            p2p_sources, scenter, sbegin, send, spos, nullptr, local};                      \
-        static_assert(near_fits<NearGravity<NEWTON>>(NEAR_BYTES), "NEAR_BYTES: the slice is too small");  \
-        const int w = threadIdx.x >> 5;                                                                     \
-        near_leaf(NearGravity<NEWTON>{eps2, out_phi, out_acc}, a, smem[w], meta[w]);                        \
-    }
+    NEAR_LEAF_BODY(nullptr, NearGravity<NEWTON>{eps2, out_phi, out_acc})
 
 NEAR_GRAVITY_KERNEL(fmm_eval_gravity, false)
 NEAR_GRAVITY_KERNEL(fmm_eval_gravity_newton, true)
