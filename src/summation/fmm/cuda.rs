@@ -34,8 +34,9 @@ use std::sync::Arc;
 
 /// The kernel family: fmm.cu with the shared pair kernel header.
 pub const KERNELS: KernelSource = kernel_source!("fmm.cu", PAIR_KERNEL_HEADER);
-/// Threads per block of `fmm_eval` (`EVAL_THREADS` in fmm.cu).
-const EVAL_THREADS: u32 = 128;
+/// Target leaves (one warp each) per block of the near-field kernels (`NEAR_WARPS` in fmm.cu,
+/// passed at compilation).
+pub(super) const NEAR_WARPS: usize = 4;
 /// The highest order the GPU kernels are built for (their shared tables hold order 2p).
 pub const GPU_MAX_ORDER: usize = 20;
 
@@ -72,6 +73,7 @@ pub(super) fn compile(
         format!("-DM2L_WARPS={M2L_WARPS}"),
         format!("-DM2L_W={}", table_stride(p)),
         format!("-DFAR_WARPS={}", far_warps(p, q)),
+        format!("-DNEAR_WARPS={NEAR_WARPS}"),
     ];
     let module = gpu.module_from(&KERNELS, &options)?;
     #[rustfmt::skip]
@@ -86,8 +88,11 @@ struct Kernels {
     order: usize,
     far: FarKernels,
     pack: CudaFunction,
-    eval: CudaFunction,
-    gather: CudaFunction,
+    /// L2P with P2P, one kernel per output ([`ExtraKind`]).
+    eval_velocity: CudaFunction,
+    eval_gradient: CudaFunction,
+    eval_classical: CudaFunction,
+    eval_transposed: CudaFunction,
 }
 
 /// Device buffers, reused between calls. `s_alpha` holds the sources' charges in tree order (the
@@ -141,6 +146,8 @@ pub struct CudaFmm {
     /// The host form's outputs: velocities (3 per target) and the gradient or stretching.
     out_u: DeviceBuffer<f64>,
     out_x: DeviceBuffer<f64>,
+    /// Tests: the far field left out (see [`CudaFmm::near_field_only`]).
+    near_only: bool,
 }
 
 /// The target tree on the device: its own arrays, or the source tree's when the targets are
@@ -235,6 +242,17 @@ pub(super) fn cfg(blocks: usize, threads: u32) -> LaunchConfig {
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     }
+}
+
+/// The launch of the near-field kernels for `n_leaves` target leaves: one warp per leaf,
+/// [`NEAR_WARPS`] per block.
+pub(super) fn near_cfg(n_leaves: usize) -> LaunchConfig {
+    cfg(n_leaves.div_ceil(NEAR_WARPS), 32 * NEAR_WARPS as u32)
+}
+
+/// Doubles of the local expansions of `cells` cells at order `p` with `q` charges.
+pub(super) fn local_len(q: usize, p: usize, cells: usize) -> usize {
+    2 * q * super::expansions::coefficient_count(p) * cells
 }
 
 /// The source cells' multipoles and geometry as the M2L reads them: `n_cells` cells with
@@ -488,6 +506,7 @@ impl CudaFmm {
             buf: Buffers::default(),
             out_u: DeviceBuffer::default(),
             out_x: DeviceBuffer::default(),
+            near_only: false,
         };
         s.ensure_kernels()?;
         Ok(s)
@@ -501,7 +520,8 @@ impl CudaFmm {
         let (module, far) = compile(&self.gpu, p, 3)?;
         #[rustfmt::skip]
         let k = load_kernels!(module, "fmm_", Kernels {
-            pack, eval, gather; order: p, far: far
+            pack, eval_velocity, eval_gradient, eval_classical, eval_transposed;
+            order: p, far: far
         });
         self.kernels = Some(k);
         Ok(())
@@ -509,6 +529,17 @@ impl CudaFmm {
 
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
+    }
+
+    /// Tests: with `on`, the local expansions are zeroed before L2P, so an evaluation returns
+    /// the near field (P2P over the lists) alone.
+    pub fn near_field_only(&mut self, on: bool) {
+        self.near_only = on;
+    }
+
+    /// The trees and lists of the last evaluation (tests download them).
+    pub fn device_tree(&self) -> &GpuTree {
+        &self.tree
     }
 
     /// One evaluation on device inputs (the caller's order; `sigma_max` their largest core):
@@ -551,11 +582,7 @@ impl CudaFmm {
         b.s_str.ensure(&s, 4 * n)?;
         b.s_alpha.ensure(&s, 3 * n)?;
         b.t_alpha.ensure(&s, 1)?;
-        let ni = n as i32;
-        // SAFETY: fmm_gather(order, n, width, src, dst): order (the tree's) holds n indices
-        // below n; src holds 3n doubles (the caller's strengths), dst was ensured to 3n.
-        launch!(s, &k.gather, "fmm_gather", gather_cfg(n);
-            b.s_order.get(), &ni, &3i32, inputs.alpha, b.s_alpha.get_mut())?;
+        self.tree.gather_sources(3, inputs.alpha, &mut b.s_alpha)?;
 
         let timeline = Timeline::new(&self.gpu)?;
         let n_sleaves = stree.leaves.len() as i32;
@@ -567,14 +594,21 @@ impl CudaFmm {
             b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
             b.s_x.get(), b.s_alpha.get(), b.s_sigma.get(), b.s_pos.get_mut(), b.s_str.get_mut())?;
         far_field(&k.far, b, &s, &st, p, self.state.params.m2l, &timeline)?;
+        if self.near_only {
+            b.local.zero(&s, local_len(3, p, ttree.cells.len()))?;
+        }
         let n_tleaves = ttree.leaves.len() as i32;
         let rho_cut = self.state.params.rho_cut(gradient);
         let rho_cut2 = (rho_cut * rho_cut) as f32;
-        let mode: i32 = match extra {
-            ExtraKind::Velocity => 0,
-            ExtraKind::Gradient => 1,
-            ExtraKind::Stretching(StretchingScheme::Classical) => 2,
-            ExtraKind::Stretching(StretchingScheme::Transposed) => 3,
+        let (eval, name) = match extra {
+            ExtraKind::Velocity => (&k.eval_velocity, "fmm_eval_velocity"),
+            ExtraKind::Gradient => (&k.eval_gradient, "fmm_eval_gradient"),
+            ExtraKind::Stretching(StretchingScheme::Classical) => {
+                (&k.eval_classical, "fmm_eval_classical")
+            }
+            ExtraKind::Stretching(StretchingScheme::Transposed) => {
+                (&k.eval_transposed, "fmm_eval_transposed")
+            }
         };
         let t = b.targets(own_targets);
         let (out_u, out_x, talpha) = match outputs {
@@ -591,17 +625,18 @@ impl CudaFmm {
             Outputs::Device { u, x, alpha } => (u, x, alpha),
         };
         let talpha = talpha.unwrap_or(b.t_alpha.get());
-        // SAFETY: fmm_eval(tleaves, n, tcenter, tbegin, tend, tx, torder, p2p_offsets,
-        // p2p_sources, scenter, sbegin, send, spos, sstr, local, rho_cut2, mode, talpha, out_u,
+        // SAFETY: fmm_eval_*(tleaves, n, tcenter, tbegin, tend, tx, torder, p2p_offsets,
+        // p2p_sources, scenter, sbegin, send, spos, sstr, local, rho_cut2, talpha, out_u,
         // out_x): target leaves and their sorted positions (3 per target), the order mapping
         // sorted → original targets (nt entries), the P2P lists (n + 1 offsets, source leaf
         // ids), the packed sources (4 floats each), the locals; out_u holds 3·nt doubles and
         // out_x 9·nt (gradient) or 3·nt (stretching) doubles, talpha 3·nt doubles when
-        // stretching (ensured by the caller for device outputs); blockDim is EVAL_THREADS.
-        launch!(s, &k.eval, "fmm_eval", cfg(ttree.leaves.len(), EVAL_THREADS);
+        // stretching (ensured by the caller for device outputs); one warp per target leaf,
+        // blocks of NEAR_WARPS warps (the kernels' launch bound).
+        launch!(s, eval, name, near_cfg(ttree.leaves.len());
             b.t_leaves.get(), &n_tleaves, t.center, t.begin, t.end, t.x, b.t_order.get(),
             b.p2p_offsets.get(), b.p2p_sources.get(), b.s_center.get(), b.s_begin.get(),
-            b.s_end.get(), b.s_pos.get(), b.s_str.get(), b.local.get(), &rho_cut2, &mode,
+            b.s_end.get(), b.s_pos.get(), b.s_str.get(), b.local.get(), &rho_cut2,
             talpha, out_u.get_mut(), out_x.get_mut())?;
         // The phase timings wait for the GPU.
         timeline.finish(&self.gpu, &s, &self.tree, &mut stats)?;
@@ -697,15 +732,6 @@ pub(super) struct Staged {
     pub(super) alpha: DeviceBuffer<f64>,
     pub(super) sigma: DeviceBuffer<f64>,
     pub(super) targets: DeviceBuffer<f64>,
-}
-
-/// A launch of one thread per item for `fmm_gather`.
-pub(super) fn gather_cfg(len: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (len.div_ceil(256).max(1) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
 }
 
 /// Where the results go.
