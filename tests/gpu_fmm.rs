@@ -259,15 +259,16 @@ fn skip_reason_shows_once_under_a_capturing_harness() {
 /// The M2L kernels alone against the f64 operator (expansions.rs), coefficient by coefficient
 /// on a small set of lists (m2l_layout.rs's M2lCase: five target cells, 24 sources each, two
 /// far away): f64 (`fmm_m2l`) to 1e-13 and scaled f32 (`fmm_m2l_f32`) to 4 u (p+1) of the
-/// terms' size, for one and three charges up to the GPU's largest order; two runs
-/// bit-identical.
+/// terms' size, for one and three charges up to the GPU's largest order (every slot width
+/// and round count of the kernels); two runs bit-identical.
 #[test]
 fn gpu_m2l_matches_cpu_coefficients() {
     use vpm::summation::fmm::cuda::m2l_on_gpu;
     use vpm::summation::fmm::m2l_layout::{f32_tolerance, M2lCase, F64_TOLERANCE};
     use vpm::summation::fmm::params::M2lPrecision;
     let Some(gpu) = gpu_or_skip() else { return };
-    for p in [4, 9, 15, 20] {
+    // Slots of 1, 2 and 3 outputs (p = 4, 7 and 9, 11) and several rounds (15, 20).
+    for p in [2, 4, 7, 9, 11, 15, 20] {
         for q in [1, 3] {
             let case = M2lCase::new(p, q, 7 + p as u64);
             let reference = case.reference();

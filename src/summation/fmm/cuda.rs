@@ -15,7 +15,7 @@
 //! same bits. [`FmmStats::tree_seconds`] is the device time of the tree and lists (CUDA events).
 
 use super::gpu_tree::{Cores, GpuTree, Shape, TreeRequest};
-use super::m2l_layout::{far_warps, m2l_block, M2L_WARPS};
+use super::m2l_layout::{far_warps, m2l_block, table_stride, M2L_WARPS};
 use super::params::{plan_parameters, FmmBackend, FmmParams, M2lPrecision};
 use super::{AccuracyCheck, Fmm, FmmState, FmmStats};
 use crate::device::buffer::DeviceBuffer;
@@ -34,8 +34,9 @@ use std::sync::Arc;
 
 /// The kernel family: fmm.cu with the shared pair kernel header.
 pub const KERNELS: KernelSource = kernel_source!("fmm.cu", PAIR_KERNEL_HEADER);
-/// Threads per block of `fmm_eval` (`EVAL_THREADS` in fmm.cu).
-const EVAL_THREADS: u32 = 128;
+/// Target leaves (one warp each) per block of the near-field kernels (`NEAR_WARPS` in fmm.cu,
+/// passed at compilation).
+pub(super) const NEAR_WARPS: usize = 4;
 /// The highest order the GPU kernels are built for (their shared tables hold order 2p).
 pub const GPU_MAX_ORDER: usize = 20;
 
@@ -46,6 +47,8 @@ pub struct FarKernels {
     m2m: CudaFunction,
     m2l: CudaFunction,
     m2l_f32: CudaFunction,
+    m2l_expand: CudaFunction,
+    m2l_expand_f32: CudaFunction,
     l2l: CudaFunction,
     q: usize,
     /// Cells (warps) per block of P2M, M2M and L2L, compiled in (`FAR_WARPS`).
@@ -68,12 +71,14 @@ pub(super) fn compile(
         format!("-DFMM_P={p}"),
         format!("-DFMM_Q={q}"),
         format!("-DM2L_WARPS={M2L_WARPS}"),
+        format!("-DM2L_W={}", table_stride(p)),
         format!("-DFAR_WARPS={}", far_warps(p, q)),
+        format!("-DNEAR_WARPS={NEAR_WARPS}"),
     ];
     let module = gpu.module_from(&KERNELS, &options)?;
     #[rustfmt::skip]
     let far = load_kernels!(module, "fmm_", FarKernels {
-        p2m, m2m, m2l, m2l_f32, l2l; q: q, warps: far_warps(p, q)
+        p2m, m2m, m2l, m2l_f32, m2l_expand, m2l_expand_f32, l2l; q: q, warps: far_warps(p, q)
     });
     Ok((module, far))
 }
@@ -83,8 +88,11 @@ struct Kernels {
     order: usize,
     far: FarKernels,
     pack: CudaFunction,
-    eval: CudaFunction,
-    gather: CudaFunction,
+    /// L2P with P2P, one kernel per output ([`ExtraKind`]).
+    eval_velocity: CudaFunction,
+    eval_gradient: CudaFunction,
+    eval_classical: CudaFunction,
+    eval_transposed: CudaFunction,
 }
 
 /// Device buffers, reused between calls. `s_alpha` holds the sources' charges in tree order (the
@@ -92,6 +100,8 @@ struct Kernels {
 #[derive(Default)]
 pub(super) struct Buffers {
     pub(super) s_center: DeviceBuffer<f64>,
+    /// The source cells' half sides (the f32 M2L's scale).
+    pub(super) s_half: DeviceBuffer<f64>,
     pub(super) s_begin: DeviceBuffer<u32>,
     pub(super) s_end: DeviceBuffer<u32>,
     pub(super) s_child_begin: DeviceBuffer<u32>,
@@ -116,6 +126,9 @@ pub(super) struct Buffers {
     pub(super) p2p_offsets: DeviceBuffer<u32>,
     pub(super) p2p_sources: DeviceBuffer<u32>,
     pub(super) mult: DeviceBuffer<f64>,
+    /// The M2L's complete multipole tables (`fmm_m2l_expand[_f32]`), q (p+1)² complex values
+    /// per source cell in f64 or f32.
+    pub(super) m2l_mult: DeviceBuffer<f64>,
     pub(super) local: DeviceBuffer<f64>,
 }
 
@@ -133,6 +146,8 @@ pub struct CudaFmm {
     /// The host form's outputs: velocities (3 per target) and the gradient or stretching.
     out_u: DeviceBuffer<f64>,
     out_x: DeviceBuffer<f64>,
+    /// Tests: the far field left out (see [`CudaFmm::near_field_only`]).
+    near_only: bool,
 }
 
 /// The target tree on the device: its own arrays, or the source tree's when the targets are
@@ -161,6 +176,7 @@ impl Buffers {
         let (src, tgt) = (&tree.sources, tree.target_tree());
         let nc = src.n_cells;
         self.s_center.copy_from(s, &src.center, 3 * nc)?;
+        self.s_half.copy_from(s, &src.half, nc)?;
         self.s_begin.copy_from(s, &src.begin, nc)?;
         self.s_end.copy_from(s, &src.end, nc)?;
         self.s_child_begin.copy_from(s, &src.child_begin, nc)?;
@@ -228,8 +244,29 @@ pub(super) fn cfg(blocks: usize, threads: u32) -> LaunchConfig {
     }
 }
 
-/// M2L into `local` for `n_cells` target cells, in `precision`: one warp per target cell
-/// ([`m2l_block`] warps per block).
+/// The launch of the near-field kernels for `n_leaves` target leaves: one warp per leaf,
+/// [`NEAR_WARPS`] per block.
+pub(super) fn near_cfg(n_leaves: usize) -> LaunchConfig {
+    cfg(n_leaves.div_ceil(NEAR_WARPS), 32 * NEAR_WARPS as u32)
+}
+
+/// Doubles of the local expansions of `cells` cells at order `p` with `q` charges.
+pub(super) fn local_len(q: usize, p: usize, cells: usize) -> usize {
+    2 * q * super::expansions::coefficient_count(p) * cells
+}
+
+/// The source cells' multipoles and geometry as the M2L reads them: `n_cells` cells with
+/// centres (3 each), half sides and FMM_Q·NC complex multipoles each.
+pub(super) struct M2lSources<'a> {
+    pub(super) n_cells: usize,
+    pub(super) center: &'a CudaSlice<f64>,
+    pub(super) half: &'a CudaSlice<f64>,
+    pub(super) mult: &'a CudaSlice<f64>,
+}
+
+/// M2L into `local` for `n_cells` target cells, in `precision`: the sources' complete tables
+/// into `table` (`fmm_m2l_expand[_f32]`, one thread per entry; q (p+1)² complex values per
+/// source cell), then one warp per target cell ([`m2l_block`] warps per block).
 #[allow(clippy::too_many_arguments)]
 fn launch_m2l(
     k: &FarKernels,
@@ -238,12 +275,23 @@ fn launch_m2l(
     precision: M2lPrecision,
     n_cells: usize,
     tcenter: &CudaSlice<f64>,
-    scenter: &CudaSlice<f64>,
+    src: &M2lSources,
+    table: &mut CudaSlice<f64>,
     offsets: &CudaSlice<u32>,
     sources: &CudaSlice<u32>,
-    mult: &CudaSlice<f64>,
     local: &mut CudaSlice<f64>,
 ) -> Result<(), CudaError> {
+    let entries = src.n_cells * k.q * (p + 1) * (p + 1);
+    let (f, name) = match precision {
+        M2lPrecision::F64 => (&k.m2l_expand, "fmm_m2l_expand"),
+        M2lPrecision::F32 => (&k.m2l_expand_f32, "fmm_m2l_expand_f32"),
+    };
+    let ns = src.n_cells as i32;
+    // SAFETY: fmm_m2l_expand[_f32](n_cells, half, mult, out): half has n_cells values, mult
+    // FMM_Q·NC complex values per cell; out (table) q (p+1)² complex values of 16 or 8 bytes
+    // per cell (far_field and m2l_on_gpu size it for f64); one thread per entry.
+    launch!(s, f, name, cfg(entries.div_ceil(256), 256);
+        &ns, src.half, src.mult, &mut *table)?;
     let (warps, shared) = m2l_block(p, k.q, precision);
     let config = LaunchConfig {
         grid_dim: (n_cells.div_ceil(warps).max(1) as u32, 1, 1),
@@ -255,13 +303,13 @@ fn launch_m2l(
         M2lPrecision::F32 => (&k.m2l_f32, "fmm_m2l_f32"),
     };
     let n = n_cells as i32;
-    // SAFETY: fmm_m2l[_f32](n_cells, tcenter, scenter, offsets, sources, mult, local): offsets
-    // has n_cells + 1 entries indexing sources (source cell ids with centres in scenter and
-    // FMM_Q·NC complex multipoles in mult); local holds FMM_Q·NC complex values per target
-    // cell; the block has 32·warps threads (warps ≤ M2L_WARPS, the launch bound) and the
-    // dynamic shared memory m2l_block gives for them.
+    // SAFETY: fmm_m2l[_f32](n_cells, tcenter, scenter, shalf, offsets, sources, mfull, local):
+    // offsets has n_cells + 1 entries indexing sources (source cell ids with centres in
+    // scenter, half sides in shalf and complete tables in mfull, written above); local holds
+    // FMM_Q·NC complex values per target cell; the block has 32·warps threads (warps ≤
+    // M2L_WARPS, the launch bound) and the dynamic shared memory m2l_block gives for them.
     launch!(s, f, name, config;
-        &n, tcenter, scenter, offsets, sources, mult, local)?;
+        &n, tcenter, src.center, src.half, offsets, sources, &*table, local)?;
     Ok(())
 }
 
@@ -276,11 +324,14 @@ pub fn m2l_on_gpu(
     let (_, k) = compile(gpu, case.p, case.q)?;
     let s = gpu.stream().clone();
     let n_cells = case.offsets.len() - 1;
-    let mut bufs: [DeviceBuffer<f64>; 3] = Default::default();
-    let [tc, sc, mult] = &mut bufs;
+    let mut bufs: [DeviceBuffer<f64>; 5] = Default::default();
+    let [tc, sc, sh, mult, table] = &mut bufs;
     tc.upload(&s, &case.tcenter, "M2L test centres")?;
     sc.upload(&s, &case.scenter, "M2L test centres")?;
+    sh.upload(&s, &case.shalf, "M2L test half sides")?;
     mult.upload(&s, &case.mult, "M2L test multipoles")?;
+    let n_sources = case.shalf.len();
+    table.ensure(&s, 2 * case.q * (case.p + 1) * (case.p + 1) * n_sources)?;
     let (mut off, mut src) = (
         DeviceBuffer::<u32>::default(),
         DeviceBuffer::<u32>::default(),
@@ -297,10 +348,15 @@ pub fn m2l_on_gpu(
         precision,
         n_cells,
         tc.get(),
-        sc.get(),
+        &M2lSources {
+            n_cells: n_sources,
+            center: sc.get(),
+            half: sh.get(),
+            mult: mult.get(),
+        },
+        table.get_mut(),
         off.get(),
         src.get(),
-        mult.get(),
         local.get_mut(),
     )?;
     let mut out = vec![0.0; len];
@@ -344,6 +400,9 @@ pub(super) fn far_field(
             b.mult.get_mut())?;
     }
     timeline.record(1, s)?;
+    // The M2L's tables, allocated here (the engines without this far field do not pay them).
+    b.m2l_mult
+        .ensure(s, 2 * k.q * (p + 1) * (p + 1) * stree.cells.len())?;
     let tcenter = match st.target_tree {
         Some(_) => b.t_center.get(),
         None => b.s_center.get(),
@@ -355,10 +414,15 @@ pub(super) fn far_field(
         m2l,
         ttree.cells.len(),
         tcenter,
-        b.s_center.get(),
+        &M2lSources {
+            n_cells: stree.cells.len(),
+            center: b.s_center.get(),
+            half: b.s_half.get(),
+            mult: b.mult.get(),
+        },
+        b.m2l_mult.get_mut(),
         b.m2l_offsets.get(),
         b.m2l_sources.get(),
-        b.mult.get(),
         b.local.get_mut(),
     )?;
     timeline.record(2, s)?;
@@ -442,6 +506,7 @@ impl CudaFmm {
             buf: Buffers::default(),
             out_u: DeviceBuffer::default(),
             out_x: DeviceBuffer::default(),
+            near_only: false,
         };
         s.ensure_kernels()?;
         Ok(s)
@@ -455,7 +520,8 @@ impl CudaFmm {
         let (module, far) = compile(&self.gpu, p, 3)?;
         #[rustfmt::skip]
         let k = load_kernels!(module, "fmm_", Kernels {
-            pack, eval, gather; order: p, far: far
+            pack, eval_velocity, eval_gradient, eval_classical, eval_transposed;
+            order: p, far: far
         });
         self.kernels = Some(k);
         Ok(())
@@ -463,6 +529,17 @@ impl CudaFmm {
 
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
+    }
+
+    /// Tests: with `on`, the local expansions are zeroed before L2P, so an evaluation returns
+    /// the near field (P2P over the lists) alone.
+    pub fn near_field_only(&mut self, on: bool) {
+        self.near_only = on;
+    }
+
+    /// The trees and lists of the last evaluation (tests download them).
+    pub fn device_tree(&self) -> &GpuTree {
+        &self.tree
     }
 
     /// One evaluation on device inputs (the caller's order; `sigma_max` their largest core):
@@ -505,11 +582,7 @@ impl CudaFmm {
         b.s_str.ensure(&s, 4 * n)?;
         b.s_alpha.ensure(&s, 3 * n)?;
         b.t_alpha.ensure(&s, 1)?;
-        let ni = n as i32;
-        // SAFETY: fmm_gather(order, n, width, src, dst): order (the tree's) holds n indices
-        // below n; src holds 3n doubles (the caller's strengths), dst was ensured to 3n.
-        launch!(s, &k.gather, "fmm_gather", gather_cfg(n);
-            b.s_order.get(), &ni, &3i32, inputs.alpha, b.s_alpha.get_mut())?;
+        self.tree.gather_sources(3, inputs.alpha, &mut b.s_alpha)?;
 
         let timeline = Timeline::new(&self.gpu)?;
         let n_sleaves = stree.leaves.len() as i32;
@@ -521,14 +594,21 @@ impl CudaFmm {
             b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
             b.s_x.get(), b.s_alpha.get(), b.s_sigma.get(), b.s_pos.get_mut(), b.s_str.get_mut())?;
         far_field(&k.far, b, &s, &st, p, self.state.params.m2l, &timeline)?;
+        if self.near_only {
+            b.local.zero(&s, local_len(3, p, ttree.cells.len()))?;
+        }
         let n_tleaves = ttree.leaves.len() as i32;
         let rho_cut = self.state.params.rho_cut(gradient);
         let rho_cut2 = (rho_cut * rho_cut) as f32;
-        let mode: i32 = match extra {
-            ExtraKind::Velocity => 0,
-            ExtraKind::Gradient => 1,
-            ExtraKind::Stretching(StretchingScheme::Classical) => 2,
-            ExtraKind::Stretching(StretchingScheme::Transposed) => 3,
+        let (eval, name) = match extra {
+            ExtraKind::Velocity => (&k.eval_velocity, "fmm_eval_velocity"),
+            ExtraKind::Gradient => (&k.eval_gradient, "fmm_eval_gradient"),
+            ExtraKind::Stretching(StretchingScheme::Classical) => {
+                (&k.eval_classical, "fmm_eval_classical")
+            }
+            ExtraKind::Stretching(StretchingScheme::Transposed) => {
+                (&k.eval_transposed, "fmm_eval_transposed")
+            }
         };
         let t = b.targets(own_targets);
         let (out_u, out_x, talpha) = match outputs {
@@ -545,17 +625,18 @@ impl CudaFmm {
             Outputs::Device { u, x, alpha } => (u, x, alpha),
         };
         let talpha = talpha.unwrap_or(b.t_alpha.get());
-        // SAFETY: fmm_eval(tleaves, n, tcenter, tbegin, tend, tx, torder, p2p_offsets,
-        // p2p_sources, scenter, sbegin, send, spos, sstr, local, rho_cut2, mode, talpha, out_u,
+        // SAFETY: fmm_eval_*(tleaves, n, tcenter, tbegin, tend, tx, torder, p2p_offsets,
+        // p2p_sources, scenter, sbegin, send, spos, sstr, local, rho_cut2, talpha, out_u,
         // out_x): target leaves and their sorted positions (3 per target), the order mapping
         // sorted → original targets (nt entries), the P2P lists (n + 1 offsets, source leaf
         // ids), the packed sources (4 floats each), the locals; out_u holds 3·nt doubles and
         // out_x 9·nt (gradient) or 3·nt (stretching) doubles, talpha 3·nt doubles when
-        // stretching (ensured by the caller for device outputs); blockDim is EVAL_THREADS.
-        launch!(s, &k.eval, "fmm_eval", cfg(ttree.leaves.len(), EVAL_THREADS);
+        // stretching (ensured by the caller for device outputs); one warp per target leaf,
+        // blocks of NEAR_WARPS warps (the kernels' launch bound).
+        launch!(s, eval, name, near_cfg(ttree.leaves.len());
             b.t_leaves.get(), &n_tleaves, t.center, t.begin, t.end, t.x, b.t_order.get(),
             b.p2p_offsets.get(), b.p2p_sources.get(), b.s_center.get(), b.s_begin.get(),
-            b.s_end.get(), b.s_pos.get(), b.s_str.get(), b.local.get(), &rho_cut2, &mode,
+            b.s_end.get(), b.s_pos.get(), b.s_str.get(), b.local.get(), &rho_cut2,
             talpha, out_u.get_mut(), out_x.get_mut())?;
         // The phase timings wait for the GPU.
         timeline.finish(&self.gpu, &s, &self.tree, &mut stats)?;
@@ -651,15 +732,6 @@ pub(super) struct Staged {
     pub(super) alpha: DeviceBuffer<f64>,
     pub(super) sigma: DeviceBuffer<f64>,
     pub(super) targets: DeviceBuffer<f64>,
-}
-
-/// A launch of one thread per item for `fmm_gather`.
-pub(super) fn gather_cfg(len: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (len.div_ceil(256).max(1) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
 }
 
 /// Where the results go.

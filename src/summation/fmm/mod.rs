@@ -261,7 +261,7 @@ impl CheckSchedule {
     }
 
     /// Logs and keeps a check of the evaluation just counted; an error when it misses the
-    /// request by more than [`check::FAILURE_FACTOR`].
+    /// request (the contract of [`check::AccuracyCheck::passed`]).
     pub fn record(&mut self, c: AccuracyCheck) -> SumResult {
         tracing::info!("{c}");
         self.checked_sigma = c.sigma_max;
@@ -274,7 +274,7 @@ impl CheckSchedule {
     }
 
     /// Counts an evaluation and, when due, checks its result `out` against the direct sum; an
-    /// error when the check misses the request by more than [`check::FAILURE_FACTOR`].
+    /// error when the check misses the request (the contract of [`check::AccuracyCheck::passed`]).
     #[allow(clippy::too_many_arguments)]
     pub fn after_evaluation(
         &mut self,
@@ -352,7 +352,7 @@ impl GravityFmmState {
     /// One [`GravitySummation::evaluate_bodies`] around the engine's `run` (φ and a at the
     /// points it is given into `out`, sized for them, and its counts and times), then, when due,
     /// the built-in check of φ and a against the reference on a sample; an error when it misses
-    /// the request by more than [`check::FAILURE_FACTOR`].
+    /// the request (the contract of [`check::AccuracyCheck::passed`]).
     pub fn evaluate(
         &mut self,
         work: GravityWork,
@@ -378,7 +378,7 @@ impl GravityFmmState {
 
     /// The built-in check of an evaluation just counted and due: φ and a of `out` (at `targets`,
     /// or at the bodies) against the reference on a sample; an error when it misses the request
-    /// by more than [`check::FAILURE_FACTOR`].
+    /// (the contract of [`check::AccuracyCheck::passed`]).
     pub fn check(
         &mut self,
         bodies: &Bodies,
