@@ -160,12 +160,7 @@ impl std::fmt::Display for FmmParams {
 pub use crate::kernel::{gradient_tail, rho_cut, velocity_tail};
 
 /// The error model: relative L2 error of the velocity gradient (stretching) of an evaluation at
-/// order p and opening angle θ, E = 0.2 θ^{1.4p}, a twelfth of that for the velocity. The
-/// uniform sets below fit 0.05 θ^{1.4p}; the constant is four times that for thin rings, whose
-/// stretching errs most: `leapfrog-rings` (10⁶ particles, σ/R = 0.1) planned with 0.05 (p = 9 at
-/// 1e-4 on the GPU) had a stretching L2 of 8.7e-5 but a sampled maximum of 1.7e-3, above the
-/// contract's 10 × 1e-4 (issue 25; docs/validation.md); one more order (p = 10) divides the
-/// error by about θ^{1.4} ≈ 2.6. Fitted to
+/// order p and opening angle θ, E = 0.05 θ^{1.4p}, a third of that for the velocity. Fitted to
 /// direct sums of 20 000 uniform particles at θ = 0.4, 0.5, 0.6 and p = 2…20 (test `calibrate` in
 /// tests/fmm.rs, table in docs/validation.md): at θ = 0.5 the measured stretching errors are
 /// 7.7e-4, 1.2e-5, 2.3e-7, 4.6e-9, 1.0e-10 at p = 4, 8, 12, 16, 20 against the model's 1.0e-3,
@@ -173,11 +168,11 @@ pub use crate::kernel::{gradient_tail, rho_cut, velocity_tail};
 /// fall faster than the single-pair bound θ^{p+1} because the traversal accepts most pairs well
 /// inside the criterion.
 pub fn truncation_error(order: usize, theta: f64, gradient: bool) -> f64 {
-    let e = 0.2 * theta.powf(1.4 * order as f64);
+    let e = 0.05 * theta.powf(1.4 * order as f64);
     if gradient {
         e
     } else {
-        e / 12.0
+        e / 3.0
     }
 }
 
@@ -419,16 +414,16 @@ mod tests {
         assert!(plan_parameters(f64::NAN, FmmBackend::Cpu).is_err());
     }
 
-    /// The CPU's leaves grow with the order (1e-6 plans p = 15 and leaves of 320; 1e-4 p = 10
-    /// and 151); the GPU's stay at [`GPU_LEAF_SIZE`].
+    /// The CPU's leaves grow with the order (1e-6 plans p = 13 and leaves of 245; 1e-4 p = 9
+    /// and 125); the GPU's stay at 128.
     #[test]
     fn cpu_leaves_grow_with_the_order() {
         let cpu = |a| plan_parameters(a, FmmBackend::Cpu).unwrap();
-        assert_eq!((cpu(1e-6).order, cpu(1e-6).leaf_size), (15, 320));
-        assert_eq!((cpu(1e-4).order, cpu(1e-4).leaf_size), (10, 151));
+        assert_eq!((cpu(1e-6).order, cpu(1e-6).leaf_size), (13, 245));
+        assert_eq!((cpu(1e-4).order, cpu(1e-4).leaf_size), (9, 125));
         assert_eq!(cpu(1e-2).leaf_size, 48);
         assert_eq!(cpu(1e-10).leaf_size, 400);
         let gpu = plan_parameters(1e-4, FmmBackend::Cuda).unwrap();
-        assert_eq!((gpu.order, gpu.leaf_size), (10, GPU_LEAF_SIZE));
+        assert_eq!((gpu.order, gpu.leaf_size), (9, GPU_LEAF_SIZE));
     }
 }
