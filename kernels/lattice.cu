@@ -4,9 +4,10 @@
 // `condition_and_solve_exact` in src/vortex/reinit.rs). Compiled by NVRTC at run time.
 //
 //   (cuFFT D2Z, batch of 3: the node-major lattice vorticity ω, stride 3, into 3 half spectra;
-//    for the spectral solve, `RbfSolver::Spectral`, ω is sampled on a finer M³ lattice and
-//    lat_band, at the end of this file, takes the band |q_d| ≤ N/2 of its spectra, D2Z(ω)/M³,
-//    with the symbol ĉ below replaced by the band's Gaussian ĝ: docs/physics.md §3.7)
+//    for the spectral solve, `RbfSolver::Spectral`, the band |q_d| ≤ N/2 of the spectra of ω
+//    sampled on a finer M³ lattice, D2Z(ω)/M³, taken by lm_band of kernels/lattice_modes.cu, or
+//    the band modes of the particles themselves by that file's non-uniform FFT, with the symbol
+//    ĉ below replaced by the band's Gaussian ĝ: docs/physics.md §3.7)
 //   lat_condition  per stored mode m of the half spectrum, ω̂ = D2Z(ω)/N³ (the band's D2Z(ω)/M³
 //                  for the spectral solve: `scale`) and
 //                    β̂(m) = ½ [M(q_m) + M(q_m')] ω̂(m),
@@ -146,53 +147,5 @@ extern "C" __global__ void lat_condition(double2 *__restrict__ spec, const doubl
         partials[3 * blockIdx.x] = s_tot[0];
         partials[3 * blockIdx.x + 1] = s_lon[0];
         partials[3 * blockIdx.x + 2] = s_fil[0];
-    }
-}
-
-// The band |q_d| ≤ N/2 of the spectra of a field sampled on a finer M³ lattice, as N³ lattice
-// spectra (reinit.rs `band_of_spectrum`): coarse mode q takes the fine mode q; a Nyquist
-// component (even N) takes the sum of the fine modes +N/2 and −N/2. Fine modes with a negative
-// z wavenumber are not stored: the value at (q_x, q_y, q_z < 0) is conj of (−q_x, −q_y, −q_z).
-// fine: 3·M·M·(M/2+1) double2; spec: 3·N·N·(N/2+1) double2; any grid (threads stride).
-__device__ __forceinline__ int lat_band_axis(int d, int n, int q[2])
-{
-    if (n % 2 == 0 && 2 * d == n) {
-        q[0] = d;
-        q[1] = -d;
-        return 2;
-    }
-    q[0] = d <= n / 2 ? d : d - n;
-    return 1;
-}
-
-extern "C" __global__ void lat_band(const double2 *__restrict__ fine, int m,
-                                    double2 *__restrict__ spec, int n)
-{
-    const int nh = n / 2 + 1, mh = m / 2 + 1;
-    const long long len = (long long)n * n * nh, flen = (long long)m * m * mh;
-    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < len;
-         t += (long long)gridDim.x * blockDim.x) {
-        const int iz = (int)(t % nh);
-        const long long ixy = t / nh;
-        const int iy = (int)(ixy % n), ix = (int)(ixy / n);
-        int qx[2], qy[2], qz[2];
-        const int cx = lat_band_axis(ix, n, qx), cy = lat_band_axis(iy, n, qy),
-                  cz = lat_band_axis(iz, n, qz);
-        for (int d = 0; d < 3; d++) {
-            double2 sum = make_double2(0.0, 0.0);
-            for (int a = 0; a < cx; a++) {
-                for (int b = 0; b < cy; b++) {
-                    for (int c = 0; c < cz; c++) {
-                        const int sgn = qz[c] < 0 ? -1 : 1;
-                        const int fx = ((sgn * qx[a]) % m + m) % m;
-                        const int fy = ((sgn * qy[b]) % m + m) % m;
-                        const double2 v = fine[d * flen + ((long long)fx * m + fy) * mh + sgn * qz[c]];
-                        sum.x += v.x;
-                        sum.y += sgn * v.y;
-                    }
-                }
-            }
-            spec[d * len + t] = sum;
-        }
     }
 }

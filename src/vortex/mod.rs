@@ -14,6 +14,7 @@
 //! (direct, Ewald, FMM, CPU or GPU) answered.
 
 pub mod field;
+pub mod lattice_modes;
 pub mod planner;
 pub mod rbf;
 pub mod rbf_device;

@@ -219,12 +219,25 @@ pub fn condition_and_solve_spectral(
     conditioning: LatticeConditioning,
 ) -> (Vec<[f64; 3]>, ConditioningReport) {
     let fine = lattice_spectrum(omega, m);
-    let mut spectrum = if m == n {
+    let spectrum = if m == n {
         fine
     } else {
         // The fine spectra (48·m³ bytes) are dropped here, before the n³ transforms.
         band_of_spectrum(&fine, m, n)
     };
+    solve_spectral_band(spectrum, n, sigma0, conditioning)
+}
+
+/// The spectral solve of [`condition_and_solve_spectral`] from the blob field's band spectrum
+/// itself (the layout of [`band_of_spectrum`]; e.g. the non-uniform FFT's
+/// [`super::lattice_modes::blob_band_spectrum`]): conditioned as `conditioning` asks and divided
+/// by the band Gaussian. Returns the strengths (before any Σβ = 0) and the conditioning report.
+pub fn solve_spectral_band(
+    mut spectrum: [Vec<num_complex::Complex64>; 3],
+    n: usize,
+    sigma0: f64,
+    conditioning: LatticeConditioning,
+) -> (Vec<[f64; 3]>, ConditioningReport) {
     let symbol = band_gaussian_symbol(n, sigma0);
     let report = condition_spectrum(&mut spectrum, n, conditioning, Some(&symbol));
     (lattice_field(&spectrum, n), report)

@@ -39,7 +39,7 @@
 //! fused multiply-adds, so GPU and CPU runs agree to round-off plus the f32 of the pair sums.
 
 use super::rbf::SolveReport;
-use super::rbf_device::DeviceRbfSolver;
+use super::rbf_device::{DeviceBlobs, DeviceRbfSolver};
 use super::reinit::ConditioningReport;
 use super::stepper::{HostDerivatives, ParticleStepper, ParticleSummary, TransferBytes};
 use super::{
@@ -795,9 +795,28 @@ impl ResidentStepper {
         // The lattice ω is sampled on: finer than n for the spectral solve.
         let m = self.settings.sampling_lattice();
         self.timer.begin(Phase::ReinitVorticity as usize)?;
-        // The evaluator's lattice method where it has one (GPU Ewald: separable weights),
-        // else its pair sums at the nodes (made only then).
-        let on_lattice = {
+        let s = self.stream.clone();
+        let rbf = self.rbf.as_mut().expect("made when reinitialisation is on");
+        let src = if let At::Next = from {
+            &self.next
+        } else {
+            &self.state
+        };
+        // Spectral with one core: the band modes of the particles themselves by non-uniform
+        // FFT (rbf_device.rs, docs/physics.md §3.7), no sampling lattice.
+        let from_particles = self.settings.rbf == RbfSolver::Spectral && src.equal_cores;
+        if from_particles {
+            let blobs = DeviceBlobs {
+                x: &src.x,
+                alpha: &src.alpha,
+                count: src.n,
+                sigma: src.sigma_max,
+            };
+            rbf.queue_band_modes(blobs, n, self.settings.sigma0)?;
+        }
+        // Otherwise the evaluator's lattice method where it has one (GPU Ewald: separable
+        // weights), else its pair sums at the nodes (made only then).
+        let on_lattice = from_particles || {
             let src = if let At::Next = from {
                 &self.next
             } else {
@@ -828,20 +847,29 @@ impl ResidentStepper {
             )?;
         }
         self.timer.begin(Phase::ReinitSolve as usize)?;
-        let s = self.stream.clone();
         let rbf = self.rbf.as_mut().expect("made when reinitialisation is on");
         // A report on the device not read yet is overwritten by this solve.
         self.conditioning_on_device = false;
-        rbf.solve(
-            &self.omega,
-            m,
-            n,
-            self.settings.sigma0,
-            self.settings.rbf,
-            self.settings.conditioning,
-            self.settings.zero_total_strength,
-            &mut self.pred.alpha,
-        )?;
+        if from_particles {
+            rbf.solve_band_modes(
+                n,
+                self.settings.sigma0,
+                self.settings.conditioning,
+                self.settings.zero_total_strength,
+                &mut self.pred.alpha,
+            )?;
+        } else {
+            rbf.solve(
+                &self.omega,
+                m,
+                n,
+                self.settings.sigma0,
+                self.settings.rbf,
+                self.settings.conditioning,
+                self.settings.zero_total_strength,
+                &mut self.pred.alpha,
+            )?;
+        }
         self.pred.x.ensure(&s, 3 * n3)?;
         self.pred.sigma.ensure(&s, n3)?;
         let (n_i, h, sigma0) = (n as i32, TAU / n as f64, self.settings.sigma0);

@@ -1,0 +1,555 @@
+//! The blob vorticity's Fourier modes on the particle lattice's band, by a type-1 non-uniform
+//! FFT in f64 (docs/physics.md §3.7): what spectral reinitialisation ([`super::RbfSolver::Spectral`])
+//! solves from, at a cost that does not grow with the cores.
+//!
+//! With one core σ, the blob field ω_h = Σ_p α_p ζ_σ(x − x_p) has the coefficients
+//! ω̂(q) = V⁻¹ e^{−|q|²σ²/2} Σ_p α_p e^{−iq·x_p}. In the lattice-DFT convention of
+//! [`super::rbf::lattice_spectrum`] (nodes −π + i·h) the spectral solve needs
+//! ω̂(q) (−1)^{q_x+q_y+q_z} = V⁻¹ e^{−|q|²σ²/2} Σ_p α_p e^{−iq·x'_p}, x' = x + π ∈ [0, 2π)³, for every
+//! q of the band |q_d| ≤ n/2. They are computed as a non-uniform FFT of type 1 (Kaiser–Bessel
+//! gridding: Jackson et al., IEEE TMI 10, 1991; Fessler & Sutton, IEEE TSP 51, 2003; Barnett,
+//! Magland & af Klinteberg, SIAM J. Sci. Comput. 41, 2019):
+//!
+//! 1. **Spread** each α_p onto the M³ mesh (spacing H = 2π/M, M > n, [`ModesPlan`]) with the
+//!    separable window φ(x) = Π_d φ₁(x_d), φ₁(x) = I₀(β√(1 − t²))/I₀(β) for t = 2x/(wH) in
+//!    (−1, 1), 0 outside: w nodes per direction;
+//! 2. **Transform**: F(m) = Σ_j f_j e^{−2πi m·j/M};
+//! 3. **Deconvolve** on the band: by Poisson summation F(q) = H⁻³ Σ_l φ̂(q + lM) Σ_p α_p
+//!    e^{−i(q+lM)·x'_p}, so the modes are F(q) Π_d e^{−q_d²σ²/2}/(M φ̂₁(q_d)), with the closed form
+//!    φ̂₁(k) = wH sinh(√(β² − z²))/(√(β² − z²) I₀(β)), z = kwH/2 (sin for z > β), and an error of
+//!    the terms l ≠ 0 (aliasing).
+//!
+//! The cost is N·w³ + M³ log M, independent of σ; the 7σ lattice sum it replaces grew with
+//! the cores. β = πw(1 − 1/(2u)), u = M/n, puts the band edge's nearest alias exactly at the
+//! edge of φ̂'s main lobe.
+//!
+//! **The window rule** ([`ModesPlan::new`]): the RBF solve divides mode q by the band Gaussian,
+//! amplifying an error by up to A = exp((n/2)²σ0²/2) (139 at σ0 = h, 16 at 0.75h); the modes'
+//! error times A must stay below [`VORTICITY_TOLERANCE`] (1e-6) of the vorticity's rms. The
+//! aliasing error per axis is E(w) = max over band k of Σ_{0<|l|≤3} |φ̂₁(k + lM)|/φ̂₁(k), three
+//! axes add to 3E, so w is the smallest width with 3E(w) ≤ 1e-6/A (no finer than
+//! [`TOLERANCE_FLOOR`], the modes' own round-off): at M = 3n/2 (u = 1.5, the same mesh as
+//! [`super::reinit::sampling_lattice`]) w = 12 at overlap 0.75 and 14 at overlap 1. When no
+//! width up to [`MAX_WIDTH`] reaches it, or the mesh is too small for the GPU's gather, the next
+//! mesh size is taken.
+//!
+//! The GPU form is [`super::rbf_device::DeviceRbfSolver::solve_from_particles`] (kernels/lattice_modes.cu);
+//! [`blob_band_spectrum`] is its CPU f64 mirror.
+
+use super::rbf::{for_each_lattice_mode, lattice_spectrum, signed_wavenumber};
+use super::reinit::{band_of_spectrum, sampling_lattice};
+use num_complex::Complex64;
+use std::f64::consts::{PI, TAU};
+
+/// The RBF solve's target: the modes' error times the solve's amplification, relative to the
+/// vorticity's rms (issue 26).
+pub const VORTICITY_TOLERANCE: f64 = 1e-6;
+/// The finest aliasing error asked of the window: below it the f64 sums' round-off dominates.
+pub const TOLERANCE_FLOOR: f64 = 1e-13;
+/// Narrowest window, in nodes per direction.
+pub const MIN_WIDTH: usize = 4;
+/// Widest window, in nodes per direction.
+pub const MAX_WIDTH: usize = 16;
+/// The GPU gather's tile edge in mesh nodes (`LM_TILE` in kernels/lattice_modes.cu).
+pub const TILE: usize = 8;
+/// The GPU's particle cells' edge in mesh nodes (`LM_CELL`).
+pub const CELL: usize = 2;
+
+/// The modified Bessel function I₀(x) by its power series Σ (x²/4)^k/(k!)² (all terms positive:
+/// accurate to round-off for the arguments of the window, x ≤ β < 60).
+pub fn bessel_i0(x: f64) -> f64 {
+    let q = 0.25 * x * x;
+    let (mut term, mut sum) = (1.0f64, 1.0f64);
+    let mut k = 1.0;
+    while term > 1e-18 * sum {
+        term *= q / (k * k);
+        sum += term;
+        k += 1.0;
+    }
+    sum
+}
+
+/// The Kaiser–Bessel window of `width` nodes on an M-point mesh for an n-point band.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KaiserBessel {
+    /// w: nodes per direction.
+    pub width: usize,
+    /// β = πw(1 − 1/(2u)), u = M/n.
+    pub beta: f64,
+    /// M: the mesh's points per direction.
+    pub mesh: usize,
+    /// 1/I₀(β): the window is 1 at its centre.
+    pub inv_i0_beta: f64,
+}
+
+impl KaiserBessel {
+    /// The window of `width` nodes on an M = `mesh` point mesh for the band of an `n`-point
+    /// lattice (mesh > n).
+    pub fn new(width: usize, mesh: usize, n: usize) -> Self {
+        let u = mesh as f64 / n as f64;
+        let beta = PI * width as f64 * (1.0 - 0.5 / u);
+        KaiserBessel {
+            width,
+            beta,
+            mesh,
+            inv_i0_beta: 1.0 / bessel_i0(beta),
+        }
+    }
+
+    /// φ₁ at a distance of `d` mesh spacings from the particle: I₀(β√(1 − t²))/I₀(β), t = 2d/w,
+    /// for |t| < 1, else 0 (the GPU's `lm_weight`).
+    pub fn weight(&self, d: f64) -> f64 {
+        let t = 2.0 * d / self.width as f64;
+        let s = 1.0 - t * t;
+        if s > 0.0 {
+            bessel_i0(self.beta * s.sqrt()) * self.inv_i0_beta
+        } else {
+            0.0
+        }
+    }
+
+    /// φ̂₁(k) = ∫ φ₁(x) e^{−ikx} dx (x in box units, H = 2π/M) at wavenumber `k`.
+    pub fn transform(&self, k: f64) -> f64 {
+        let h = TAU / self.mesh as f64;
+        let wh = self.width as f64 * h;
+        let z = 0.5 * k * wh;
+        let d = self.beta * self.beta - z * z;
+        let shape = if d > 0.0 {
+            let s = d.sqrt();
+            s.sinh() / s
+        } else if d < 0.0 {
+            let s = (-d).sqrt();
+            s.sin() / s
+        } else {
+            1.0
+        };
+        wh * shape * self.inv_i0_beta
+    }
+
+    /// The aliasing error per axis on the band of an `n`-point lattice: the largest, over
+    /// 0 ≤ k ≤ n/2, of Σ_{0<|l|≤3} |φ̂₁(k + lM)| / φ̂₁(k).
+    pub fn aliasing(&self, n: usize) -> f64 {
+        let m = self.mesh as f64;
+        (0..=n / 2)
+            .map(|k| {
+                let k = k as f64;
+                let images: f64 = (1..=3)
+                    .map(|l| {
+                        let l = l as f64;
+                        self.transform(k + l * m).abs() + self.transform(k - l * m).abs()
+                    })
+                    .sum();
+                images / self.transform(k)
+            })
+            .fold(0.0, f64::max)
+    }
+}
+
+/// The RBF solve's largest amplification of a mode error on an `n`³ lattice with core σ0:
+/// exp((n/2)²σ0²/2), the inverse of the band Gaussian at the band's edge relative to q = 0.
+pub fn amplification(n: usize, sigma0: f64) -> f64 {
+    let edge = 0.5 * n as f64 * sigma0;
+    (0.5 * edge * edge).exp()
+}
+
+/// The aliasing error per axis the window must reach: [`VORTICITY_TOLERANCE`] over the
+/// amplification and over the three axes, no finer than [`TOLERANCE_FLOOR`].
+pub fn axis_tolerance(n: usize, sigma0: f64) -> f64 {
+    (VORTICITY_TOLERANCE / amplification(n, sigma0) / 3.0).max(TOLERANCE_FLOOR)
+}
+
+/// The GPU gather's sweep: (first cell's offset from the tile's first cell, cells per
+/// direction) of the particles whose window of `width` nodes reaches a tile of [`TILE`] nodes.
+/// A particle at mesh coordinate p reaches node i when |i − p| < w/2, so the tile [t0, t0 + T)
+/// takes p in (t0 − w/2, t0 + T − 1 + w/2): cells ⌊(t0 − w/2)/C⌋ to ⌊(t0 + T − 1 + w/2)/C⌋.
+pub fn sweep(width: usize) -> (i64, usize) {
+    let (w, c) = (width as i64, 2 * CELL as i64);
+    let lo = -(w + c - 1) / c; // −⌈w/(2C)⌉
+    let hi = (2 * TILE as i64 - 2 + w) / c; // ⌊(2T − 2 + w)/(2C)⌋
+    (lo, (hi - lo + 1) as usize)
+}
+
+/// Why no window fits.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "lattice modes: no Kaiser–Bessel window of at most {MAX_WIDTH} nodes on a mesh of at most \
+     {max_mesh}³ reaches the aliasing error {tolerance:.1e} asked for the {n}³ lattice with \
+     σ0 = {sigma0} (amplification {amplification:.1e})"
+)]
+pub struct NoWindow {
+    n: usize,
+    sigma0: f64,
+    tolerance: f64,
+    amplification: f64,
+    max_mesh: usize,
+}
+
+/// The mesh and window for the band modes of an n³ lattice ([`ModesPlan::new`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ModesPlan {
+    /// The particle lattice n (the band |q_d| ≤ n/2).
+    pub n: usize,
+    /// The window (its `mesh` is M).
+    pub window: KaiserBessel,
+}
+
+/// Whether `m` is a multiple of 8 with no prime factor above 7.
+fn smooth_multiple_of_8(m: usize) -> bool {
+    let mut r = m;
+    for p in [2, 3, 5, 7] {
+        while r.is_multiple_of(p) {
+            r /= p;
+        }
+    }
+    r == 1 && m.is_multiple_of(8)
+}
+
+impl ModesPlan {
+    /// The window rule (module docs): starting from M = [`sampling_lattice`]`(n)` (3n/2, u =
+    /// 1.5), the smallest width w with the per-axis aliasing error at most
+    /// [`axis_tolerance`]`(n, σ0)`, on the first mesh (multiples of 8 with prime factors ≤ 7,
+    /// up to 4n + 32) where such a width exists and the GPU's sweep of cells fits the mesh.
+    pub fn new(n: usize, sigma0: f64) -> Result<Self, NoWindow> {
+        let tolerance = axis_tolerance(n, sigma0);
+        let max_mesh = 4 * n + 32;
+        let mut mesh = sampling_lattice(n);
+        while mesh <= max_mesh {
+            if smooth_multiple_of_8(mesh) {
+                let found = (MIN_WIDTH..=MAX_WIDTH)
+                    .map(|w| KaiserBessel::new(w, mesh, n))
+                    .find(|kb| kb.aliasing(n) <= tolerance);
+                if let Some(window) = found {
+                    if sweep(window.width).1 * CELL <= mesh {
+                        return Ok(ModesPlan { n, window });
+                    }
+                }
+            }
+            mesh += 8;
+        }
+        Err(NoWindow {
+            n,
+            sigma0,
+            tolerance,
+            amplification: amplification(n, sigma0),
+            max_mesh,
+        })
+    }
+
+    /// M, the mesh's points per direction.
+    pub fn mesh(&self) -> usize {
+        self.window.mesh
+    }
+
+    /// The deconvolution per DFT index d of the n-point lattice for core σ:
+    /// e^{−q²σ²/2}/(M φ̂₁(q)), q the signed wavenumber (+n/2 at a Nyquist index; φ̂₁ and the
+    /// Gaussian are even, so the Nyquist sum of ±n/2 takes the same factor).
+    pub fn factors(&self, sigma: f64) -> Vec<f64> {
+        let m = self.mesh() as f64;
+        (0..self.n)
+            .map(|d| {
+                let q = signed_wavenumber(d, self.n);
+                (-0.5 * q * q * sigma * sigma).exp() / (m * self.window.transform(q))
+            })
+            .collect()
+    }
+
+    /// Device bytes of the mesh in the GPU's in-place transform layout: 3 components of
+    /// M·M·2(M/2 + 1) f64.
+    pub fn mesh_bytes(&self) -> u64 {
+        let m = self.mesh() as u64;
+        3 * m * m * 2 * (m / 2 + 1) * 8
+    }
+}
+
+/// The mesh coordinate p ∈ [0, M) of a position (box [−π, π) per axis, periodic) on an M-point
+/// mesh (the GPU's `lm_coordinate`).
+pub fn mesh_coordinate(x: f64, mesh: usize) -> f64 {
+    let mut s = x + PI;
+    s -= TAU * (s / TAU).floor();
+    let p = s * (mesh as f64 / TAU);
+    if p >= mesh as f64 {
+        p - mesh as f64
+    } else {
+        p
+    }
+}
+
+/// The CPU f64 mirror of the GPU's band modes (module docs): the blob field's coefficients on
+/// the band of the `plan.n`³ lattice, in the layout and normalisation of
+/// [`super::reinit::band_of_spectrum`] (the full n³ lattice spectrum of
+/// [`lattice_spectrum`], a Nyquist component the sum of ±n/2), for particles at `x` with
+/// strengths `alpha` and one core `sigma`.
+pub fn blob_band_spectrum(
+    x: &[[f64; 3]],
+    alpha: &[[f64; 3]],
+    sigma: f64,
+    plan: &ModesPlan,
+) -> [Vec<Complex64>; 3] {
+    let (n, m, kb) = (plan.n, plan.mesh(), plan.window);
+    let half = 0.5 * kb.width as f64;
+    let mut field = vec![[0.0f64; 3]; m * m * m];
+    let axis = |x: f64| -> Vec<(usize, f64)> {
+        let p = mesh_coordinate(x, m);
+        let (first, last) = ((p - half).ceil() as i64, (p + half).floor() as i64);
+        (first..=last)
+            .map(|i| (i.rem_euclid(m as i64) as usize, kb.weight(i as f64 - p)))
+            .collect()
+    };
+    for (xp, a) in x.iter().zip(alpha) {
+        let (wx, wy, wz) = (axis(xp[0]), axis(xp[1]), axis(xp[2]));
+        for &(i, fx) in &wx {
+            for &(j, fy) in &wy {
+                let fxy = fx * fy;
+                for &(k, fz) in &wz {
+                    let f = fxy * fz;
+                    let node = &mut field[(i * m + j) * m + k];
+                    for c in 0..3 {
+                        node[c] += a[c] * f;
+                    }
+                }
+            }
+        }
+    }
+    // lattice_spectrum divides by M³; the factors want the plain sum.
+    let fine = lattice_spectrum(&field, m);
+    let mut band = band_of_spectrum(&fine, m, n);
+    let f = plan.factors(sigma);
+    let m3 = (m * m * m) as f64;
+    for_each_lattice_mode(n, |i, _| {
+        let s = m3 * (f[i / (n * n)] * f[(i / n) % n] * f[i % n]);
+        for c in band.iter_mut() {
+            c[i] *= s;
+        }
+    });
+    band
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// The lattice-DFT coefficient of the blob field by direct f64 sum:
+    /// V⁻¹ e^{−|q|²σ²/2} Σ_p α_p e^{−iq·(x_p + π)}.
+    fn direct(x: &[[f64; 3]], alpha: &[[f64; 3]], sigma: f64, q: [f64; 3]) -> [Complex64; 3] {
+        let q2 = q[0] * q[0] + q[1] * q[1] + q[2] * q[2];
+        let g = (-0.5 * q2 * sigma * sigma).exp() / TAU.powi(3);
+        let mut out = [Complex64::new(0.0, 0.0); 3];
+        for (xp, a) in x.iter().zip(alpha) {
+            let phase = -(0..3).map(|d| q[d] * (xp[d] + PI)).sum::<f64>();
+            let e = Complex64::from_polar(g, phase);
+            for c in 0..3 {
+                out[c] += e * a[c];
+            }
+        }
+        out
+    }
+
+    /// The band spectrum by direct sums, in the layout of [`blob_band_spectrum`] (Nyquist
+    /// components the sum of ±n/2).
+    fn direct_band(
+        x: &[[f64; 3]],
+        alpha: &[[f64; 3]],
+        sigma: f64,
+        n: usize,
+    ) -> [Vec<Complex64>; 3] {
+        let axis = |d: usize| -> Vec<f64> {
+            if n.is_multiple_of(2) && d == n / 2 {
+                vec![d as f64, -(d as f64)]
+            } else {
+                vec![signed_wavenumber(d, n)]
+            }
+        };
+        let mut out: [Vec<Complex64>; 3] =
+            std::array::from_fn(|_| vec![Complex64::new(0.0, 0.0); n * n * n]);
+        for_each_lattice_mode(n, |i, _| {
+            for &qx in &axis(i / (n * n)) {
+                for &qy in &axis((i / n) % n) {
+                    for &qz in &axis(i % n) {
+                        let v = direct(x, alpha, sigma, [qx, qy, qz]);
+                        for c in 0..3 {
+                            out[c][i] += v[c];
+                        }
+                    }
+                }
+            }
+        });
+        out
+    }
+
+    /// A lattice of n³ particles moved by up to 0.45h, random strengths.
+    fn moved_lattice(n: usize, seed: u64) -> (Vec<[f64; 3]>, Vec<[f64; 3]>) {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let h = TAU / n as f64;
+        let mut x = super::super::lattice_nodes(n);
+        for p in x.iter_mut() {
+            for c in p.iter_mut() {
+                *c += rng.random_range(-0.45..0.45) * h;
+            }
+        }
+        // A particle beyond the box, wrapped by the spread.
+        x[0][1] += 2.0 * TAU;
+        let alpha = (0..x.len())
+            .map(|_| std::array::from_fn(|_| rng.random_range(-1.0..1.0)))
+            .collect();
+        (x, alpha)
+    }
+
+    fn rms(v: &[Vec<Complex64>; 3]) -> f64 {
+        let s: f64 = v.iter().flatten().map(|z| z.norm_sqr()).sum();
+        (s / v[0].len() as f64).sqrt()
+    }
+
+    #[test]
+    fn bessel_i0_matches_known_values() {
+        // Abramowitz & Stegun table 9.8 and the asymptotic e^x/√(2πx)(1 + 1/(8x) + 9/(128x²)).
+        assert_eq!(bessel_i0(0.0), 1.0);
+        assert!((bessel_i0(1.0) - 1.266_065_877_752_008_4).abs() < 1e-15);
+        assert!((bessel_i0(5.0) / 27.239_871_823_604_44 - 1.0).abs() < 1e-14);
+        let x: f64 = 40.0;
+        let asym = x.exp() / (TAU * x).sqrt()
+            * (1.0 + 1.0 / (8.0 * x) + 9.0 / (128.0 * x * x) + 225.0 / (3072.0 * x.powi(3)));
+        assert!((bessel_i0(x) / asym - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn window_transform_is_the_windows_fourier_integral() {
+        // Simpson's rule on the window (smooth inside, a jump of 1/I₀(β) at the ends) against
+        // the closed form, inside and outside the main lobe.
+        let kb = KaiserBessel::new(12, 24, 16);
+        let h = TAU / 24.0;
+        let half = 6.0;
+        let steps = 20_000;
+        for k in [0.0, 3.0, 8.0, 16.0, 20.0, 31.0] {
+            let dx = 2.0 * half / steps as f64;
+            let mut s = 0.0;
+            for i in 0..=steps {
+                let d = -half + i as f64 * dx;
+                let c = if i == 0 || i == steps {
+                    1.0
+                } else if i % 2 == 1 {
+                    4.0
+                } else {
+                    2.0
+                };
+                // The window's values on the closed interval (its end values included).
+                let t = d / half;
+                let v = bessel_i0(kb.beta * (1.0 - t * t).max(0.0).sqrt()) * kb.inv_i0_beta;
+                s += c * v * (k * d * h).cos();
+            }
+            let integral = s * dx / 3.0 * h;
+            let closed = kb.transform(k);
+            assert!(
+                (integral - closed).abs() < 1e-12 * kb.transform(0.0),
+                "k = {k}: {integral} vs {closed}"
+            );
+        }
+    }
+
+    #[test]
+    fn window_rule_meets_the_tolerance_with_the_smallest_width() {
+        // (n, overlap) → (mesh, width): u = 1.5 for the runs' lattices.
+        for (n, overlap, mesh, width) in [
+            (256, 0.75, 384, 12),
+            (256, 1.0, 384, 14),
+            (48, 0.75, 72, 12),
+            (64, 1.0, 96, 14),
+            // Tiny lattices: the GPU's sweep needs a larger mesh.
+            (8, 0.75, 24, 9),
+        ] {
+            let sigma0 = overlap * TAU / n as f64;
+            let plan = ModesPlan::new(n, sigma0).unwrap();
+            assert_eq!(
+                (plan.mesh(), plan.window.width),
+                (mesh, width),
+                "n = {n}, overlap {overlap}"
+            );
+            let tol = axis_tolerance(n, sigma0);
+            assert!(plan.window.aliasing(n) <= tol);
+            let narrower = KaiserBessel::new(width - 1, mesh, n);
+            assert!(narrower.aliasing(n) > tol, "n = {n}: w − 1 would do");
+            assert!(sweep(width).1 * CELL <= mesh);
+        }
+        // The amplification of the issue: 139 at σ0 = h, 16 at 0.75h.
+        assert!((amplification(256, TAU / 256.0) - 139.0).abs() < 0.1);
+        assert!((amplification(256, 0.75 * TAU / 256.0) - 16.05).abs() < 0.01);
+        // Wide cores ask for the floor and a finer mesh; beyond it, a clear refusal.
+        let sigma_wide = 1.5 * TAU / 64.0;
+        let wide = ModesPlan::new(64, sigma_wide).unwrap();
+        eprintln!("overlap 1.5: mesh {}, w = {}", wide.mesh(), wide.window.width);
+        assert!(
+            wide.mesh() > 96 && wide.window.aliasing(64) <= axis_tolerance(64, sigma_wide)
+        );
+        let err = ModesPlan::new(64, 3.0 * TAU / 64.0);
+        assert!(err.is_ok() || err.unwrap_err().to_string().contains("no Kaiser–Bessel"));
+    }
+
+    #[test]
+    fn sweep_covers_every_particle_reaching_a_tile() {
+        for w in MIN_WIDTH..=MAX_WIDTH {
+            let (lo, span) = sweep(w);
+            let half = 0.5 * w as f64;
+            // Particles at p (tile at t0 = 0, cells of C nodes) just inside the reach.
+            for p in [-half + 1e-9, (TILE - 1) as f64 + half - 1e-9] {
+                let cell = (p / CELL as f64).floor() as i64;
+                assert!(
+                    cell >= lo && cell < lo + span as i64,
+                    "w = {w}: p = {p} in cell {cell}, sweep {lo}..+{span}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn band_modes_match_the_direct_sum() {
+        for (n, overlap, grown) in [(16usize, 0.75, 1.3), (15, 1.0, 1.0)] {
+            let h = TAU / n as f64;
+            let sigma0 = overlap * h;
+            let (x, alpha) = moved_lattice(n, 11 + n as u64);
+            let sigma = grown * sigma0;
+            let plan = ModesPlan::new(n, sigma0).unwrap();
+            let nufft = blob_band_spectrum(&x, &alpha, sigma, &plan);
+            let exact = direct_band(&x, &alpha, sigma, n);
+            let scale = rms(&exact);
+            let mut worst = 0.0f64;
+            for c in 0..3 {
+                for (a, b) in nufft[c].iter().zip(&exact[c]) {
+                    worst = worst.max((a - b).norm());
+                }
+            }
+            // The error each mode meets in the RBF solve: relative to the rms, times the
+            // amplification.
+            let amp = amplification(n, sigma0);
+            eprintln!(
+                "n = {n}, overlap {overlap}, σ = {grown}σ0: mesh {}, w = {}, max mode error \
+                 {:.2e} of the rms, × amplification {amp:.0} = {:.2e}",
+                plan.mesh(),
+                plan.window.width,
+                worst / scale,
+                amp * worst / scale
+            );
+            assert!(amp * worst / scale < VORTICITY_TOLERANCE, "{worst:e}");
+            assert!(worst / scale < 1e-8);
+        }
+    }
+
+    #[test]
+    fn band_modes_reach_round_off_with_a_wide_window() {
+        // The algorithm itself, apart from the rule: w = 16 on M = 2n.
+        let n = 12;
+        let (x, alpha) = moved_lattice(n, 3);
+        let sigma = 0.8 * TAU / n as f64;
+        let plan = ModesPlan {
+            n,
+            window: KaiserBessel::new(16, 2 * n, n),
+        };
+        let nufft = blob_band_spectrum(&x, &alpha, sigma, &plan);
+        let exact = direct_band(&x, &alpha, sigma, n);
+        let scale = rms(&exact);
+        let worst = (0..3)
+            .flat_map(|c| nufft[c].iter().zip(&exact[c]).map(|(a, b)| (a - b).norm()))
+            .fold(0.0f64, f64::max);
+        eprintln!("w = 16, u = 2: max mode error {:.2e} of the rms", worst / scale);
+        assert!(worst / scale < 1e-10, "{:e}", worst / scale);
+    }
+}
