@@ -285,7 +285,64 @@ pub fn blob_band_spectrum(
     sigma: f64,
     plan: &ModesPlan,
 ) -> [Vec<Complex64>; 3] {
-    let (n, m, kb) = (plan.n, plan.mesh(), plan.window);
+    let (n, m) = (plan.n, plan.mesh());
+    let field = spread(x, alpha, plan);
+    // lattice_spectrum divides by M³; the factors want the plain sum.
+    let fine = lattice_spectrum(&field, m);
+    let mut band = band_of_spectrum(&fine, m, n);
+    let f = plan.factors(sigma);
+    let m3 = (m * m * m) as f64;
+    for_each_lattice_mode(n, |i, _| {
+        let s = m3 * (f[i / (n * n)] * f[(i / n) % n] * f[i % n]);
+        for c in band.iter_mut() {
+            c[i] *= s;
+        }
+    });
+    band
+}
+
+/// The reference for [`blob_band_spectrum`] by direct f64 sums, O(N·n³): in the same layout,
+/// mode q = V⁻¹ e^{−|q|²σ²/2} Σ_p α_p e^{−iq·(x_p + π)}, a Nyquist component the sum of ±n/2.
+pub fn direct_band_spectrum(
+    x: &[[f64; 3]],
+    alpha: &[[f64; 3]],
+    sigma: f64,
+    n: usize,
+) -> [Vec<Complex64>; 3] {
+    let axis = |d: usize| -> Vec<f64> {
+        if n.is_multiple_of(2) && d == n / 2 {
+            vec![d as f64, -(d as f64)]
+        } else {
+            vec![signed_wavenumber(d, n)]
+        }
+    };
+    let mut out: [Vec<Complex64>; 3] =
+        std::array::from_fn(|_| vec![Complex64::new(0.0, 0.0); n * n * n]);
+    for_each_lattice_mode(n, |i, _| {
+        for &qx in &axis(i / (n * n)) {
+            for &qy in &axis((i / n) % n) {
+                for &qz in &axis(i % n) {
+                    let q = [qx, qy, qz];
+                    let q2 = qx * qx + qy * qy + qz * qz;
+                    let g = (-0.5 * q2 * sigma * sigma).exp() / TAU.powi(3);
+                    for (xp, a) in x.iter().zip(alpha) {
+                        let phase = -(0..3).map(|d| q[d] * (xp[d] + PI)).sum::<f64>();
+                        let e = Complex64::from_polar(g, phase);
+                        for c in 0..3 {
+                            out[c][i] += e * a[c];
+                        }
+                    }
+                }
+            }
+        }
+    });
+    out
+}
+
+/// Step 1 of the module docs: α spread onto the M³ mesh with the window (`[i][j][k]` order),
+/// particle by particle.
+pub fn spread(x: &[[f64; 3]], alpha: &[[f64; 3]], plan: &ModesPlan) -> Vec<[f64; 3]> {
+    let (m, kb) = (plan.mesh(), plan.window);
     let half = 0.5 * kb.width as f64;
     let mut field = vec![[0.0f64; 3]; m * m * m];
     let axis = |x: f64| -> Vec<(usize, f64)> {
@@ -310,72 +367,13 @@ pub fn blob_band_spectrum(
             }
         }
     }
-    // lattice_spectrum divides by M³; the factors want the plain sum.
-    let fine = lattice_spectrum(&field, m);
-    let mut band = band_of_spectrum(&fine, m, n);
-    let f = plan.factors(sigma);
-    let m3 = (m * m * m) as f64;
-    for_each_lattice_mode(n, |i, _| {
-        let s = m3 * (f[i / (n * n)] * f[(i / n) % n] * f[i % n]);
-        for c in band.iter_mut() {
-            c[i] *= s;
-        }
-    });
-    band
+    field
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
-
-    /// The lattice-DFT coefficient of the blob field by direct f64 sum:
-    /// V⁻¹ e^{−|q|²σ²/2} Σ_p α_p e^{−iq·(x_p + π)}.
-    fn direct(x: &[[f64; 3]], alpha: &[[f64; 3]], sigma: f64, q: [f64; 3]) -> [Complex64; 3] {
-        let q2 = q[0] * q[0] + q[1] * q[1] + q[2] * q[2];
-        let g = (-0.5 * q2 * sigma * sigma).exp() / TAU.powi(3);
-        let mut out = [Complex64::new(0.0, 0.0); 3];
-        for (xp, a) in x.iter().zip(alpha) {
-            let phase = -(0..3).map(|d| q[d] * (xp[d] + PI)).sum::<f64>();
-            let e = Complex64::from_polar(g, phase);
-            for c in 0..3 {
-                out[c] += e * a[c];
-            }
-        }
-        out
-    }
-
-    /// The band spectrum by direct sums, in the layout of [`blob_band_spectrum`] (Nyquist
-    /// components the sum of ±n/2).
-    fn direct_band(
-        x: &[[f64; 3]],
-        alpha: &[[f64; 3]],
-        sigma: f64,
-        n: usize,
-    ) -> [Vec<Complex64>; 3] {
-        let axis = |d: usize| -> Vec<f64> {
-            if n.is_multiple_of(2) && d == n / 2 {
-                vec![d as f64, -(d as f64)]
-            } else {
-                vec![signed_wavenumber(d, n)]
-            }
-        };
-        let mut out: [Vec<Complex64>; 3] =
-            std::array::from_fn(|_| vec![Complex64::new(0.0, 0.0); n * n * n]);
-        for_each_lattice_mode(n, |i, _| {
-            for &qx in &axis(i / (n * n)) {
-                for &qy in &axis((i / n) % n) {
-                    for &qz in &axis(i % n) {
-                        let v = direct(x, alpha, sigma, [qx, qy, qz]);
-                        for c in 0..3 {
-                            out[c][i] += v[c];
-                        }
-                    }
-                }
-            }
-        });
-        out
-    }
 
     /// A lattice of n³ particles moved by up to 0.45h, random strengths.
     fn moved_lattice(n: usize, seed: u64) -> (Vec<[f64; 3]>, Vec<[f64; 3]>) {
@@ -476,10 +474,12 @@ mod tests {
         // Wide cores ask for the floor and a finer mesh; beyond it, a clear refusal.
         let sigma_wide = 1.5 * TAU / 64.0;
         let wide = ModesPlan::new(64, sigma_wide).unwrap();
-        eprintln!("overlap 1.5: mesh {}, w = {}", wide.mesh(), wide.window.width);
-        assert!(
-            wide.mesh() > 96 && wide.window.aliasing(64) <= axis_tolerance(64, sigma_wide)
+        eprintln!(
+            "overlap 1.5: mesh {}, w = {}",
+            wide.mesh(),
+            wide.window.width
         );
+        assert!(wide.mesh() > 96 && wide.window.aliasing(64) <= axis_tolerance(64, sigma_wide));
         let err = ModesPlan::new(64, 3.0 * TAU / 64.0);
         assert!(err.is_ok() || err.unwrap_err().to_string().contains("no Kaiser–Bessel"));
     }
@@ -509,7 +509,7 @@ mod tests {
             let sigma = grown * sigma0;
             let plan = ModesPlan::new(n, sigma0).unwrap();
             let nufft = blob_band_spectrum(&x, &alpha, sigma, &plan);
-            let exact = direct_band(&x, &alpha, sigma, n);
+            let exact = direct_band_spectrum(&x, &alpha, sigma, n);
             let scale = rms(&exact);
             let mut worst = 0.0f64;
             for c in 0..3 {
@@ -533,6 +533,94 @@ mod tests {
         }
     }
 
+    /// The GPU's gather (kernels/lattice_modes.cu: cells, stable sort, sweep of `lm_spread`)
+    /// emulated on the host, node by node.
+    fn gather_like_the_gpu(x: &[[f64; 3]], alpha: &[[f64; 3]], plan: &ModesPlan) -> Vec<[f64; 3]> {
+        let (m, kb) = (plan.mesh(), plan.window);
+        let cells = m / CELL;
+        let cell = |p: f64| ((p / CELL as f64) as usize).min(cells - 1);
+        let pos: Vec<[f64; 3]> = x
+            .iter()
+            .map(|p| std::array::from_fn(|d| mesh_coordinate(p[d], m)))
+            .collect();
+        let key = |p: &[f64; 3]| (cell(p[0]) * cells + cell(p[1])) * cells + cell(p[2]);
+        let mut order: Vec<usize> = (0..x.len()).collect();
+        order.sort_by_key(|&i| key(&pos[i])); // stable
+        let mut starts = vec![0usize; cells.pow(3) + 1];
+        for p in &pos {
+            starts[key(p) + 1] += 1;
+        }
+        for c in 0..cells.pow(3) {
+            starts[c + 1] += starts[c];
+        }
+        let (lo, span) = sweep(kb.width);
+        let wrap = |c: i64| c.rem_euclid(cells as i64) as usize;
+        let per = (TILE / CELL) as i64;
+        let tiles = m / TILE;
+        let mut field = vec![[0.0f64; 3]; m * m * m];
+        let weight = |node: usize, p: f64| {
+            let mut d = node as f64 - p;
+            d -= m as f64 * ((d + 0.5 * m as f64) / m as f64).floor();
+            kb.weight(d)
+        };
+        for b in 0..tiles.pow(3) {
+            let bt = [b / (tiles * tiles), (b / tiles) % tiles, b % tiles];
+            let mut visited = vec![false; x.len()];
+            for ox in 0..span as i64 {
+                for oy in 0..span as i64 {
+                    for oz in 0..span as i64 {
+                        let c = [
+                            wrap(per * bt[0] as i64 + lo + ox),
+                            wrap(per * bt[1] as i64 + lo + oy),
+                            wrap(per * bt[2] as i64 + lo + oz),
+                        ];
+                        let row = (c[0] * cells + c[1]) * cells + c[2];
+                        for &q in &order[starts[row]..starts[row + 1]] {
+                            assert!(!visited[q], "particle {q} visited twice by tile {b}");
+                            visited[q] = true;
+                            let w: [[f64; TILE]; 3] = std::array::from_fn(|d| {
+                                std::array::from_fn(|l| weight(TILE * bt[d] + l, pos[q][d]))
+                            });
+                            for l in 0..TILE.pow(3) {
+                                let (i, j, k) = (l / (TILE * TILE), (l / TILE) % TILE, l % TILE);
+                                let f = w[0][i] * w[1][j] * w[2][k];
+                                let node = [TILE * bt[0] + i, TILE * bt[1] + j, TILE * bt[2] + k];
+                                let out = &mut field[(node[0] * m + node[1]) * m + node[2]];
+                                for c in 0..3 {
+                                    out[c] += alpha[q][c] * f;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        field
+    }
+
+    #[test]
+    fn the_gpus_gather_order_gives_the_spread() {
+        // Smallest meshes (the sweep wraps around the mesh) and a larger one.
+        for (n, overlap) in [(8usize, 0.75), (16, 1.0)] {
+            let (x, alpha) = moved_lattice(n, 5 + n as u64);
+            let plan = ModesPlan::new(n, overlap * TAU / n as f64).unwrap();
+            let scatter = spread(&x, &alpha, &plan);
+            let gather = gather_like_the_gpu(&x, &alpha, &plan);
+            let scale = scatter.iter().flatten().fold(0.0f64, |a, v| a.max(v.abs()));
+            let worst = scatter
+                .iter()
+                .flatten()
+                .zip(gather.iter().flatten())
+                .fold(0.0f64, |a, (s, g)| a.max((s - g).abs()));
+            assert!(
+                worst <= 1e-13 * scale,
+                "n = {n} (mesh {}, w = {}): {worst:e} of {scale:e}",
+                plan.mesh(),
+                plan.window.width
+            );
+        }
+    }
+
     #[test]
     fn band_modes_reach_round_off_with_a_wide_window() {
         // The algorithm itself, apart from the rule: w = 16 on M = 2n.
@@ -544,12 +632,15 @@ mod tests {
             window: KaiserBessel::new(16, 2 * n, n),
         };
         let nufft = blob_band_spectrum(&x, &alpha, sigma, &plan);
-        let exact = direct_band(&x, &alpha, sigma, n);
+        let exact = direct_band_spectrum(&x, &alpha, sigma, n);
         let scale = rms(&exact);
         let worst = (0..3)
             .flat_map(|c| nufft[c].iter().zip(&exact[c]).map(|(a, b)| (a - b).norm()))
             .fold(0.0f64, f64::max);
-        eprintln!("w = 16, u = 2: max mode error {:.2e} of the rms", worst / scale);
+        eprintln!(
+            "w = 16, u = 2: max mode error {:.2e} of the rms",
+            worst / scale
+        );
         assert!(worst / scale < 1e-10, "{:e}", worst / scale);
     }
 }

@@ -1,11 +1,15 @@
 //! The solves of reinitialisation on the GPU, in f64 (docs/physics.md §3.3 and §3.7, with the
 //! conditioning of §3.5): the device form of [`super::solve_strengths`] with
 //! [`super::RbfSolver::Exact`] and [`super::RbfSolver::Spectral`], for a particle stepper whose
-//! lattice vorticity already lives on the GPU. The exact solve is described below; the spectral
-//! one samples ω on a finer m³ lattice, takes the band |q_d| ≤ n/2 of its spectrum
-//! (`lat_band`) and divides by the band's Gaussian ĝ instead of ĉ, in the same pass. Kernels:
-//! `kernels/lattice.cu`; transforms: cuFFT (D2Z and Z2D, batched over the three components,
-//! plans kept per pair of lattice sizes), all on the GPU's one stream ([`Gpu::stream`]):
+//! particles or lattice vorticity already live on the GPU. The exact solve is described below;
+//! the spectral one takes the band |q_d| ≤ n/2 of the blob field's spectrum and divides by the
+//! band's Gaussian ĝ instead of ĉ, in the same pass. The band comes from the particles
+//! themselves by the non-uniform FFT of [`super::lattice_modes`]
+//! ([`DeviceRbfSolver::solve_from_particles`]: `kernels/lattice_modes.cu`, a cost independent
+//! of the cores), or from ω sampled on a finer m³ lattice ([`DeviceRbfSolver::solve`]:
+//! `lm_band` of that file on its spectrum; unequal cores). Kernels: `kernels/lattice.cu`,
+//! `kernels/lattice_modes.cu`; transforms: cuFFT (D2Z and Z2D, batched over the three
+//! components, plans kept per size), all on the GPU's one stream ([`Gpu::stream`]):
 //! [`DeviceRbfSolver::solve`] only queues (the host does not wait), and the report is read
 //! when asked for ([`DeviceRbfSolver::report`], one small copy).
 //!
@@ -444,8 +448,7 @@ impl DeviceRbfSolver {
         self.band_modes(blobs, n, sigma0)?;
         let nc = half_spectrum_len(n);
         let mut host = vec![cufft_sys::double2 { x: 0.0, y: 0.0 }; 3 * nc];
-        self.spec
-            .download(&self.gpu, &mut host, "the band modes")?;
+        self.spec.download(&self.gpu, &mut host, "the band modes")?;
         Ok(std::array::from_fn(|c| {
             host[c * nc..(c + 1) * nc]
                 .iter()
@@ -528,7 +531,10 @@ impl DeviceRbfSolver {
             b.alpha.get_mut())?;
         b.mesh.ensure(&s, 3 * m * m * mp)?;
         let (lo, span) = lattice_modes::sweep(kb.width);
-        debug_assert!(span <= cells, "ModesPlan::new keeps the sweep within the mesh");
+        debug_assert!(
+            span <= cells,
+            "ModesPlan::new keeps the sweep within the mesh"
+        );
         let tiles = (m / lattice_modes::TILE) as u32;
         let (w_i, lo_i, span_i) = (kb.width as i32, lo as i32, span as i32);
         // SAFETY: lm_spread(const double* pos, const double* al, const int* start, int cells,
@@ -716,7 +722,14 @@ fn sampled_d2z_plan(m: usize, stream: &Arc<CudaStream>) -> Result<CudaFft, CudaE
     let real = FftLayout::new(&embed, 3, 1);
     let cplx = FftLayout::new(&half, 1, half_spectrum_len(m) as i32);
     use cufft_sys::cufftType::CUFFT_D2Z;
-    fft_plan(&format!("the {m}^3 lattice"), &embed, (real, cplx), CUFFT_D2Z, 3, stream)
+    fft_plan(
+        &format!("the {m}^3 lattice"),
+        &embed,
+        (real, cplx),
+        CUFFT_D2Z,
+        3,
+        stream,
+    )
 }
 
 /// The Z2D plan on the n³ particle lattice: 3 half spectra contiguous per component into
@@ -728,7 +741,14 @@ fn lattice_z2d_plan(n: usize, stream: &Arc<CudaStream>) -> Result<CudaFft, CudaE
     let cplx = FftLayout::new(&half, 1, half_spectrum_len(n) as i32);
     let real = FftLayout::new(&embed, 3, 1);
     use cufft_sys::cufftType::CUFFT_Z2D;
-    fft_plan(&format!("the {n}^3 lattice"), &embed, (cplx, real), CUFFT_Z2D, 3, stream)
+    fft_plan(
+        &format!("the {n}^3 lattice"),
+        &embed,
+        (cplx, real),
+        CUFFT_Z2D,
+        3,
+        stream,
+    )
 }
 
 /// The in-place D2Z plan on the non-uniform FFT's M³ mesh: 3 batches, real rows padded to
@@ -741,5 +761,12 @@ fn mesh_d2z_plan(m: usize, stream: &Arc<CudaStream>) -> Result<CudaFft, CudaErro
     let real = FftLayout::new(&padded, 1, mi * mi * padded[2]);
     let cplx = FftLayout::new(&half, 1, half_spectrum_len(m) as i32);
     use cufft_sys::cufftType::CUFFT_D2Z;
-    fft_plan(&format!("the {m}^3 mesh"), &dims, (real, cplx), CUFFT_D2Z, 3, stream)
+    fft_plan(
+        &format!("the {m}^3 mesh"),
+        &dims,
+        (real, cplx),
+        CUFFT_D2Z,
+        3,
+        stream,
+    )
 }
