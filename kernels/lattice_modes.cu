@@ -105,7 +105,7 @@ extern "C" __global__ void __launch_bounds__(LM_THREADS)
     const int bx = b / (tiles * tiles), by = (b / tiles) % tiles, bz = b % tiles;
     const int t = threadIdx.x;
     const int lx = t / LM_TILE, ly = t % LM_TILE;
-    const int org[3] = {LM_TILE * bx, LM_TILE * by, LM_TILE * bz};
+    const int ox0 = LM_TILE * bx, oy0 = LM_TILE * by, oz0 = LM_TILE * bz;
     const int per = LM_TILE / LM_CELL;
     const double half_w = 0.5 * w;
     double acc[LM_TILE][3];
@@ -115,52 +115,50 @@ extern "C" __global__ void __launch_bounds__(LM_THREADS)
         acc[j][1] = 0.0;
         acc[j][2] = 0.0;
     }
+    // The z-run of `span` cells from z0 is one range of cells, or two when it wraps: run r = 0
+    // from z0 (zlen0 cells), r = 1 from 0 (the rest, possibly none).
     const int z0 = ((per * bz + lo) % cells + cells) % cells;
-    // The z-run of `span` cells from z0 is one range of particles, or two when it wraps.
-    const int zlen1 = min(span, cells - z0);
-    for (int ox = 0; ox < span; ++ox) {
+    const int zlen0 = min(span, cells - z0);
+    // (ox, oy, r) in lexicographic order: a fixed order of cells, hence of sums.
+    for (int run = 0; run < 2 * span * span; ++run) {
+        const int ox = run / (2 * span), oy = (run / 2) % span, r = run % 2;
+        const int zlo = r == 0 ? z0 : 0, zlen = r == 0 ? zlen0 : span - zlen0;
+        if (zlen <= 0) continue;
         const int cx = ((per * bx + lo + ox) % cells + cells) % cells;
-        for (int oy = 0; oy < span; ++oy) {
-            const int cy = ((per * by + lo + oy) % cells + cells) % cells;
-            const int row = (cx * cells + cy) * cells;
-            for (int part = 0; part < 2; ++part) {
-                const int za = part == 0 ? z0 : 0;
-                const int zl = part == 0 ? zlen1 : span - zlen1;
-                if (zl <= 0) continue;
-                const int s0 = start[row + za], s1 = start[row + za + zl];
-                for (int s = s0; s < s1; s += LM_CHUNK) {
-                    const int len = min(LM_CHUNK, s1 - s);
-                    for (int item = t; item < len * 3 * LM_TILE; item += LM_THREADS) {
-                        const int q = item / (3 * LM_TILE), r = item % (3 * LM_TILE);
-                        const int d = r / LM_TILE, l = r % LM_TILE;
-                        wt[q][r] = lm_weight(org[d] + l, pos[3 * (size_t)(s + q) + d], m, half_w,
-                                             beta, inv_i0b);
-                    }
-                    for (int item = t; item < len * 3; item += LM_THREADS)
-                        as[item / 3][item % 3] = al[3 * (size_t)s + item];
-                    __syncthreads();
-                    for (int q = 0; q < len; ++q) {
-                        const double wxy = wt[q][lx] * wt[q][LM_TILE + ly];
-                        if (wxy != 0.0) {
-                            const double a0 = as[q][0] * wxy, a1 = as[q][1] * wxy,
-                                         a2 = as[q][2] * wxy;
+        const int cy = ((per * by + lo + oy) % cells + cells) % cells;
+        const int first = (cx * cells + cy) * cells + zlo;
+        const int s0 = start[first], s1 = start[first + zlen];
+        for (int s = s0; s < s1; s += LM_CHUNK) {
+            const int len = min(LM_CHUNK, s1 - s);
+            for (int item = t; item < len * 3 * LM_TILE; item += LM_THREADS) {
+                const int q = item / (3 * LM_TILE), e = item % (3 * LM_TILE);
+                const int d = e / LM_TILE, l = e % LM_TILE;
+                const int node = (d == 0 ? ox0 : (d == 1 ? oy0 : oz0)) + l;
+                wt[q][e] = lm_weight(node, pos[3 * (size_t)(s + q) + d], m, half_w, beta, inv_i0b);
+            }
+            for (int item = t; item < len * 3; item += LM_THREADS)
+                as[item / 3][item % 3] = al[3 * (size_t)s + item];
+            __syncthreads();
+            for (int q = 0; q < len; ++q) {
+                const double wxy = wt[q][lx] * wt[q][LM_TILE + ly];
+                if (wxy != 0.0) {
+                    const double a0 = as[q][0] * wxy, a1 = as[q][1] * wxy,
+                                 a2 = as[q][2] * wxy;
 #pragma unroll
-                            for (int j = 0; j < LM_TILE; j++) {
-                                const double wz = wt[q][2 * LM_TILE + j];
-                                acc[j][0] += a0 * wz;
-                                acc[j][1] += a1 * wz;
-                                acc[j][2] += a2 * wz;
-                            }
-                        }
+                    for (int j = 0; j < LM_TILE; j++) {
+                        const double wz = wt[q][2 * LM_TILE + j];
+                        acc[j][0] += a0 * wz;
+                        acc[j][1] += a1 * wz;
+                        acc[j][2] += a2 * wz;
                     }
-                    __syncthreads();
                 }
             }
+            __syncthreads();
         }
     }
     const size_t mp = 2 * (size_t)(m / 2 + 1);
     const size_t comp = (size_t)m * m * mp;
-    const size_t base = ((size_t)(org[0] + lx) * m + (org[1] + ly)) * mp + org[2];
+    const size_t base = ((size_t)(ox0 + lx) * m + (oy0 + ly)) * mp + oz0;
 #pragma unroll
     for (int j = 0; j < LM_TILE; j++) {
         mesh[base + j] = acc[j][0];

@@ -552,6 +552,22 @@ impl Blobs {
     }
 }
 
+/// Spectral reinitialisation of `blobs` (core σ) for the n³ lattice (n³ = the particle count)
+/// into `fx.beta`: both halves, queued.
+fn solve_from_particles(
+    fx: &mut Fixture,
+    blobs: &Blobs,
+    sigma: f64,
+    sigma0: f64,
+    conditioning: LatticeConditioning,
+    zero_total: bool,
+) -> Result<(), vpm::device::cuda::CudaError> {
+    let n = (blobs.count as f64).cbrt().round() as usize;
+    fx.solver.queue_band_modes(blobs.view(sigma), n, sigma0)?;
+    fx.solver
+        .solve_band_modes(n, sigma0, conditioning, zero_total, &mut fx.beta)
+}
+
 fn rms_modes(v: &[Vec<Complex64>; 3]) -> f64 {
     let s: f64 = v.iter().flatten().map(|z| z.norm_sqr()).sum();
     (s / v[0].len() as f64).sqrt()
@@ -631,11 +647,12 @@ fn gpu_lattice_modes_match_the_cpu_mirror_and_the_direct_sum() {
     }
 }
 
-/// The whole spectral reinitialisation from the particles (`solve_from_particles`) against the
-/// CPU (the mirror's modes through `solve_spectral_band`) at n = 48 and, at n = 16, the
-/// exactness of both GPU paths against the direct Fourier sum's solve: the new one within
-/// 1e-6 of the strengths' rms (the requirement), the old one (sampling lattice) printed
-/// beside it. Also the solver's memory against `particle_device_bytes`.
+/// The whole spectral reinitialisation from the particles (`queue_band_modes`, then
+/// `solve_band_modes`) against the CPU (the mirror's modes through `solve_spectral_band`) at
+/// n = 48 and, at n = 16, the exactness of both GPU paths against the direct Fourier sum's
+/// solve: the new one within 1e-6 of the strengths' rms (the requirement), the old one
+/// (sampling lattice) printed beside it. Also the solver's memory against
+/// `particle_device_bytes`.
 #[test]
 fn gpu_spectral_reinit_from_particles_matches_cpu() {
     let Some(gpu) = gpu_or_skip() else { return };
@@ -660,15 +677,7 @@ fn gpu_spectral_reinit_from_particles_matches_cpu() {
             lattice_vorticity(&sources, m, &mut sampled).unwrap();
             for (name, conditioning) in conditionings() {
                 fx.beta.poison(&fx.stream, 3 * n * n * n).unwrap();
-                fx.solver
-                    .solve_from_particles(
-                        blobs.view(sigma),
-                        n,
-                        sigma0,
-                        conditioning,
-                        false,
-                        &mut fx.beta,
-                    )
+                solve_from_particles(&mut fx, &blobs, sigma, sigma0, conditioning, false)
                     .unwrap_or_else(|e| panic!("n = {n}: {e}"));
                 let report = fx.solver.report().unwrap();
                 let beta = fx.download(&fx.beta, 3 * n * n * n);
@@ -722,7 +731,7 @@ fn gpu_spectral_reinit_from_particles_matches_cpu() {
     }
 }
 
-/// The time of `solve_from_particles` for n³ particles (moved lattice) at n = 128 and 256,
+/// The time of spectral reinitialisation from the particles for n³ particles (moved lattice) at n = 128 and 256,
 /// overlap 0.75 and 1, cores grown to 1.5σ0 (the old path's cost grew with them; this one's
 /// does not), with what the driver saw allocated.
 #[test]
@@ -739,15 +748,7 @@ fn gpu_lattice_modes_timing() {
             let conditioning = conditionings()[2].1;
             let run = |fx: &mut Fixture| {
                 let t0 = std::time::Instant::now();
-                fx.solver
-                    .solve_from_particles(
-                        blobs.view(1.5 * sigma0),
-                        n,
-                        sigma0,
-                        conditioning,
-                        true,
-                        &mut fx.beta,
-                    )
+                solve_from_particles(fx, &blobs, 1.5 * sigma0, sigma0, conditioning, true)
                     .and_then(|()| fx.solver.report())
                     .unwrap();
                 t0.elapsed().as_secs_f64() * 1e3

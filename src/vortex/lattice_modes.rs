@@ -33,8 +33,8 @@
 //! width up to [`MAX_WIDTH`] reaches it, or the mesh is too small for the GPU's gather, the next
 //! mesh size is taken.
 //!
-//! The GPU form is [`super::rbf_device::DeviceRbfSolver::solve_from_particles`] (kernels/lattice_modes.cu);
-//! [`blob_band_spectrum`] is its CPU f64 mirror.
+//! The GPU form is [`super::rbf_device::DeviceRbfSolver::queue_band_modes`]
+//! (kernels/lattice_modes.cu); [`blob_band_spectrum`] is its CPU f64 mirror.
 
 use super::rbf::{for_each_lattice_mode, lattice_spectrum, signed_wavenumber};
 use super::reinit::{band_of_spectrum, sampling_lattice};

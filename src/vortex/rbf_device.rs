@@ -5,7 +5,7 @@
 //! the spectral one takes the band |q_d| ≤ n/2 of the blob field's spectrum and divides by the
 //! band's Gaussian ĝ instead of ĉ, in the same pass. The band comes from the particles
 //! themselves by the non-uniform FFT of [`super::lattice_modes`]
-//! ([`DeviceRbfSolver::solve_from_particles`]: `kernels/lattice_modes.cu`, a cost independent
+//! ([`DeviceRbfSolver::queue_band_modes`]: `kernels/lattice_modes.cu`, a cost independent
 //! of the cores), or from ω sampled on a finer m³ lattice ([`DeviceRbfSolver::solve`]:
 //! `lm_band` of that file on its spectrum; unequal cores). Kernels: `kernels/lattice.cu`,
 //! `kernels/lattice_modes.cu`; transforms: cuFFT (D2Z and Z2D, batched over the three
@@ -112,7 +112,7 @@ struct ModeKernels {
     band: CudaFunction,
 }
 
-/// Particles on the solver's GPU whose band modes [`DeviceRbfSolver::solve_from_particles`]
+/// Particles on the solver's GPU whose band modes [`DeviceRbfSolver::queue_band_modes`]
 /// computes: positions and strengths (3 f64 each per particle, node-major), one core radius.
 #[derive(Clone, Copy)]
 pub struct DeviceBlobs<'a> {
@@ -264,7 +264,7 @@ impl DeviceRbfSolver {
         spectra + strengths + tables + partials + cufft
     }
 
-    /// Device memory that [`DeviceRbfSolver::solve_from_particles`] allocates for `particles`
+    /// Device memory that [`DeviceRbfSolver::queue_band_modes`] allocates for `particles`
     /// particles and the `n`³ lattice with core σ0, in bytes: what [`Self::device_bytes`]`(n,
     /// n)` counts, the non-uniform FFT's mesh ([`ModesPlan::mesh_bytes`], 3·M²·2(M/2 + 1) f64;
     /// 1.37 GB at n = 256, M = 384) with half of it again for cuFFT's in-place plan, per
@@ -311,7 +311,7 @@ impl DeviceRbfSolver {
     /// the layout of `omega`, ready for whatever is queued after; `omega` (read when the stream
     /// gets there) is not changed. The host does not wait. (Spectral reinitialisation of
     /// particles with one core takes their band modes directly instead:
-    /// [`DeviceRbfSolver::solve_from_particles`].)
+    /// [`DeviceRbfSolver::queue_band_modes`].)
     ///
     /// Errors (found before anything is queued, or when queuing): n = 0, m < n, 3·m³ beyond
     /// 32-bit indexing, σ0 not positive and finite, `omega` shorter than 3·m³, conjugate
@@ -359,7 +359,7 @@ impl DeviceRbfSolver {
         let s = self.stream.clone();
         self.ensure_tables(n, sigma0, spectral, conditioning.filter)?;
         self.spec.ensure(&s, 3 * half_spectrum_len(n))?;
-        let d2z = ensure_plan(&mut self.plans.d2z, m, || sampled_d2z_plan(m, &s))?;
+        let d2z = ensure_plan(&mut self.plans.d2z, m, || lattice_plan(m, true, &s))?;
         if m == n {
             d2z.fft
                 .exec_d2z(omega.get(), self.spec.get_mut())
@@ -373,15 +373,14 @@ impl DeviceRbfSolver {
             self.band(fine, m, n, 0)?;
         }
         // The D2Z is unnormalised on the m³ lattice.
-        self.condition_and_invert(n, 1.0 / m3 as f64, conditioning, zero_total, alpha_out)
+        self.condition_and_invert(alpha_out, n, 1.0 / m3 as f64, (conditioning, zero_total))
     }
 
-    /// Spectral reinitialisation from the particles themselves (docs/physics.md §3.7): queues
-    /// on the GPU's stream the band modes of the blob field of `blobs` (one core σ) by the
-    /// non-uniform FFT of [`super::lattice_modes`] (window and mesh by [`ModesPlan::new`] for
-    /// (n, σ0)), then the conditioned spectral solve of [`DeviceRbfSolver::solve`]: the
-    /// strengths β on the `n`³ lattice for core σ0 into `alpha_out` (resized to at least 3·n³),
-    /// the report for [`DeviceRbfSolver::report`]. The CPU form is
+    /// Spectral reinitialisation from the particles themselves (docs/physics.md §3.7), first
+    /// half: queues on the GPU's stream the band modes of the blob field of `blobs` (one core
+    /// σ) for the `n`³ lattice by the non-uniform FFT of [`super::lattice_modes`] (window and
+    /// mesh by [`ModesPlan::new`] for (n, σ0)); [`DeviceRbfSolver::solve_band_modes`] then
+    /// solves them for the strengths. The CPU form is
     /// [`super::lattice_modes::blob_band_spectrum`] followed by
     /// [`super::reinit::solve_spectral_band`]. Bit-reproducible (integer atomics, a stable sort,
     /// a gather in fixed order). The host does not wait, except for the upload of the
@@ -389,22 +388,6 @@ impl DeviceRbfSolver {
     ///
     /// Errors: n = 0, σ0 or σ not positive and finite, no particles, buffers shorter than
     /// 3·count, sizes beyond 32-bit indexing, no window for (n, σ0), or a CUDA/cuFFT failure.
-    #[allow(clippy::too_many_arguments)]
-    pub fn solve_from_particles(
-        &mut self,
-        blobs: DeviceBlobs,
-        n: usize,
-        sigma0: f64,
-        conditioning: LatticeConditioning,
-        zero_total: bool,
-        alpha_out: &mut DeviceBuffer<f64>,
-    ) -> Result<(), CudaError> {
-        self.band_modes(blobs, n, sigma0)?;
-        self.solve_band_modes(n, sigma0, conditioning, zero_total, alpha_out)
-    }
-
-    /// The first half of [`DeviceRbfSolver::solve_from_particles`], for timing it apart: queues
-    /// the band modes of `blobs` for the `n`³ lattice with core σ0.
     pub fn queue_band_modes(
         &mut self,
         blobs: DeviceBlobs,
@@ -414,9 +397,10 @@ impl DeviceRbfSolver {
         self.band_modes(blobs, n, sigma0)
     }
 
-    /// The second half of [`DeviceRbfSolver::solve_from_particles`]: the conditioned spectral
-    /// solve of the band modes queued last by [`DeviceRbfSolver::queue_band_modes`] for the
-    /// same `n` and σ0.
+    /// The second half: the conditioned spectral solve of [`DeviceRbfSolver::solve`] on the band
+    /// modes queued last by [`DeviceRbfSolver::queue_band_modes`] for the same `n` and σ0: the
+    /// strengths β on the `n`³ lattice for core σ0 into `alpha_out` (resized to at least 3·n³),
+    /// Σβ = 0 per component when `zero_total`, the report for [`DeviceRbfSolver::report`].
     pub fn solve_band_modes(
         &mut self,
         n: usize,
@@ -432,10 +416,10 @@ impl DeviceRbfSolver {
             )));
         }
         self.ensure_tables(n, sigma0, true, conditioning.filter)?;
-        self.condition_and_invert(n, 1.0, conditioning, zero_total, alpha_out)
+        self.condition_and_invert(alpha_out, n, 1.0, (conditioning, zero_total))
     }
 
-    /// The band modes [`DeviceRbfSolver::solve_from_particles`] solves from, downloaded (for
+    /// The band modes [`DeviceRbfSolver::queue_band_modes`] solves from, downloaded (for
     /// tests): 3 half spectra of n·n·(n/2 + 1) complex values (cuFFT's D2Z layout, index
     /// (m_x·n + m_y)·(n/2 + 1) + m_z) in the normalisation of
     /// [`super::lattice_modes::blob_band_spectrum`]. Waits for the GPU.
@@ -584,14 +568,14 @@ impl DeviceRbfSolver {
     }
 
     /// The conditioned solve on the band spectra in `spec` (ω̂ = `scale` · spec) and the
-    /// inverse transform into `alpha_out` (tables ensured by the caller).
+    /// inverse transform into `alpha_out` (tables ensured by the caller), conditioned and with
+    /// Σβ = 0 as `(conditioning, zero_total)` ask.
     fn condition_and_invert(
         &mut self,
+        alpha_out: &mut DeviceBuffer<f64>,
         n: usize,
         scale: f64,
-        conditioning: LatticeConditioning,
-        zero_total: bool,
-        alpha_out: &mut DeviceBuffer<f64>,
+        (conditioning, zero_total): (LatticeConditioning, bool),
     ) -> Result<(), CudaError> {
         let s = self.stream.clone();
         alpha_out.ensure(&s, 3 * n * n * n)?;
@@ -613,7 +597,7 @@ impl DeviceRbfSolver {
         launch!(s, &self.condition, "lat_condition", cfg;
             self.spec.get_mut(), self.sym.get(), self.filt.get(), &n_i, &solenoidal, &zero,
             &scale, self.partials.get_mut())?;
-        let z2d = ensure_plan(&mut self.plans.z2d, n, || lattice_z2d_plan(n, &s))?;
+        let z2d = ensure_plan(&mut self.plans.z2d, n, || lattice_plan(n, false, &s))?;
         z2d.fft
             .exec_z2d(self.spec.get_mut(), alpha_out.get_mut())
             .doing("cuFFT Z2D of the strengths")?;
@@ -713,42 +697,27 @@ fn ensure_plan(
     Ok(slot.as_ref().expect("made above"))
 }
 
-/// The D2Z plan on the m³ sampling lattice: 3 batches, real data node-major with stride 3
-/// (batch b at offset b), spectra contiguous per component.
-fn sampled_d2z_plan(m: usize, stream: &Arc<CudaStream>) -> Result<CudaFft, CudaError> {
-    let mi = m as i32;
-    let embed = [mi; 3];
-    let half = [mi, mi, (m / 2 + 1) as i32];
+/// A plan between node-major values on the `size`³ lattice (stride 3, batch b at offset b) and
+/// 3 half spectra contiguous per component: D2Z (`forward`, the sampled vorticity) or Z2D (the
+/// strengths).
+fn lattice_plan(
+    size: usize,
+    forward: bool,
+    stream: &Arc<CudaStream>,
+) -> Result<CudaFft, CudaError> {
+    let si = size as i32;
+    let embed = [si; 3];
+    let half = [si, si, (size / 2 + 1) as i32];
     let real = FftLayout::new(&embed, 3, 1);
-    let cplx = FftLayout::new(&half, 1, half_spectrum_len(m) as i32);
-    use cufft_sys::cufftType::CUFFT_D2Z;
-    fft_plan(
-        &format!("the {m}^3 lattice"),
-        &embed,
-        (real, cplx),
-        CUFFT_D2Z,
-        3,
-        stream,
-    )
-}
-
-/// The Z2D plan on the n³ particle lattice: 3 half spectra contiguous per component into
-/// node-major strengths (stride 3).
-fn lattice_z2d_plan(n: usize, stream: &Arc<CudaStream>) -> Result<CudaFft, CudaError> {
-    let ni = n as i32;
-    let embed = [ni; 3];
-    let half = [ni, ni, (n / 2 + 1) as i32];
-    let cplx = FftLayout::new(&half, 1, half_spectrum_len(n) as i32);
-    let real = FftLayout::new(&embed, 3, 1);
-    use cufft_sys::cufftType::CUFFT_Z2D;
-    fft_plan(
-        &format!("the {n}^3 lattice"),
-        &embed,
-        (cplx, real),
-        CUFFT_Z2D,
-        3,
-        stream,
-    )
+    let cplx = FftLayout::new(&half, 1, half_spectrum_len(size) as i32);
+    use cufft_sys::cufftType::{CUFFT_D2Z, CUFFT_Z2D};
+    let (layouts, kind) = if forward {
+        ((real, cplx), CUFFT_D2Z)
+    } else {
+        ((cplx, real), CUFFT_Z2D)
+    };
+    let what = format!("the {size}^3 lattice");
+    fft_plan(&what, &embed, layouts, kind, 3, stream)
 }
 
 /// The in-place D2Z plan on the non-uniform FFT's M³ mesh: 3 batches, real rows padded to
@@ -760,12 +729,12 @@ fn mesh_d2z_plan(m: usize, stream: &Arc<CudaStream>) -> Result<CudaFft, CudaErro
     let half = [mi, mi, (m / 2 + 1) as i32];
     let real = FftLayout::new(&padded, 1, mi * mi * padded[2]);
     let cplx = FftLayout::new(&half, 1, half_spectrum_len(m) as i32);
-    use cufft_sys::cufftType::CUFFT_D2Z;
+    let what = format!("the {m}^3 mesh");
     fft_plan(
-        &format!("the {m}^3 mesh"),
+        &what,
         &dims,
         (real, cplx),
-        CUFFT_D2Z,
+        cufft_sys::cufftType::CUFFT_D2Z,
         3,
         stream,
     )
