@@ -684,7 +684,7 @@ fn ensure_plan(
     size: usize,
     make: impl FnOnce() -> Result<CudaFft, CudaError>,
 ) -> Result<&Plan, CudaError> {
-    if !slot.as_ref().is_some_and(|p| p.size == size) {
+    if slot.as_ref().is_none_or(|p| p.size != size) {
         *slot = None;
         let fft = make()?;
         let work_bytes = fft_work_bytes(&fft)?;
