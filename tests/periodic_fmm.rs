@@ -152,3 +152,122 @@ fn the_built_in_check_compares_with_ewald() {
     assert_eq!(checks.len(), 1);
     assert!(checks[0].passed() && checks[0].velocity_l2 < 1e-5, "{:?}", checks[0]);
 }
+
+/// Timings of both periodic methods on 16³ and 32³ lattices at 1e-4 (velocity + stretching,
+/// the machine's threads): `cargo test --test periodic_fmm timings -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn timings() {
+    for n in [16, 32] {
+        let p = Particles::lattice(n, 0.3, 1);
+        let extra = Extra::Stretching {
+            alpha: &p.alpha,
+            scheme: vpm::kernel::StretchingScheme::Transposed,
+        };
+        let mut fmm = FmmPeriodic::new(1e-4, 0).unwrap();
+        fmm.disable_checks();
+        let mut ewald = EwaldPeriodic::new(1e-4);
+        let (mut a, mut b) = (Evaluation::default(), Evaluation::default());
+        for _ in 0..2 {
+            let t = std::time::Instant::now();
+            fmm.evaluate(&p.sources(), &p.x, extra, &mut a).unwrap();
+            let tf = t.elapsed().as_secs_f64();
+            let t = std::time::Instant::now();
+            ewald.evaluate(&p.sources(), &p.x, extra, &mut b).unwrap();
+            let te = t.elapsed().as_secs_f64();
+            let s = fmm.last_stats();
+            println!(
+                "{n}³: FMM {tf:.3} s (tree {:.3}, up {:.3}, m2l+far {:.3}, down {:.3}, p2p {:.3}; \
+                 {} M2L, {:.0} near pairs/target), Ewald {te:.3} s; velocity differ {:.2e}",
+                s.tree_seconds,
+                s.upward_seconds,
+                s.m2l_seconds,
+                s.downward_seconds,
+                s.p2p_seconds,
+                s.m2l_pairs,
+                s.p2p_per_target(),
+                rel_l2(&a.velocity, &b.velocity)
+            );
+        }
+    }
+}
+
+// --- `vpm verify periodic` and `evaluator = "auto"` end to end --------------------------------
+
+mod common;
+use common::{assert_failed, assert_ok, manifest, run, s, stderr, stdout};
+use std::fs;
+
+/// quick.toml's Taylor–Green flow with particles: an 8³ lattice, `vortex_keys` added.
+fn periodic_case(vortex_keys: &str) -> String {
+    format!(
+        "description = \"Taylor–Green with 8³ particles\"\n\n[flow]\nnu = 0.05\n\n[initial]\n\
+         kind = \"taylor-green\"\n\n[time]\nt_end = 0.04\ndt = 0.02\n\n[output]\nevery_steps = 1\n\n\
+         [checkpoint]\nevery_steps = 1\n\n[spectral]\nn = 16\ndealias = \"2/3\"\n\n[vortex]\nn = 8\n\
+         {vortex_keys}"
+    )
+}
+
+#[test]
+fn verify_periodic_prints_the_two_methods_differences() {
+    let tmp = tempfile::tempdir().unwrap();
+    let case = tmp.path().join("tg.toml");
+    fs::write(&case, periodic_case("accuracy = 1e-4\n")).unwrap();
+    let o = run(&["verify", "periodic", s(&case), "--sample", "200", "--threads", "2"]);
+    assert_ok(&o, "vpm verify periodic");
+    let out = stdout(&o);
+    assert!(out.contains("the two methods agree"), "{out}");
+    for q in ["velocity", "stretching"] {
+        let line = out.lines().find(|l| l.starts_with(q)).unwrap_or_else(|| panic!("{out}"));
+        let l2: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(l2 < 3e-4, "{q}: {l2} ({out})");
+    }
+    // A free-space case is refused, naming why.
+    let o = run(&["verify", "periodic", "ring", "--threads", "2"]);
+    assert_failed(&o, "verify periodic of a ring");
+    assert!(stderr(&o).contains("free space"), "{}", stderr(&o));
+}
+
+/// The latest checkpoint's meta.json of a run.
+fn latest_meta(run_dir: &std::path::Path) -> std::path::PathBuf {
+    let mut metas: Vec<_> = fs::read_dir(run_dir.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("meta.json"))
+        .filter(|p| p.exists())
+        .collect();
+    metas.sort();
+    metas.pop().expect("a checkpoint")
+}
+
+/// `evaluator = "auto"` (the default) picks a method with both estimates in the manifest,
+/// stores it in the checkpoints, and a resume keeps the stored one (here edited to "fmm", as
+/// if the constants had chosen it) rather than choosing again.
+#[test]
+fn auto_choice_is_logged_stored_and_kept_on_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let case = tmp.path().join("tg.toml");
+    fs::write(&case, periodic_case("accuracy = 1e-4\n")).unwrap();
+    let dir = tmp.path().join("run");
+    let o = run(&["run", s(&case), "--out", s(&dir), "--threads", "2"]);
+    assert_ok(&o, "run with evaluator auto");
+    let m = manifest(&dir);
+    let choice = m["evaluator_choice"].as_str().unwrap_or_default().to_string();
+    assert!(
+        choice.contains("chose \"ewald\"") && choice.contains("\"fmm\""),
+        "{m:#}"
+    );
+    assert!(m["evaluators"]["vortex"].as_str().unwrap().contains("Ewald"), "{m:#}");
+    let meta = latest_meta(&dir);
+    let text = fs::read_to_string(&meta).unwrap();
+    assert!(text.contains("\"evaluator\": \"ewald\"") || text.contains("\"evaluator\":\"ewald\""), "{text}");
+    // The resumed run keeps what the checkpoint says was chosen.
+    let text = text.replace("\"ewald\"", "\"fmm\"");
+    fs::write(&meta, text).unwrap();
+    let o = run(&["resume", s(&dir), "--t-end", "0.06", "--threads", "2"]);
+    assert_ok(&o, "resume");
+    let m = manifest(&dir);
+    let vortex = m["evaluators"]["vortex"].as_str().unwrap();
+    assert!(vortex.contains("FMM periodic"), "{m:#}");
+    let text = fs::read_to_string(latest_meta(&dir)).unwrap();
+    assert!(text.contains("fmm"), "{text}");
+}

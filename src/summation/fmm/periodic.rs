@@ -327,16 +327,26 @@ fn wrap_all(x: &[[f64; 3]]) -> Vec<[f64; 3]> {
     x.iter().map(|p| p.map(wrap)).collect()
 }
 
+/// The periodic FMM's name with its images and parameters.
+fn name_of(near_level: u32, lattice: &LatticeSum, params: &FmmParams) -> String {
+    format!(
+        "FMM periodic CPU f64 (images |n|∞ ≤ {} through the tree, {} supercell levels at order \
+         {} beyond), {params}",
+        (3i64.pow(near_level) - 1) / 2,
+        lattice.levels,
+        lattice.order,
+    )
+}
+
+/// What [`FmmPeriodic::new`] with `params` is, in words (its name): for the planner.
+pub fn describe(params: &FmmParams) -> String {
+    let order = lattice_order(params.accuracy, params.order);
+    name_of(NEAR_LEVEL, &LatticeSum::new(order, LATTICE_LEVELS, NEAR_LEVEL), params)
+}
+
 impl Summation for FmmPeriodic {
     fn name(&self) -> String {
-        format!(
-            "FMM periodic CPU f64 (images |n|∞ ≤ {} through the tree, {} supercell levels at \
-             order {} beyond), {}",
-            (3i64.pow(self.near_level) - 1) / 2,
-            self.lattice.levels,
-            self.lattice.order,
-            self.state.params
-        )
+        name_of(self.near_level, &self.lattice, &self.state.params)
     }
 
     fn boundary(&self) -> Boundary {
