@@ -955,7 +955,7 @@ fn vortex_defaults() {
         section,
         "n = 16\noverlap = 0.75\nstretching = \"classical\"\nreinit_every = 10\nrbf = \"spectral\"\n\
          reinit_projection = \"solenoidal\"\nreinit_filter = \"none\"\n\
-         evaluator = \"ewald\"\naccuracy = 0.000001\ndissipation_every = 5\n",
+         evaluator = \"auto\"\naccuracy = 0.000001\ndissipation_every = 5\n",
         "{resolved}"
     );
     // Lattice spacing and core radius.
@@ -1381,7 +1381,7 @@ fn particle_defined_kinds_parse_with_their_defaults() {
     let v = case.vortex.unwrap();
     assert_eq!(
         (v.evaluator, v.reinit_every),
-        (EvaluatorKind::Ewald, Some(10))
+        (EvaluatorKind::Auto, Some(10))
     );
 }
 

@@ -814,10 +814,11 @@ mod tests {
     };
 
     /// The method of each CPU row with its boundary.
-    const CPU_ROWS: [(Boundary, EvaluatorKind); 3] = [
+    const CPU_ROWS: [(Boundary, EvaluatorKind); 4] = [
         (Boundary::FreeSpace, EvaluatorKind::Direct),
         (PERIODIC, EvaluatorKind::Ewald),
         (Boundary::FreeSpace, EvaluatorKind::Fmm),
+        (PERIODIC, EvaluatorKind::Fmm),
     ];
 
     /// A problem of `particles` particles of core `sigma_max` and no lattice.
@@ -949,18 +950,58 @@ mod tests {
             .to_string();
         let floor = format!("{:e}", crate::summation::fmm::params::GPU_ACCURACY_FLOOR);
         assert!(e.contains("f32") && e.contains(&floor), "{e}");
-        // The periodic box: no FMM row on any device, and the reason says what to use.
+        // The periodic box: a CPU row, and on a GPU a refusal that says what to use.
         let periodic = Boundary::Periodic {
             length: std::f64::consts::TAU,
         };
-        let e = plan(periodic, EvaluatorKind::Fmm, &Device::Cpu, 1e-6)
+        let p = plan(periodic, EvaluatorKind::Fmm, &Device::Cpu, 1e-6).unwrap();
+        assert!(p.description.contains("FMM periodic CPU f64"), "{}", p.description);
+        let e = lookup(EvaluatorKind::Fmm, BoundaryKind::Periodic, DeviceKind::Cuda)
             .err()
             .unwrap()
             .to_string();
         assert!(
-            e.contains("free-space only") && e.contains("\"ewald\""),
+            e.contains("the periodic FMM runs on the CPU only")
+                && e.contains("use \"ewald\" or \"auto\""),
             "{e}"
         );
+    }
+
+    /// `auto` picks the cheaper periodic method from the rows' estimates, says both, and is
+    /// the direct sum in free space.
+    #[test]
+    fn auto_picks_the_cheaper_method_and_states_both_estimates() {
+        let p = problem(PERIODIC, 32 * 32 * 32, std::f64::consts::TAU / 32.0);
+        let r = recipe(p, EvaluatorKind::Auto, &Device::Cpu, 1e-4).unwrap();
+        let c = r.choice.clone().unwrap();
+        let (ewald, fmm) = (
+            c.estimate(EvaluatorKind::Ewald).unwrap(),
+            c.estimate(EvaluatorKind::Fmm).unwrap(),
+        );
+        let cheaper = if fmm < ewald {
+            EvaluatorKind::Fmm
+        } else {
+            EvaluatorKind::Ewald
+        };
+        assert_eq!((r.method(), c.chosen), (cheaper, cheaper));
+        // The estimates are the rows' own.
+        let alone = |k| recipe(p, k, &Device::Cpu, 1e-4).unwrap().seconds_per_evaluation(1);
+        assert_eq!((ewald, fmm), (alone(EvaluatorKind::Ewald), alone(EvaluatorKind::Fmm)));
+        let text = c.to_string();
+        assert!(text.contains("\"ewald\"") && text.contains("\"fmm\""), "{text}");
+        // An accuracy the FMM cannot deliver leaves Ewald, with the FMM's reason.
+        let r = recipe(p, EvaluatorKind::Auto, &Device::Cpu, 1e-12).unwrap();
+        assert_eq!(r.method(), EvaluatorKind::Ewald);
+        assert!(r.choice.unwrap().to_string().contains("not available"));
+        // Free space: the direct sum.
+        let r = recipe(
+            problem(Boundary::FreeSpace, 1000, 0.1),
+            EvaluatorKind::Auto,
+            &Device::Cpu,
+            1e-4,
+        )
+        .unwrap();
+        assert_eq!(r.method(), EvaluatorKind::Direct);
     }
 
     #[test]
