@@ -135,7 +135,12 @@ pub fn verify_periodic(
     };
     let boundary = crate::run::plan::boundary_of(case);
     let mut ewald = plan(boundary, EvaluatorKind::Ewald, device, accuracy)
-        .with_context(|| format!("the Ewald sum on {} at accuracy {accuracy:e}", device.label()))?
+        .with_context(|| {
+            format!(
+                "the Ewald sum on {} at accuracy {accuracy:e}",
+                device.label()
+            )
+        })?
         .evaluator;
     let mut fmm = FmmPeriodic::new(accuracy, 0)
         .with_context(|| format!("the periodic FMM at accuracy {accuracy:e}"))?;

@@ -405,7 +405,11 @@ pub struct AutoChoice {
 
 impl std::fmt::Display for AutoChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "evaluator = \"auto\" chose \"{}\" (estimated seconds per evaluation", self.chosen)?;
+        write!(
+            f,
+            "evaluator = \"auto\" chose \"{}\" (estimated seconds per evaluation",
+            self.chosen
+        )?;
         for (k, e) in &self.estimates {
             match e {
                 Ok(s) => write!(f, "; \"{k}\" {s:.3e}")?,
@@ -955,7 +959,11 @@ mod tests {
             length: std::f64::consts::TAU,
         };
         let p = plan(periodic, EvaluatorKind::Fmm, &Device::Cpu, 1e-6).unwrap();
-        assert!(p.description.contains("FMM periodic CPU f64"), "{}", p.description);
+        assert!(
+            p.description.contains("FMM periodic CPU f64"),
+            "{}",
+            p.description
+        );
         let e = lookup(EvaluatorKind::Fmm, BoundaryKind::Periodic, DeviceKind::Cuda)
             .err()
             .unwrap()
@@ -985,10 +993,20 @@ mod tests {
         };
         assert_eq!((r.method(), c.chosen), (cheaper, cheaper));
         // The estimates are the rows' own.
-        let alone = |k| recipe(p, k, &Device::Cpu, 1e-4).unwrap().seconds_per_evaluation(1);
-        assert_eq!((ewald, fmm), (alone(EvaluatorKind::Ewald), alone(EvaluatorKind::Fmm)));
+        let alone = |k| {
+            recipe(p, k, &Device::Cpu, 1e-4)
+                .unwrap()
+                .seconds_per_evaluation(1)
+        };
+        assert_eq!(
+            (ewald, fmm),
+            (alone(EvaluatorKind::Ewald), alone(EvaluatorKind::Fmm))
+        );
         let text = c.to_string();
-        assert!(text.contains("\"ewald\"") && text.contains("\"fmm\""), "{text}");
+        assert!(
+            text.contains("\"ewald\"") && text.contains("\"fmm\""),
+            "{text}"
+        );
         // An accuracy the FMM cannot deliver leaves Ewald, with the FMM's reason.
         let r = recipe(p, EvaluatorKind::Auto, &Device::Cpu, 1e-12).unwrap();
         assert_eq!(r.method(), EvaluatorKind::Ewald);

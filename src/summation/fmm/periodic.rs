@@ -170,7 +170,13 @@ impl LatticeSum {
 
     /// The far images' local expansion of order `p` about `center` (the target root's centre)
     /// for the sources at `x` (in the box) with strengths `alpha`.
-    pub fn root_local(&self, x: &[[f64; 3]], alpha: &[[f64; 3]], center: [f64; 3], p: usize) -> Vec<C64> {
+    pub fn root_local(
+        &self,
+        x: &[[f64; 3]],
+        alpha: &[[f64; 3]],
+        center: [f64; 3],
+        p: usize,
+    ) -> Vec<C64> {
         let mut ws = Workspace::new(self.order);
         let mut mult = vec![C64::new(0.0, 0.0); 3 * coefficient_count(self.order)];
         p2m::<3>(&mut ws, [0.0; 3], x, alpha, &mut mult);
@@ -228,9 +234,9 @@ impl VacuumTerm {
     pub fn velocity(&self, x: [f64; 3]) -> [f64; 3] {
         std::array::from_fn(|k| {
             let mut s = 0.0;
-            for j in 0..3 {
+            for (j, xj) in x.iter().enumerate() {
                 for l in 0..3 {
-                    s += levi_civita(k, j, l) * (self.d[l][j] - self.q[l] * x[j]);
+                    s += levi_civita(k, j, l) * (self.d[l][j] - self.q[l] * xj);
                 }
             }
             s
@@ -240,7 +246,11 @@ impl VacuumTerm {
     /// ∂_m u_vac,k − ∂_m u_Ewald,k, `[k][m]`: −ε_kml Q_l/(3V).
     pub fn gradient(&self) -> [[f64; 3]; 3] {
         std::array::from_fn(|k| {
-            std::array::from_fn(|m| -(0..3).map(|l| levi_civita(k, m, l) * self.q[l]).sum::<f64>())
+            std::array::from_fn(|m| {
+                -(0..3)
+                    .map(|l| levi_civita(k, m, l) * self.q[l])
+                    .sum::<f64>()
+            })
         })
     }
 
@@ -341,7 +351,11 @@ fn name_of(near_level: u32, lattice: &LatticeSum, params: &FmmParams) -> String 
 /// What [`FmmPeriodic::new`] with `params` is, in words (its name): for the planner.
 pub fn describe(params: &FmmParams) -> String {
     let order = lattice_order(params.accuracy, params.order);
-    name_of(NEAR_LEVEL, &LatticeSum::new(order, LATTICE_LEVELS, NEAR_LEVEL), params)
+    name_of(
+        NEAR_LEVEL,
+        &LatticeSum::new(order, LATTICE_LEVELS, NEAR_LEVEL),
+        params,
+    )
 }
 
 impl Summation for FmmPeriodic {
@@ -405,17 +419,14 @@ impl Summation for FmmPeriodic {
         self.state.schedule.take()
     }
 
+    /// The blob sum is local: the Ewald evaluator's cell lists in the box.
     fn vorticity(&mut self, src: &Sources, at: &[[f64; 3]], out: &mut Vec<[f64; 3]>) -> SumResult {
         self.ewald.vorticity(src, at, out)
     }
 
-    fn vorticity_on_lattice(
-        &mut self,
-        src: &Sources,
-        n: usize,
-        out: &mut Vec<[f64; 3]>,
-    ) -> SumResult {
-        self.ewald.vorticity_on_lattice(src, n, out)
+    /// The Ewald evaluator's separable sum at the lattice nodes.
+    fn vorticity_on_lattice(&mut self, s: &Sources, n: usize, w: &mut Vec<[f64; 3]>) -> SumResult {
+        self.ewald.vorticity_on_lattice(s, n, w)
     }
 }
 
