@@ -133,6 +133,20 @@ fn the_image_sums_converge_in_levels_and_near_images() {
     let mut f = FmmPeriodic::new(1e-9, 0).unwrap();
     let (ev, _) = errors(&evaluate(&mut f, &p), &reference);
     assert!(ev < 1e-10, "{LATTICE_LEVELS} levels: {ev:e}");
+    // The images of S_3 \ S_2 (|n|∞ = 5…13) through the tree instead of the lattice sum.
+    let q = Particles::random_in_box(32, 1.0, 0.4, 0.5, 4);
+    let t = std::time::Instant::now();
+    let mut near3 = FmmPeriodic::new(1e-5, 0).unwrap().with_images(3, 14, 30);
+    near3.disable_checks();
+    let (ev, eg) = errors(
+        &evaluate(&mut near3, &q),
+        &evaluate(&mut with_images(2, 14), &q),
+    );
+    println!(
+        "S_3 against S_2: velocity {ev:.2e}, gradient {eg:.2e} ({:.2} s)",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(ev < 1e-6 && eg < 1e-6, "{ev:e} {eg:e}");
 }
 
 /// Against the Ewald sum on a jittered 12³ lattice at 1e-4 and 1e-6: the two periodic methods

@@ -407,7 +407,8 @@ impl std::fmt::Display for AutoChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "evaluator = \"auto\" chose \"{}\" (estimated seconds per evaluation",
+            "evaluator = \"auto\" chose \"{}\" (estimated seconds per velocity + stretching \
+             evaluation, a CPU row on one thread",
             self.chosen
         )?;
         for (k, e) in &self.estimates {
