@@ -1,4 +1,4 @@
-//! Command-line interface: `vpm run`, `resume`, `cases`, `plot`, `bench`.
+//! Command-line interface: `vpm run`, `resume`, `check`, `cases`, `plot`, `bench`, `verify`.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -44,6 +44,37 @@ pub enum Command {
     /// Benchmarks; each prints a table, states the hardware and can write JSON.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Checks of one method against another on a case's particles.
+    #[command(subcommand)]
+    Verify(VerifyCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum VerifyCommand {
+    /// Evaluates a periodic case's initial particles by both periodic far fields (Ewald and
+    /// the periodic FMM, at the case's accuracy) on a sample of targets and prints their
+    /// relative L2 and maximum differences per quantity; exits non-zero when an L2 difference
+    /// exceeds 3 × the accuracy. A free-space case is refused.
+    Periodic(VerifyPeriodicArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyPeriodicArgs {
+    /// A named case or the path of a case file (TOML), in the periodic box with [vortex].
+    pub case: String,
+    /// Targets sampled from the particles (all sources are summed).
+    #[arg(long, default_value_t = 1000)]
+    pub sample: usize,
+    /// Requested relative accuracy of both methods (default: the case's `vortex.accuracy`).
+    #[arg(long)]
+    pub accuracy: Option<f64>,
+    /// Where the Ewald sum runs: `cpu` (the default), `cuda`, `cuda:N` or `auto`; the periodic
+    /// FMM runs on the CPU.
+    #[arg(long, value_name = "DEVICE", default_value = "cpu")]
+    pub device: crate::device::DeviceRequest,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 #[derive(Debug, Args)]

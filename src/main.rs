@@ -217,6 +217,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Bench(command) => bench(command, cli.quiet),
+        Command::Verify(vpm::cli::VerifyCommand::Periodic(a)) => verify_periodic(a, cli.quiet),
     }
 }
 
@@ -526,6 +527,32 @@ const DEFAULT_RUNS: &str = "runs";
 
 /// `vpm check CASE`: validates as `vpm run` does, and prints the resolved case, its memory,
 /// disk and a rough time.
+/// `vpm verify periodic`: the table of the two periodic methods' differences; an error (exit
+/// status 1) when they disagree.
+fn verify_periodic(a: vpm::cli::VerifyPeriodicArgs, quiet: bool) -> Result<()> {
+    let (case, _text) = resolve_case(&a.case)?;
+    set_threads(a.threads)?;
+    let device = open_bench_device(a.device, quiet)?;
+    let request = vpm::run::verify::VerifyRequest {
+        sample: a.sample,
+        accuracy: a.accuracy,
+    };
+    let c = vpm::run::verify::verify_periodic(&case, request, &device)
+        .with_context(|| format!("vpm verify periodic {}", a.case))?;
+    out!("# vpm verify periodic {}", case.name);
+    out!("{c}");
+    if !c.agrees() {
+        anyhow::bail!(
+            "case `{}`: the Ewald sum and the periodic FMM differ by more than {} × the \
+             accuracy {:e} (table above)",
+            case.name,
+            vpm::run::verify::FAILURE_FACTOR,
+            c.accuracy
+        );
+    }
+    Ok(())
+}
+
 fn check(arg: &str, threads: Option<usize>) -> Result<()> {
     let (case, _text) = resolve_case(arg)?;
     let threads = set_threads(threads)?;
@@ -537,6 +564,9 @@ fn check(arg: &str, threads: Option<usize>) -> Result<()> {
             plan.particle_count,
             recipe.description
         );
+        if let Some(c) = &recipe.choice {
+            out!("# {c}");
+        }
     }
     let estimate = memory::estimate(&case, &plan)?;
     out!("\n# Memory (estimate of the large arrays):");

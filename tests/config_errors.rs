@@ -931,7 +931,7 @@ fn vortex_defaults() {
             solenoidal: true,
             filter: LatticeFilter::None,
         },
-        evaluator: EvaluatorKind::Ewald,
+        evaluator: EvaluatorKind::Auto,
         accuracy: 1e-6,
         accuracy_check_every: None,
         device: None,
@@ -955,7 +955,7 @@ fn vortex_defaults() {
         section,
         "n = 16\noverlap = 0.75\nstretching = \"classical\"\nreinit_every = 10\nrbf = \"spectral\"\n\
          reinit_projection = \"solenoidal\"\nreinit_filter = \"none\"\n\
-         evaluator = \"ewald\"\naccuracy = 0.000001\ndissipation_every = 5\n",
+         evaluator = \"auto\"\naccuracy = 0.000001\ndissipation_every = 5\n",
         "{resolved}"
     );
     // Lattice spacing and core radius.
@@ -971,6 +971,7 @@ fn vortex_defaults() {
 fn vortex_spellings() {
     assert_eq!(EvaluatorKind::Direct.as_str(), "direct");
     assert_eq!(EvaluatorKind::Ewald.as_str(), "ewald");
+    assert_eq!(EvaluatorKind::Auto.as_str(), "auto");
     assert_eq!(DeviceRequest::Auto.to_string(), "auto");
     assert_eq!(DeviceRequest::Cpu.to_string(), "cpu");
     assert_eq!(DeviceRequest::Cuda(None).to_string(), "cuda");
@@ -1380,7 +1381,7 @@ fn particle_defined_kinds_parse_with_their_defaults() {
     let v = case.vortex.unwrap();
     assert_eq!(
         (v.evaluator, v.reinit_every),
-        (EvaluatorKind::Ewald, Some(10))
+        (EvaluatorKind::Auto, Some(10))
     );
 }
 
@@ -1471,7 +1472,10 @@ fn ring_is_free_space_and_the_box_is_periodic() {
     rejects(
         &with_vortex("evaluator = \"direct\"\n"),
         Some(26),
-        &["`vortex.evaluator`", "periodic box needs \"ewald\""],
+        &[
+            "`vortex.evaluator`",
+            "periodic box needs \"auto\" (the default), \"ewald\" or \"fmm\"",
+        ],
     );
 }
 
@@ -1508,28 +1512,25 @@ fn fmm_runs_in_free_space_with_its_accuracy_and_checks() {
 
 #[test]
 fn fmm_keys_are_checked() {
-    // The periodic box has no FMM (yet): the tube and a field-defined flow.
-    rejects_vortex(
-        "evaluator = \"fmm\"\n",
-        &[
-            "`vortex.evaluator`",
-            "free-space only",
-            "periodic box uses \"ewald\"",
-        ],
+    // The periodic box has the FMM (CPU) and "auto": the tube and a field-defined flow.
+    let case = round_trip(&with_vortex("evaluator = \"fmm\"\n"));
+    let v = case.vortex.unwrap();
+    assert_eq!(
+        (v.evaluator, v.accuracy_check_every),
+        (EvaluatorKind::Fmm, Some(100))
     );
+    let case = round_trip(&with_vortex(
+        "evaluator = \"auto\"\naccuracy_check_every = 7\n",
+    ));
+    assert_eq!(case.vortex.unwrap().accuracy_check_every, Some(7));
     let tube = RING.replace(
         "kind = \"vortex-ring\"\nradius = 1.0\ncirculation = 1.0\ncore = 0.1",
         "kind = \"vortex-tube\"\ncirculation = 1\ncore = 0.3",
     );
-    rejects(
-        &tube.replace("n = 104", "n = 32\nevaluator = \"fmm\""),
-        Some(18),
-        &[
-            "`vortex.evaluator` = \"fmm\"",
-            "free-space only",
-            "\"ewald\"",
-        ],
-    );
+    round_trip(&tube.replace("n = 104", "n = 32\nevaluator = \"fmm\""));
+    // "auto" in free space (the direct sum) is spelled as given.
+    let v = round_trip(&ring_with("n = 104", "n = 104\nevaluator = \"auto\"")).vortex;
+    assert_eq!(v.unwrap().evaluator, EvaluatorKind::Auto);
     // An accuracy finer than the FMM is planned for, and a bad check cadence.
     use vpm::summation::fmm::params::{CPU_ACCURACY_FLOOR, GPU_ACCURACY_FLOOR};
     let (cpu, gpu) = (
@@ -1570,9 +1571,10 @@ fn fmm_keys_are_checked() {
         Some(20),
         &["`vortex.accuracy_check_every`", "only allowed with"],
     );
-    rejects_vortex(
-        "accuracy_check_every = 1\n",
-        &["`vortex.accuracy_check_every`", "\"fmm\""],
+    rejects(
+        &with_vortex("evaluator = \"ewald\"\naccuracy_check_every = 1\n"),
+        Some(VORTEX_LINE + 1),
+        &["`vortex.accuracy_check_every`", "\"fmm\" or \"auto\""],
     );
     // A case built in code passes the same checks.
     let mut case = round_trip(RING);

@@ -297,15 +297,17 @@ pub struct VortexConfig {
     /// vorticity before solving (docs/physics.md §3); see [`crate::vortex::reinit`].
     #[serde(flatten, serialize_with = "write::conditioning_keys")]
     pub conditioning: LatticeConditioning,
-    /// `evaluator`: the Biot–Savart summation; default `"ewald"` (`"direct"` for a vortex
-    /// ring); `"fmm"` in free space only.
+    /// `evaluator`: the Biot–Savart summation; in the periodic box `"auto"` (the default: the
+    /// planner picks the cheaper of Ewald and the FMM on the run's device), `"ewald"` or
+    /// `"fmm"` (CPU only); in free space `"direct"` (the default), `"fmm"` or `"auto"` (direct).
     #[serde(serialize_with = "write::display")]
     pub evaluator: EvaluatorKind,
     /// `accuracy`: requested relative accuracy of the Ewald or FMM evaluator; in [1e-12, 1e-2]
     /// (≥ 1e-10 with `"fmm"`; a GPU's FMM is planned down to 5e-5 and refuses finer); default
     /// 1e-6.
     pub accuracy: f64,
-    /// `accuracy_check_every`: with `evaluator = "fmm"`, evaluations between the FMM's built-in
+    /// `accuracy_check_every`: with `evaluator = "fmm"` (or `"auto"`, used if it picks the
+    /// FMM), evaluations between the FMM's built-in
     /// checks against the direct sum (0: only at the first evaluation; the FMM also checks
     /// whenever the largest core has grown); default 100. `None` for the other evaluators, where
     /// the key is refused.
@@ -367,7 +369,7 @@ impl VortexConfig {
             reinit_every: Some(Self::DEFAULT_REINIT_EVERY),
             rbf: RbfSolver::DEFAULT,
             conditioning: Self::DEFAULT_CONDITIONING,
-            evaluator: EvaluatorKind::Ewald,
+            evaluator: EvaluatorKind::Auto,
             accuracy: Self::DEFAULT_ACCURACY,
             accuracy_check_every: None,
             device: None,

@@ -1236,9 +1236,9 @@ fn parse_vortex(
                             a number ≥ 1e-12 and ≤ 1e-2";
     const CHECK_EVERY: &str = "evaluations between the FMM's checks against the direct sum: \
                                must be an integer ≥ 0 (0: only at the first evaluation)";
-    const ONLY_FMM: &str = "only allowed with `vortex.evaluator` = \"fmm\" (the FMM's built-in \
-                            check against the direct sum); the other evaluators need no check, \
-                            leave it out";
+    const ONLY_FMM: &str = "only allowed with `vortex.evaluator` = \"fmm\" or \"auto\" (the \
+                            FMM's built-in check against the direct or Ewald sum); the other \
+                            evaluators need no check, leave it out";
     const ONLY_CG: &str = "only allowed with `vortex.rbf` = \"cg\" (conjugate gradients); with \
                            rbf = \"spectral\" or \"exact\" leave it out";
     const DISSIPATION_EVERY: &str = "reinitialisations between measurements of the numerical \
@@ -1461,19 +1461,17 @@ fn parse_vortex(
             ("direct", EvaluatorKind::Direct),
             ("ewald", EvaluatorKind::Ewald),
             ("fmm", EvaluatorKind::Fmm),
+            ("auto", EvaluatorKind::Auto),
         ],
         defaults.evaluator,
     )?;
     if let Some(v) = sec.get("evaluator") {
         let bad = match evaluator {
             EvaluatorKind::Ewald if ring => Some(
-                r#"a vortex ring lives in free space: must be "direct" or "fmm" (Ewald sums are periodic)"#,
+                r#"a vortex ring lives in free space: must be "direct", "fmm" or "auto" (Ewald sums are periodic)"#,
             ),
             EvaluatorKind::Direct if !ring => Some(
-                r#"the periodic box needs "ewald" ("direct" sums in free space; a truncated image sum is only conditionally convergent)"#,
-            ),
-            EvaluatorKind::Fmm if !ring => Some(
-                r#"the FMM is free-space only for now (the periodic FMM is not built yet): the periodic box uses "ewald""#,
+                r#"the periodic box needs "auto" (the default), "ewald" or "fmm" ("direct" sums in free space; a truncated image sum is only conditionally convergent)"#,
             ),
             _ => None,
         };
@@ -1482,6 +1480,7 @@ fn parse_vortex(
         }
     }
     let fmm = evaluator == EvaluatorKind::Fmm;
+    let checked = fmm || evaluator == EvaluatorKind::Auto;
     let accuracy = match sec.number(doc, "accuracy", ACCURACY)? {
         Some(a) => {
             let (lo, hi) = ACCURACY_RANGE;
@@ -1503,7 +1502,7 @@ fn parse_vortex(
         None => defaults.accuracy,
     };
     let accuracy_check_every = match sec.integer(doc, "accuracy_check_every", CHECK_EVERY)? {
-        Some(k) if !fmm => return Err(k.fail(doc, ONLY_FMM)),
+        Some(k) if !checked => return Err(k.fail(doc, ONLY_FMM)),
         Some(k) => {
             k.require(doc, k.value >= 0, CHECK_EVERY)?;
             Some(k.value as u64)

@@ -198,6 +198,10 @@ pub struct Manifest {
     /// description), e.g. "vortex" → "FMM free-space CPU f64, accuracy 1e-6: order p = …".
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub evaluators: BTreeMap<String, String>,
+    /// With `vortex.evaluator = "auto"`: the method chosen and every candidate's estimated
+    /// seconds per evaluation ([`crate::summation::planner::AutoChoice`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluator_choice: Option<String>,
     /// The evaluators' built-in accuracy checks (the FMM's comparisons with the direct sum),
     /// oldest first: each the check's own fields plus the run's `step` and `t` of the state it
     /// evaluated.
@@ -252,6 +256,7 @@ impl Manifest {
             peak_device_memory_bytes: None,
             cfl_steps: None,
             evaluators: BTreeMap::new(),
+            evaluator_choice: None,
             accuracy_checks: Vec::new(),
             numerical_dissipation: None,
         }

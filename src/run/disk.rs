@@ -387,7 +387,7 @@ fn checkpoint_bytes(case: &Case, np: u64) -> u64 {
 /// `accuracy_check_every` evaluations, one per step and output).
 fn manifest_bytes(case: &Case, c: &Counts) -> u64 {
     let checks = match &case.vortex {
-        Some(v) if v.evaluator == EvaluatorKind::Fmm => {
+        Some(v) if matches!(v.evaluator, EvaluatorKind::Fmm | EvaluatorKind::Auto) => {
             let every = v.evaluator_options().check_every.max(1);
             (c.steps + c.outputs) / every + 2
         }

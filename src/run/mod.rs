@@ -25,6 +25,7 @@ pub mod sampling;
 pub mod schedule;
 pub mod signals;
 pub mod simulation;
+pub mod verify;
 
 use crate::config::Case;
 use crate::output::{Manifest, RunLock, CHECKPOINTS_DIR, MANIFEST_FILE};

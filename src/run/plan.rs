@@ -105,6 +105,9 @@ impl RunPlan {
             Some(device) if case.vortex.is_some() => {
                 let r = evaluator_recipe(case, device, particle_count)?;
                 tracing::info!("vortex evaluator: {}", r.description);
+                if let Some(c) = &r.choice {
+                    tracing::info!("vortex evaluator: {c}");
+                }
                 Some(r)
             }
             _ => None,

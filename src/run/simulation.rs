@@ -67,6 +67,10 @@ pub struct CheckpointMeta {
     /// checkpoints of format 2 and older.
     #[serde(default)]
     pub resolved_case: Option<String>,
+    /// The particle evaluator's method ("ewald", "fmm", …): what `evaluator = "auto"` chose,
+    /// kept on resume. `None` without particles and in older checkpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluator: Option<String>,
 }
 
 impl CheckpointMeta {
@@ -122,6 +126,7 @@ impl CheckpointMeta {
             devices: BTreeMap::new(),
             model,
             resolved_case: None,
+            evaluator: None,
         })
     }
 }
@@ -154,6 +159,9 @@ pub struct Simulation<M: Model> {
     peak_device_bytes: Option<u64>,
     /// The step at which the last checkpoint was written (no second one at the same step).
     last_checkpoint_step: Option<u64>,
+    /// The particle evaluator's method (the one `evaluator = "auto"` chose), kept in the
+    /// checkpoints so that a resume keeps it.
+    evaluator_method: Option<crate::summation::EvaluatorKind>,
     _lock: crate::output::RunLock,
 }
 
@@ -202,6 +210,7 @@ impl<M: Model> Simulation<M> {
             }
         };
         let mut sim = Simulation::assemble(case, run_dir, model, options, manifest, lock);
+        sim.record_evaluator(&plan);
         match Logs::create(run_dir, &log_specs(&sim.callbacks)) {
             Ok(logs) => sim.logs = logs,
             Err(e) => {
@@ -265,8 +274,10 @@ impl<M: Model> Simulation<M> {
         let particles = arrays
             .get("particle_sigma")
             .map_or(0, |(shape, _)| shape[0]);
-        let mut plan = crate::run::plan::RunPlan::for_resume(&case, particles)?;
-        let mut model = M::for_restore(&case, &mut plan)?;
+        // `evaluator = "auto"` keeps the method it chose at the start (in the checkpoint).
+        let planned = keep_evaluator_choice(&case, &meta);
+        let mut plan = crate::run::plan::RunPlan::for_resume(&planned, particles)?;
+        let mut model = M::for_restore(&planned, &mut plan)?;
         model
             .restore(&ModelState {
                 arrays,
@@ -293,6 +304,7 @@ impl<M: Model> Simulation<M> {
         // moved. A run stopped after its last step resumes at t_end and writes what is missing.
         let complete = manifest.status == "finished" && meta.t >= case.time.t_end;
         let mut sim = Simulation::assemble(case, run_dir, model, options, manifest.clone(), lock);
+        sim.record_evaluator(&plan);
         sim.t = meta.t;
         sim.step = step;
         sim.last_checkpoint_step = Some(step);
@@ -356,7 +368,19 @@ impl<M: Model> Simulation<M> {
             stage_seconds: BTreeMap::new(),
             peak_device_bytes: None,
             last_checkpoint_step: None,
+            evaluator_method: None,
             _lock: lock,
+        }
+    }
+
+    /// Records the plan's particle evaluator: its method for the checkpoints and, when
+    /// `evaluator = "auto"` chose it, the choice with both estimates in the manifest.
+    fn record_evaluator(&mut self, plan: &crate::run::plan::RunPlan) {
+        if let Some(r) = &plan.evaluator {
+            self.evaluator_method = Some(r.method());
+            if let Some(c) = &r.choice {
+                self.manifest.evaluator_choice = Some(c.to_string());
+            }
         }
     }
 
@@ -654,6 +678,7 @@ impl<M: Model> Simulation<M> {
                 .collect(),
             model: state.meta,
             resolved_case: Some(self.case.to_toml_string()),
+            evaluator: self.evaluator_method.map(|k| k.as_str().to_string()),
         };
         write_checkpoint(
             &self.run_dir,
@@ -946,6 +971,25 @@ fn check_case(
         );
     }
     Ok(changes)
+}
+
+/// The case to plan a resume with: `case` itself, or with `evaluator = "auto"` the method the
+/// checkpoint says it chose at the start (whatever the cost constants say now).
+fn keep_evaluator_choice(case: &Case, meta: &CheckpointMeta) -> Case {
+    use crate::summation::EvaluatorKind;
+    let chosen = meta.evaluator.as_deref().and_then(EvaluatorKind::parse);
+    let mut planned = case.clone();
+    if let (Some(vc), Some(kind)) = (planned.vortex.as_mut(), chosen) {
+        if vc.evaluator == EvaluatorKind::Auto && kind != EvaluatorKind::Auto {
+            vc.evaluator = kind;
+            tracing::info!(
+                "vortex evaluator: evaluator = \"auto\" keeps \"{kind}\", chosen at the start \
+                 of the run (checkpoint step {})",
+                meta.step
+            );
+        }
+    }
+    planned
 }
 
 /// Tells the user `msg` on stderr (`vpm: …`) unless the run is quiet, and logs it.

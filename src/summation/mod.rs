@@ -74,18 +74,32 @@ pub enum EvaluatorKind {
     /// `"ewald"`: Ewald splitting, short-range pairs plus a particle-mesh Fourier part (the
     /// default for the periodic box).
     Ewald,
-    /// `"fmm"`: the fast multipole method (free space, docs/physics.md §8).
+    /// `"fmm"`: the fast multipole method (free space, and the periodic box on the CPU,
+    /// docs/physics.md §8).
     Fmm,
+    /// `"auto"`: the planner picks the cheaper method for the boundary on the run's device from
+    /// its committed cost constants ([`planner::recipe`]; the periodic box's default).
+    Auto,
 }
 
 impl EvaluatorKind {
-    /// The TOML spelling: `"direct"` or `"ewald"`.
+    /// The TOML spelling: `"direct"`, `"ewald"`, `"fmm"` or `"auto"`.
     pub fn as_str(&self) -> &'static str {
         match self {
             EvaluatorKind::Direct => "direct",
             EvaluatorKind::Ewald => "ewald",
             EvaluatorKind::Fmm => "fmm",
+            EvaluatorKind::Auto => "auto",
         }
+    }
+}
+
+impl EvaluatorKind {
+    /// The kind of a TOML spelling ([`EvaluatorKind::as_str`]), `None` for any other.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Direct, Self::Ewald, Self::Fmm, Self::Auto]
+            .into_iter()
+            .find(|k| k.as_str() == s)
     }
 }
 

@@ -6,10 +6,9 @@
 //! stretching or gradient of the Biot–Savart law ([`check_sample`]), the acceleration and the
 //! potential of gravity ([`check_gravity_sample`]).
 
-use crate::summation::direct::DirectFreeSpace;
 use crate::summation::interaction::{Bodies, GravityEvaluation, GravitySummation};
 use crate::summation::verify::ErrorStats;
-use crate::summation::{verify, Evaluation, Extra, Sources, SummationError};
+use crate::summation::{verify, Evaluation, Extra, Sources, Summation, SummationError};
 
 /// The outputs a Biot–Savart check compares: the velocity, then the stretching or gradient.
 pub const BIOT_SAVART_OUTPUTS: [&str; 2] = ["velocity", "stretching or gradient"];
@@ -69,7 +68,8 @@ impl AccuracyCheck {
     pub fn failure(&self) -> SummationError {
         SummationError::AccuracyCheck(format!(
             "the FMM's check missed the requested accuracy {:e} by more than {FAILURE_FACTOR}× \
-             ({self}); ask for a finer `accuracy` or use the direct sum (evaluator = \"direct\")",
+             ({self}); ask for a finer `accuracy` or another evaluator (\"direct\" in free \
+             space, \"ewald\" in the periodic box)",
             self.requested
         ))
     }
@@ -102,10 +102,12 @@ pub fn sample_size(near_pairs: u64, sources: usize, targets: usize) -> usize {
     m.clamp(16, 1024).min(targets)
 }
 
-/// Compares `result` (the FMM's answer for `targets` and `extra`) with the direct sum on
-/// `sample` targets drawn with `seed`, by the shared measures of [`crate::summation::verify`]:
-/// [velocity L2, velocity max, derivative L2, derivative max].
+/// Compares `result` (the FMM's answer for `targets` and `extra`) with `reference` (the direct
+/// sum in free space; a finer Ewald sum in the periodic box) on `sample` targets drawn with
+/// `seed`, by the shared measures of [`crate::summation::verify`]: [velocity L2, velocity max,
+/// derivative L2, derivative max].
 pub fn check_sample(
+    reference: &mut dyn Summation,
     sources: &Sources,
     targets: &[[f64; 3]],
     extra: &Extra,
@@ -114,7 +116,7 @@ pub fn check_sample(
     seed: u64,
 ) -> Result<[f64; 4], SummationError> {
     let idx = verify::sample(targets.len(), sample, seed);
-    let e = verify::errors_on_sample(result, &mut DirectFreeSpace, sources, targets, *extra, &idx)?;
+    let e = verify::errors_on_sample(result, reference, sources, targets, *extra, &idx)?;
     let d = e.extra.unwrap_or_default();
     Ok([e.velocity.rel_l2, e.velocity.max_rel, d.rel_l2, d.max_rel])
 }

@@ -115,12 +115,13 @@ fn upward<S: Sync, const K: usize>(tree: &Octree, src: &SortedSources<S, K>, p: 
     mult
 }
 
-/// Local expansions of every target cell: M2L from its list, then L2L from its parent, top
-/// level first.
+/// Local expansions of every target cell: M2L from its list (each source cell moved by its
+/// image shift), then `root_local` added to the target root's (the periodic box's far images),
+/// then L2L from its parent, top level first.
 fn downward<const K: usize>(
     st: &Structure,
     mult: &[C64],
-    p: usize,
+    (p, root_local): (usize, Option<&[C64]>),
     stats: &mut FmmStats,
 ) -> Vec<C64> {
     let (targets, sources) = (st.targets(), &st.sources);
@@ -131,14 +132,21 @@ fn downward<const K: usize>(
         || Workspace::new(p),
         |ws, (tc, l)| {
             let a = &targets.cells[tc];
-            for &sc in st.lists.m2l_of(tc) {
-                let b = &sources.cells[sc as usize];
-                let d = [0, 1, 2].map(|k| a.center[k] - b.center[k]);
-                let o = sc as usize * stride;
+            let entries = st.lists.m2l_offsets[tc] as usize..st.lists.m2l_offsets[tc + 1] as usize;
+            for e in entries {
+                let sc = st.lists.m2l_sources[e] as usize;
+                let (b, s) = (&sources.cells[sc], st.m2l_shift(e));
+                let d = [0, 1, 2].map(|k| a.center[k] - b.center[k] - s[k]);
+                let o = sc * stride;
                 m2l::<K>(ws, d, &mult[o..o + stride], l);
             }
         },
     );
+    if let Some(r) = root_local {
+        for (l, v) in local.iter_mut().zip(r) {
+            *l += v;
+        }
+    }
     stats.m2l_seconds = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
     for lv in 1..targets.depth() {
@@ -164,19 +172,21 @@ fn downward<const K: usize>(
 
 /// The FMM of one interaction on built trees and lists: upward pass, M2L and L2L, then per
 /// target leaf L2P (the interaction's far field from the potentials' derivatives) and P2P (its
-/// exact pair). The answers in the order of `targets`; the phase times into `stats`.
+/// exact pair, the source moved by the entry's image shift). `root_local` (order p, about the
+/// target root's centre) is added to the root's local expansion. The answers in the order of
+/// `targets`; the phase times into `stats`.
 fn evaluate_tree<I: PairInteraction<K>, const K: usize>(
     interaction: &I,
     st: &Structure,
     src: &SortedSources<I::Source, K>,
     targets: &[[f64; 3]],
-    p: usize,
+    (p, root_local): (usize, Option<&[C64]>),
     stats: &mut FmmStats,
 ) -> Vec<I::Answer> {
     let t1 = Instant::now();
     let mult = upward(&st.sources, src, p);
     stats.upward_seconds = t1.elapsed().as_secs_f64();
-    let local = downward::<K>(st, &mult, p, stats);
+    let local = downward::<K>(st, &mult, (p, root_local), stats);
 
     let t2 = Instant::now();
     let ttree = st.targets();
@@ -204,16 +214,18 @@ fn evaluate_tree<I: PairInteraction<K>, const K: usize>(
                 let cell = &ttree.cells[leaf];
                 let l = &local[leaf * stride..(leaf + 1) * stride];
                 let near = st.lists.p2p_of(*li);
+                let first = st.lists.p2p_offsets[*li] as usize;
                 range
                     .clone()
                     .map(|i| {
                         let x = targets[ttree.order[i] as usize];
                         let d = [0, 1, 2].map(|k| x[k] - cell.center[k]);
                         let mut acc = interaction.far_field(&l2p::<K>(ws, d, l, orders));
-                        for &sl in near {
+                        for (e, &sl) in near.iter().enumerate() {
+                            let s = st.p2p_shift(first + e);
                             for q in st.sources.cells[sl as usize].particles() {
                                 let y = src.x[q];
-                                let r = [x[0] - y[0], x[1] - y[1], x[2] - y[2]];
+                                let r = [0, 1, 2].map(|k| x[k] - y[k] - s[k]);
                                 interaction.add_pair(r, &src.src[q], &mut acc);
                             }
                         }
@@ -233,6 +245,64 @@ fn evaluate_tree<I: PairInteraction<K>, const K: usize>(
     answers
 }
 
+/// The Biot–Savart FMM of one request on the CPU: the trees and lists from `structure` (given
+/// the near field's (ρ_c, σ_max)), `root_local` (given them; order p about the target root's
+/// centre: the periodic box's far images, timed with the M2L) added to the root's local
+/// expansion, then the velocity and the stretching or gradient into `out`. Its counts and
+/// times.
+pub(super) fn evaluate_biot_savart(
+    params: &FmmParams,
+    req: &Request,
+    out: &mut Evaluation,
+    structure: impl FnOnce((f64, f64)) -> Structure,
+    root_local: impl FnOnce(&Structure) -> Option<Vec<C64>>,
+) -> FmmStats {
+    let (sources, targets, extra) = (req.sources, req.targets, req.extra);
+    let sigma_max = sources.sigma.iter().copied().fold(0.0, f64::max);
+    let gradient = !matches!(extra, Extra::None);
+    let p = params.order;
+    let mut stats = FmmStats::default();
+    let interaction = BiotSavart {
+        gradient,
+        singular_beyond: params.rho_cut(gradient),
+    };
+
+    let t0 = Instant::now();
+    let st = structure((params.rho_cut(gradient), sigma_max));
+    let src = SortedSources::new(&interaction, sources.x, &st.sources, |i| Vortex {
+        alpha: sources.alpha[i],
+        sigma: sources.sigma[i],
+    });
+    stats.tree_seconds = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let far = root_local(&st);
+    let far_seconds = t1.elapsed().as_secs_f64();
+
+    let answers = evaluate_tree(
+        &interaction,
+        &st,
+        &src,
+        targets,
+        (p, far.as_deref()),
+        &mut stats,
+    );
+    stats.m2l_seconds += far_seconds;
+    let t2 = Instant::now();
+    for (t, a) in answers.iter().enumerate() {
+        out.velocity[t] = a.0;
+        match extra {
+            Extra::None => {}
+            Extra::Gradient => out.gradient[t] = a.1,
+            Extra::Stretching { alpha, scheme } => {
+                out.stretching[t] = stretching_from_gradient(&a.1, &alpha[t], scheme)
+            }
+        }
+    }
+    stats.p2p_seconds += t2.elapsed().as_secs_f64();
+    st.count(&mut stats, p);
+    stats
+}
+
 impl Summation for FmmFreeSpace {
     fn name(&self) -> String {
         format!("FMM free-space CPU f64, {}", self.state.params)
@@ -243,46 +313,30 @@ impl Summation for FmmFreeSpace {
     }
 
     fn evaluate_request(&mut self, req: Request, out: &mut Evaluation) -> SumResult {
-        let (sources, targets, extra) = (req.sources, req.targets, req.extra);
-        let (_, sigma_max) = sigma_range(sources)?;
-        let gradient = !matches!(extra, Extra::None);
-        let p = self.state.params.order;
-        let mut stats = FmmStats::default();
-        let interaction = BiotSavart {
-            gradient,
-            singular_beyond: self.state.params.rho_cut(gradient),
-        };
-
-        let t0 = Instant::now();
-        let st = Structure::build(sources, targets, &self.state.params, gradient, sigma_max);
-        let src = SortedSources::new(&interaction, sources.x, &st.sources, |i| Vortex {
-            alpha: sources.alpha[i],
-            sigma: sources.sigma[i],
-        });
-        stats.tree_seconds = t0.elapsed().as_secs_f64();
-
-        let answers = evaluate_tree(&interaction, &st, &src, targets, p, &mut stats);
-        let t2 = Instant::now();
-        for (t, a) in answers.iter().enumerate() {
-            out.velocity[t] = a.0;
-            match extra {
-                Extra::None => {}
-                Extra::Gradient => out.gradient[t] = a.1,
-                Extra::Stretching { alpha, scheme } => {
-                    out.stretching[t] = stretching_from_gradient(&a.1, &alpha[t], scheme)
-                }
-            }
-        }
-        stats.p2p_seconds += t2.elapsed().as_secs_f64();
-        st.count(&mut stats, p);
+        let (_, sigma_max) = sigma_range(req.sources)?;
+        let params = self.state.params;
+        let stats = evaluate_biot_savart(
+            &params,
+            &req,
+            out,
+            |near| {
+                Structure::build_scaled(
+                    (req.sources.x, req.sources.sigma),
+                    req.targets,
+                    &params,
+                    near,
+                )
+            },
+            |_| None,
+        );
         self.state.stats = stats;
         self.state.schedule.after_evaluation(
-            sources,
-            targets,
-            &extra,
+            req.sources,
+            req.targets,
+            &req.extra,
             out,
             sigma_max,
-            &self.state.params,
+            &params,
             &stats,
         )
     }

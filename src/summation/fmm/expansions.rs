@@ -180,10 +180,16 @@ pub fn m2m<const K: usize>(
     child: &[C64],
     parent: &mut [C64],
 ) {
-    let p = ws.p;
     let d = child_to_parent;
-    regular_harmonics([-d[0], -d[1], -d[2]], p, &mut ws.table);
-    let r = &ws.table;
+    regular_harmonics([-d[0], -d[1], -d[2]], ws.p, &mut ws.table);
+    m2m_table::<K>(ws.p, &ws.table, child, parent);
+}
+
+/// M2M (order p) with the regular harmonics R(c − c') of the child's centre c seen from the
+/// parent's c' already in `r` (order ≥ p). M2M is linear in the table, so the M2Ms of equal
+/// children at several centres are one M2M with the sum of their tables (the supercells of
+/// [`super::periodic`]).
+pub fn m2m_table<const K: usize>(p: usize, r: &[C64], child: &[C64], parent: &mut [C64]) {
     for n in 0..=p {
         for m in 0..=n as isize {
             let mut acc = [C64::new(0.0, 0.0); K];
@@ -210,9 +216,14 @@ pub fn m2m<const K: usize>(
 /// `multipole` (centre c), with `b` = c_L − c:
 /// L_n^m += (−1)^{n+m} Σ_{j,k} M_j^k I_{j+n}^{k−m}(b).
 pub fn m2l<const K: usize>(ws: &mut Workspace, b: [f64; 3], multipole: &[C64], local: &mut [C64]) {
-    let p = ws.p;
-    irregular_harmonics(b, 2 * p, &mut ws.table);
-    let t = &ws.table;
+    irregular_harmonics(b, 2 * ws.p, &mut ws.table);
+    m2l_table::<K>(ws.p, &ws.table, multipole, local);
+}
+
+/// M2L (order p) with the irregular harmonics I(b) already in `t` (order ≥ 2p). M2L is linear
+/// in the table, so the M2Ls of one multipole expansion placed at several centres are one M2L
+/// with the sum of their tables (the lattice sums of [`super::periodic`]).
+pub fn m2l_table<const K: usize>(p: usize, t: &[C64], multipole: &[C64], local: &mut [C64]) {
     for n in 0..=p {
         for m in 0..=n as isize {
             let mut acc = [C64::new(0.0, 0.0); K];

@@ -19,8 +19,10 @@
 //! Implementations: [`FmmFreeSpace`] (Biot–Savart, CPU, f64, rayon), [`FmmGravity`] (gravity,
 //! CPU, f64), [`CudaFmm`] (Biot–Savart on one GPU: f64 expansions, f32 near-field sums, tree
 //! and lists built on the device, [`gpu_tree`], equal to the host's) and [`CudaFmmGravity`] (gravity on one GPU, the same far-field
-//! kernels with one charge). The design leaves room for the periodic box (a sum of the
-//! root's images, §8), not built yet.
+//! kernels with one charge). [`FmmPeriodic`] (Biot–Savart, CPU, f64) sums the periodic box:
+//! the near images through the traversal, the far ones by a lattice sum of the root's
+//! expansion, and the conditionally convergent term made the Ewald sum's ([`periodic`],
+//! docs/physics.md §4).
 
 pub mod cartesian;
 pub mod check;
@@ -32,6 +34,7 @@ pub mod expansions;
 pub mod gpu_tree;
 pub mod m2l_layout;
 pub mod params;
+pub mod periodic;
 pub mod traversal;
 pub mod tree;
 
@@ -40,13 +43,14 @@ pub use cpu::{FmmFreeSpace, FmmGravity};
 pub use cuda::CudaFmm;
 pub use cuda_gravity::CudaFmmGravity;
 pub use params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams};
+pub use periodic::FmmPeriodic;
 
-use crate::summation::direct::DirectGravity;
+use crate::summation::direct::{DirectFreeSpace, DirectGravity};
 use crate::summation::interaction::{
     Bodies, GravityEvaluation, GravitySummation, GravityWork, PlummerGravity,
 };
-use crate::summation::{Evaluation, Extra, Sources, SumResult, SummationError};
-use traversal::{build_lists, Criterion, InteractionLists};
+use crate::summation::{Evaluation, Extra, Request, Sources, SumResult, Summation, SummationError};
+use traversal::{build_image_lists, build_lists, Criterion, InteractionLists};
 use tree::Octree;
 
 /// Counts and phase times of one evaluation (seconds, wall clock on the host; the GPU engines
@@ -89,6 +93,18 @@ pub struct Structure {
     /// The target tree, `None` when the targets are the sources (one tree for both).
     pub target_tree: Option<Octree>,
     pub lists: InteractionLists,
+    /// The image shifts of the lists' entries (the periodic box); `None` in free space.
+    pub images: Option<ImageShifts>,
+}
+
+/// The shift of every list entry of a [`Structure`] built with images
+/// ([`traversal::build_image_lists`]): a table of shift vectors and an index into it per M2L
+/// and per P2P entry.
+#[derive(Debug, Clone)]
+pub struct ImageShifts {
+    pub table: Vec<[f64; 3]>,
+    pub m2l: Vec<u16>,
+    pub p2p: Vec<u16>,
 }
 
 impl Structure {
@@ -115,25 +131,80 @@ impl Structure {
         (x, scale): (&[[f64; 3]], &[f64]),
         targets: &[[f64; 3]],
         params: &FmmParams,
-        (rho_cut, scale_max): (f64, f64),
+        near: (f64, f64),
     ) -> Self {
-        let min_side = gpu_tree::min_leaf_side(rho_cut, scale_max);
-        let stree = Octree::build(x, Some(scale), params.leaf_size, min_side);
-        let same = std::ptr::eq(targets.as_ptr(), x.as_ptr()) && targets.len() == x.len();
-        let target_tree = (!same).then(|| Octree::build(targets, None, params.leaf_size, min_side));
-        let lists = build_lists(
-            target_tree.as_ref().unwrap_or(&stree),
-            &stree,
-            Criterion::Multipole {
-                theta: params.theta,
-                rho_cut,
-            },
-        );
+        let (stree, target_tree, criterion) = Self::trees((x, scale), targets, params, near);
+        let lists = build_lists(target_tree.as_ref().unwrap_or(&stree), &stree, criterion);
         Self {
             sources: stree,
             target_tree,
             lists,
+            images: None,
         }
+    }
+
+    /// Trees and lists of a periodic sum: the sources at `x` (wrapped into the box) seen from
+    /// `targets` through every shift of `shifts` (the near images, [`periodic`]); otherwise as
+    /// [`Structure::build_scaled`].
+    pub fn build_images(
+        (x, scale): (&[[f64; 3]], &[f64]),
+        targets: &[[f64; 3]],
+        params: &FmmParams,
+        near: (f64, f64),
+        shifts: Vec<[f64; 3]>,
+    ) -> Self {
+        let (stree, target_tree, criterion) = Self::trees((x, scale), targets, params, near);
+        let l = build_image_lists(
+            target_tree.as_ref().unwrap_or(&stree),
+            &stree,
+            criterion,
+            &shifts,
+        );
+        Self {
+            sources: stree,
+            target_tree,
+            lists: l.lists,
+            images: Some(ImageShifts {
+                table: shifts,
+                m2l: l.m2l_shifts,
+                p2p: l.p2p_shifts,
+            }),
+        }
+    }
+
+    /// The source tree, the target tree (`None` when the targets are the sources) and the
+    /// traversal's criterion of [`Structure::build_scaled`].
+    fn trees(
+        (x, scale): (&[[f64; 3]], &[f64]),
+        targets: &[[f64; 3]],
+        params: &FmmParams,
+        (rho_cut, scale_max): (f64, f64),
+    ) -> (Octree, Option<Octree>, Criterion) {
+        let min_side = gpu_tree::min_leaf_side(rho_cut, scale_max);
+        let stree = Octree::build(x, Some(scale), params.leaf_size, min_side);
+        let same = std::ptr::eq(targets.as_ptr(), x.as_ptr()) && targets.len() == x.len();
+        let target_tree = (!same).then(|| Octree::build(targets, None, params.leaf_size, min_side));
+        let criterion = Criterion::Multipole {
+            theta: params.theta,
+            rho_cut,
+        };
+        (stree, target_tree, criterion)
+    }
+
+    /// The shift of M2L entry `e` (of `lists.m2l_sources`): zero in free space.
+    #[inline]
+    pub fn m2l_shift(&self, e: usize) -> [f64; 3] {
+        self.images
+            .as_ref()
+            .map_or([0.0; 3], |i| i.table[i.m2l[e] as usize])
+    }
+
+    /// The shift of P2P entry `e` (of `lists.p2p_sources`): zero in free space.
+    #[inline]
+    pub fn p2p_shift(&self, e: usize) -> [f64; 3] {
+        self.images
+            .as_ref()
+            .map_or([0.0; 3], |i| i.table[i.p2p[e] as usize])
     }
 
     /// Trees and lists of a gravitational sum ([`super::interaction::PlummerGravity`]) on the
@@ -296,6 +367,26 @@ impl CheckSchedule {
         params: &FmmParams,
         stats: &FmmStats,
     ) -> SumResult {
+        let req = Request {
+            sources,
+            targets,
+            extra: *extra,
+        };
+        self.after_evaluation_against(&mut DirectFreeSpace, &req, out, sigma_max, params, stats)
+    }
+
+    /// [`CheckSchedule::after_evaluation`] of the request `req` against `reference` (the
+    /// periodic FMM's: a finer Ewald sum).
+    pub fn after_evaluation_against(
+        &mut self,
+        reference: &mut dyn Summation,
+        req: &Request,
+        out: &Evaluation,
+        sigma_max: f64,
+        params: &FmmParams,
+        stats: &FmmStats,
+    ) -> SumResult {
+        let (sources, targets, extra) = (req.sources, req.targets, &req.extra);
         let Some(grown) = self.count_evaluation(sigma_max) else {
             return Ok(());
         };
@@ -309,7 +400,8 @@ impl CheckSchedule {
             );
         }
         let sample = check::sample_size(stats.p2p_pairs, sources.len(), targets.len());
-        let e = check::check_sample(sources, targets, extra, out, sample, self.evaluations)?;
+        let seed = self.evaluations;
+        let e = check::check_sample(reference, sources, targets, extra, out, sample, seed)?;
         self.record(AccuracyCheck {
             evaluation: self.evaluations,
             sample,

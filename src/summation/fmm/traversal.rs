@@ -15,6 +15,11 @@
 //! The traversal runs level by level over the target tree, each cell in parallel from its
 //! parent's list of near sources, and every list is in a fixed order, so every sum is
 //! deterministic for any number of threads.
+//!
+//! **Images.** [`build_image_lists`] visits the source tree through a table of shifts (the
+//! periodic box's near images, [`super::periodic`]): the target root starts with the source
+//! root once per shift, a source cell seen through shift s has its centre moved by s, and every
+//! list entry carries the index of its shift. [`build_lists`] is the one-shift (zero) case.
 
 use super::tree::Octree;
 use rayon::prelude::*;
@@ -83,10 +88,19 @@ enum Decision {
     Near,
 }
 
-fn decide(t: &Octree, s: &Octree, a: usize, b: usize, criterion: Criterion) -> Decision {
+/// A source cell seen through one image shift: (cell, index into the shift table).
+type Candidate = (u32, u16);
+
+fn decide(
+    t: &Octree,
+    s: &Octree,
+    a: usize,
+    (b, shift): (usize, [f64; 3]),
+    criterion: Criterion,
+) -> Decision {
     let (ca, cb) = (&t.cells[a], &s.cells[b]);
     let d = (0..3)
-        .map(|k| (ca.center[k] - cb.center[k]).powi(2))
+        .map(|k| (ca.center[k] - cb.center[k] - shift[k]).powi(2))
         .sum::<f64>()
         .sqrt();
     let gap = d - ca.radius - cb.radius;
@@ -112,26 +126,26 @@ fn decide(t: &Octree, s: &Octree, a: usize, b: usize, criterion: Criterion) -> D
 #[derive(Default)]
 struct CellLists {
     /// Sources acting by M2L.
-    far: Vec<u32>,
+    far: Vec<Candidate>,
     /// Sources not yet separated (passed to the children; for a leaf, its P2P leaves).
-    near: Vec<u32>,
+    near: Vec<Candidate>,
 }
 
 /// Resolves the candidates of target cell `a`: each is accepted (M2L), dropped, kept near when
 /// it is no larger than `a` (or a leaf) and `a` has children to pass it to, or else opened.
 fn resolve(
-    t: &Octree,
-    s: &Octree,
+    (t, s, shifts): (&Octree, &Octree, &[[f64; 3]]),
     a: usize,
-    candidates: &[u32],
+    candidates: &[Candidate],
     criterion: Criterion,
 ) -> CellLists {
     let ca = &t.cells[a];
     let mut out = CellLists::default();
-    let mut stack: Vec<u32> = candidates.iter().rev().copied().collect();
-    while let Some(b) = stack.pop() {
-        match decide(t, s, a, b as usize, criterion) {
-            Decision::Far => out.far.push(b),
+    let mut stack: Vec<Candidate> = candidates.iter().rev().copied().collect();
+    while let Some((b, shift)) = stack.pop() {
+        let seen = (b as usize, shifts[shift as usize]);
+        match decide(t, s, a, seen, criterion) {
+            Decision::Far => out.far.push((b, shift)),
             Decision::Drop => {}
             Decision::Near => {
                 let cb = &s.cells[b as usize];
@@ -139,10 +153,10 @@ fn resolve(
                 // split any further); otherwise the target's children take it over.
                 if !cb.is_leaf() && (ca.is_leaf() || cb.radius > ca.radius) {
                     for ch in cb.children().rev() {
-                        stack.push(ch as u32);
+                        stack.push((ch as u32, shift));
                     }
                 } else {
-                    out.near.push(b);
+                    out.near.push((b, shift));
                 }
             }
         }
@@ -155,28 +169,55 @@ fn resolve(
 /// parallel and its lists are in a fixed order (depth first over the source tree), so the
 /// result does not depend on the number of threads.
 pub fn build_lists(t: &Octree, s: &Octree, criterion: Criterion) -> InteractionLists {
+    build_image_lists(t, s, criterion, &[[0.0; 3]]).lists
+}
+
+/// Interaction lists whose entries each carry an image shift (module docs).
+#[derive(Debug, Clone, Default)]
+pub struct ImageLists {
+    pub lists: InteractionLists,
+    /// The shift (index into the table given to [`build_image_lists`]) of each entry of
+    /// `lists.m2l_sources` and of `lists.p2p_sources`.
+    pub m2l_shifts: Vec<u16>,
+    pub p2p_shifts: Vec<u16>,
+}
+
+/// The lists of the targets of `t` with the sources of `s` seen through every shift of
+/// `shifts` (at most 65 536): the target root's candidates are the source root once per shift,
+/// in table order; otherwise as [`build_lists`].
+pub fn build_image_lists(
+    t: &Octree,
+    s: &Octree,
+    criterion: Criterion,
+    shifts: &[[f64; 3]],
+) -> ImageLists {
+    assert!(shifts.len() <= 1 << 16, "at most 65 536 image shifts");
     let nt = t.cells.len();
     if nt == 0 || s.cells.is_empty() {
-        return InteractionLists {
-            m2l_offsets: vec![0; nt + 1],
-            p2p_offsets: vec![0; t.leaves.len() + 1],
+        return ImageLists {
+            lists: InteractionLists {
+                m2l_offsets: vec![0; nt + 1],
+                p2p_offsets: vec![0; t.leaves.len() + 1],
+                ..Default::default()
+            },
             ..Default::default()
         };
     }
-    let mut far: Vec<Vec<u32>> = vec![Vec::new(); nt];
-    let mut near: Vec<Vec<u32>> = vec![Vec::new(); nt];
+    let roots: Vec<Candidate> = (0..shifts.len()).map(|i| (0, i as u16)).collect();
+    let mut far: Vec<Vec<Candidate>> = vec![Vec::new(); nt];
+    let mut near: Vec<Vec<Candidate>> = vec![Vec::new(); nt];
     for lv in 0..t.depth() {
         let range = t.levels[lv].clone();
         let resolved: Vec<CellLists> = range
             .clone()
             .into_par_iter()
             .map(|a| {
-                let cand: &[u32] = if lv == 0 {
-                    &[0]
+                let cand: &[Candidate] = if lv == 0 {
+                    &roots
                 } else {
                     &near[t.cells[a].parent as usize]
                 };
-                resolve(t, s, a, cand, criterion)
+                resolve((t, s, shifts), a, cand, criterion)
             })
             .collect();
         for (a, r) in range.clone().zip(resolved) {
@@ -192,27 +233,30 @@ pub fn build_lists(t: &Octree, s: &Octree, criterion: Criterion) -> InteractionL
             }
         }
     }
-    let mut m2l_offsets = Vec::with_capacity(nt + 1);
-    m2l_offsets.push(0u32);
-    for f in &far {
-        m2l_offsets.push(m2l_offsets.last().unwrap() + f.len() as u32);
-    }
-    let m2l_sources: Vec<u32> = far.concat();
-    let mut p2p_offsets = Vec::with_capacity(t.leaves.len() + 1);
-    p2p_offsets.push(0u32);
-    for &l in &t.leaves {
-        p2p_offsets.push(p2p_offsets.last().unwrap() + near[l as usize].len() as u32);
-    }
-    let p2p_sources: Vec<u32> = t
+    let offsets = |rows: &mut dyn Iterator<Item = usize>| -> Vec<u32> {
+        let mut o = vec![0u32];
+        for len in rows {
+            o.push(o.last().unwrap() + len as u32);
+        }
+        o
+    };
+    let m2l_offsets = offsets(&mut far.iter().map(Vec::len));
+    let p2p_offsets = offsets(&mut t.leaves.iter().map(|&l| near[l as usize].len()));
+    let (m2l_sources, m2l_shifts) = far.concat().into_iter().unzip();
+    let (p2p_sources, p2p_shifts) = t
         .leaves
         .iter()
         .flat_map(|&l| near[l as usize].iter().copied())
-        .collect();
-    InteractionLists {
-        m2l_offsets,
-        m2l_sources,
-        p2p_offsets,
-        p2p_sources,
+        .unzip();
+    ImageLists {
+        lists: InteractionLists {
+            m2l_offsets,
+            m2l_sources,
+            p2p_offsets,
+            p2p_sources,
+        },
+        m2l_shifts,
+        p2p_shifts,
     }
 }
 
