@@ -335,8 +335,10 @@ impl VortexConfig {
     pub const DEFAULT_OVERLAP: f64 = 0.75;
     /// Default `reinit_every`.
     pub const DEFAULT_REINIT_EVERY: u64 = 10;
-    /// Default `accuracy` (every evaluator that takes one, the FMM on the CPU included).
-    pub const DEFAULT_ACCURACY: f64 = 1e-6;
+    /// Default `accuracy` (every evaluator that takes one, the FMM on the CPU included): a
+    /// hundred times below the method's own error (docs/physics.md §4.4), and above the GPU
+    /// evaluators' f32 floors.
+    pub const DEFAULT_ACCURACY: f64 = 1e-4;
     /// The steps the default `dissipation_every` spans at least: a measurement costs at most
     /// three evaluations of the particle velocity at the grid's nodes, each less than a step's
     /// evaluation at the particles, so one every 50 steps costs a few per cent of a run.
