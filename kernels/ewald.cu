@@ -488,12 +488,15 @@ __device__ __forceinline__ void ew_gather(const float *__restrict__ grid, int M,
     const size_t m3 = (size_t)M * M * M;
     const float *g0 = grid, *g1 = grid + m3, *g2 = grid + 2 * m3;
     for (int c = 0; c < P; c++) {
-        float dw, dv;
-        s_wz[c][t] = ew_kb_d(d[2] - (float)c, beta, c4, inv_i0b, dw);
-        s_wy[c][t] = ew_kb_d(d[1] - (float)c, beta, c4, inv_i0b, dv);
         if (GRAD) {
+            float dw, dv;
+            s_wz[c][t] = ew_kb_d(d[2] - (float)c, beta, c4, inv_i0b, dw);
+            s_wy[c][t] = ew_kb_d(d[1] - (float)c, beta, c4, inv_i0b, dv);
             s_dz[GRAD ? c : 0][t] = dw * inv_h;
             s_dy[GRAD ? c : 0][t] = dv * inv_h;
+        } else {
+            s_wz[c][t] = ew_kb(d[2] - (float)c, beta, c4, inv_i0b);
+            s_wy[c][t] = ew_kb(d[1] - (float)c, beta, c4, inv_i0b);
         }
     }
     float s[3] = {0.0f, 0.0f, 0.0f};
@@ -501,8 +504,9 @@ __device__ __forceinline__ void ew_gather(const float *__restrict__ grid, int M,
     for (int a = 0; a < P; a++) {
         int xg = f[0] + a;
         if (xg >= M) xg -= M;
-        float dx;
-        const float wx = ew_kb_d(d[0] - (float)a, beta, c4, inv_i0b, dx);
+        float dx = 0.0f;
+        const float wx = GRAD ? ew_kb_d(d[0] - (float)a, beta, c4, inv_i0b, dx)
+                              : ew_kb(d[0] - (float)a, beta, c4, inv_i0b);
         dx *= inv_h;
         float y00[3] = {0.0f, 0.0f, 0.0f}, y10[3] = {0.0f, 0.0f, 0.0f},
               y01[3] = {0.0f, 0.0f, 0.0f};

@@ -77,16 +77,20 @@
 //! cap of M_max³ grid points, M_max from the memory of the device
 //! ([`params::max_grid_for_memory`]). For equal cores this is η = σ and no real-space part; for
 //! lattice particles the cost is O(N w³ + M³ log M) with M ∝ N^{1/3}: O(N log N). Planned for
-//! the 256³ lattice (η = σ, GPU cost model; M, w):
+//! the 256³ lattice (η = σ, GPU cost model; `lattice_256_plans_pure_mesh_under_an_80_gb_cap`
+//! prints them), M and w:
 //!
-//! | ε | σ = h | σ = 0.75 h | Gaussian window before (P) |
-//! | --- | --- | --- | --- |
-//! | 1e-4 | 560, 8 | 750, 8 | — |
-//! | 1e-5 | 720, 9 | 810, 10 | — |
-//! | 1e-6 | 768, 10 | 750, 13 | 672, 12 / 700, 13 |
+//! | request | σ = h | σ = 0.75 h |
+//! | --- | --- | --- |
+//! | 1e-4 | 560, 8 | 750, 8 |
+//! | 1e-5 (CPU) | 720, 9 | 810, 10 |
+//! | 1e-5 (GPU: the method at 5e-6) | 750, 9 | 840, 10 |
+//! | 1e-6 (CPU) | 768, 10 | 750, 13 |
+//! | 1e-6, the former Gaussian window | 672, P = 12 | 700, P = 13 |
 //!
-//! The window work per particle w³ is 512 at 1e-4 (the Gaussian's P³ was 1 728–2 197 at 1e-6);
-//! the grids are 0.5–1.2 times the Gaussian's M³.
+//! The window work w³ N is 8.6e9 at 1e-4 against the Gaussian's 2.9e10 (σ = h) and 3.7e10
+//! (σ = 0.75 h) at 1e-6, 3.4 and 4.3 times less; the grid M³ is 1.8e8 and 4.2e8 against 3.0e8
+//! and 3.4e8.
 
 //! # Blob vorticity
 //!

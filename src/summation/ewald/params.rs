@@ -409,30 +409,39 @@ mod tests {
 
     /// The plan of the GPU evaluator for the SC09 run (`cases/sc09-hit-256-compare.toml`):
     /// 256³ lattice particles with equal cores σ = overlap·h, h = 2π/256, targets = sources,
-    /// stretching, [`GPU_COSTS`](crate::summation::ewald::engine::GPU_COSTS).
-    fn plan_256(accuracy: f64, overlap: f64, max_grid: usize) -> (f64, EwaldParameters) {
+    /// stretching, [`GPU_COSTS`](crate::summation::ewald::engine::GPU_COSTS), the method planned
+    /// at `planned` (a GPU request ε is planned at ε − 5e-6, its f32 share taken off).
+    fn plan_256(planned: f64, overlap: f64, max_grid: usize) -> (f64, EwaldParameters) {
         let n = 256usize;
         let sigma = overlap * TAU / n as f64;
         let cost = &crate::summation::ewald::engine::GPU_COSTS;
-        let p = plan(accuracy, sigma, 0, n.pow(3), n.pow(3), true, cost, max_grid).unwrap();
+        let p = plan(planned, sigma, 0, n.pow(3), n.pow(3), true, cost, max_grid).unwrap();
         (sigma, p)
     }
 
     /// With the grid cap of an 80 GB GPU ([`max_grid_for_memory`]: the hard cap 864), the
     /// 256³ lattice gets the pure-mesh plan at 1e-4, 1e-5 and 1e-6: η = σ, so the real-space
-    /// part is empty. The plans (the module docs' table; the Gaussian window of before in
-    /// brackets): overlap 1: 1e-4 M = 560, w = 8 (—); 1e-5 M = 630, w = 10; 1e-6 M = 672,
-    /// w = 11 (M = 672, P = 12); overlap 0.75: see the table.
+    /// part is empty. The plans printed are the module docs' table (overlap 1 at 1e-4:
+    /// M = 560, w = 8; overlap 0.75: M = 750, w = 8).
     #[test]
     fn lattice_256_plans_pure_mesh_under_an_80_gb_cap() {
         let cap = max_grid_for_memory(Some(80_000_000_000), GPU_BYTES_PER_GRID_POINT);
         assert_eq!(cap, HARD_MAX_GRID);
-        for accuracy in [1e-4, 1e-5, 1e-6] {
+        let gpu = |e: f64| crate::summation::ewald::cuda::gpu_planning_accuracy(e).unwrap();
+        let requests = [
+            ("GPU request 1e-4", gpu(1e-4)),
+            ("GPU request 2e-5", gpu(2e-5)),
+            ("GPU request 1e-5", gpu(1e-5)),
+            ("method at 1e-4", 1e-4),
+            ("method at 1e-5", 1e-5),
+            ("method at 1e-6", 1e-6),
+        ];
+        for (label, accuracy) in requests {
             for overlap in [0.75, 1.0] {
                 let (sigma, p) = plan_256(accuracy, overlap, cap);
                 let n = 256f64.powi(3);
                 eprintln!(
-                    "256³ overlap {overlap} ε {accuracy:.0e}: {p}; M³ = {:.2e}, w³ N = {:.2e}, \
+                    "256³ overlap {overlap} {label}: {p}; M³ = {:.2e}, w³ N = {:.2e}, \
                      {:.0} ms by the cost model",
                     (p.grid as f64).powi(3),
                     (p.support as f64).powi(3) * n,
@@ -450,7 +459,7 @@ mod tests {
         }
         // The lead's figures for the default accuracy (σ = h): the window's work per particle
         // w³ is at most 512 (the Gaussian's P³ was 1 728–2 197 at 1e-6).
-        let (_, p) = plan_256(1e-4, 1.0, cap);
+        let (_, p) = plan_256(gpu(1e-4), 1.0, cap);
         assert!(p.support <= 8 && p.grid <= 600, "{p}");
     }
 
