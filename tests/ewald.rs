@@ -64,8 +64,10 @@ fn errors(
         .unwrap();
     let eg = rel_l2(&flat9(&out.gradient), &flat9(&reference.1));
     let ev2 = rel_l2(&out.velocity, &reference.0);
+    // (The plan with the gradient may differ from the velocity's: the cost model counts the
+    // gradient's gather; then both are only held to the request.)
     assert!(
-        ev2 <= 1.5 * ev + 1e-15,
+        ev2 <= (1.5 * ev + 1e-15).max(ew.accuracy()),
         "velocity with gradient {ev2} vs {ev}"
     );
     let mut es = [0.0; 2];
@@ -109,6 +111,21 @@ fn matches_oracle_at_every_accuracy() {
                 ew.parameters().unwrap()
             );
         }
+    }
+}
+
+/// Lattice particles with equal cores σ = h (the vortex runs' layout, pure mesh when η = σ) at
+/// the accuracies of runs, against the oracle.
+#[test]
+fn lattice_with_equal_cores_matches_oracle() {
+    let p = Particles::lattice(10, 0.3, 12);
+    let reference = oracle(&p, &p.x);
+    for acc in [1e-3, 1e-4, 1e-5, 1e-6, 1e-8] {
+        let mut ew = EwaldPeriodic::new(acc);
+        let e = errors(&mut ew, &p, &p.x, &p.alpha, &reference);
+        let params = ew.parameters().unwrap();
+        eprintln!("lattice 10³ at {acc:.0e}: {} ({params})", fmt(&e));
+        assert!(e.iter().all(|&v| v <= acc), "{acc:e}: {e:?} ({params})");
     }
 }
 
@@ -375,18 +392,7 @@ fn equal_cores_need_no_real_space() {
     let kmax = vpm::summation::ewald::params::band(ell, 0.3);
     let (grid, support, beta) =
         vpm::summation::ewald::params::mesh_and_window(ell, 0.3, kmax, 2.0).unwrap();
-    let fixed = EwaldParameters {
-        accuracy: 1e-10,
-        eta: 0.3,
-        beta,
-        r_cut: 1.0,
-        grid,
-        support,
-        kmax,
-        real_space_sources: 0,
-        cells_per_side: 0,
-        estimated_seconds: 0.0,
-    };
+    let fixed = mesh_only(0.3, grid, support, kmax, beta);
     for mut ew in [
         EwaldPeriodic::with_parameters(fixed),
         EwaldPeriodic::new(1e-10),
@@ -446,18 +452,7 @@ fn bit_identical_for_any_thread_count() {
 #[ignore]
 fn measure_error_model() {
     use vpm::summation::ewald::params::mesh_and_window;
-    let fixed = |eta: f64, grid: usize, support: usize, kmax: usize| EwaldParameters {
-        accuracy: 1e-10,
-        eta,
-        beta: 0.0,
-        r_cut: 1.0,
-        grid,
-        support,
-        kmax,
-        real_space_sources: 0,
-        cells_per_side: 0,
-        estimated_seconds: 0.0,
-    };
+    let fixed = |eta, grid, support, kmax| mesh_only(eta, grid, support, kmax, 0.0);
     for sigma in [0.3, 0.15] {
         let mut p = random_particles(200, sigma, sigma, 11);
         p.sigma.fill(sigma);
@@ -504,6 +499,23 @@ fn measure_error_model() {
                 );
             }
         }
+    }
+}
+
+/// Fixed parameters of a mesh-only evaluation (equal cores σ = η: no real-space sources; β = 0
+/// for the rule's shape).
+fn mesh_only(eta: f64, grid: usize, support: usize, kmax: usize, beta: f64) -> EwaldParameters {
+    EwaldParameters {
+        accuracy: 1e-10,
+        eta,
+        beta,
+        r_cut: 1.0,
+        grid,
+        support,
+        kmax,
+        real_space_sources: 0,
+        cells_per_side: 0,
+        estimated_seconds: 0.0,
     }
 }
 

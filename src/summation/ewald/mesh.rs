@@ -266,10 +266,10 @@ fn multiply(layout: &ModeLayout, table: &[f64], modes: &mut [Vec<Complex64>; 3])
         .zip(m2.par_chunks_mut(side * nz))
         .enumerate()
         .for_each(|(iy, ((a, b), cc))| {
-            let kyi = layout.wavenumber(iy) as i64;
+            let kyi = layout.wavenumber(iy);
             let ky = kyi as f64;
             for ix in 0..side {
-                let kxi = layout.wavenumber(ix) as i64;
+                let kxi = layout.wavenumber(ix);
                 let kx = kxi as f64;
                 let txy = t(kxi) * t(kyi);
                 for kz in 0..nz {
