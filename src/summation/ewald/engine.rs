@@ -45,15 +45,18 @@ const _: () = assert!(crate::summation::cells::CELL_SUB == 2);
 
 /// Cost model of the GPU path for [`super::params::plan`]
 /// (nanoseconds, estimates for one H100-class GPU, not yet measured into docs/performance.md:
-/// they only steer the choice of (η, s), never the accuracy). Transfers of the f64 inputs and
-/// outputs are the per-particle term.
+/// they only steer the choice of (η, u), never the accuracy). Transfers of the f64 inputs and
+/// outputs are the per-particle term. The window's 1-D weights are Bessel functions
+/// (`cyl_bessel_i0f`/`i1f`, a few tens of instructions): `ns_weight` counts 3w per source and
+/// 3w or 6w per target, and covers that the spread recomputes a source's x, y and z weights in
+/// every 16×16×8 tile its support meets (about 3 tiles at w = 8, 40 weights each).
 pub const GPU_COSTS: CostModel = CostModel {
     ns_pair_velocity: 0.01,
     ns_pair_extra: 0.015,
     ns_pair_check: 0.001,
     ns_fft_point_log: 6e-4,
     ns_grid_point: 5e-4,
-    ns_weight: 2e-3,
+    ns_weight: 5e-3,
     spread_fields: 3.0,
     gather_fields: 3.0,
     gather_fields_gradient: 6.0,
