@@ -3,21 +3,21 @@
 // positions in and f64 results out. Driven by src/summation/ewald/engine.rs; compiled by NVRTC at
 // run time.
 //
-// Smooth part (particle-mesh Ewald with a Gaussian window of width τ on an M³ grid, nodes at
-// x_g = −π + g·h, h = 2π/M, support P nodes per axis):
+// Smooth part (particle-mesh Ewald with a Kaiser–Bessel window of w = P nodes per axis and shape β
+// on an M³ grid, nodes at x_g = −π + g·h, h = 2π/M; window.rs):
 //   ew_grid_keys / sort_scan_* (sort.cu) / ew_scatter / ew_sort_buckets / ew_pack_grid
 //       sort the sources by their first support node (a counting sort, made deterministic by
 //       ordering each bucket by source index) and pack them: (δ, key) and α in f32;
-//   ew_spread     H(x_g) = Σ_q α_q ζ_τ(x_g − x_q): one block per 16×16×8 tile of nodes, each
+//   ew_spread     H(x_g) = Σ_q α_q (φ/φ̂(0))³(x_g − x_q): one block per 16×16×8 tile of nodes, each
 //                 thread owns an 8-node z column in registers and visits the sources whose support
 //                 meets the tile (found through the bucket starts, row by row); no atomics, so the
 //                 grid is bit-reproducible;
 //   (cuFFT R2C, batch of 3)
-//   ew_multiply   Ĥ → (i k × Ĥ)/k² · e^{−k²(η² − 2τ²)/2} / M³, k = 0 and |k_i| > K = ⌊(M−1)/2⌋
-//                 dropped (the CPU's retained modes);
+//   ew_multiply   Ĥ → (i k × Ĥ)/k² · T(k_x) T(k_y) T(k_z) / M³, T(k) = e^{−k²η²/2}/(φ̂(k)/φ̂(0))²
+//                 (a per-axis table), k = 0 and |k_i| > K (the band) dropped (the CPU's modes);
 //   (cuFFT C2R, batch of 3)
-//   ew_gather_*   u(x) = h³ Σ_g F(x_g) ζ_τ(x − x_g) and, for stretching or the gradient, the exact
-//                 derivative of that sum (∇ζ_τ); stretching from the gradient (classical
+//   ew_gather_*   u(x) = h³ Σ_g F(x_g) (φ/φ̂(0))³(x − x_g) and, for stretching or the gradient, the
+//                 exact derivative of that sum; stretching from the gradient (classical
 //                 Σ_j α_j ∂_j u_i, transposed Σ_j ∂_i u_j α_j).
 // Real-space part (sources with σ_q ≠ η, cutoff r_c): ew_cell_keys … ew_pack_cells sort them into
 // cells of side ≥ r_c/2; ew_real_* adds, per target, Σ [kernel(σ_q) − kernel(η)] over the 5³
@@ -204,6 +204,32 @@ extern "C" __global__ void ew_pack_cells(const int *__restrict__ order, const in
     sa[i] = make_float4((float)alpha[3 * q], (float)alpha[3 * q + 1], (float)alpha[3 * q + 2], 0.0f);
 }
 
+// ---- the Kaiser–Bessel window (src/summation/ewald/window.rs) -----------------------------------
+
+// The 1-D weight I₀(β s)/I₀(β) at a node e grid units from the position, s² = 1 − e²·c4
+// (c4 = 4/w²), zero outside the support; inv_i0b = 1/I₀(β) keeps every value ≤ 1 (β ≤ 16π).
+__device__ __forceinline__ float ew_kb(float e, float beta, float c4, float inv_i0b)
+{
+    const float s2 = 1.0f - e * e * c4;
+    return s2 >= 0.0f ? cyl_bessel_i0f(beta * sqrtf(s2)) * inv_i0b : 0.0f;
+}
+
+// The weight and, in dw, its derivative with respect to e: −β c4 e I₁(β s)/s / I₀(β) (I₁(β s)/s →
+// β/2 (1 + (β s)²/8) as s → 0).
+__device__ __forceinline__ float ew_kb_d(float e, float beta, float c4, float inv_i0b, float &dw)
+{
+    const float s2 = 1.0f - e * e * c4;
+    if (s2 < 0.0f) {
+        dw = 0.0f;
+        return 0.0f;
+    }
+    const float s = sqrtf(s2);
+    const float bs = beta * s;
+    const float i1s = s > 1e-4f ? cyl_bessel_i1f(bs) / s : 0.5f * beta * (1.0f + 0.125f * bs * bs);
+    dw = -beta * c4 * e * i1s * inv_i0b;
+    return cyl_bessel_i0f(bs) * inv_i0b;
+}
+
 // ---- spreading ----------------------------------------------------------------------------------
 
 #define SP_TX 16
@@ -211,24 +237,29 @@ extern "C" __global__ void ew_pack_cells(const int *__restrict__ order, const in
 #define SP_TZ 8
 #define SP_THREADS (SP_TX * SP_TY)
 #define SP_ROWS 512
-#define SP_CH SP_THREADS
+#define SP_CH 128
 
 // One block per tile of SP_TX × SP_TY × SP_TZ nodes; thread (tx, ty) accumulates the SP_TZ nodes
 // of its z column. The sources whose support meets the tile have their first node in
 // [x0 − P + 1, x0 + SP_TX − 1] × … (mod M): for each such (fx, fy) row the bucket starts give one
 // or two contiguous runs of the sorted sources. Rows are taken SP_ROWS at a time, their sources
-// SP_CH at a time into shared memory (with α·ζ₁ at the tile's z nodes precomputed), then every
+// SP_CH at a time into shared memory (with α·w at the tile's z nodes and the window's weights at
+// the tile's SP_TX x and SP_TY y columns precomputed, zero outside the support), then every
 // thread adds the sources that reach its column. Deterministic: fixed visiting order.
-//   cw2 = h²/(2τ²)·log₂e (window exponent per squared grid unit, base 2), norm3 = (2πτ²)^{−3/2}.
+//   beta, c4 = 4/w², inv_i0b = 1/I₀(β): the Kaiser–Bessel window (ew_kb); norm3 = (I₀(β)/φ̂(0))³,
+//   the factor that makes the product of three weights the normalised window (φ/φ̂(0))³.
 extern "C" __global__ void __launch_bounds__(SP_THREADS)
     ew_spread(const float4 *__restrict__ sd, const float4 *__restrict__ sa,
-              const int *__restrict__ start, int M, int P, float cw2, float norm3,
-              float *__restrict__ grid)
+              const int *__restrict__ start, int M, int P, float beta, float c4, float inv_i0b,
+              float norm3, float *__restrict__ grid)
 {
     __shared__ int s_off[SP_ROWS + 1];
     __shared__ int s_a0[SP_ROWS], s_a1[SP_ROWS], s_b0[SP_ROWS];
     __shared__ float4 s_xy[SP_CH];
     __shared__ float4 s_w[6][SP_CH];
+    // Weights at the tile's columns, source-major (a warp reads 16 consecutive x values).
+    __shared__ float s_wx[SP_CH][SP_TX];
+    __shared__ float s_wy[SP_CH][SP_TY];
     __shared__ int s_warp[32];
 
     // One-dimensional block of SP_THREADS: thread (tx, ty) = (tid mod SP_TX, tid / SP_TX), so a
@@ -321,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(SP_THREADS)
                     int dz = gz - fz;
                     if (dz < 0) dz += M;
                     const float e = d.z - (float)dz;
-                    w[k] = (gz < M && dz < P) ? norm3 * exp2f(-e * e * cw2) : 0.0f;
+                    w[k] = (gz < M && dz < P) ? norm3 * ew_kb(e, beta, c4, inv_i0b) : 0.0f;
                 }
                 // 24 floats α_c w_k, k-major: (w0·α, w1·α, …).
                 s_w[0][tid] = make_float4(a.x * w[0], a.y * w[0], a.z * w[0], a.x * w[1]);
@@ -332,16 +363,27 @@ extern "C" __global__ void __launch_bounds__(SP_THREADS)
                 s_w[5][tid] = make_float4(a.z * w[6], a.x * w[7], a.y * w[7], a.z * w[7]);
             }
             __syncthreads();
+            // The x and y weights of the chunk's sources at the tile's columns, spread over all
+            // threads (SP_TX + SP_TY per source).
+            for (int item = tid; item < np * (SP_TX + SP_TY); item += SP_THREADS) {
+                const int q = item / (SP_TX + SP_TY), c = item % (SP_TX + SP_TY);
+                const float4 xy = s_xy[q];
+                const bool is_x = c < SP_TX;
+                const int col = is_x ? c : c - SP_TX;
+                const int g = (is_x ? x0 : y0) + col;
+                int dd = g - __float_as_int(is_x ? xy.z : xy.w);
+                if (dd < 0) dd += M;
+                const float e = (is_x ? xy.x : xy.y) - (float)dd;
+                const float v = (g < M && dd < P) ? ew_kb(e, beta, c4, inv_i0b) : 0.0f;
+                if (is_x) s_wx[q][col] = v;
+                else s_wy[q][col] = v;
+            }
+            __syncthreads();
             if (valid) {
+                const int tx = tid % SP_TX, ty = tid / SP_TX;
                 for (int q = 0; q < np; q++) {
-                    const float4 xy = s_xy[q];
-                    int ddx = gx - __float_as_int(xy.z);
-                    int ddy = gy - __float_as_int(xy.w);
-                    if (ddx < 0) ddx += M;
-                    if (ddy < 0) ddy += M;
-                    if (ddx < P && ddy < P) {
-                        const float ex = xy.x - (float)ddx, ey = xy.y - (float)ddy;
-                        const float wxy = exp2f(-(ex * ex + ey * ey) * cw2);
+                    const float wxy = s_wx[q][tx] * s_wy[q][ty];
+                    if (wxy != 0.0f) {
                         const float4 w0 = s_w[0][q], w1 = s_w[1][q], w2 = s_w[2][q];
                         const float4 w3 = s_w[3][q], w4 = s_w[4][q], w5 = s_w[5][q];
                         acc[0][0] += wxy * w0.x; acc[0][1] += wxy * w0.y; acc[0][2] += wxy * w0.z;
@@ -375,9 +417,10 @@ extern "C" __global__ void __launch_bounds__(SP_THREADS)
 
 // ---- k-space multiplier -------------------------------------------------------------------------
 
-// spec: 3 arrays of M·M·(M/2+1) complex. c = (η² − 2τ²)/2, scale = 1/M³, K = ⌊(M−1)/2⌋.
-extern "C" __global__ void ew_multiply(float2 *__restrict__ spec, int M, int K, float c,
-                                       float scale)
+// spec: 3 arrays of M·M·(M/2+1) complex; table: T(k) = e^{−k²η²/2}/(φ̂(k)/φ̂(0))² for k = 0..K
+// (src/summation/ewald/window.rs multiplier_table), scale = 1/M³, 2K < M.
+extern "C" __global__ void ew_multiply(float2 *__restrict__ spec, int M, int K,
+                                       const float *__restrict__ table, float scale)
 {
     const int nz = M / 2 + 1;
     const long long len = (long long)M * M * nz;
@@ -398,7 +441,7 @@ extern "C" __global__ void ew_multiply(float2 *__restrict__ spec, int M, int K, 
         return;
     }
     const float fkx = (float)kx, fky = (float)ky, fkz = (float)kz, k2 = (float)k2i;
-    const float f = expf(-c * k2) / k2 * scale;
+    const float f = __ldg(table + abs(kx)) * __ldg(table + abs(ky)) * __ldg(table + kz) / k2 * scale;
     const float2 a = *h0, b = *h1, d = *h2;
     // k × Ĥ, then multiply by i f: i z = (−Im z, Re z).
     const float2 x0 = make_float2(d.x * fky - b.x * fkz, d.y * fky - b.y * fkz);
@@ -412,19 +455,20 @@ extern "C" __global__ void ew_multiply(float2 *__restrict__ spec, int M, int K, 
 // ---- gathering ----------------------------------------------------------------------------------
 
 #define GA_THREADS 128
-#define GA_PMAX 32
+#define GA_PMAX 16
 
 enum EwMode { EW_VEL = 0, EW_CLASSICAL = 1, EW_TRANSPOSED = 2, EW_GRADIENT = 3 };
 
-// u(x) = h³ Σ_g F(x_g) ζ_τ(x − x_g) and, unless MODE = EW_VEL, its exact gradient; written to
-// u_out (3 per target) and ex_out (stretching: 3, gradient: 9). Targets are visited in `order`
-// (null: 0..nt) so that neighbouring threads read neighbouring nodes. The z weights of each
-// thread's target live in shared memory (P ≤ GA_PMAX), the x and y weights are computed as
-// needed. hf = h, inv_tau2 = 1/τ², scale = h³ (2πτ²)^{−3/2}.
+// u(x) = h³ Σ_g F(x_g) (φ/φ̂(0))³(x − x_g) and, unless MODE = EW_VEL, its exact gradient; written
+// to u_out (3 per target) and ex_out (stretching: 3, gradient: 9). Targets are visited in `order`
+// (null: 0..nt) so that neighbouring threads read neighbouring nodes. The y and z weights (and
+// derivatives) of each thread's target live in shared memory (P ≤ GA_PMAX), the x weights are
+// computed as needed. beta, c4, inv_i0b: the window (ew_kb); inv_h = 1/h turns d/de into d/dx;
+// scale = (h I₀(β)/φ̂(0))³.
 template <int MODE>
 __device__ __forceinline__ void ew_gather(const float *__restrict__ grid, int M, int P, double h,
-                                          float hf, float cw2, float inv_tau2, float scale,
-                                          const double *__restrict__ targets,
+                                          float beta, float c4, float inv_i0b, float inv_h,
+                                          float scale, const double *__restrict__ targets,
                                           const int *__restrict__ order, int nt,
                                           const double *__restrict__ alpha_t,
                                           double *__restrict__ u_out, double *__restrict__ ex_out)
@@ -432,6 +476,8 @@ __device__ __forceinline__ void ew_gather(const float *__restrict__ grid, int M,
     constexpr bool GRAD = MODE != EW_VEL;
     __shared__ float s_wz[GA_PMAX][GA_THREADS];
     __shared__ float s_dz[GRAD ? GA_PMAX : 1][GA_THREADS];
+    __shared__ float s_wy[GA_PMAX][GA_THREADS];
+    __shared__ float s_dy[GRAD ? GA_PMAX : 1][GA_THREADS];
     const int j = blockIdx.x * GA_THREADS + threadIdx.x;
     if (j >= nt) return;
     const size_t i = order ? (size_t)order[j] : (size_t)j;
@@ -442,27 +488,33 @@ __device__ __forceinline__ void ew_gather(const float *__restrict__ grid, int M,
     const size_t m3 = (size_t)M * M * M;
     const float *g0 = grid, *g1 = grid + m3, *g2 = grid + 2 * m3;
     for (int c = 0; c < P; c++) {
-        const float e = d[2] - (float)c;
-        const float w = exp2f(-e * e * cw2);
-        s_wz[c][t] = w;
-        if (GRAD) s_dz[GRAD ? c : 0][t] = -e * hf * inv_tau2 * w;
+        if (GRAD) {
+            float dw, dv;
+            s_wz[c][t] = ew_kb_d(d[2] - (float)c, beta, c4, inv_i0b, dw);
+            s_wy[c][t] = ew_kb_d(d[1] - (float)c, beta, c4, inv_i0b, dv);
+            s_dz[GRAD ? c : 0][t] = dw * inv_h;
+            s_dy[GRAD ? c : 0][t] = dv * inv_h;
+        } else {
+            s_wz[c][t] = ew_kb(d[2] - (float)c, beta, c4, inv_i0b);
+            s_wy[c][t] = ew_kb(d[1] - (float)c, beta, c4, inv_i0b);
+        }
     }
     float s[3] = {0.0f, 0.0f, 0.0f};
     float g[3][3] = {{0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f}};
     for (int a = 0; a < P; a++) {
         int xg = f[0] + a;
         if (xg >= M) xg -= M;
-        const float ex = d[0] - (float)a;
-        const float wx = exp2f(-ex * ex * cw2);
-        const float dx = -ex * hf * inv_tau2 * wx;
+        float dx = 0.0f;
+        const float wx = GRAD ? ew_kb_d(d[0] - (float)a, beta, c4, inv_i0b, dx)
+                              : ew_kb(d[0] - (float)a, beta, c4, inv_i0b);
+        dx *= inv_h;
         float y00[3] = {0.0f, 0.0f, 0.0f}, y10[3] = {0.0f, 0.0f, 0.0f},
               y01[3] = {0.0f, 0.0f, 0.0f};
         for (int b = 0; b < P; b++) {
             int yg = f[1] + b;
             if (yg >= M) yg -= M;
-            const float ey = d[1] - (float)b;
-            const float wy = exp2f(-ey * ey * cw2);
-            const float dy = -ey * hf * inv_tau2 * wy;
+            const float wy = s_wy[b][t];
+            const float dy = GRAD ? s_dy[GRAD ? b : 0][t] : 0.0f;
             const size_t row = ((size_t)xg * M + yg) * M;
             float z0[3] = {0.0f, 0.0f, 0.0f}, z1[3] = {0.0f, 0.0f, 0.0f};
             int zg = f[2];
@@ -524,13 +576,13 @@ __device__ __forceinline__ void ew_gather(const float *__restrict__ grid, int M,
 
 #define EW_GATHER_ENTRY(NAME, MODE)                                                               \
     extern "C" __global__ void __launch_bounds__(GA_THREADS)                                      \
-        NAME(const float *__restrict__ grid, int M, int P, double h, float hf, float cw2,         \
-             float inv_tau2, float scale, const double *__restrict__ targets,                     \
+        NAME(const float *__restrict__ grid, int M, int P, double h, float beta, float c4,        \
+             float inv_i0b, float inv_h, float scale, const double *__restrict__ targets,         \
              const int *__restrict__ order, int nt, const double *__restrict__ alpha_t,           \
              double *__restrict__ u_out, double *__restrict__ ex_out)                             \
     {                                                                                             \
-        ew_gather<MODE>(grid, M, P, h, hf, cw2, inv_tau2, scale, targets, order, nt, alpha_t,     \
-                        u_out, ex_out);                                                           \
+        ew_gather<MODE>(grid, M, P, h, beta, c4, inv_i0b, inv_h, scale, targets, order, nt,       \
+                        alpha_t, u_out, ex_out);                                                  \
     }
 EW_GATHER_ENTRY(ew_gather_velocity, EW_VEL)
 EW_GATHER_ENTRY(ew_gather_classical, EW_CLASSICAL)

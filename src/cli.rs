@@ -272,8 +272,8 @@ pub struct BenchStepArgs {
     pub overlap: Vec<f64>,
     #[arg(long, value_enum, default_value = "ewald")]
     pub evaluator: EvaluatorArg,
-    /// Requested relative accuracy of the evaluator.
-    #[arg(long, default_value_t = 1e-6)]
+    /// Requested relative accuracy of the evaluator (default: the vortex runs' default).
+    #[arg(long, default_value_t = crate::config::VortexConfig::DEFAULT_ACCURACY)]
     pub accuracy: f64,
     /// Timed steps per size (after the warm-up steps).
     #[arg(long, default_value_t = 20)]
@@ -343,8 +343,8 @@ pub struct BenchEwaldArgs {
     /// Lattice sizes n (n^3 particles each; comma separated).
     #[arg(long, value_delimiter = ',', default_value = "16,32")]
     pub n: Vec<usize>,
-    /// Requested relative accuracy.
-    #[arg(long, default_value_t = 1e-6)]
+    /// Requested relative accuracy (default: the vortex runs' default).
+    #[arg(long, default_value_t = crate::config::VortexConfig::DEFAULT_ACCURACY)]
     pub accuracy: f64,
     #[command(flatten)]
     pub common: BenchCommon,

@@ -932,7 +932,7 @@ fn vortex_defaults() {
             filter: LatticeFilter::None,
         },
         evaluator: EvaluatorKind::Auto,
-        accuracy: 1e-6,
+        accuracy: 1e-4,
         accuracy_check_every: None,
         device: None,
         snapshots: None,
@@ -955,7 +955,7 @@ fn vortex_defaults() {
         section,
         "n = 16\noverlap = 0.75\nstretching = \"classical\"\nreinit_every = 10\nrbf = \"spectral\"\n\
          reinit_projection = \"solenoidal\"\nreinit_filter = \"none\"\n\
-         evaluator = \"auto\"\naccuracy = 0.000001\ndissipation_every = 5\n",
+         evaluator = \"auto\"\naccuracy = 0.0001\ndissipation_every = 5\n",
         "{resolved}"
     );
     // Lattice spacing and core radius.
@@ -1481,18 +1481,18 @@ fn ring_is_free_space_and_the_box_is_periodic() {
 
 #[test]
 fn fmm_runs_in_free_space_with_its_accuracy_and_checks() {
-    // The ring with the FMM: accuracy 1e-6 and a check every 100 evaluations by default, both
+    // The ring with the FMM: accuracy 1e-4 and a check every 100 evaluations by default, both
     // written out in the resolved case.
     let case = round_trip(&ring_with("n = 104", "n = 104\nevaluator = \"fmm\""));
     let v = case.vortex.clone().unwrap();
     assert_eq!(
         (v.evaluator, v.accuracy, v.accuracy_check_every),
-        (EvaluatorKind::Fmm, 1e-6, Some(100))
+        (EvaluatorKind::Fmm, 1e-4, Some(100))
     );
     assert_eq!(v.evaluator_options().check_every, 100);
     let resolved = case.to_toml_string();
     assert!(
-        resolved.contains("evaluator = \"fmm\"\naccuracy = 0.000001\naccuracy_check_every = 100\n"),
+        resolved.contains("evaluator = \"fmm\"\naccuracy = 0.0001\naccuracy_check_every = 100\n"),
         "{resolved}"
     );
     // Explicit values, 0 (only the first evaluation) included.

@@ -64,8 +64,10 @@ fn errors(
         .unwrap();
     let eg = rel_l2(&flat9(&out.gradient), &flat9(&reference.1));
     let ev2 = rel_l2(&out.velocity, &reference.0);
+    // (The plan with the gradient may differ from the velocity's: the cost model counts the
+    // gradient's gather; then both are only held to the request.)
     assert!(
-        ev2 <= 1.5 * ev + 1e-15,
+        ev2 <= (1.5 * ev + 1e-15).max(ew.accuracy()),
         "velocity with gradient {ev2} vs {ev}"
     );
     let mut es = [0.0; 2];
@@ -109,6 +111,21 @@ fn matches_oracle_at_every_accuracy() {
                 ew.parameters().unwrap()
             );
         }
+    }
+}
+
+/// Lattice particles with equal cores σ = h (the vortex runs' layout, pure mesh when η = σ) at
+/// the accuracies of runs, against the oracle.
+#[test]
+fn lattice_with_equal_cores_matches_oracle() {
+    let p = Particles::lattice(10, 0.3, 12);
+    let reference = oracle(&p, &p.x);
+    for acc in [1e-3, 1e-4, 1e-5, 1e-6, 1e-8] {
+        let mut ew = EwaldPeriodic::new(acc);
+        let e = errors(&mut ew, &p, &p.x, &p.alpha, &reference);
+        let params = ew.parameters().unwrap();
+        eprintln!("lattice 10³ at {acc:.0e}: {} ({params})", fmt(&e));
+        assert!(e.iter().all(|&v| v <= acc), "{acc:e}: {e:?} ({params})");
     }
 }
 
@@ -340,7 +357,7 @@ fn huge_cores_use_explicit_images() {
     let mut ew = EwaldPeriodic::with_parameters(EwaldParameters {
         accuracy: 1e-10,
         eta: 0.5,
-        tau: 0.5 * 0.5,
+        beta: 0.0,
         r_cut: 0.5 * 7.0,
         grid: 40,
         support: 22,
@@ -368,11 +385,27 @@ fn equal_cores_need_no_real_space() {
     let mut p = random_particles(200, 0.3, 0.3, 8);
     p.sigma.fill(0.3);
     let reference = oracle(&p, &p.x);
-    let mut ew = EwaldPeriodic::new(1e-10);
-    let e = errors(&mut ew, &p, &p.x, &p.alpha, &reference);
-    eprintln!("equal cores: {} ({})", fmt(&e), ew.parameters().unwrap());
-    assert_eq!(ew.parameters().unwrap().real_space_sources, 0);
-    assert!(e.iter().all(|&v| v <= 1e-8), "{e:?}");
+    // The rules' pure-mesh parameters (η = σ, u = 2): every source has σ = η, so the
+    // real-space part is empty. (For 200 particles the CPU's cost model prefers η = 1.25σ with
+    // a real-space part: both are checked.)
+    let ell = (1.0f64 / 1e-10).ln();
+    let kmax = vpm::summation::ewald::params::band(ell, 0.3);
+    let (grid, support, beta) =
+        vpm::summation::ewald::params::mesh_and_window(ell, 0.3, kmax, 2.0).unwrap();
+    let fixed = mesh_only(0.3, grid, support, kmax, beta);
+    for mut ew in [
+        EwaldPeriodic::with_parameters(fixed),
+        EwaldPeriodic::new(1e-10),
+    ] {
+        let e = errors(&mut ew, &p, &p.x, &p.alpha, &reference);
+        let params = ew.parameters().unwrap();
+        eprintln!("equal cores: {} ({params})", fmt(&e));
+        assert!(
+            params.real_space_sources == 0 || params.eta > 0.3,
+            "{params}"
+        );
+        assert!(e.iter().all(|&v| v <= 1e-10), "{e:?}");
+    }
 }
 
 #[test]
@@ -408,4 +441,95 @@ fn bit_identical_for_any_thread_count() {
     let one = run(1);
     assert_eq!(one, run(2));
     assert_eq!(one, run(3));
+}
+
+/// The measurements behind the margins of the parameter rules (module docs of
+/// src/summation/ewald/, constants BAND_MARGIN and ALIAS_MARGIN): each error source isolated
+/// with fixed parameters (equal cores, so no real-space part; the other mesh error made
+/// negligible) against the Fourier oracle, printed as log(error / estimate) per quantity.
+/// Run with `cargo test --release --test ewald measure_error_model -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_error_model() {
+    use vpm::summation::ewald::params::mesh_and_window;
+    let fixed = |eta, grid, support, kmax| mesh_only(eta, grid, support, kmax, 0.0);
+    for sigma in [0.3, 0.15] {
+        let mut p = random_particles(200, sigma, sigma, 11);
+        p.sigma.fill(sigma);
+        let reference = oracle(&p, &p.x);
+        // Band: K from √(2ℓ)/η, a wide window at u = 2 (aliasing below 1e-20).
+        for ell in [5.0, 10.0, 15.0, 20.0, 25.0] {
+            let kmax = ((2.0f64 * ell).sqrt() / sigma).ceil() as usize;
+            let m = vpm_fft_size(4 * kmax);
+            let mut ew = EwaldPeriodic::with_parameters(fixed(sigma, m, 24.min(m), kmax));
+            let e = errors(&mut ew, &p, &p.x, &p.alpha, &reference);
+            let est = (-0.5 * (kmax as f64 * sigma).powi(2)).exp();
+            let logs: Vec<String> = e
+                .iter()
+                .map(|v| format!("{:+.2}", (v / est).ln()))
+                .collect();
+            eprintln!(
+                "band σ={sigma} ℓ={ell} K={kmax} M={m}: errors {} est {est:.2e} log(err/est) {}",
+                fmt(&e),
+                logs.join(" ")
+            );
+        }
+        // Aliasing: a band of 1e-15, w = 3..14 at several u.
+        let kmax = ((2.0f64 * 35.0).sqrt() / sigma).ceil() as usize;
+        for u in [1.25, 1.5, 2.0, 3.0] {
+            let (m, _, _) = mesh_and_window(10.0, sigma, kmax, u).unwrap();
+            for w in [3usize, 4, 5, 6, 7, 8, 10, 12, 14] {
+                let mut ew = EwaldPeriodic::with_parameters(fixed(sigma, m, w, kmax));
+                let e = errors(&mut ew, &p, &p.x, &p.alpha, &reference);
+                let decay = std::f64::consts::PI * (1.0 - 2.0 * kmax as f64 / m as f64).sqrt();
+                let est = (-decay * w as f64).exp();
+                if est < 1e-14 {
+                    break;
+                }
+                let me = (m as f64 * sigma).ln();
+                let logs: Vec<String> = e
+                    .iter()
+                    .map(|v| format!("{:+.2}", (v / est).ln() - me))
+                    .collect();
+                eprintln!(
+                    "alias σ={sigma} u={u} M={m} K={kmax} w={w}: errors {} est {est:.2e} \
+                     ln(Mη)={me:.2} log(err/est)−ln(Mη) {}",
+                    fmt(&e),
+                    logs.join(" ")
+                );
+            }
+        }
+    }
+}
+
+/// Fixed parameters of a mesh-only evaluation (equal cores σ = η: no real-space sources; β = 0
+/// for the rule's shape).
+fn mesh_only(eta: f64, grid: usize, support: usize, kmax: usize, beta: f64) -> EwaldParameters {
+    EwaldParameters {
+        accuracy: 1e-10,
+        eta,
+        beta,
+        r_cut: 1.0,
+        grid,
+        support,
+        kmax,
+        real_space_sources: 0,
+        cells_per_side: 0,
+        estimated_seconds: 0.0,
+    }
+}
+
+/// Smallest even 2^a 3^b 5^c 7^d ≥ n (as the planner rounds).
+fn vpm_fft_size(n: usize) -> usize {
+    (n.max(8)..)
+        .find(|&m| {
+            let mut r = m;
+            for q in [2, 3, 5, 7] {
+                while r % q == 0 {
+                    r /= q;
+                }
+            }
+            r == 1 && m % 2 == 0
+        })
+        .unwrap()
 }

@@ -1,15 +1,17 @@
 //! The periodic Ewald evaluator on the GPU (kernels/ewald.cu, src/summation/ewald/cuda.rs)
-//! against the CPU f64 evaluator (src/summation/ewald/cpu.rs) at accuracy 1e-6, on fresh random
-//! sets (the fixtures and error measures of src/summation/verify.rs).
+//! against the CPU f64 sum (src/summation/ewald/cpu.rs at accuracy 1e-10), on fresh random sets
+//! (the fixtures and error measures of src/summation/verify.rs).
 //!
 //! The GPU tests print why and pass when no usable GPU is present (CPU-only CI stays green). On a
-//! GPU machine they check relative L2 differences of at most 1e-5 for the velocity and the blob
-//! vorticity and 1e-4 for both stretching schemes and the gradient: lattice particles with equal
-//! cores (no real-space part), random particles with unequal cores (real-space part on the GPU),
-//! targets different from the sources, grid-node targets, cores so large that the real-space
-//! part sums explicit images, a sequence of sizes through the same evaluator (buffers reused),
-//! and whole vortex steps with reinitialisation. Host outputs are poisoned (NaN) before every
-//! call and must come back fully written; the evaluator also poisons its device outputs.
+//! GPU machine they check that the delivered relative L2 error of the velocity, both stretching
+//! schemes and the gradient is at most the requested accuracy (1e-3, 1e-4 and 1e-5, the f32
+//! floor; 1e-5 for the rest): lattice particles with equal cores (no real-space part), random
+//! particles with unequal cores (real-space part on the GPU), targets different from the sources,
+//! grid-node targets, cores so large that the real-space part sums explicit images, a sequence of
+//! sizes through the same evaluator (buffers reused), whole vortex steps with reinitialisation,
+//! and the refusal of requests below the floor. Host outputs are poisoned (NaN) before every call
+//! and must come back fully written; the evaluator also poisons its device outputs. The blob
+//! vorticity is held to 1e-12 of the CPU's.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -19,6 +21,7 @@ use vpm::device::cuda::Gpu;
 use vpm::device::{Device, DeviceRequest};
 use vpm::kernel::StretchingScheme;
 use vpm::particles::ParticleSet;
+use vpm::summation::ewald::cuda::{gpu_planning_accuracy, F32_ACCURACY_FLOOR};
 use vpm::summation::ewald::{CudaEwald, EwaldPeriodic};
 use vpm::summation::planner::plan;
 use vpm::summation::verify::{
@@ -28,15 +31,20 @@ use vpm::summation::EvaluatorKind;
 use vpm::summation::{Boundary, Evaluation, Extra, Summation};
 use vpm::vortex::{lattice_nodes, RbfSolver, VortexSettings, VortexSolver};
 
-const ACCURACY: f64 = 1e-6;
-const TOL_VELOCITY: f64 = 1e-5;
-const TOL_EXTRA: f64 = 1e-4;
+/// The accuracy of most tests: the finest the GPU accepts (its f32 floor).
+const ACCURACY: f64 = F32_ACCURACY_FLOOR;
+/// The CPU reference: f64 at an accuracy far below the GPU's.
+const REFERENCE: f64 = 1e-10;
 /// The blob vorticity is summed in f64 on the GPU (f64 strengths, distances and Gaussians; only
 /// the summation order and libdevice's exp differ from the CPU).
 const TOL_VORTICITY: f64 = 1e-12;
 
 fn gpu_ewald(gpu: &Arc<Gpu>) -> CudaEwald {
-    CudaEwald::new(gpu.clone(), ACCURACY)
+    gpu_ewald_at(gpu, ACCURACY)
+}
+
+fn gpu_ewald_at(gpu: &Arc<Gpu>, accuracy: f64) -> CudaEwald {
+    CudaEwald::new(gpu.clone(), accuracy)
         .unwrap_or_else(|e| panic!("GPU present but CudaEwald failed: {e}"))
 }
 
@@ -58,7 +66,8 @@ fn assert_written<const K: usize>(v: &[[f64; K]], what: &str) {
 }
 
 /// Compares velocity, both stretching schemes and the gradient at `targets` (target strengths
-/// `talpha`, one per target) between the GPU and the CPU; returns the worst (velocity, extra).
+/// `talpha`, one per target) between the GPU and the CPU f64 reference; each must be within the
+/// GPU evaluator's requested accuracy. Returns the worst (velocity, extra).
 fn compare(
     gpu: &mut CudaEwald,
     set: &Set,
@@ -66,21 +75,61 @@ fn compare(
     talpha: &[[f64; 3]],
     label: &str,
 ) -> (f64, f64) {
-    let mut cpu = EwaldPeriodic::new(ACCURACY);
+    let mut cpu = EwaldPeriodic::new(REFERENCE);
     let (v, x, line) =
         verify::compare_all_extras(gpu, &mut cpu, &set.sources(), targets, talpha).unwrap();
     let (worst_v, worst_x) = (v.rel_l2, x.rel_l2);
+    let acc = gpu.accuracy();
     eprintln!(
-        "{label}: {line}\n  GPU {}\n  CPU {}",
+        "{label} at {acc:.0e}: {line}\n  GPU {}\n  CPU {}",
         gpu.parameters().unwrap(),
         cpu.parameters().unwrap()
     );
-    assert!(worst_v <= TOL_VELOCITY, "{label}: velocity {worst_v:.2e}");
+    assert!(worst_v <= acc, "{label}: velocity {worst_v:.2e} > {acc:e}");
     assert!(
-        worst_x <= TOL_EXTRA,
-        "{label}: stretching/gradient {worst_x:.2e}"
+        worst_x <= acc,
+        "{label}: stretching/gradient {worst_x:.2e} > {acc:e}"
     );
     (worst_v, worst_x)
+}
+
+/// The delivered error at each accuracy the GPU accepts, down to its floor: a 16³ lattice with
+/// equal cores (pure mesh) and 2 000 random particles with random cores (mesh and real space).
+#[test]
+fn gpu_ewald_delivers_the_requested_accuracy() {
+    let Some(gpu0) = gpu_or_skip() else { return };
+    let lattice = lattice_set(16, 0.2, 31);
+    let s0 = TAU / 12.0;
+    let random = random_set(2000, 0.6 * s0, s0, 32);
+    for accuracy in [1e-3, 1e-4, F32_ACCURACY_FLOOR] {
+        let mut gpu = gpu_ewald_at(&gpu0, accuracy);
+        for (set, label) in [(&lattice, "lattice 16³"), (&random, "random cores")] {
+            let (x, a) = (set.x.clone(), set.alpha.clone());
+            compare(&mut gpu, set, &x, &a, label);
+        }
+    }
+}
+
+/// Requests finer than the f32 floor are refused, naming the floor: by the evaluator, by the
+/// planner's GPU row, and by the planning rule itself (checked without a GPU too).
+#[test]
+fn gpu_ewald_refuses_below_the_f32_floor() {
+    let floor = format!("{F32_ACCURACY_FLOOR:e}");
+    let e = gpu_planning_accuracy(1e-6).unwrap_err().to_string();
+    assert!(e.contains(&floor) && e.contains("1e-6"), "{e}");
+    let planned = gpu_planning_accuracy(1e-4).unwrap();
+    assert!(planned < 1e-4 && planned > 0.9e-4, "{planned}");
+    assert!(gpu_planning_accuracy(F32_ACCURACY_FLOOR).is_ok());
+    let Some(gpu0) = gpu_or_skip() else { return };
+    let e = CudaEwald::new(gpu0.clone(), 1e-6).unwrap_err().to_string();
+    assert!(e.contains(&floor), "{e}");
+    let (device, _) = Device::open(DeviceRequest::Cuda(None)).unwrap();
+    let periodic = Boundary::Periodic { length: TAU };
+    let e = match plan(periodic, EvaluatorKind::Ewald, &device, 1e-7) {
+        Ok(p) => format!("planned {}", p.description),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains(&floor), "{e}");
 }
 
 fn compare_vorticity(gpu: &mut CudaEwald, set: &Set, targets: &[[f64; 3]], label: &str) {
@@ -153,7 +202,7 @@ fn gpu_ewald_grid_targets_and_vorticity_match_cpu() {
     // asks for), and the blob vorticity at the 16³ lattice nodes (reinitialisation).
     let grid = lattice_nodes(24);
     let src = set.sources();
-    let mut cpu = EwaldPeriodic::new(ACCURACY);
+    let mut cpu = EwaldPeriodic::new(REFERENCE);
     let mut r = Evaluation::default();
     let mut g = poisoned(grid.len());
     cpu.evaluate(&src, &grid, Extra::None, &mut r).unwrap();
@@ -161,7 +210,7 @@ fn gpu_ewald_grid_targets_and_vorticity_match_cpu() {
     assert_written(&g.velocity, "grid velocity");
     let e = rel_l2(&g.velocity, &r.velocity);
     eprintln!("grid targets: velocity {e:.2e}");
-    assert!(e <= TOL_VELOCITY, "grid velocity {e:.2e}");
+    assert!(e <= ACCURACY, "grid velocity {e:.2e}");
     compare_vorticity(
         &mut gpu,
         &set,
@@ -291,7 +340,7 @@ fn gpu_vortex_steps_match_cpu() {
     };
     let mut cpu = VortexSolver::new(
         particles.clone(),
-        Box::new(EwaldPeriodic::new(ACCURACY)),
+        Box::new(EwaldPeriodic::new(REFERENCE)),
         settings,
     );
     let mut gpu = VortexSolver::new(particles, Box::new(gpu_ewald(&gpu0)), settings);
@@ -319,8 +368,11 @@ fn gpu_vortex_steps_match_cpu() {
          grid velocity modes {em:.2e}",
         gpu.evaluator_name()
     );
-    assert!(ex <= 1e-6, "positions {ex:.2e}");
-    assert!(em <= TOL_VELOCITY, "grid velocity {em:.2e}");
+    // Velocities within 1e-5 of the reference over 3 steps of 0.05 move positions of rms ~1.8
+    // by about 1e-5 · 0.15 · |u| ≲ 1e-6 of them.
+    assert!(ex <= 2e-6, "positions {ex:.2e}");
+    // The grid velocity carries its own 1e-5 and that of the positions.
+    assert!(em <= 2.0 * ACCURACY, "grid velocity {em:.2e}");
     // The RBF solve of the reinitialisation amplifies the highest lattice modes by up to ~3e5
     // (docs/physics.md §3): f32-level differences of the positions show up in the strengths at
     // those modes, which the blobs' own smoothing removes again from the field (the grid

@@ -19,7 +19,7 @@ fn case(device: &str) -> Case {
          [time]\nt_end = 0.4\ndt = 0.02\n\
          [output]\nevery_time = 0.2\nfields_times = [0.0, 0.4]\n\
          [checkpoint]\nevery_time = 0.4\n[spectral]\nn = 32\n\
-         [vortex]\noverlap = 0.75\nreinit_every = 5\nrbf = \"exact\"\naccuracy = 1e-6\n"
+         [vortex]\noverlap = 0.75\nreinit_every = 5\nrbf = \"exact\"\naccuracy = 1e-5\n"
     );
     Case::from_toml_str(&text, "tg-fields.toml").unwrap()
 }

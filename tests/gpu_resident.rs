@@ -22,8 +22,15 @@ fn fixed_dt(c: &Case) -> f64 {
     }
 }
 
+/// The named case, its far field at the GPU PME's floor (the finest both evaluators take; the
+/// GPU-against-CPU tolerances below were set when these cases ran at 1e-6, below the cases'
+/// default now).
 fn case(name: &str) -> Case {
-    resolve_case(name).expect("named case").0
+    let mut c = resolve_case(name).expect("named case").0;
+    if let Some(v) = c.vortex.as_mut() {
+        v.accuracy = vpm::summation::ewald::cuda::F32_ACCURACY_FLOOR;
+    }
+    c
 }
 
 fn initial(case: &Case) -> ParticleSet {
@@ -314,7 +321,7 @@ fn gpu_lattice_vorticity_matches_cpu_separable_sum() {
     use vpm::summation::ewald::CudaEwald;
     use vpm::summation::{DeviceSources, Sources, Summation};
     let Some(gpu) = gpu_or_skip() else { return };
-    let mut ew = CudaEwald::new(gpu.clone(), 1e-6).unwrap();
+    let mut ew = CudaEwald::new(gpu.clone(), 1e-5).unwrap();
     for (n, count, smin, smax, seed) in [
         (32usize, 20_000usize, 0.1, 0.2, 1u64),
         (48, 5_000, 0.05, 0.25, 2),

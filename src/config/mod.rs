@@ -303,8 +303,8 @@ pub struct VortexConfig {
     #[serde(serialize_with = "write::display")]
     pub evaluator: EvaluatorKind,
     /// `accuracy`: requested relative accuracy of the Ewald or FMM evaluator; in [1e-12, 1e-2]
-    /// (≥ 1e-10 with `"fmm"`; a GPU's FMM is planned down to 5e-5 and refuses finer); default
-    /// 1e-6.
+    /// (≥ 1e-10 with `"fmm"`; a GPU's FMM is planned down to 5e-5 and refuses finer, the GPU's Ewald 1e-5); default 1e-4
+    /// ([`VortexConfig::DEFAULT_ACCURACY`], docs/physics.md §4.4).
     pub accuracy: f64,
     /// `accuracy_check_every`: with `evaluator = "fmm"` (or `"auto"`, used if it picks the
     /// FMM), evaluations between the FMM's built-in
@@ -337,8 +337,10 @@ impl VortexConfig {
     pub const DEFAULT_OVERLAP: f64 = 0.75;
     /// Default `reinit_every`.
     pub const DEFAULT_REINIT_EVERY: u64 = 10;
-    /// Default `accuracy` (every evaluator that takes one, the FMM on the CPU included).
-    pub const DEFAULT_ACCURACY: f64 = 1e-6;
+    /// Default `accuracy` (every evaluator that takes one, the FMM on the CPU included): a
+    /// hundred times below the method's own error (docs/physics.md §4.4), and above the GPU
+    /// evaluators' f32 floors.
+    pub const DEFAULT_ACCURACY: f64 = 1e-4;
     /// The steps the default `dissipation_every` spans at least: a measurement costs at most
     /// three evaluations of the particle velocity at the grid's nodes, each less than a step's
     /// evaluation at the particles, so one every 50 steps costs a few per cent of a run.

@@ -770,7 +770,7 @@ fn ewald_grid_points(
     }
     let max_grid = max_grid_for_memory(device.memory_total(), bytes_per_point);
     let accuracy = if device.is_cuda() {
-        accuracy.max(super::ewald::cuda::F32_ACCURACY_FLOOR)
+        super::ewald::cuda::gpu_planning_accuracy(accuracy)?
     } else {
         accuracy
     };

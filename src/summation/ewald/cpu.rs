@@ -70,8 +70,9 @@ fn sub3(a: &[f64; 3], b: &[f64; 3]) -> [f64; 3] {
 }
 
 impl EwaldPeriodic {
-    /// An evaluator with relative accuracy `accuracy` (1e-6 is a good default, 1e-10 for
-    /// tests). Panics unless 1e-15 ≤ accuracy < 1.
+    /// An evaluator with relative accuracy `accuracy` (vortex runs default to 1e-4,
+    /// docs/physics.md §4.4; 1e-10 for references in tests). Panics unless
+    /// 1e-15 ≤ accuracy < 1.
     pub fn new(accuracy: f64) -> Self {
         assert!(
             (1e-15..1.0).contains(&accuracy),

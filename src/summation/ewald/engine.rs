@@ -9,6 +9,7 @@
 //! evaluation and checked finite after it.
 
 use super::params::{CostModel, EwaldParameters};
+use super::window::KaiserBessel;
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
     cufft_available, fft_plan, kernel_source, launch, load_kernels, CompiledModule, CudaError,
@@ -27,9 +28,10 @@ pub const KERNELS: KernelSource = kernel_source!(
     crate::device::sort::SCAN_HEADER
 );
 
-/// Largest window support the gather kernel takes (`GA_PMAX` in ewald.cu). Reached only at
-/// accuracies far below what f32 delivers (P ≈ 19 at 1e-7).
-pub const MAX_SUPPORT: usize = 32;
+/// Largest window support the spread and gather kernels take (`GA_PMAX` and `SP_PMAX` in
+/// ewald.cu; f32 Bessel values stay finite for β = π w (1 − K/M) ≤ 16π). The plans of
+/// accuracies above the f32 floor take w ≤ 10 (module docs).
+pub const MAX_SUPPORT: usize = 16;
 /// The real-space and vorticity cell grids are capped at this many cells per side (coarser cells
 /// only add distance checks; the ±2 stencil still covers the cutoff).
 const MAX_CELLS: usize = 256;
@@ -43,18 +45,23 @@ const _: () = assert!(crate::summation::cells::CELL_SUB == 2);
 
 /// Cost model of the GPU path for [`super::params::plan`]
 /// (nanoseconds, estimates for one H100-class GPU, not yet measured into docs/performance.md:
-/// they only steer the choice of (η, s), never the accuracy). Transfers of the f64 inputs and
-/// outputs are the per-particle term.
+/// they only steer the choice of (η, u), never the accuracy). Transfers of the f64 inputs and
+/// outputs are the per-particle term. The window's 1-D weights are Bessel functions
+/// (`cyl_bessel_i0f`/`i1f`, a few tens of instructions): `ns_weight` counts 3w per source and
+/// 3w or 6w per target, and covers that the spread recomputes a source's x, y and z weights in
+/// every 16×16×8 tile its support meets (about 3 tiles at w = 8, 40 weights each).
 pub const GPU_COSTS: CostModel = CostModel {
     ns_pair_velocity: 0.01,
     ns_pair_extra: 0.015,
     ns_pair_check: 0.001,
     ns_fft_point_log: 6e-4,
     ns_grid_point: 5e-4,
+    ns_weight: 5e-3,
     spread_fields: 3.0,
     gather_fields: 3.0,
     gather_fields_gradient: 6.0,
     ns_per_particle: 4.0,
+    max_support: MAX_SUPPORT,
 };
 
 /// What the gather and real-space kernels add besides the velocity.
@@ -200,6 +207,10 @@ pub struct EwaldDevice {
     csa: DeviceBuffer<[f32; 4]>,
     // mesh
     grid: DeviceBuffer<f32>,
+    /// The multiplier's per-axis table ([`KaiserBessel::multiplier_table`], f32) and the
+    /// parameters it was uploaded for (uploaded again only when they change).
+    table: DeviceBuffer<f32>,
+    table_for: Option<(usize, usize, usize, u64, u64)>,
     spec: DeviceBuffer<cufft_sys::float2>,
     // outputs
     u: DeviceBuffer<f64>,
@@ -263,6 +274,8 @@ impl EwaldDevice {
             sp: DeviceBuffer::new(),
             csa: DeviceBuffer::new(),
             grid: DeviceBuffer::new(),
+            table: DeviceBuffer::new(),
+            table_for: None,
             spec: DeviceBuffer::new(),
             u: DeviceBuffer::new(),
             ex: DeviceBuffer::new(),
@@ -342,6 +355,27 @@ impl EwaldDevice {
         // nb + 1 offsets into order (n entries).
         launch!(stream, &k.sort_buckets, "ew_sort_buckets", cfg1(nb, 256);
             start.get(), &nb_i, order.get_mut())?;
+        Ok(())
+    }
+
+    /// Uploads the multiplier table of `kb` for `p` unless the last upload was for the same
+    /// (M, w, K, β, η): a resident run plans the same parameters every step and copies nothing.
+    fn upload_table(&mut self, kb: &KaiserBessel, p: &EwaldParameters) -> Result<(), CudaError> {
+        let key = (p.grid, p.support, p.kmax, p.beta.to_bits(), p.eta.to_bits());
+        if self.table_for == Some(key) {
+            return Ok(());
+        }
+        // (Values beyond f32's range cannot occur in the band: T ≤ 1 up to rounding there,
+        // module docs; the clamp keeps a degenerate plan finite.)
+        let t: Vec<f32> = kb
+            .multiplier_table(p.eta, p.kmax)
+            .iter()
+            .map(|&v| v.min(f32::MAX as f64) as f32)
+            .collect();
+        self.table_for = None;
+        self.table
+            .upload(&self.stream, &t, "the multiplier table")?;
+        self.table_for = Some(key);
         Ok(())
     }
 
@@ -498,9 +532,10 @@ impl EwaldDevice {
             self.order.get(), &x_addr, &alpha_addr, &ns_i, &mi, &pi, &h,
             self.sd.get_mut(), self.sa.get_mut())?;
         self.grid.ensure(&s, 3 * m3)?;
-        let tau = p.tau;
-        let cw2 = (h * h / (2.0 * tau * tau) * std::f64::consts::LOG2_E) as f32;
-        let norm3 = (1.0 / (TAU.sqrt() * tau)).powi(3) as f32;
+        let kb = KaiserBessel::new(m, pp, p.beta);
+        let (beta, c4, inv_i0b, norm) = kb.kernel_constants();
+        let (beta_f, c4_f, inv_i0b_f) = (beta as f32, c4 as f32, inv_i0b as f32);
+        let norm3 = norm.powi(3) as f32;
         let (tx, ty, tz) = SPREAD_TILE;
         let cfg = LaunchConfig {
             grid_dim: (
@@ -512,16 +547,18 @@ impl EwaldDevice {
             shared_mem_bytes: 0,
         };
         // SAFETY: ew_spread(const float4* sd, const float4* sa, const int* start, int M, int P,
-        // float cw2, float norm3, float* grid): sd/sa hold the ns sorted sources, start M³ + 1
-        // bucket offsets into them, grid 3·M³ floats; the grid of blocks covers the M³ nodes in
-        // 16×16×8 tiles of 256 threads.
+        // float beta, float c4, float inv_i0b, float norm3, float* grid): sd/sa hold the ns
+        // sorted sources, start M³ + 1 bucket offsets into them, grid 3·M³ floats; the grid of
+        // blocks covers the M³ nodes in 16×16×8 tiles of 256 threads; P ≤ MAX_SUPPORT
+        // (check_sizes).
         launch!(s, &self.k.spread, "ew_spread", cfg;
-            self.sd.get(), self.sa.get(), self.start.get(), &mi, &pi, &cw2, &norm3,
-            self.grid.get_mut())?;
+            self.sd.get(), self.sa.get(), self.start.get(), &mi, &pi, &beta_f, &c4_f,
+            &inv_i0b_f, &norm3, self.grid.get_mut())?;
         self.record(2)?;
 
         // Transform, multiply, transform back.
         self.ensure_plans(m)?;
+        self.upload_table(&kb, p)?;
         let nc = m * m * (m / 2 + 1);
         self.spec.ensure(&s, 3 * nc)?;
         let plans = self.plans.as_ref().expect("plans were just made");
@@ -530,12 +567,12 @@ impl EwaldDevice {
             .exec_r2c(self.grid.get(), self.spec.get_mut())
             .doing("cuFFT R2C")?;
         let kmax = p.kmax as i32;
-        let c = (0.5 * (p.eta * p.eta - 2.0 * tau * tau)) as f32;
         let scale = (1.0 / m3 as f64) as f32;
-        // SAFETY: ew_multiply(float2* spec, int M, int K, float c, float scale): spec holds 3
-        // spectra of M·M·(M/2+1) complex values; the grid covers one spectrum.
+        // SAFETY: ew_multiply(float2* spec, int M, int K, const float* table, float scale):
+        // spec holds 3 spectra of M·M·(M/2+1) complex values, table K + 1 floats (uploaded just
+        // above for these parameters, 2K < M); the grid covers one spectrum.
         launch!(s, &self.k.multiply, "ew_multiply", cfg1(nc, 256);
-            self.spec.get_mut(), &mi, &kmax, &c, &scale)?;
+            self.spec.get_mut(), &mi, &kmax, self.table.get(), &scale)?;
         plans
             .c2r
             .exec_c2r(self.spec.get_mut(), self.grid.get_mut())
@@ -547,9 +584,8 @@ impl EwaldDevice {
         poison(&s, ptrs.u_out, 3 * nt)?;
         poison(&s, ptrs.ex_out, nex * nt)?;
         let nt_i = nt as i32;
-        let hf = h as f32;
-        let inv_tau2 = (1.0 / (tau * tau)) as f32;
-        let gscale = (h * h * h * (1.0 / (TAU.sqrt() * tau)).powi(3)) as f32;
+        let inv_h = (1.0 / h) as f32;
+        let gscale = (h * norm).powi(3) as f32;
         let targets = ptrs.targets.unwrap_or(x_addr);
         let order = if ptrs.targets.is_none() {
             self.order.addr(&s)
@@ -559,16 +595,16 @@ impl EwaldDevice {
         let talpha = ptrs.target_alpha;
         let u_addr = ptrs.u_out;
         let ex_addr = ptrs.ex_out;
-        // SAFETY: ew_gather_*(const float* grid, int M, int P, double h, float hf, float cw2,
-        // float inv_tau2, float scale, const double* targets, const int* order, int nt,
+        // SAFETY: ew_gather_*(const float* grid, int M, int P, double h, float beta, float c4,
+        // float inv_i0b, float inv_h, float scale, const double* targets, const int* order, int nt,
         // const double* alpha_t, double* u_out, double* ex_out): grid holds the 3·M³ inverse
         // transforms; targets 3·nt doubles (the source positions when they are the targets);
         // order null or a permutation of 0..nt (= ns then); alpha_t 3·nt doubles when the mode
         // is a stretching one (null otherwise, not read); u_out 3·nt and ex_out nex·nt doubles
         // (poisoned above).
         launch!(s, &self.k.gather[extra.index()], "ew_gather", cfg1(nt, GATHER_THREADS);
-            self.grid.get(), &mi, &pi, &h, &hf, &cw2, &inv_tau2, &gscale, &targets, &order,
-            &nt_i, &talpha, &u_addr, &ex_addr)?;
+            self.grid.get(), &mi, &pi, &h, &beta_f, &c4_f, &inv_i0b_f, &inv_h, &gscale, &targets,
+            &order, &nt_i, &talpha, &u_addr, &ex_addr)?;
         self.record(4)?;
 
         // Real-space part.

@@ -1,9 +1,10 @@
-//! The smooth part of the Ewald split on the CPU (particle-mesh Ewald with a Gaussian window,
+//! The smooth part of the Ewald split on the CPU (particle-mesh Ewald with a Kaiser–Bessel window,
 //! module docs of [`super`], steps 1–5): spread the strengths onto the M³ grid, transform,
 //! multiply by the Ewald factor and the curl, transform back, gather at the targets (with the
 //! exact gradient of the gather when asked).
 
 use super::params::EwaldParameters;
+use super::window::KaiserBessel;
 use crate::spectral::{Fft3d, ModeLayout};
 use crate::summation::cells::wrap;
 use crate::summation::Sources;
@@ -12,30 +13,30 @@ use rayon::prelude::*;
 use std::f64::consts::{PI, TAU};
 use std::time::Instant;
 
-/// The truncated Gaussian window on the M³ grid with nodes −π + g·h.
+/// The Kaiser–Bessel window ([`KaiserBessel`]) on the M³ grid with nodes −π + g·h, w = `p`
+/// nodes per direction.
 #[derive(Clone, Copy)]
 struct Window {
     m: usize,
     p: usize,
     h: f64,
-    /// 1/(2τ²).
-    inv_2tau2: f64,
-    /// 1/τ².
-    inv_tau2: f64,
-    /// (2πτ²)^(−1/2), the 1-D normalisation.
-    norm: f64,
+    kb: KaiserBessel,
 }
 
 impl Window {
-    fn new(m: usize, p: usize, tau: f64) -> Self {
+    fn new(m: usize, p: usize, beta: f64) -> Self {
         Self {
             m,
             p,
             h: TAU / m as f64,
-            inv_2tau2: 0.5 / (tau * tau),
-            inv_tau2: 1.0 / (tau * tau),
-            norm: 1.0 / (TAU.sqrt() * tau),
+            kb: KaiserBessel::new(m, p, beta),
         }
+    }
+
+    /// The factor of a 3-D product of the weights below that makes it the normalised window
+    /// (φ/φ̂(0))³, and the gather's h³ on top of it.
+    fn norm3(&self) -> f64 {
+        self.kb.norm().powi(3)
     }
 
     /// First support node per axis (in 0..M) and δ = u − first (u the position in grid units).
@@ -56,22 +57,23 @@ impl Window {
         (first, delta)
     }
 
-    /// 1-D weights ζ₁(d_m), d_m = (δ − m) h (position minus node), for m = 0..P.
+    /// 1-D weights I₀(β s)/I₀(β) at the nodes m = 0..P, e = δ − m grid units from the
+    /// position (see [`KaiserBessel::weight`]).
     #[inline]
     fn weights(&self, delta: f64, w: &mut [f64]) {
         for (m, wm) in w.iter_mut().enumerate() {
-            let d = (delta - m as f64) * self.h;
-            *wm = self.norm * (-d * d * self.inv_2tau2).exp();
+            *wm = self.kb.weight(delta - m as f64);
         }
     }
 
-    /// Weights and their derivatives with respect to the position: −d/τ² ζ₁(d).
+    /// Weights and their derivatives with respect to the position (1/h · d/de).
     #[inline]
     fn weights_and_derivatives(&self, delta: f64, w: &mut [f64], dw: &mut [f64]) {
+        let inv_h = 1.0 / self.h;
         for (m, (wm, dm)) in w.iter_mut().zip(dw.iter_mut()).enumerate() {
-            let d = (delta - m as f64) * self.h;
-            *wm = self.norm * (-d * d * self.inv_2tau2).exp();
-            *dm = -d * self.inv_tau2 * *wm;
+            let (v, d) = self.kb.weight_and_derivative(delta - m as f64);
+            *wm = v;
+            *dm = d * inv_h;
         }
     }
 
@@ -118,7 +120,7 @@ impl Mesh {
         want_grad: bool,
     ) -> (MeshOut, MeshTimings) {
         let (m, pp) = (p.grid, p.support);
-        let win = Window::new(m, pp, p.tau);
+        let win = Window::new(m, pp, p.beta);
         let layout = ModeLayout::new(p.kmax);
         if self
             .fft
@@ -149,7 +151,8 @@ impl Mesh {
         for (g, md) in self.grids.iter_mut().zip(self.modes.iter_mut()) {
             fft.forward(g, md);
         }
-        multiply(&layout, p.eta, p.tau, &mut self.modes);
+        let table = win.kb.multiplier_table(p.eta, p.kmax);
+        multiply(&layout, &table, &mut self.modes);
         for (g, md) in self.grids.iter_mut().zip(self.modes.iter()) {
             fft.inverse(md, g);
         }
@@ -166,7 +169,7 @@ impl Mesh {
     }
 }
 
-/// Spreads α_q ζ_τ(x_g − x_q) onto the three grids (module docs: determinism).
+/// Spreads α_q (φ/φ̂(0))³(x_g − x_q) onto the three grids (module docs: determinism).
 fn spread(
     win: &Window,
     locs: &[([usize; 3], [f64; 3])],
@@ -199,8 +202,10 @@ fn spread(
         .for_each(|(si, ((s0, s1), s2))| {
             let ia = (si * slab) as i64;
             let ib = ia + (s0.len() / plane) as i64;
+            let mut wx = vec![0.0; p];
             let mut wy = vec![0.0; p];
             let mut wz = vec![0.0; p];
+            let norm3 = win.norm3();
             let (o0, o1, o2) = (s0, s1, s2);
             // Unwrapped first planes v in increasing order: a node of plane i sees the buckets
             // v = i−P+1..=i in this order whatever the slab.
@@ -213,14 +218,14 @@ fn spread(
                 }
                 for &q in &order[start[b]..start[b + 1]] {
                     let (first, delta) = locs[q];
+                    win.weights(delta[0], &mut wx);
                     win.weights(delta[1], &mut wy);
                     win.weights(delta[2], &mut wz);
                     let runs = win.runs(first[2]);
-                    let a = alpha[q];
+                    let a = alpha[q].map(|c| c * norm3);
                     for i in lo..hi {
                         let mi = (i - v) as usize;
-                        let d = (delta[0] - mi as f64) * win.h;
-                        let wx = win.norm * (-d * d * win.inv_2tau2).exp();
+                        let wx = wx[mi];
                         let base = (i - ia) as usize * plane;
                         for (bi, &wyb) in wy.iter().enumerate() {
                             let mut y = first[1] + bi;
@@ -249,19 +254,24 @@ fn spread(
         });
 }
 
-/// Multiplies the spectrum of the spread field by (i k × ·)/k² e^{−k²(η² − 2τ²)/2}, k = 0 → 0.
-fn multiply(layout: &ModeLayout, eta: f64, tau: f64, modes: &mut [Vec<Complex64>; 3]) {
+/// Multiplies the spectrum of the spread field by (i k × ·)/k² T(k_x) T(k_y) T(k_z), the
+/// per-axis `table` T(k) = e^{−k²η²/2}/(φ̂(k)/φ̂(0))² ([`KaiserBessel::multiplier_table`],
+/// k = 0..=K); k = 0 → 0.
+fn multiply(layout: &ModeLayout, table: &[f64], modes: &mut [Vec<Complex64>; 3]) {
     let (side, nz) = (layout.side(), layout.nz());
-    let c = 0.5 * (eta * eta - 2.0 * tau * tau);
+    let t = |k: i64| table[k.unsigned_abs() as usize];
     let [m0, m1, m2] = modes;
     m0.par_chunks_mut(side * nz)
         .zip(m1.par_chunks_mut(side * nz))
         .zip(m2.par_chunks_mut(side * nz))
         .enumerate()
         .for_each(|(iy, ((a, b), cc))| {
-            let ky = layout.wavenumber(iy) as f64;
+            let kyi = layout.wavenumber(iy);
+            let ky = kyi as f64;
             for ix in 0..side {
-                let kx = layout.wavenumber(ix) as f64;
+                let kxi = layout.wavenumber(ix);
+                let kx = kxi as f64;
+                let txy = t(kxi) * t(kyi);
                 for kz in 0..nz {
                     let i = ix * nz + kz;
                     let kzf = kz as f64;
@@ -272,7 +282,7 @@ fn multiply(layout: &ModeLayout, eta: f64, tau: f64, modes: &mut [Vec<Complex64>
                         cc[i] = Complex64::new(0.0, 0.0);
                         continue;
                     }
-                    let f = (-c * k2).exp() / k2;
+                    let f = txy * t(kz as i64) / k2;
                     let h = [a[i], b[i], cc[i]];
                     let x = [
                         h[2] * ky - h[1] * kzf,
@@ -289,10 +299,10 @@ fn multiply(layout: &ModeLayout, eta: f64, tau: f64, modes: &mut [Vec<Complex64>
         });
 }
 
-/// u(x) = h³ Σ_g F(x_g) ζ_τ(x − x_g) and, when `want_grad`, its exact gradient.
+/// u(x) = h³ Σ_g F(x_g) (φ/φ̂(0))³(x − x_g) and, when `want_grad`, its exact gradient.
 fn gather(win: &Window, grids: &[Vec<f64>; 3], targets: &[[f64; 3]], want_grad: bool) -> MeshOut {
     let (m, p) = (win.m, win.p);
-    let h3 = win.h * win.h * win.h;
+    let h3 = win.h * win.h * win.h * win.norm3();
     let [g0, g1, g2] = grids;
     let res: Vec<([f64; 3], [[f64; 3]; 3])> = targets
         .par_iter()

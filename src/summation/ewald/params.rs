@@ -10,13 +10,20 @@ use std::f64::consts::{PI, TAU};
 /// Added to ℓ = ln(1/ε) in the real-space cutoff rule: ln 3 (one third of the budget per error
 /// term) + 0.8 (worst measured log of error / e^{−ρ_c²/2}, stretching; velocity: −0.8).
 pub const REAL_MARGIN: f64 = 1.9;
-/// Added to ℓ + ln(η/τ) in the window-support rule: ln 3 + 0.3 (measured: the truncation error
-/// of the stretching is (η/τ)·e^{−0.4…0.3}·e^{−w²/(2τ²)}; of the velocity ≤ 1.1 e^{−w²/(2τ²)}).
-pub const WINDOW_MARGIN: f64 = 1.4;
-/// Added to ℓ + 2 ln(η/τ) in the grid-size rule: ln 3 + 1.3 (measured: the aliasing error of the
-/// stretching is (η/τ)² e^{−0.4…1.1} e^{−M²η²s²(1−s²)/2} for s = 0.1…1/√2; of the velocity
-/// ≤ e^{1.3} e^{−M²η²s²(1−s²)/2}).
-pub const MESH_MARGIN: f64 = 2.4;
+/// Added to ℓ in the band rule K = ⌈√(2(ℓ + BAND_MARGIN))/η⌉ (the modes |k_i| > K are dropped,
+/// each worth at most e^{−K²η²/2}): ln 3 − 0.5. Measured (tests/ewald.rs `measure_error_model`,
+/// 200 particles, equal cores σ = 0.3 and 0.15, ℓ = 5…25, aliasing made negligible): the
+/// truncation error is e^{−4.3…−2.2} e^{−K²η²/2} for the velocity and e^{−2.5…−0.53}
+/// e^{−K²η²/2} for the gradient and both stretching forms (the worst, −0.53, at ℓ = 5).
+pub const BAND_MARGIN: f64 = 0.6;
+/// Added to ℓ + ln(M η) + 3 ln u in the window rule
+/// w = ⌈(ℓ + ln(Mη) + 3 ln u + ALIAS_MARGIN)/(π √(1 − 1/u))⌉, u = M/(2K) (the aliasing error of
+/// the Kaiser–Bessel window): ln 3 + 0.45. Measured (`measure_error_model`, the band made
+/// negligible, u = 1.25…3, w = 3…14): the aliasing error follows e^{−π w √(1 − 1/u)} (Fessler &
+/// Sutton's decay) with a prefactor that grows with the grid and the upsampling: velocity
+/// Mη e^{−8.3…−1.8}, gradient Mη e^{−5…+1.5}, stretching Mη e^{−3.9…+3.3}; stretching
+/// over Mη u³: e^{−4.2…+0.45} (the worst at u = 1.5, w = 4).
+pub const ALIAS_MARGIN: f64 = 1.6;
 /// Grid cap when the device's memory cannot be read (the former fixed cap: 3 real f64 fields of
 /// 384³ and 3 half spectra are about 2.7 GB).
 pub const DEFAULT_MAX_GRID: usize = 384;
@@ -56,24 +63,11 @@ pub fn max_grid_for_memory(available: Option<u64>, bytes_per_point: u64) -> usiz
 
 /// Candidate splitting widths, in units of σ_max (the cost model picks one).
 const ETA_FACTORS: [f64; 10] = [1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0, 12.0];
-/// Candidate window widths s = τ/η (≤ 1/√2).
-const S_CANDIDATES: [f64; 12] = [
-    0.1,
-    0.15,
-    0.2,
-    0.25,
-    0.3,
-    0.35,
-    0.4,
-    0.45,
-    0.5,
-    0.55,
-    0.6,
-    std::f64::consts::FRAC_1_SQRT_2,
-];
+/// Candidate upsampling factors u = M/(2K) (the cost model picks one).
+const U_CANDIDATES: [f64; 7] = [1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 3.0];
 
 /// The constants of the planner's cost model, nanoseconds (see [`plan`]): the
-/// method and its accuracy rules are the same on every device, the cheapest (η, s) is not.
+/// method and its accuracy rules are the same on every device, the cheapest (η, u) is not.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CostModel {
     /// Per real-space pair in range, velocity only (two kernel calls).
@@ -84,8 +78,10 @@ pub struct CostModel {
     pub ns_pair_check: f64,
     /// Per grid point and log₂(M³), for each of the 6 transforms.
     pub ns_fft_point_log: f64,
-    /// Per window point (P³) and grid field touched.
+    /// Per window point (w³) and grid field touched.
     pub ns_grid_point: f64,
+    /// Per 1-D window weight (a Bessel function: 3w per particle spread, 3w or 6w gathered).
+    pub ns_weight: f64,
     /// Fields touched per window point when spreading (3 strength components).
     pub spread_fields: f64,
     /// … when gathering the velocity (3), and the velocity with its gradient (6: F·w and F·∂w).
@@ -93,6 +89,8 @@ pub struct CostModel {
     pub gather_fields_gradient: f64,
     /// Fixed cost per source and per target.
     pub ns_per_particle: f64,
+    /// The widest window the device's kernels take (nodes per direction).
+    pub max_support: usize,
 }
 
 impl CostModel {
@@ -103,10 +101,12 @@ impl CostModel {
         ns_pair_check: 5.0,
         ns_fft_point_log: 0.45,
         ns_grid_point: 0.5,
+        ns_weight: 60.0,
         spread_fields: 3.0,
         gather_fields: 3.0,
         gather_fields_gradient: 6.0,
         ns_per_particle: 500.0,
+        max_support: 64,
     };
 }
 
@@ -117,15 +117,15 @@ pub struct EwaldParameters {
     pub accuracy: f64,
     /// Splitting width η ≥ max σ_q.
     pub eta: f64,
-    /// Window width τ = s·η.
-    pub tau: f64,
+    /// Shape β of the Kaiser–Bessel window ([`super::window`]).
+    pub beta: f64,
     /// Real-space cutoff r_c = ρ_c η.
     pub r_cut: f64,
     /// Grid points per side M.
     pub grid: usize,
-    /// Window support P (nodes per dimension).
+    /// Window support w (nodes per dimension).
     pub support: usize,
-    /// Retained wavenumbers |k_i| ≤ K.
+    /// Retained wavenumbers |k_i| ≤ K (the band; K < M/2).
     pub kmax: usize,
     /// Sources in the real-space part (those with σ_q ≠ η).
     pub real_space_sources: usize,
@@ -139,13 +139,14 @@ impl std::fmt::Display for EwaldParameters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "ε={:.0e} η={:.4} τ={:.4} r_c={:.4} M={} P={} K={} real-space sources={} cells={}",
+            "ε={:.0e} η={:.4} r_c={:.4} M={} window=Kaiser–Bessel w={} β={:.2} K={} \
+             real-space sources={} cells={}",
             self.accuracy,
             self.eta,
-            self.tau,
             self.r_cut,
             self.grid,
             self.support,
+            self.beta,
             self.kmax,
             self.real_space_sources,
             self.cells_per_side
@@ -172,15 +173,43 @@ pub(crate) fn fft_size(n: usize) -> usize {
     }
 }
 
-/// Chooses η, τ, r_c, M and P for `accuracy` (module docs): the rules fix r_c, P and M for
-/// each candidate (η, s), and the cheapest candidate by the cost model wins.
+/// The band K = ⌈√(2(ℓ + [`BAND_MARGIN`]))/η⌉ (module docs), at least 1.
+pub fn band(ell: f64, eta: f64) -> usize {
+    ((2.0 * (ell + BAND_MARGIN)).sqrt() / eta).ceil().max(1.0) as usize
+}
+
+/// The grid side M, the window width w and its shape β for the band `kmax` at upsampling `u`
+/// (module docs): M the smallest even 2^a 3^b 5^c 7^d ≥ max(2uK, 2K + 2, 8), then with the
+/// actual u = M/(2K), w = ⌈(ℓ + ln(Mη) + 3 ln u + [`ALIAS_MARGIN`])/(π √(1 − 1/u))⌉ (at least
+/// 2), β = π w (1 − K/M).
+/// `None` when the numbers are degenerate (η not positive and finite).
+pub fn mesh_and_window(ell: f64, eta: f64, kmax: usize, u: f64) -> Option<(usize, usize, f64)> {
+    let need = (2.0 * u * kmax as f64).ceil();
+    if !need.is_finite() || need > 1e6 {
+        return None;
+    }
+    let m = fft_size((need as usize).max(2 * kmax + 2).max(8));
+    let u_eff = m as f64 / (2 * kmax) as f64;
+    let decay = PI * (1.0 - 1.0 / u_eff).sqrt();
+    let prefactor = (m as f64 * eta).ln().max(0.0) + 3.0 * u_eff.ln();
+    let w = ((ell + prefactor + ALIAS_MARGIN) / decay).ceil();
+    if !w.is_finite() || w > 1e4 {
+        return None;
+    }
+    let w = (w as usize).max(2);
+    Some((m, w, super::window::beta_for(m, w, kmax)))
+}
+
+/// Chooses η, r_c, the band K, M and the window (w, β) for `accuracy` (module docs): the rules
+/// fix r_c and K for each candidate η, M and (w, β) for each upsampling u, and the cheapest
+/// candidate (η, u) by the cost model wins (windows wider than `cost.max_support` are skipped).
 ///
 /// `n_below_max` is the number of sources with σ_q < σ_max (the real-space sources when
 /// η = σ_max); `extra` says whether stretching or the gradient is wanted. Cost model (one
 /// core, ns; measured with the release build on the development machine): real-space pairs
 /// in range × (180 velocity, 300 with extras; two kernel calls each) + distance checks × 5,
-/// transforms 6 × 0.45 M³ log₂ M³, spreading 3 P³ N_s and gathering (3 or 6) P³ N_t × 0.5,
-/// plus 500 per particle ([`CostModel::CPU`]; the GPU has its own). Sources and targets are
+/// transforms 6 × 0.45 M³ log₂ M³, spreading 3 w³ N_s and gathering (3 or 6) w³ N_t × 0.5,
+/// 60 per 1-D window weight (3w per source, 3w or 6w per target), plus 500 per particle ([`CostModel::CPU`]; the GPU has its own). Sources and targets are
 /// assumed spread over the box. Grids larger than `max_grid`³ are not considered
 /// ([`max_grid_for_memory`]).
 #[allow(clippy::too_many_arguments)]
@@ -222,44 +251,35 @@ pub fn plan(
             };
             nt * n_rs as f64 * (checked * cost.ns_pair_check + in_range * pair)
         };
-        for s in S_CANDIDATES {
-            let tau = s * eta;
-            let mesh_e = (2.0 * (ell + MESH_MARGIN - 2.0 * s.ln())).sqrt();
-            let window_e = (2.0 * (ell + WINDOW_MARGIN - s.ln())).sqrt();
-            let m_min = mesh_e / (eta * s * (1.0 - s * s).sqrt());
-            // (m_min is NaN or infinite only for degenerate σ_max, rejected before.)
-            if m_min.is_nan() || m_min > max_grid as f64 {
+        let kmax = band(ell, eta);
+        for u in U_CANDIDATES {
+            let Some((m, w, beta)) = mesh_and_window(ell, eta, kmax, u) else {
                 continue;
-            }
-            let m = fft_size((m_min.ceil() as usize).max(8));
-            if m > max_grid {
-                continue;
-            }
-            let h = TAU / m as f64;
-            let p = (2.0 * tau * window_e / h).ceil() as usize;
-            if p > m {
+            };
+            if m > max_grid || w > m || w > cost.max_support {
                 continue;
             }
             let m3 = (m as f64).powi(3);
-            let p3 = (p as f64).powi(3);
-            let gather = if extra {
-                cost.gather_fields_gradient
+            let w3 = (w as f64).powi(3);
+            let (gather, gather_weights) = if extra {
+                (cost.gather_fields_gradient, 6.0)
             } else {
-                cost.gather_fields
+                (cost.gather_fields, 3.0)
             };
             let mesh_ns = 6.0 * cost.ns_fft_point_log * m3 * m3.log2()
-                + cost.ns_grid_point * p3 * (cost.spread_fields * ns + gather * nt)
+                + cost.ns_grid_point * w3 * (cost.spread_fields * ns + gather * nt)
+                + cost.ns_weight * w as f64 * (3.0 * ns + gather_weights * nt)
                 + cost.ns_per_particle * (ns + nt);
             let cost = (real_ns + mesh_ns) * 1e-9;
             if best.as_ref().is_none_or(|b| cost < b.estimated_seconds) {
                 best = Some(EwaldParameters {
                     accuracy,
                     eta,
-                    tau,
+                    beta,
                     r_cut,
                     grid: m,
-                    support: p,
-                    kmax: (m - 1) / 2,
+                    support: w,
+                    kmax,
                     real_space_sources: n_rs,
                     cells_per_side: cells,
                     estimated_seconds: cost,
@@ -305,13 +325,27 @@ pub(crate) fn evaluation_setup(
             max_grid,
         )?,
         Some(f) => {
-            if f.eta < sigma_max || f.support > f.grid || f.grid < 4 {
+            let mut p = f.clone();
+            // K = 0 asks for the widest band, β = 0 for the rule's shape.
+            if p.kmax == 0 {
+                p.kmax = p.grid.saturating_sub(1) / 2;
+            }
+            if p.beta == 0.0 {
+                p.beta = super::window::beta_for(p.grid, p.support, p.kmax);
+            }
+            let lobe = PI * p.support as f64 * p.kmax as f64 / p.grid as f64;
+            if f.eta < sigma_max
+                || p.support > p.grid
+                || p.grid < 4
+                || 2 * p.kmax >= p.grid
+                || p.beta.is_nan()
+                || p.beta <= lobe
+            {
                 return Err(SummationError::Unsupported(format!(
-                    "Ewald: fixed parameters need η ≥ σ_max = {sigma_max} and P ≤ M ({f})"
+                    "Ewald: fixed parameters need η ≥ σ_max = {sigma_max}, w ≤ M, 2K < M and \
+                     β > π w K/M = {lobe} ({p})"
                 )));
             }
-            let mut p = f.clone();
-            p.kmax = (p.grid - 1) / 2;
             p.cells_per_side = cells_for(p.r_cut);
             p.real_space_sources = if p.eta == sigma_max {
                 below.len()
@@ -335,7 +369,7 @@ mod tests {
     use super::*;
 
     /// The memory cap changes no plan of the sizes the tests and named cases use: lattices up
-    /// to 64³ (σ = h) at accuracies 1e-3 … 1e-10 and the random sets of tests/ewald.rs down to
+    /// to 64³ (σ = h) at accuracies 1e-3 … 1e-10 (64³: 1e-8) and the random sets of tests/ewald.rs down to
     /// 1e-12, plan
     /// the same parameters under the smallest cap the memory rule gives ([`MIN_MAX_GRID`]), the
     /// former fixed cap ([`DEFAULT_MAX_GRID`]) and the largest ([`HARD_MAX_GRID`]).
@@ -350,10 +384,16 @@ mod tests {
             cases.push((sigma_max, n, n));
         }
         for (sigma_max, below, n) in cases {
-            // (The random sets of the tests go down to 1e-12; a 64³ lattice at 1e-12 plans
-            // M = 288, above the floor: planned the same only where memory allows.)
-            let tightest = if below > 0 { 1e-12 } else { 1e-10 };
-            for acc in [1e-3, 1e-4, 1e-6, 1e-8, 1e-10, tightest] {
+            // (The random sets of the tests go down to 1e-12; a 64³ lattice at 1e-9 plans
+            // M = 270, above the floor: planned the same only where memory allows.)
+            let tightest: f64 = if below > 0 {
+                1e-12
+            } else if n < 64 * 64 * 64 {
+                1e-10
+            } else {
+                1e-8
+            };
+            for acc in [1e-3, 1e-4, 1e-6, 1e-8, tightest.max(1e-10), tightest] {
                 for extra in [false, true] {
                     for cost in [&CostModel::CPU, &crate::summation::ewald::engine::GPU_COSTS] {
                         let at = |cap| plan(acc, sigma_max, below, n, n, extra, cost, cap);
@@ -369,49 +409,68 @@ mod tests {
 
     /// The plan of the GPU evaluator for the SC09 run (`cases/sc09-hit-256-compare.toml`):
     /// 256³ lattice particles with equal cores σ = overlap·h, h = 2π/256, targets = sources,
-    /// stretching, accuracy 1e-6, [`GPU_COSTS`](crate::summation::ewald::engine::GPU_COSTS).
-    fn plan_256(overlap: f64, max_grid: usize) -> (f64, EwaldParameters) {
+    /// stretching, [`GPU_COSTS`](crate::summation::ewald::engine::GPU_COSTS), the method planned
+    /// at `planned` (a GPU request ε is planned at ε − 5e-6, its f32 share taken off).
+    fn plan_256(planned: f64, overlap: f64, max_grid: usize) -> (f64, EwaldParameters) {
         let n = 256usize;
         let sigma = overlap * TAU / n as f64;
         let cost = &crate::summation::ewald::engine::GPU_COSTS;
-        let p = plan(1e-6, sigma, 0, n.pow(3), n.pow(3), true, cost, max_grid).unwrap();
+        let p = plan(planned, sigma, 0, n.pow(3), n.pow(3), true, cost, max_grid).unwrap();
         (sigma, p)
     }
 
     /// With the grid cap of an 80 GB GPU ([`max_grid_for_memory`]: the hard cap 864), the
-    /// 256³ lattice gets the pure-mesh plan: η = σ, so the real-space part is empty. The cost
-    /// model's figures: overlap 0.75, M = 700, P = 13, s = 0.55, 0.34 s per evaluation (grid
-    /// 16.5 GB at 48 B per point); overlap 1, M = 672, P = 12, s = 0.4, 0.30 s (14.6 GB).
+    /// 256³ lattice gets the pure-mesh plan at 1e-4, 1e-5 and 1e-6: η = σ, so the real-space
+    /// part is empty. The plans printed are the module docs' table (overlap 1 at 1e-4:
+    /// M = 560, w = 8; overlap 0.75: M = 750, w = 8).
     #[test]
     fn lattice_256_plans_pure_mesh_under_an_80_gb_cap() {
         let cap = max_grid_for_memory(Some(80_000_000_000), GPU_BYTES_PER_GRID_POINT);
         assert_eq!(cap, HARD_MAX_GRID);
-        for overlap in [0.75, 1.0] {
-            let (sigma, p) = plan_256(overlap, cap);
-            assert_eq!(p.eta, sigma, "overlap {overlap}: {p}");
-            assert_eq!(p.real_space_sources, 0, "overlap {overlap}: {p}");
-            assert!(p.grid <= cap, "overlap {overlap}: {p}");
-            // The grid is larger than the former cap allowed, and fits the memory fraction.
-            assert!(p.grid > DEFAULT_MAX_GRID, "overlap {overlap}: {p}");
-            let bytes = (p.grid as f64).powi(3) * GPU_BYTES_PER_GRID_POINT as f64;
-            assert!(
-                bytes <= GRID_MEMORY_FRACTION * 80e9,
-                "overlap {overlap}: {p}"
-            );
+        let gpu = |e: f64| crate::summation::ewald::cuda::gpu_planning_accuracy(e).unwrap();
+        let requests = [
+            ("GPU request 1e-4", gpu(1e-4)),
+            ("GPU request 2e-5", gpu(2e-5)),
+            ("GPU request 1e-5", gpu(1e-5)),
+            ("method at 1e-4", 1e-4),
+            ("method at 1e-5", 1e-5),
+            ("method at 1e-6", 1e-6),
+        ];
+        for (label, accuracy) in requests {
+            for overlap in [0.75, 1.0] {
+                let (sigma, p) = plan_256(accuracy, overlap, cap);
+                let n = 256f64.powi(3);
+                eprintln!(
+                    "256³ overlap {overlap} {label}: {p}; M³ = {:.2e}, w³ N = {:.2e}, \
+                     {:.0} ms by the cost model",
+                    (p.grid as f64).powi(3),
+                    (p.support as f64).powi(3) * n,
+                    1e3 * p.estimated_seconds
+                );
+                assert_eq!(p.eta, sigma, "overlap {overlap}: {p}");
+                assert_eq!(p.real_space_sources, 0, "overlap {overlap}: {p}");
+                assert!(p.grid <= cap, "overlap {overlap}: {p}");
+                let bytes = (p.grid as f64).powi(3) * GPU_BYTES_PER_GRID_POINT as f64;
+                assert!(
+                    bytes <= GRID_MEMORY_FRACTION * 80e9,
+                    "overlap {overlap}: {p}"
+                );
+            }
         }
+        // The lead's figures for the default accuracy (σ = h): the window's work per particle
+        // w³ is at most 512 (the Gaussian's P³ was 1 728–2 197 at 1e-6).
+        let (_, p) = plan_256(gpu(1e-4), 1.0, cap);
+        assert!(p.support <= 8 && p.grid <= 600, "{p}");
     }
 
-    /// Under the former fixed cap of 384 the pure-mesh grid (M ≥ 474 at overlap 1, ≥ 632 at
-    /// 0.75, at s = 1/√2) does not fit, so η grows past σ and every particle enters the
-    /// real-space part: overlap 0.75, η = 2σ, M = 350, r_c = 0.206, about 2 500 neighbours per
-    /// particle, 1.09 s by the cost model; overlap 1, η = 1.25σ, M = 384, r_c = 0.172, about
-    /// 1 400 neighbours, 0.85 s. That is why the old cap made 256³ slow: about 3× the
-    /// pure-mesh plan's estimate, nearly all of it in real-space pairs.
+    /// Under the former fixed cap of 384 the pure-mesh grid (M ≥ 2K + 2 with K ≈ 180 at 1e-4
+    /// for σ = h, more for smaller cores) does not fit, so η grows past σ and every particle
+    /// enters the real-space part, several times the pure-mesh plan's cost.
     #[test]
     fn lattice_256_plans_a_split_under_the_old_cap() {
         let cap = max_grid_for_memory(Some(80_000_000_000), GPU_BYTES_PER_GRID_POINT);
         for overlap in [0.75, 1.0] {
-            let (sigma, split) = plan_256(overlap, DEFAULT_MAX_GRID);
+            let (sigma, split) = plan_256(1e-4, overlap, DEFAULT_MAX_GRID);
             assert!(split.eta > sigma, "overlap {overlap}: {split}");
             assert_eq!(
                 split.real_space_sources,
@@ -419,7 +478,7 @@ mod tests {
                 "overlap {overlap}"
             );
             assert!(split.grid <= DEFAULT_MAX_GRID, "overlap {overlap}: {split}");
-            let (_, mesh) = plan_256(overlap, cap);
+            let (_, mesh) = plan_256(1e-4, overlap, cap);
             assert!(
                 split.estimated_seconds > 2.0 * mesh.estimated_seconds,
                 "overlap {overlap}: split {split} {} s, pure mesh {mesh} {} s",
