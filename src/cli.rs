@@ -185,6 +185,10 @@ pub struct BenchFmmArgs {
     /// the mean spacing; either device).
     #[arg(long, default_value = "biot-savart", value_parser = crate::summation::interaction::InteractionKind::parse)]
     pub interaction: crate::summation::interaction::InteractionKind,
+    /// The periodic box: the periodic FMM on a jittered lattice of about N particles (σ = h),
+    /// checked against the CPU f64 Ewald sum (Biot–Savart only).
+    #[arg(long)]
+    pub periodic: bool,
     /// Tuning: the opening angle θ instead of the device's (the order is re-planned for it
     /// unless --order is given).
     #[arg(long)]
