@@ -60,7 +60,11 @@ fn gpu_periodic_lists_and_wrap_equal_the_hosts() {
         .map(|v| v.map(|c| 1.4 * c))
         .collect();
     let mut tree = GpuTree::new(&gpu).unwrap();
-    let (mut x, mut tx, mut sig) = (DeviceBuffer::new(), DeviceBuffer::new(), DeviceBuffer::new());
+    let (mut x, mut tx, mut sig) = (
+        DeviceBuffer::new(),
+        DeviceBuffer::new(),
+        DeviceBuffer::new(),
+    );
     x.upload(&s, p.x.as_flattened(), "positions").unwrap();
     tx.upload(&s, targets.as_flattened(), "targets").unwrap();
     sig.upload(&s, &p.sigma, "cores").unwrap();
@@ -72,7 +76,9 @@ fn gpu_periodic_lists_and_wrap_equal_the_hosts() {
     let hx = wrap_all(&p.x);
     let ht = wrap_all(&targets);
     assert!(
-        got.iter().zip(hx.as_flattened()).all(|(a, b)| a.to_bits() == b.to_bits()),
+        got.iter()
+            .zip(hx.as_flattened())
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
         "the device's wrap differs from the host's"
     );
     let shifts = near_shifts(2);
@@ -102,7 +108,11 @@ fn gpu_periodic_lists_and_wrap_equal_the_hosts() {
         );
         let (ds, dt, _) = tree.download().unwrap();
         let dl = tree.download_image_lists().unwrap();
-        let name = if other { "other targets" } else { "targets = sources" };
+        let name = if other {
+            "other targets"
+        } else {
+            "targets = sources"
+        };
         assert_eq!(ds.cells, host.sources.cells, "{name}: source cells");
         assert_eq!(ds.order, host.sources.order, "{name}: source order");
         assert_eq!(
@@ -117,7 +127,10 @@ fn gpu_periodic_lists_and_wrap_equal_the_hosts() {
         assert_eq!(dl.lists.p2p_offsets, hl.p2p_offsets, "{name}: P2P offsets");
         assert_eq!(dl.lists.p2p_sources, hl.p2p_sources, "{name}: P2P sources");
         assert_eq!(dl.p2p_shifts, hi.p2p, "{name}: P2P shifts");
-        assert!(hi.m2l.iter().any(|&v| v != hi.m2l[0]), "{name}: one shift only");
+        assert!(
+            hi.m2l.iter().any(|&v| v != hi.m2l[0]),
+            "{name}: one shift only"
+        );
         println!(
             "{name}: {} cells, {} M2L and {} P2P entries with their shifts: equal",
             ds.cells.len(),
@@ -130,7 +143,12 @@ fn gpu_periodic_lists_and_wrap_equal_the_hosts() {
 /// The GPU periodic FMM, the CPU periodic FMM with the same parameters and the CPU Ewald sum
 /// at a tenth of the request, on `p` with `extra`: the GPU within the request of both; the
 /// built-in check (against Ewald) passes.
-fn compare_with_cpu(gpu: &std::sync::Arc<vpm::device::cuda::Gpu>, name: &str, p: &Particles, accuracy: f64) {
+fn compare_with_cpu(
+    gpu: &std::sync::Arc<vpm::device::cuda::Gpu>,
+    name: &str,
+    p: &Particles,
+    accuracy: f64,
+) {
     let mut g = CudaFmm::periodic(gpu.clone(), accuracy, 0).unwrap();
     let params = *g.params();
     let mut cpu = FmmPeriodic::with_params(params, 0);
@@ -139,7 +157,10 @@ fn compare_with_cpu(gpu: &std::sync::Arc<vpm::device::cuda::Gpu>, name: &str, p:
     for (what, extra) in verify::all_extras(&p.alpha) {
         let mut got = poisoned(p.len());
         g.evaluate(&p.sources(), &p.x, extra, &mut got).unwrap();
-        assert!(verify::all_finite(&got.velocity), "{name} {what}: unwritten velocities");
+        assert!(
+            verify::all_finite(&got.velocity),
+            "{name} {what}: unwritten velocities"
+        );
         let (mut c, mut e) = (Evaluation::default(), Evaluation::default());
         cpu.evaluate(&p.sources(), &p.x, extra, &mut c).unwrap();
         ewald.evaluate(&p.sources(), &p.x, extra, &mut e).unwrap();
@@ -151,8 +172,14 @@ fn compare_with_cpu(gpu: &std::sync::Arc<vpm::device::cuda::Gpu>, name: &str, p:
              {ex:.2e} (CPU FMM vs Ewald {fv:.2e} / {fx:.2e}); {:?}",
             g.last_stats()
         );
-        assert!(cv <= accuracy && cx <= accuracy, "{name} {what}: GPU vs CPU FMM {cv:e} {cx:e}");
-        assert!(ev <= accuracy && ex <= accuracy, "{name} {what}: GPU vs Ewald {ev:e} {ex:e}");
+        assert!(
+            cv <= accuracy && cx <= accuracy,
+            "{name} {what}: GPU vs CPU FMM {cv:e} {cx:e}"
+        );
+        assert!(
+            ev <= accuracy && ex <= accuracy,
+            "{name} {what}: GPU vs Ewald {ev:e} {ex:e}"
+        );
     }
     let checks = g.take_accuracy_checks();
     assert_eq!(checks.len(), 1, "{name}: the first evaluation is checked");
@@ -216,10 +243,17 @@ fn gpu_periodic_fmm_at_other_targets_is_deterministic() {
     let mut g = CudaFmm::periodic(gpu, 1e-4, 0).unwrap();
     g.disable_checks();
     let extra = Extra::Gradient;
-    let (mut a, mut b, mut e) = (poisoned(targets.len()), poisoned(targets.len()), Evaluation::default());
+    let (mut a, mut b, mut e) = (
+        poisoned(targets.len()),
+        poisoned(targets.len()),
+        Evaluation::default(),
+    );
     g.evaluate(&p.sources(), &targets, extra, &mut a).unwrap();
     g.evaluate(&p.sources(), &targets, extra, &mut b).unwrap();
-    assert!(a.velocity == b.velocity && a.gradient == b.gradient, "not deterministic");
+    assert!(
+        a.velocity == b.velocity && a.gradient == b.gradient,
+        "not deterministic"
+    );
     EwaldPeriodic::new(1e-5)
         .evaluate(&p.sources(), &targets, extra, &mut e)
         .unwrap();
@@ -234,10 +268,19 @@ fn gpu_periodic_fmm_at_other_targets_is_deterministic() {
 fn gpu_periodic_fmm_is_planned_and_refuses_below_its_floor() {
     let Some(gpu) = gpu_or_skip() else { return };
     let periodic = Boundary::Periodic { length: TAU };
-    let plan = plan(periodic, EvaluatorKind::Fmm, &Device::Cuda(gpu.clone()), 1e-4).unwrap();
+    let plan = plan(
+        periodic,
+        EvaluatorKind::Fmm,
+        &Device::Cuda(gpu.clone()),
+        1e-4,
+    )
+    .unwrap();
     assert_eq!(plan.evaluator.boundary(), periodic);
     let name = plan.evaluator.name();
-    assert!(name.contains("FMM periodic GPU") && name.contains("|n|∞ ≤ 4"), "{name}");
+    assert!(
+        name.contains("FMM periodic GPU") && name.contains("|n|∞ ≤ 4"),
+        "{name}"
+    );
     let e = CudaFmm::periodic(gpu, 1e-5, 0).err().unwrap().to_string();
     assert!(e.contains("f32") && e.contains("5e-5"), "{e}");
 }

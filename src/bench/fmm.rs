@@ -24,13 +24,13 @@ use crate::device::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::kernel::StretchingScheme;
 use crate::summation::direct::{DirectFreeSpace, DirectGravity};
+use crate::summation::ewald::EwaldPeriodic;
 use crate::summation::fmm::check::check_gravity_sample;
 use crate::summation::fmm::params::M2lPrecision;
 use crate::summation::fmm::{
     params, plan_gravity_parameters, plan_parameters, CudaFmm, CudaFmmGravity, Fmm, FmmBackend,
     FmmFreeSpace, FmmGravity, FmmParams, FmmPeriodic, FmmStats,
 };
-use crate::summation::ewald::EwaldPeriodic;
 use crate::summation::interaction::{
     Bodies, GravityEvaluation, GravitySummation, InteractionKind, PlummerGravity,
 };

@@ -137,7 +137,12 @@ pub fn verify_periodic(
     };
     let boundary = crate::run::plan::boundary_of(case);
     let mut ewald = plan(boundary, EvaluatorKind::Ewald, device, accuracy)
-        .with_context(|| format!("the Ewald sum on {} at accuracy {accuracy:e}", device.label()))?
+        .with_context(|| {
+            format!(
+                "the Ewald sum on {} at accuracy {accuracy:e}",
+                device.label()
+            )
+        })?
         .evaluator;
     let context = || format!("the periodic FMM at accuracy {accuracy:e}");
     let mut fmm: Box<dyn Summation> = match device {

@@ -59,8 +59,8 @@ use super::ewald::params::{
 };
 use super::ewald::{engine::GPU_COSTS, CudaEwald, EwaldPeriodic};
 use super::fmm::{
-    cuda_periodic, periodic, plan_parameters, CudaFmm, CudaFmmGravity, FmmBackend, FmmFreeSpace, FmmGravity,
-    FmmPeriodic,
+    cuda_periodic, periodic, plan_parameters, CudaFmm, CudaFmmGravity, FmmBackend, FmmFreeSpace,
+    FmmGravity, FmmPeriodic,
 };
 use super::interaction::{GravitySummation, PlummerGravity};
 use super::EvaluatorKind;
@@ -293,9 +293,7 @@ pub const REGISTRY: &[Registration] = &[
         method: EvaluatorKind::Fmm,
         boundary: BoundaryKind::Periodic,
         device: DeviceKind::Cuda,
-        build: |device, o| {
-            gpu_planned_evaluator(device, |gpu| CudaFmm::periodic(gpu, o.accuracy, o.check_every))
-        },
+        build: |d, o| gpu_planned_evaluator(d, |g| CudaFmm::periodic(g, o.accuracy, o.check_every)),
         memory: |p, _, o| gpu_fmm_memory(p, o, true),
         seconds: |p, _| {
             Ok(PERIODIC_FMM_FACTOR * GPU_FMM_SECONDS_PER_PARTICLE * p.particles as f64)

@@ -671,7 +671,16 @@ impl CudaFmm {
             gpu: &self.gpu,
             add_root: &k.add_root,
         });
-        far_field(&k.far, b, &s, &st, p, self.state.params.m2l, &timeline, images)?;
+        far_field(
+            &k.far,
+            b,
+            &s,
+            &st,
+            p,
+            self.state.params.m2l,
+            &timeline,
+            images,
+        )?;
         if self.near_only {
             b.local.zero(&s, local_len(3, p, ttree.cells.len()))?;
         }
@@ -1066,21 +1075,6 @@ impl Summation for CudaFmm {
         }
         let mut cpu = super::FmmFreeSpace::with_params(self.state.params, 0);
         cpu.vorticity(src, at, out)
-    }
-
-    fn vorticity_on_lattice(
-        &mut self,
-        src: &Sources,
-        n: usize,
-        out: &mut Vec<[f64; 3]>,
-    ) -> SumResult {
-        match self.periodic.as_deref_mut() {
-            Some(per) => per.ewald.vorticity_on_lattice(src, n, out),
-            None => {
-                let at = crate::summation::lattice::lattice_nodes(n);
-                self.vorticity(src, &at, out)
-            }
-        }
     }
 }
 

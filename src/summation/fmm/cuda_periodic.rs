@@ -29,11 +29,12 @@
 use super::cuda::{cfg, CudaFmm};
 use super::expansions::coefficient_count;
 use super::gpu_tree::GpuTree;
-use super::params::{plan_parameters, FmmBackend, FmmParams};
+use super::params::FmmParams;
 use super::periodic::{
-    describe_engine, lattice_order, name_of, near_shifts, LatticeSum, VacuumTerm,
-    CHECK_REFINEMENT, LATTICE_LEVELS, NEAR_LEVEL,
+    describe_engine, lattice_order, name_of, near_shifts, LatticeSum, VacuumTerm, CHECK_REFINEMENT,
+    LATTICE_LEVELS, NEAR_LEVEL,
 };
+use super::Fmm;
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{launch, CudaError, Gpu};
 use crate::summation::ewald::EwaldPeriodic;
@@ -100,7 +101,10 @@ impl Periodic {
         if let Some((t, nt)) = targets {
             tree.wrap(t, nt, &mut self.targets)?;
         }
-        Ok((self.x.get(), targets.map(|(_, nt)| (self.targets.get(), nt))))
+        Ok((
+            self.x.get(),
+            targets.map(|(_, nt)| (self.targets.get(), nt)),
+        ))
     }
 
     /// After the upward pass: downloads the source root's multipole (cell 0 of `mult`, order
@@ -128,7 +132,8 @@ impl Periodic {
         local: &mut DeviceBuffer<f64>,
     ) -> Result<(), CudaError> {
         let (root, vacuum) = root_terms(&self.lattice, &self.mult, source_root, target_root, p);
-        self.root_local.upload(s, &root, "the far images' local expansion")?;
+        self.root_local
+            .upload(s, &root, "the far images' local expansion")?;
         self.vacuum.upload(s, &vacuum, "the vacuum term")?;
         let entries = 3 * coefficient_count(p);
         // SAFETY: fmm_add_root(add, local): add holds 3·NC complex values (uploaded above),
@@ -165,11 +170,10 @@ pub(super) fn root_terms(
 impl CudaFmm {
     /// The periodic FMM on the GPU (module docs): plans the parameters for `accuracy` on the
     /// GPU (refused below [`super::params::GPU_ACCURACY_FLOOR`]), compiles the kernels; checks
-    /// against a finer Ewald sum at the first evaluation and every `check_every` after (0: only
-    /// the first).
-    pub fn periodic(gpu: Arc<Gpu>, accuracy: f64, check_every: u64) -> Result<Self, SummationError> {
-        let params = plan_parameters(accuracy, FmmBackend::Cuda)?;
-        Self::periodic_with_params(gpu, params, check_every)
+    /// against a finer Ewald sum at the first evaluation and every `every` evaluations after
+    /// (0: only the first).
+    pub fn periodic(gpu: Arc<Gpu>, accuracy: f64, every: u64) -> Result<Self, SummationError> {
+        Self::new(gpu, accuracy, every)?.into_periodic()
     }
 
     /// With explicit parameters (tests and benchmarks).
@@ -178,9 +182,14 @@ impl CudaFmm {
         params: FmmParams,
         check_every: u64,
     ) -> Result<Self, SummationError> {
-        let mut fmm = Self::with_params(gpu, params, check_every)?;
-        fmm.set_periodic(params)?;
-        Ok(fmm)
+        Self::with_params(gpu, params, check_every)?.into_periodic()
+    }
+
+    /// The free-space engine turned periodic (for its planned parameters).
+    fn into_periodic(mut self) -> Result<Self, SummationError> {
+        let params = *self.params();
+        self.set_periodic(params)?;
+        Ok(self)
     }
 }
 
@@ -192,10 +201,10 @@ pub fn describe(params: &FmmParams) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::expansions::{coefficient_count, l2p, m2m, p2m, Workspace};
-    use crate::summation::interaction::PotentialDerivatives;
     use super::super::periodic::{lattice_order, LatticeSum, VacuumTerm, LATTICE_LEVELS};
     use super::*;
     use crate::summation::cells::wrap;
+    use crate::summation::interaction::PotentialDerivatives;
     use rand::{Rng, SeedableRng};
 
     /// Random sources in the box with Σα = 0 and not.
@@ -293,7 +302,13 @@ mod tests {
             let lattice = LatticeSum::new(lattice_order(accuracy, p), LATTICE_LEVELS, NEAR_LEVEL);
             let (source_root, target_root) = ([0.004, -0.003, 0.002], [0.001, 0.002, -0.003]);
             let cpu = lattice.root_local(&x, &a, target_root, p);
-            let (gpu, _) = root_terms(&lattice, &multipole(&x, &a, source_root, p), source_root, target_root, p);
+            let (gpu, _) = root_terms(
+                &lattice,
+                &multipole(&x, &a, source_root, p),
+                source_root,
+                target_root,
+                p,
+            );
             let gpu: Vec<C64> = gpu.chunks(2).map(|c| C64::new(c[0], c[1])).collect();
             let pts: Vec<[f64; 3]> = x[..200]
                 .iter()
@@ -319,7 +334,12 @@ mod tests {
                 .chunks(2)
                 .map(|c| C64::new(c[0], c[1]))
                 .collect();
-            m2m::<3>(&mut Workspace::new(p), source_root.map(|v| -v), &src, &mut m);
+            m2m::<3>(
+                &mut Workspace::new(p),
+                source_root.map(|v| -v),
+                &src,
+                &mut m,
+            );
             let direct = multipole(&x, &a, [0.0; 3], p);
             for (i, v) in m.iter().enumerate() {
                 assert!((v.re - direct[2 * i]).abs() <= 1e-9 * (1.0 + direct[2 * i].abs()));

@@ -414,7 +414,10 @@ impl GpuTree {
         } else {
             &self.sources
         };
-        let images = self.images.as_ref().map(|(b, n)| (b.addr(&self.stream), *n));
+        let images = self
+            .images
+            .as_ref()
+            .map(|(b, n)| (b.addr(&self.stream), *n));
         let criterion = (req.theta, req.rho_cut);
         parts.lists(t, &self.sources, criterion, images, &mut self.lists)?;
         self.events[1]
@@ -880,7 +883,10 @@ mod mirror {
             let total_far = cnt[count];
             let (far_base, near_base) = (m2l_src.len() as u32, near_src.len() as u32);
             m2l_src.resize((far_base + total_far) as usize, (u32::MAX, 0));
-            near_src.resize((near_base + cnt[2 * count] - total_far) as usize, (u32::MAX, 0));
+            near_src.resize(
+                (near_base + cnt[2 * count] - total_far) as usize,
+                (u32::MAX, 0),
+            );
             for (i, (f, n)) in rows.iter().enumerate() {
                 let fo = far_base + cnt[i];
                 let no = near_base + cnt[count + i] - total_far;
