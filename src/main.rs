@@ -565,6 +565,9 @@ fn check(arg: &str, threads: Option<usize>) -> Result<()> {
             plan.particle_count,
             recipe.description
         );
+        if let Some(c) = &recipe.choice {
+            out!("# {c}");
+        }
     }
     let estimate = memory::estimate(&case, &plan)?;
     out!("\n# Memory (estimate of the large arrays):");

@@ -1472,7 +1472,10 @@ fn ring_is_free_space_and_the_box_is_periodic() {
     rejects(
         &with_vortex("evaluator = \"direct\"\n"),
         Some(26),
-        &["`vortex.evaluator`", "periodic box needs \"auto\" (the default), \"ewald\" or \"fmm\""],
+        &[
+            "`vortex.evaluator`",
+            "periodic box needs \"auto\" (the default), \"ewald\" or \"fmm\"",
+        ],
     );
 }
 
@@ -1512,8 +1515,13 @@ fn fmm_keys_are_checked() {
     // The periodic box has the FMM (CPU) and "auto": the tube and a field-defined flow.
     let case = round_trip(&with_vortex("evaluator = \"fmm\"\n"));
     let v = case.vortex.unwrap();
-    assert_eq!((v.evaluator, v.accuracy_check_every), (EvaluatorKind::Fmm, Some(100)));
-    let case = round_trip(&with_vortex("evaluator = \"auto\"\naccuracy_check_every = 7\n"));
+    assert_eq!(
+        (v.evaluator, v.accuracy_check_every),
+        (EvaluatorKind::Fmm, Some(100))
+    );
+    let case = round_trip(&with_vortex(
+        "evaluator = \"auto\"\naccuracy_check_every = 7\n",
+    ));
     assert_eq!(case.vortex.unwrap().accuracy_check_every, Some(7));
     let tube = RING.replace(
         "kind = \"vortex-ring\"\nradius = 1.0\ncirculation = 1.0\ncore = 0.1",

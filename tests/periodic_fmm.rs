@@ -45,7 +45,10 @@ fn matches_the_oracle_to_1e_8_with_and_without_a_mean_strength() {
         let mut fmm = FmmPeriodic::new(1e-9, 0).unwrap();
         let got = evaluate(&mut fmm, &p);
         let (ev, eg) = errors(&got, &want);
-        println!("mean {mean:?}: velocity {ev:.2e}, gradient {eg:.2e} ({})", fmm.name());
+        println!(
+            "mean {mean:?}: velocity {ev:.2e}, gradient {eg:.2e} ({})",
+            fmm.name()
+        );
         assert!(ev < 1e-8 && eg < 1e-8, "mean {mean:?}: {ev:e} {eg:e}");
     }
 }
@@ -66,7 +69,11 @@ fn the_vacuum_term_has_the_derived_sign_and_size() {
     let wrapped: Vec<[f64; 3]> = p
         .x
         .iter()
-        .map(|x| x.map(|v| (v + std::f64::consts::PI).rem_euclid(std::f64::consts::TAU) - std::f64::consts::PI))
+        .map(|x| {
+            x.map(|v| {
+                (v + std::f64::consts::PI).rem_euclid(std::f64::consts::TAU) - std::f64::consts::PI
+            })
+        })
         .collect();
     let term = VacuumTerm::of(&wrapped, &p.alpha);
     let diff: Vec<[f64; 3]> = (0..p.len())
@@ -74,18 +81,25 @@ fn the_vacuum_term_has_the_derived_sign_and_size() {
         .collect();
     let predicted: Vec<[f64; 3]> = wrapped.iter().map(|x| term.velocity(*x)).collect();
     let e = rel_l2(&diff, &predicted);
-    let rms = |v: &[[f64; 3]]| (v.iter().flatten().map(|c| c * c).sum::<f64>() / v.len() as f64).sqrt();
+    let rms =
+        |v: &[[f64; 3]]| (v.iter().flatten().map(|c| c * c).sum::<f64>() / v.len() as f64).sqrt();
     let share = rms(&predicted) / rms(&want.velocity);
     println!("vacuum term: {share:.2} of the rms velocity, predicted to {e:.2e}");
-    assert!(share > 0.05, "the set's vacuum term is too small to test: {share}");
+    assert!(
+        share > 0.05,
+        "the set's vacuum term is too small to test: {share}"
+    );
     assert!(e < 1e-6, "the difference is not the predicted term: {e:e}");
-    let g = term.gradient();
-    for i in 0..p.len() {
-        for k in 0..3 {
-            for m in 0..3 {
-                let d = got.gradient[i][k][m] - want.gradient[i][k][m];
-                assert!((d - g[k][m]).abs() < 1e-7, "{d} vs {}", g[k][m]);
-            }
+    // The gradient's term is uniform: −ε_kml Q_l/(3V).
+    let g = flat9(&[term.gradient()])[0];
+    for (a, b) in flat9(&got.gradient).iter().zip(&flat9(&want.gradient)) {
+        for c in 0..9 {
+            assert!(
+                (a[c] - b[c] - g[c]).abs() < 1e-7,
+                "{} vs {}",
+                a[c] - b[c],
+                g[c]
+            );
         }
     }
 }
@@ -110,12 +124,29 @@ fn the_image_sums_converge_in_levels_and_near_images() {
         let mut f = with_images(2, levels);
         let (ev, _) = errors(&evaluate(&mut f, &p), &reference);
         println!("levels {levels}: velocity {ev:.2e}");
-        assert!(ev < last / 20.0 || ev < 1e-12, "levels {levels}: {ev:e} after {last:e}");
+        assert!(
+            ev < last / 20.0 || ev < 1e-12,
+            "levels {levels}: {ev:e} after {last:e}"
+        );
         last = ev;
     }
     let mut f = FmmPeriodic::new(1e-9, 0).unwrap();
     let (ev, _) = errors(&evaluate(&mut f, &p), &reference);
     assert!(ev < 1e-10, "{LATTICE_LEVELS} levels: {ev:e}");
+    // The images of S_3 \ S_2 (|n|∞ = 5…13) through the tree instead of the lattice sum.
+    let q = Particles::random_in_box(32, 1.0, 0.4, 0.5, 4);
+    let t = std::time::Instant::now();
+    let mut near3 = FmmPeriodic::new(1e-5, 0).unwrap().with_images(3, 14, 30);
+    near3.disable_checks();
+    let (ev, eg) = errors(
+        &evaluate(&mut near3, &q),
+        &evaluate(&mut with_images(2, 14), &q),
+    );
+    println!(
+        "S_3 against S_2: velocity {ev:.2e}, gradient {eg:.2e} ({:.2} s)",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(ev < 1e-6 && eg < 1e-6, "{ev:e} {eg:e}");
 }
 
 /// Against the Ewald sum on a jittered 12³ lattice at 1e-4 and 1e-6: the two periodic methods
@@ -133,7 +164,10 @@ fn matches_ewald_on_a_lattice() {
             "{accuracy:e}: velocity {ev:.2e}, gradient {eg:.2e}, {:.2} s",
             t.elapsed().as_secs_f64()
         );
-        assert!(ev < accuracy && eg < accuracy, "{accuracy:e}: {ev:e} {eg:e}");
+        assert!(
+            ev < accuracy && eg < accuracy,
+            "{accuracy:e}: {ev:e} {eg:e}"
+        );
     }
 }
 
@@ -150,7 +184,11 @@ fn the_built_in_check_compares_with_ewald() {
     fmm.evaluate(&p.sources(), &p.x, extra, &mut out).unwrap();
     let checks = fmm.take_accuracy_checks();
     assert_eq!(checks.len(), 1);
-    assert!(checks[0].passed() && checks[0].velocity_l2 < 1e-5, "{:?}", checks[0]);
+    assert!(
+        checks[0].passed() && checks[0].velocity_l2 < 1e-5,
+        "{:?}",
+        checks[0]
+    );
 }
 
 /// Timings of both periodic methods on 16³ and 32³ lattices at 1e-4 (velocity + stretching,
@@ -213,12 +251,23 @@ fn verify_periodic_prints_the_two_methods_differences() {
     let tmp = tempfile::tempdir().unwrap();
     let case = tmp.path().join("tg.toml");
     fs::write(&case, periodic_case("accuracy = 1e-4\n")).unwrap();
-    let o = run(&["verify", "periodic", s(&case), "--sample", "200", "--threads", "2"]);
+    let o = run(&[
+        "verify",
+        "periodic",
+        s(&case),
+        "--sample",
+        "200",
+        "--threads",
+        "2",
+    ]);
     assert_ok(&o, "vpm verify periodic");
     let out = stdout(&o);
     assert!(out.contains("the two methods agree"), "{out}");
     for q in ["velocity", "stretching"] {
-        let line = out.lines().find(|l| l.starts_with(q)).unwrap_or_else(|| panic!("{out}"));
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(q))
+            .unwrap_or_else(|| panic!("{out}"));
         let l2: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
         assert!(l2 < 3e-4, "{q}: {l2} ({out})");
     }
@@ -251,15 +300,27 @@ fn auto_choice_is_logged_stored_and_kept_on_resume() {
     let o = run(&["run", s(&case), "--out", s(&dir), "--threads", "2"]);
     assert_ok(&o, "run with evaluator auto");
     let m = manifest(&dir);
-    let choice = m["evaluator_choice"].as_str().unwrap_or_default().to_string();
+    let choice = m["evaluator_choice"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(
         choice.contains("chose \"ewald\"") && choice.contains("\"fmm\""),
         "{m:#}"
     );
-    assert!(m["evaluators"]["vortex"].as_str().unwrap().contains("Ewald"), "{m:#}");
+    assert!(
+        m["evaluators"]["vortex"]
+            .as_str()
+            .unwrap()
+            .contains("Ewald"),
+        "{m:#}"
+    );
     let meta = latest_meta(&dir);
     let text = fs::read_to_string(&meta).unwrap();
-    assert!(text.contains("\"evaluator\": \"ewald\"") || text.contains("\"evaluator\":\"ewald\""), "{text}");
+    assert!(
+        text.contains("\"evaluator\": \"ewald\"") || text.contains("\"evaluator\":\"ewald\""),
+        "{text}"
+    );
     // The resumed run keeps what the checkpoint says was chosen.
     let text = text.replace("\"ewald\"", "\"fmm\"");
     fs::write(&meta, text).unwrap();

@@ -311,7 +311,9 @@ fn bench_one(
     // Accuracy of the derivatives at the current state on a sample, against the CPU f64 Ewald
     // evaluator in the box and the direct sum for the FMM (none for all pairs).
     let mut reference: Option<Box<dyn Summation>> = match o.evaluator {
-        EvaluatorKind::Ewald | EvaluatorKind::Auto => Some(Box::new(EwaldPeriodic::new(o.accuracy))),
+        EvaluatorKind::Ewald | EvaluatorKind::Auto => {
+            Some(Box::new(EwaldPeriodic::new(o.accuracy)))
+        }
         EvaluatorKind::Fmm => Some(Box::new(DirectFreeSpace)),
         EvaluatorKind::Direct => None,
     };

@@ -31,7 +31,7 @@ pub struct StepFailure {
 /// The advice after an evaluator's built-in accuracy check failed (the FMM against the direct
 /// sum): the state is fine, the summation is not accurate enough for it.
 pub const ACCURACY_CHECK_ADVICE: &str = "Ask for a finer `accuracy` in [vortex] (or use \
-     evaluator = \"direct\"), then `vpm run` again; or change it in the run directory's \
+     evaluator = \"direct\" in free space, \"ewald\" in the periodic box), then `vpm run` again; or change it in the run directory's \
      case.toml and `vpm resume` from the checkpoint.";
 
 impl StepFailure {

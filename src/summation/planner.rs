@@ -295,12 +295,14 @@ pub const REGISTRY: &[Registration] = &[
         device: DeviceKind::Cuda,
         build: |d, o| gpu_planned_evaluator(d, |g| CudaFmm::periodic(g, o.accuracy, o.check_every)),
         memory: |p, _, o| gpu_fmm_memory(p, o, true),
-        seconds: |p, _| {
-            Ok(PERIODIC_FMM_FACTOR * GPU_FMM_SECONDS_PER_PARTICLE * p.particles as f64)
-        },
+        seconds: |p, _| Ok(PERIODIC_FMM_FACTOR * GPU_FMM_SECONDS_PER_PARTICLE * p.particles as f64),
         describe: |device, o| {
             let params = plan_parameters(o.accuracy, FmmBackend::Cuda)?;
-            Ok(format!("{}{}", cuda_periodic::describe(&params), card(device)))
+            Ok(format!(
+                "{}{}",
+                cuda_periodic::describe(&params),
+                card(device)
+            ))
         },
     },
 ];
@@ -432,7 +434,12 @@ pub struct AutoChoice {
 
 impl std::fmt::Display for AutoChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "evaluator = \"auto\" chose \"{}\" (estimated seconds per evaluation", self.chosen)?;
+        write!(
+            f,
+            "evaluator = \"auto\" chose \"{}\" (estimated seconds per velocity + stretching \
+             evaluation, a CPU row on one thread",
+            self.chosen
+        )?;
         for (k, e) in &self.estimates {
             match e {
                 Ok(s) => write!(f, "; \"{k}\" {s:.3e}")?,
@@ -977,20 +984,38 @@ mod tests {
             length: std::f64::consts::TAU,
         };
         let p = plan(periodic, EvaluatorKind::Fmm, &Device::Cpu, 1e-6).unwrap();
-        assert!(p.description.contains("FMM periodic CPU f64"), "{}", p.description);
+        assert!(
+            p.description.contains("FMM periodic CPU f64"),
+            "{}",
+            p.description
+        );
         let row = lookup(EvaluatorKind::Fmm, BoundaryKind::Periodic, DeviceKind::Cuda).unwrap();
-        let free = lookup(EvaluatorKind::Fmm, BoundaryKind::FreeSpace, DeviceKind::Cuda).unwrap();
+        let free = lookup(
+            EvaluatorKind::Fmm,
+            BoundaryKind::FreeSpace,
+            DeviceKind::Cuda,
+        )
+        .unwrap();
         let big = problem(periodic, 1 << 20, 0.01);
         let o = EvaluatorOptions::new(1e-4);
         let (mp, mf) = (
             (row.memory)(&big, &Device::Cpu, &o).unwrap(),
             (free.memory)(&big, &Device::Cpu, &o).unwrap(),
         );
-        assert!(mp.device > mf.device && mp.device < 2 * mf.device, "{mp:?} {mf:?}");
-        let (tp, tf) = ((row.seconds)(&big, &o).unwrap(), (free.seconds)(&big, &o).unwrap());
+        assert!(
+            mp.device > mf.device && mp.device < 2 * mf.device,
+            "{mp:?} {mf:?}"
+        );
+        let (tp, tf) = (
+            (row.seconds)(&big, &o).unwrap(),
+            (free.seconds)(&big, &o).unwrap(),
+        );
         assert_eq!(tp, PERIODIC_FMM_FACTOR * tf);
         let d = (row.describe)(&Device::Cpu, &o).unwrap();
-        assert!(d.contains("FMM periodic GPU") && d.contains("|n|∞ ≤ 4"), "{d}");
+        assert!(
+            d.contains("FMM periodic GPU") && d.contains("|n|∞ ≤ 4"),
+            "{d}"
+        );
     }
 
     /// `auto` picks the cheaper periodic method from the rows' estimates, says both, and is
@@ -1011,10 +1036,20 @@ mod tests {
         };
         assert_eq!((r.method(), c.chosen), (cheaper, cheaper));
         // The estimates are the rows' own.
-        let alone = |k| recipe(p, k, &Device::Cpu, 1e-4).unwrap().seconds_per_evaluation(1);
-        assert_eq!((ewald, fmm), (alone(EvaluatorKind::Ewald), alone(EvaluatorKind::Fmm)));
+        let alone = |k| {
+            recipe(p, k, &Device::Cpu, 1e-4)
+                .unwrap()
+                .seconds_per_evaluation(1)
+        };
+        assert_eq!(
+            (ewald, fmm),
+            (alone(EvaluatorKind::Ewald), alone(EvaluatorKind::Fmm))
+        );
         let text = c.to_string();
-        assert!(text.contains("\"ewald\"") && text.contains("\"fmm\""), "{text}");
+        assert!(
+            text.contains("\"ewald\"") && text.contains("\"fmm\""),
+            "{text}"
+        );
         // An accuracy the FMM cannot deliver leaves Ewald, with the FMM's reason.
         let r = recipe(p, EvaluatorKind::Auto, &Device::Cpu, 1e-12).unwrap();
         assert_eq!(r.method(), EvaluatorKind::Ewald);

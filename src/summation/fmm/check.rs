@@ -68,7 +68,8 @@ impl AccuracyCheck {
     pub fn failure(&self) -> SummationError {
         SummationError::AccuracyCheck(format!(
             "the FMM's check missed the requested accuracy {:e} by more than {FAILURE_FACTOR}× \
-             ({self}); ask for a finer `accuracy` or use the direct sum (evaluator = \"direct\")",
+             ({self}); ask for a finer `accuracy` or another evaluator (\"direct\" in free \
+             space, \"ewald\" in the periodic box)",
             self.requested
         ))
     }

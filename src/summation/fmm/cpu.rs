@@ -319,7 +319,14 @@ impl Summation for FmmFreeSpace {
             &params,
             &req,
             out,
-            |near| Structure::build_scaled((req.sources.x, req.sources.sigma), req.targets, &params, near),
+            |near| {
+                Structure::build_scaled(
+                    (req.sources.x, req.sources.sigma),
+                    req.targets,
+                    &params,
+                    near,
+                )
+            },
             |_| None,
         );
         self.state.stats = stats;

@@ -43,16 +43,14 @@ pub use check::AccuracyCheck;
 pub use cpu::{FmmFreeSpace, FmmGravity};
 pub use cuda::CudaFmm;
 pub use cuda_gravity::CudaFmmGravity;
-pub use periodic::FmmPeriodic;
 pub use params::{plan_gravity_parameters, plan_parameters, FmmBackend, FmmParams};
+pub use periodic::FmmPeriodic;
 
 use crate::summation::direct::{DirectFreeSpace, DirectGravity};
 use crate::summation::interaction::{
     Bodies, GravityEvaluation, GravitySummation, GravityWork, PlummerGravity,
 };
-use crate::summation::{
-    Evaluation, Extra, Request, Sources, SumResult, Summation, SummationError,
-};
+use crate::summation::{Evaluation, Extra, Request, Sources, SumResult, Summation, SummationError};
 use traversal::{build_image_lists, build_lists, Criterion, InteractionLists};
 use tree::Octree;
 
@@ -157,7 +155,12 @@ impl Structure {
         shifts: Vec<[f64; 3]>,
     ) -> Self {
         let (stree, target_tree, criterion) = Self::trees((x, scale), targets, params, near);
-        let l = build_image_lists(target_tree.as_ref().unwrap_or(&stree), &stree, criterion, &shifts);
+        let l = build_image_lists(
+            target_tree.as_ref().unwrap_or(&stree),
+            &stree,
+            criterion,
+            &shifts,
+        );
         Self {
             sources: stree,
             target_tree,

@@ -45,8 +45,8 @@
 
 use super::cpu::evaluate_biot_savart;
 use super::expansions::{
-    coefficient_count, irregular_harmonics, l2l, m2l_table, m2m, m2m_table, p2m,
-    regular_harmonics, Workspace,
+    coefficient_count, irregular_harmonics, l2l, m2l_table, m2m, m2m_table, p2m, regular_harmonics,
+    Workspace,
 };
 use super::params::{plan_parameters, FmmBackend, FmmParams};
 use super::{AccuracyCheck, Fmm, FmmState, Structure};
@@ -170,7 +170,13 @@ impl LatticeSum {
 
     /// The far images' local expansion of order `p` about `center` (the target root's centre)
     /// for the sources at `x` (in the box) with strengths `alpha`.
-    pub fn root_local(&self, x: &[[f64; 3]], alpha: &[[f64; 3]], center: [f64; 3], p: usize) -> Vec<C64> {
+    pub fn root_local(
+        &self,
+        x: &[[f64; 3]],
+        alpha: &[[f64; 3]],
+        center: [f64; 3],
+        p: usize,
+    ) -> Vec<C64> {
         let mut ws = Workspace::new(self.order);
         let mut mult = vec![C64::new(0.0, 0.0); 3 * coefficient_count(self.order)];
         p2m::<3>(&mut ws, [0.0; 3], x, alpha, &mut mult);
@@ -190,8 +196,14 @@ impl LatticeSum {
         center: [f64; 3],
         p: usize,
     ) -> Vec<C64> {
-        let order = (0..).find(|&q| 3 * coefficient_count(q) >= mult.len()).unwrap();
-        assert_eq!(mult.len(), 3 * coefficient_count(order), "a 3-charge expansion");
+        let order = (0..)
+            .find(|&q| 3 * coefficient_count(q) >= mult.len())
+            .unwrap();
+        assert_eq!(
+            mult.len(),
+            3 * coefficient_count(order),
+            "a 3-charge expansion"
+        );
         let mut m0 = mult.to_vec();
         if at != [0.0; 3] {
             m0.fill(C64::new(0.0, 0.0));
@@ -270,9 +282,9 @@ impl VacuumTerm {
     pub fn velocity(&self, x: [f64; 3]) -> [f64; 3] {
         std::array::from_fn(|k| {
             let mut s = 0.0;
-            for j in 0..3 {
+            for (j, xj) in x.iter().enumerate() {
                 for l in 0..3 {
-                    s += levi_civita(k, j, l) * (self.d[l][j] - self.q[l] * x[j]);
+                    s += levi_civita(k, j, l) * (self.d[l][j] - self.q[l] * xj);
                 }
             }
             s
@@ -282,7 +294,11 @@ impl VacuumTerm {
     /// ∂_m u_vac,k − ∂_m u_Ewald,k, `[k][m]`: −ε_kml Q_l/(3V).
     pub fn gradient(&self) -> [[f64; 3]; 3] {
         std::array::from_fn(|k| {
-            std::array::from_fn(|m| -(0..3).map(|l| levi_civita(k, m, l) * self.q[l]).sum::<f64>())
+            std::array::from_fn(|m| {
+                -(0..3)
+                    .map(|l| levi_civita(k, m, l) * self.q[l])
+                    .sum::<f64>()
+            })
         })
     }
 
@@ -397,12 +413,22 @@ pub fn describe(params: &FmmParams) -> String {
 /// The name of a periodic FMM on `engine` with `params` and the default images.
 pub(super) fn describe_engine(engine: &str, params: &FmmParams) -> String {
     let order = lattice_order(params.accuracy, params.order);
-    name_of(engine, NEAR_LEVEL, &LatticeSum::new(order, LATTICE_LEVELS, NEAR_LEVEL), params)
+    name_of(
+        engine,
+        NEAR_LEVEL,
+        &LatticeSum::new(order, LATTICE_LEVELS, NEAR_LEVEL),
+        params,
+    )
 }
 
 impl Summation for FmmPeriodic {
     fn name(&self) -> String {
-        name_of(CPU_ENGINE, self.near_level, &self.lattice, &self.state.params)
+        name_of(
+            CPU_ENGINE,
+            self.near_level,
+            &self.lattice,
+            &self.state.params,
+        )
     }
 
     fn boundary(&self) -> Boundary {
@@ -461,17 +487,14 @@ impl Summation for FmmPeriodic {
         self.state.schedule.take()
     }
 
+    /// The blob sum is local: the Ewald evaluator's cell lists in the box.
     fn vorticity(&mut self, src: &Sources, at: &[[f64; 3]], out: &mut Vec<[f64; 3]>) -> SumResult {
         self.ewald.vorticity(src, at, out)
     }
 
-    fn vorticity_on_lattice(
-        &mut self,
-        src: &Sources,
-        n: usize,
-        out: &mut Vec<[f64; 3]>,
-    ) -> SumResult {
-        self.ewald.vorticity_on_lattice(src, n, out)
+    /// The Ewald evaluator's separable sum at the lattice nodes.
+    fn vorticity_on_lattice(&mut self, s: &Sources, n: usize, w: &mut Vec<[f64; 3]>) -> SumResult {
+        self.ewald.vorticity_on_lattice(s, n, w)
     }
 }
 
