@@ -69,7 +69,7 @@ pub struct VerifyPeriodicArgs {
     #[arg(long)]
     pub accuracy: Option<f64>,
     /// Where the Ewald sum runs: `cpu` (the default), `cuda`, `cuda:N` or `auto`; the periodic
-    /// FMM runs on the CPU.
+    /// FMM runs there too on a GPU when the accuracy is within its floor (5e-5), else on the CPU.
     #[arg(long, value_name = "DEVICE", default_value = "cpu")]
     pub device: crate::device::DeviceRequest,
     /// Worker threads (default: all cores).
