@@ -276,6 +276,75 @@ mod tests {
         }
     }
 
+    /// The GPU's pipeline in f64 on the host (a mirror): the trees and image lists of the
+    /// wrapped points, the far images and the vacuum term from the root multipole at the tree's
+    /// order about the source root's centre ([`root_terms`]), c + G x and G subtracted; equal to
+    /// the CPU periodic FMM's answer (P2M at the lattice order, [`VacuumTerm::of`]) to 1e-9,
+    /// with Σα ≠ 0.
+    #[test]
+    fn the_gpu_pipeline_in_f64_matches_the_cpu_periodic_fmm() {
+        use super::super::cpu::evaluate_biot_savart;
+        use super::super::params::{plan_parameters, FmmBackend};
+        use super::super::periodic::near_shifts;
+        use super::super::{FmmPeriodic, Structure};
+        use crate::summation::verify::{flat9, rel_l2, Particles};
+        use crate::summation::{Evaluation, Extra, Request, Sources, Summation};
+        let mut p = Particles::random_in_box(500, 1.2, 0.1, 0.3, 4);
+        p.alpha.iter_mut().for_each(|a| a[1] += 0.2);
+        let accuracy = 1e-7;
+        let params = plan_parameters(accuracy, FmmBackend::Cpu).unwrap();
+        let order = params.order;
+        let lattice = LatticeSum::new(lattice_order(accuracy, order), LATTICE_LEVELS, NEAR_LEVEL);
+        let x: Vec<[f64; 3]> = p.x.iter().map(|v| v.map(wrap)).collect();
+        let src = Sources {
+            x: &x,
+            alpha: &p.alpha,
+            sigma: &p.sigma,
+        };
+        let req = Request {
+            sources: &src,
+            targets: &x,
+            extra: Extra::Gradient,
+        };
+        let n = x.len();
+        let mut got = Evaluation {
+            velocity: vec![[0.0; 3]; n],
+            gradient: vec![[[0.0; 3]; 3]; n],
+            ..Default::default()
+        };
+        let mut vac = [0.0; 12];
+        evaluate_biot_savart(
+            &params,
+            &req,
+            &mut got,
+            |near| Structure::build_images((&x, &p.sigma), &x, &params, near, near_shifts(2)),
+            |st| {
+                let (cs, ct) = (st.sources.cells[0].center, st.targets().cells[0].center);
+                let m = multipole(&x, &p.alpha, cs, order);
+                let (local, v) = root_terms(&lattice, &m, cs, ct, order);
+                vac = v;
+                Some(local.chunks(2).map(|c| C64::new(c[0], c[1])).collect())
+            },
+        );
+        for (i, xi) in x.iter().enumerate() {
+            for k in 0..3 {
+                let g = &vac[3 + 3 * k..6 + 3 * k];
+                got.velocity[i][k] -= vac[k] + g[0] * xi[0] + g[1] * xi[1] + g[2] * xi[2];
+                for m in 0..3 {
+                    got.gradient[i][k][m] -= g[m];
+                }
+            }
+        }
+        let mut cpu = FmmPeriodic::with_params(params, 0);
+        let mut want = Evaluation::default();
+        cpu.evaluate(&p.sources(), &p.x, Extra::Gradient, &mut want)
+            .unwrap();
+        let ev = rel_l2(&got.velocity, &want.velocity);
+        let eg = rel_l2(&flat9(&got.gradient), &flat9(&want.gradient));
+        println!("GPU pipeline (f64 mirror) vs CPU periodic FMM: {ev:.2e} {eg:.2e}");
+        assert!(ev < 1e-9 && eg < 1e-9, "{ev:e} {eg:e}");
+    }
+
     /// The velocity (1/4π) ∇ × φ of a local expansion at the points `d` from its centre.
     fn velocities(local: &[C64], p: usize, d: &[[f64; 3]]) -> Vec<[f64; 3]> {
         let mut ws = Workspace::new(p);
