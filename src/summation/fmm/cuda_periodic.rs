@@ -330,8 +330,8 @@ mod tests {
             for k in 0..3 {
                 let g = &vac[3 + 3 * k..6 + 3 * k];
                 got.velocity[i][k] -= vac[k] + g[0] * xi[0] + g[1] * xi[1] + g[2] * xi[2];
-                for m in 0..3 {
-                    got.gradient[i][k][m] -= g[m];
+                for (d, gm) in got.gradient[i][k].iter_mut().zip(g) {
+                    *d -= gm;
                 }
             }
         }
