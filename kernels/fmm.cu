@@ -13,6 +13,13 @@
 // the Cartesian expansions of fmm_cartesian.cu instead, which expand the softened kernel).
 // Coefficients (n, m ≥ 0) at n(n+1)/2 + m, the q components adjacent (coef[q·index + c]);
 // X_n^{−m} = (−1)^m conj(X_n^m).
+//
+// The periodic box (src/summation/fmm/cuda.rs's periodic mode, periodic.rs): the lists carry an
+// image shift per entry (u16 indices into a table of 3 doubles per shift, both null in free
+// space); M2L translates from the shifted source centre c_s + shift, P2P adds the shift to the
+// source positions (in f64, relative to the target leaf's centre, before the f32 rounding);
+// fmm_add_root adds the far images' local expansion to the target root's and fmm_vacuum
+// subtracts the vacuum term (an affine velocity and its constant gradient).
 
 #include "common.cuh"
 
@@ -558,7 +565,8 @@ __device__ __forceinline__ void m2l_warp(int n_cells, const double *__restrict__
                                          const unsigned *__restrict__ offsets,
                                          const unsigned *__restrict__ sources, const cx<T> *__restrict__ mfull,
                                          cplx *__restrict__ local, cx<T> *smem, const float *binom,
-                                         const float *rec)
+                                         const float *rec, const unsigned short *__restrict__ m2l_sh,
+                                         const double *__restrict__ shift_table)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int cell = blockIdx.x * (blockDim.x >> 5) + warp;
@@ -606,7 +614,15 @@ __device__ __forceinline__ void m2l_warp(int n_cells, const double *__restrict__
     for (unsigned e = first; e < last; e++)
     {
         const unsigned s = sources[e];
-        const double rx = tx - scenter[3 * s], ry = ty - scenter[3 * s + 1], rz = tz - scenter[3 * s + 2];
+        double rx = tx - scenter[3 * s], ry = ty - scenter[3 * s + 1], rz = tz - scenter[3 * s + 2];
+        if (m2l_sh)
+        {
+            // c_t − (c_s + shift), as the host's (c_t − c_s) − shift.
+            const size_t h = 3 * (size_t)m2l_sh[e];
+            rx -= shift_table[h];
+            ry -= shift_table[h + 1];
+            rz -= shift_table[h + 2];
+        }
         const double r2 = rx * rx + ry * ry + rz * rz;
         const double il = SCALED ? 1.0 / sqrt(r2) : 1.0;
         __syncwarp(); // the previous pair's tables are read
@@ -680,18 +696,21 @@ __device__ __forceinline__ void m2l_warp(int n_cells, const double *__restrict__
 
 extern __shared__ __align__(16) unsigned char m2l_shared[];
 
-// M2L in f64: L_n^m = (−1)^{n+m} Σ_sources Σ_{j,k} M_j^k I_{j+n}^{k−m}(c_t − c_s), the sources in
-// list order, every target cell written; mfull from fmm_m2l_expand. Block: 32·w threads
+// M2L in f64: L_n^m = (−1)^{n+m} Σ_sources Σ_{j,k} M_j^k I_{j+n}^{k−m}(c_t − c_s − shift), the
+// sources in list order, every target cell written; mfull from fmm_m2l_expand; m2l_sh the
+// entries' shift indices into shift_table (both null: no shifts). Block: 32·w threads
 // (w ≤ M2L_WARPS), one target cell per warp; dynamic shared memory
 // w · 16 (M2L_PAD + (2p+1)² + q (p+1)²) bytes.
 extern "C" __global__ void __launch_bounds__(32 * M2L_WARPS)
     fmm_m2l(int n_cells, const double *__restrict__ tcenter, const double *__restrict__ scenter,
             const double *__restrict__ shalf, const unsigned *__restrict__ offsets,
             const unsigned *__restrict__ sources, const cx<double> *__restrict__ mfull,
-            cplx *__restrict__ local)
+            cplx *__restrict__ local, const unsigned short *__restrict__ m2l_sh,
+            const double *__restrict__ shift_table)
 {
     m2l_warp<double, false>(n_cells, tcenter, scenter, shalf, offsets, sources, mfull, local,
-                            reinterpret_cast<cx<double> *>(m2l_shared), nullptr, nullptr);
+                            reinterpret_cast<cx<double> *>(m2l_shared), nullptr, nullptr, m2l_sh,
+                            shift_table);
 }
 
 // The same in f32 with scaling (above; mfull from fmm_m2l_expand_f32; at least one block per
@@ -703,7 +722,8 @@ extern "C" __global__ void __launch_bounds__(32 * M2L_WARPS, 1)
     fmm_m2l_f32(int n_cells, const double *__restrict__ tcenter, const double *__restrict__ scenter,
                 const double *__restrict__ shalf, const unsigned *__restrict__ offsets,
                 const unsigned *__restrict__ sources, const cx<float> *__restrict__ mfull,
-                cplx *__restrict__ local)
+                cplx *__restrict__ local, const unsigned short *__restrict__ m2l_sh,
+                const double *__restrict__ shift_table)
 {
     __shared__ float binom[(FMM_P + 1) * (FMM_P + 1)];
     __shared__ float rec[2 * FMM_P + 2];
@@ -719,7 +739,18 @@ extern "C" __global__ void __launch_bounds__(32 * M2L_WARPS, 1)
         rec[t] = t == 0 ? 0.0f : 1.0f / (float)t;
     __syncthreads();
     m2l_warp<float, true>(n_cells, tcenter, scenter, shalf, offsets, sources, mfull, local,
-                          reinterpret_cast<cx<float> *>(m2l_shared), binom, rec);
+                          reinterpret_cast<cx<float> *>(m2l_shared), binom, rec, m2l_sh, shift_table);
+}
+
+// The periodic box's far images: local[i] += add[i] for the FMM_Q·NC coefficients of the target
+// root (cell 0), after M2L and before L2L.
+extern "C" __global__ void fmm_add_root(const cplx *__restrict__ add, cplx *__restrict__ local)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= FMM_Q * NC)
+        return;
+    local[i].re += add[i].re;
+    local[i].im += add[i].im;
 }
 
 // One coefficient of the local expansion L shifted to a point, for each of the FMM_Q charges:
@@ -852,6 +883,9 @@ struct NearArgs
     const unsigned *sbegin, *send;
     const float4 *spos, *sstr;
     const cplx *local;
+    // The P2P entries' image shifts (indices into 3 doubles per shift; both null: none).
+    const unsigned short *p2p_shifts;
+    const double *shift_table;
 };
 
 // Stages the next sources of the row (entries [e, e_end), the first `off` sources of entry e
@@ -876,9 +910,18 @@ __device__ __forceinline__ int near_stage(const I &in, const NearArgs &a, NearMe
             b += off;
             c -= off;
         }
-        h0 = (float)(a.scenter[3 * sl] - cx);
-        h1 = (float)(a.scenter[3 * sl + 1] - cy);
-        h2 = (float)(a.scenter[3 * sl + 2] - cz);
+        double d0 = a.scenter[3 * sl] - cx, d1 = a.scenter[3 * sl + 1] - cy, d2 = a.scenter[3 * sl + 2] - cz;
+        if (a.p2p_shifts)
+        {
+            // The image's centre c_s + shift relative to c_t, in f64 (small for a near pair).
+            const size_t h = 3 * (size_t)a.p2p_shifts[ei];
+            d0 += a.shift_table[h];
+            d1 += a.shift_table[h + 1];
+            d2 += a.shift_table[h + 2];
+        }
+        h0 = (float)d0;
+        h1 = (float)d1;
+        h2 = (float)d2;
     }
     unsigned incl = c;
 #pragma unroll
@@ -1049,7 +1092,8 @@ template <class I> __host__ __device__ constexpr bool near_fits(int bytes)
         __shared__ __align__(16) unsigned char smem[NEAR_WARPS][NEAR_BYTES];                                \
         __shared__ NearMeta meta[NEAR_WARPS];                                                               \
         const NearArgs a = {tleaves, n_tleaves, tcenter, tbegin, tend, tx, torder, p2p_offsets,            \
-                            p2p_sources, scenter, sbegin, send, spos, sstr, local};                         \
+                            p2p_sources, scenter, sbegin, send, spos, sstr, local, p2p_shifts,             \
+                            shift_table};                                                                   \
         near_run<NEAR_BYTES>(__VA_ARGS__, a, smem[threadIdx.x >> 5], meta[threadIdx.x >> 5]);               \
     }
 
@@ -1349,18 +1393,55 @@ template <int MODE> struct NearBS
 // the targets' strengths talpha (3) into out_x, at the targets' original indices; the exact
 // kernel within ρ_c σ (rho_cut2 = ρ_c²), 1/(4πr) beyond. Arguments (all four alike): tleaves,
 // n_tleaves, tcenter, tbegin, tend, tx, torder, p2p_offsets, p2p_sources, scenter, sbegin,
-// send, spos, sstr, local, rho_cut2, talpha, out_u, out_x.
+// send, spos, sstr, local, rho_cut2, talpha, out_u, out_x, p2p_shifts, shift_table (the last
+// two null without images).
 #define NEAR_BS_KERNEL(NAME, MODE)                                                                           \
     extern "C" __global__ void __launch_bounds__(32 * NEAR_WARPS, NEAR_MINB) NAME(                           \
         NEAR_LEAF_PARAMS,                                                                                   \
         const float4 *__restrict__ spos, const float4 *__restrict__ sstr, const cplx *__restrict__ local,   \
         float rho_cut2, const double *__restrict__ talpha, double *__restrict__ out_u,                      \
-        double *__restrict__ out_x)                                                                         \
+        double *__restrict__ out_x, const unsigned short *__restrict__ p2p_shifts,                          \
+        const double *__restrict__ shift_table)                                                             \
     NEAR_LEAF_BODY(sstr, NearBS<MODE>{rho_cut2, talpha, out_u, out_x})
 
 NEAR_BS_KERNEL(fmm_eval_velocity, OUT_VELOCITY)
 NEAR_BS_KERNEL(fmm_eval_gradient, OUT_GRADIENT)
 NEAR_BS_KERNEL(fmm_eval_classical, OUT_CLASSICAL)
 NEAR_BS_KERNEL(fmm_eval_transposed, OUT_TRANSPOSED)
+
+// The periodic box's vacuum term (periodic.rs VacuumTerm) subtracted at the n sorted targets:
+// an affine velocity c + G x at the wrapped position x (tx, 3 per target) with its constant
+// gradient G (vac: c at 0..3, G row-major at 3..12), so out_u −= c + G x and, by mode
+// (OUT_*), out_x −= G (gradient, 9) or the stretching of G with the target's strength (classical
+// G α, transposed Gᵀ α; talpha, 3); at the targets' original indices torder.
+extern "C" __global__ void fmm_vacuum(int n, const double *__restrict__ tx, const unsigned *__restrict__ torder,
+                                      const double *__restrict__ vac, int mode, const double *__restrict__ talpha,
+                                      double *__restrict__ out_u, double *__restrict__ out_x)
+{
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n)
+        return;
+    const size_t o = torder[t];
+    const double *G = vac + 3;
+    const double x[3] = {tx[3 * (size_t)t], tx[3 * (size_t)t + 1], tx[3 * (size_t)t + 2]};
+    for (int k = 0; k < 3; k++)
+        out_u[3 * o + k] -= vac[k] + G[3 * k] * x[0] + G[3 * k + 1] * x[1] + G[3 * k + 2] * x[2];
+    if (mode == OUT_GRADIENT)
+    {
+        for (int i = 0; i < 9; i++)
+            out_x[9 * o + i] -= G[i];
+    }
+    else if (mode == OUT_CLASSICAL || mode == OUT_TRANSPOSED)
+    {
+        const double al[3] = {talpha[3 * o], talpha[3 * o + 1], talpha[3 * o + 2]};
+        for (int i = 0; i < 3; i++)
+        {
+            double s = 0;
+            for (int j = 0; j < 3; j++)
+                s += (mode == OUT_CLASSICAL ? G[3 * i + j] : G[3 * j + i]) * al[j];
+            out_x[3 * o + i] -= s;
+        }
+    }
+}
 
 #endif // FMM_Q == 3

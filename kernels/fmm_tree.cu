@@ -26,6 +26,12 @@
 //                  the next level reads;
 //   tree_p2p_count / (scan) / tree_p2p_write         the leaves' near rows compacted into the
 //                  P2P rows in leaf order, and the number of particle pairs they sum.
+// Images (the periodic box, traversal.rs build_image_lists): with a table of image shifts the
+// target root's candidates are the source root once per shift, in table order; a candidate's
+// subtree is seen through its shift (the distance uses c_t − c_s − shift, rounded as the host's),
+// and every far and near entry carries the shift's index (u16) in arrays parallel to the rows.
+// Without a table (null) every shift is zero and no shift arrays are read or written.
+//   tree_wrap      positions wrapped into the box [−π, π) (cells.rs wrap, bit for bit).
 // Cells: centre (3 doubles), half, radius, sigma_max, begin, end, child_begin, child_count (u8),
 // parent, one array each.
 
@@ -265,6 +271,19 @@ extern "C" __global__ void tree_upward(int first, int count, const double *__res
     sigma[c] = s;
 }
 
+// x[i] wrapped into [−π, π) for i < n3 (src/summation/cells.rs wrap: fmod is exact, as Rust's %).
+extern "C" __global__ void tree_wrap(const double *__restrict__ x, int n3, double *__restrict__ out)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n3) return;
+    const double pi = 3.141592653589793, tau = 6.283185307179586;
+    double r = fmod(x[i] + pi, tau);
+    if (r < 0.0) r = r + tau;
+    double y = r - pi;
+    if (y >= pi) y = y - tau;
+    out[i] = y;
+}
+
 // ---- interaction lists ----------------------------------------------------------------------------
 
 // One tree as the lists read it.
@@ -275,14 +294,18 @@ struct TreeView {
 };
 
 // Resolves the candidates of target cell a (traversal.rs `resolve`): counts its far and near
-// sources and, with WRITE, stores them at far_out and near_out. Each candidate's source subtree
-// is walked depth first with the host's stack discipline, candidates in order, which is the
-// host's order (everything pushed while a candidate is resolved lies above the later ones).
+// sources and, with WRITE, stores them at far_out and near_out (and, with a shift table, their
+// shift indices at far_sh and near_sh). Each candidate's source subtree is walked depth first
+// with the host's stack discipline, seen through the candidate's shift, candidates in order,
+// which is the host's order (everything pushed while a candidate is resolved lies above the
+// later ones). Candidate j: cell cand[j] with shift cand_sh[j] (cand null: the source root with
+// shift j; cand_sh null: shift 0).
 template <bool WRITE>
-__device__ void tree_resolve(const TreeView &t, const TreeView &s, unsigned a,
-                             const unsigned *cand, unsigned n_cand, double theta,
-                             double rho_cut, unsigned &n_far, unsigned &n_near,
-                             unsigned *far_out, unsigned *near_out)
+__device__ void tree_resolve(const TreeView &t, const TreeView &s, const double *shift_table,
+                             unsigned a, const unsigned *cand, const unsigned short *cand_sh,
+                             unsigned n_cand, double theta, double rho_cut, unsigned &n_far,
+                             unsigned &n_near, unsigned *far_out, unsigned short *far_sh,
+                             unsigned *near_out, unsigned short *near_sh)
 {
     const double a0 = t.center[3 * (size_t)a], a1 = t.center[3 * (size_t)a + 1],
                  a2 = t.center[3 * (size_t)a + 2];
@@ -292,17 +315,29 @@ __device__ void tree_resolve(const TreeView &t, const TreeView &s, unsigned a,
     n_far = 0;
     n_near = 0;
     for (unsigned j = 0; j < n_cand; j++) {
+        const unsigned sj = cand ? (cand_sh ? (unsigned)cand_sh[j] : 0u) : j;
+        double h0 = 0.0, h1 = 0.0, h2 = 0.0;
+        if (shift_table) {
+            h0 = shift_table[3 * (size_t)sj];
+            h1 = shift_table[3 * (size_t)sj + 1];
+            h2 = shift_table[3 * (size_t)sj + 2];
+        }
         int sp = 0;
         stack[sp++] = cand ? cand[j] : 0u;
         while (sp > 0) {
             const unsigned b = stack[--sp];
-            const double d0 = a0 - s.center[3 * (size_t)b], d1 = a1 - s.center[3 * (size_t)b + 1],
-                         d2 = a2 - s.center[3 * (size_t)b + 2];
+            // (c_t − c_s) − shift, as the host's; x − 0.0 is x, so free space is unchanged.
+            const double d0 = a0 - s.center[3 * (size_t)b] - h0,
+                         d1 = a1 - s.center[3 * (size_t)b + 1] - h1,
+                         d2 = a2 - s.center[3 * (size_t)b + 2] - h2;
             const double d = sqrt(d0 * d0 + d1 * d1 + d2 * d2);
             const double rb = s.radius[b];
             const double gap = d - ra - rb;
             if (ra + rb <= theta * d && gap >= rho_cut * s.sigma[b]) {
-                if (WRITE) far_out[n_far] = b;
+                if (WRITE) {
+                    far_out[n_far] = b;
+                    if (far_sh) far_sh[n_far] = (unsigned short)sj;
+                }
                 n_far++;
                 continue;
             }
@@ -311,27 +346,35 @@ __device__ void tree_resolve(const TreeView &t, const TreeView &s, unsigned a,
                 const unsigned cb = s.child_begin[b];
                 for (unsigned k = cc; k > 0; k--) stack[sp++] = cb + k - 1;
             } else {
-                if (WRITE) near_out[n_near] = b;
+                if (WRITE) {
+                    near_out[n_near] = b;
+                    if (near_sh) near_sh[n_near] = (unsigned short)sj;
+                }
                 n_near++;
             }
         }
     }
 }
 
-// The candidates of target cell a: its parent's near row (level 0: the source root, cand null).
-__device__ __forceinline__ void tree_candidates(int level, unsigned a,
+// The candidates of target cell a: its parent's near row with its shifts (level 0: the source
+// root once per shift, cand null, n_shifts of them).
+__device__ __forceinline__ void tree_candidates(int level, unsigned a, unsigned n_shifts,
                                                 const unsigned *__restrict__ t_parent,
                                                 const unsigned *__restrict__ near_off,
                                                 const unsigned *__restrict__ near_src,
-                                                const unsigned *&cand, unsigned &n_cand)
+                                                const unsigned short *__restrict__ near_sh,
+                                                const unsigned *&cand,
+                                                const unsigned short *&cand_sh, unsigned &n_cand)
 {
     if (level == 0) {
         cand = nullptr;
-        n_cand = 1;
+        cand_sh = nullptr;
+        n_cand = n_shifts;
         return;
     }
     const unsigned p = t_parent[a];
     cand = near_src + near_off[p];
+    cand_sh = near_sh ? near_sh + near_off[p] : nullptr;
     n_cand = near_off[p + 1] - near_off[p];
 }
 
@@ -341,13 +384,16 @@ __device__ __forceinline__ void tree_candidates(int level, unsigned a,
         const unsigned *t_parent, const double *s_center, const double *s_radius,                \
         const double *s_sigma, const unsigned *s_child_begin,                                    \
         const unsigned char *s_child_count, double theta, double rho_cut,                        \
-        const unsigned *near_off, const unsigned *near_src
+        const unsigned *near_off, const unsigned *near_src, const double *shift_table,           \
+        unsigned n_shifts, const unsigned short *near_sh
 #define TREE_LIST_VIEWS                                                                            \
     const TreeView t = {t_center, t_radius, nullptr, t_child_begin, t_child_count};              \
     const TreeView s = {s_center, s_radius, s_sigma, s_child_begin, s_child_count};              \
     const unsigned *cand;                                                                         \
+    const unsigned short *cand_sh;                                                                \
     unsigned n_cand;                                                                              \
-    tree_candidates(level, (unsigned)(first + i), t_parent, near_off, near_src, cand, n_cand)
+    tree_candidates(level, (unsigned)(first + i), n_shifts, t_parent, near_off, near_src,        \
+                    near_sh, cand, cand_sh, n_cand)
 
 // Counts of the level's cells: cnt[i] far sources, cnt[count + i] near ones, cnt[2·count] = 0
 // (one exclusive scan of the 2·count + 1 values then gives both rows' offsets).
@@ -358,28 +404,33 @@ extern "C" __global__ void tree_lists_count(TREE_LIST_ARGS, unsigned *__restrict
     if (i >= count) return;
     TREE_LIST_VIEWS;
     unsigned nf, nn;
-    tree_resolve<false>(t, s, first + i, cand, n_cand, theta, rho_cut, nf, nn, nullptr, nullptr);
+    tree_resolve<false>(t, s, shift_table, first + i, cand, cand_sh, n_cand, theta, rho_cut, nf,
+                        nn, nullptr, nullptr, nullptr, nullptr);
     cnt[i] = nf;
     cnt[count + i] = nn;
 }
 
 // The level's rows: far sources at m2l_src[far_base + scanned cnt[i]] (M2L row of cell first + i),
 // near ones at near_out[near_base + scanned cnt[count + i] − total_far]; the last cell also writes
-// the offsets that close the level's rows.
+// the offsets that close the level's rows. With a shift table the entries' shifts go to m2l_sh
+// and near_sh_out at the same positions (both null without one).
 extern "C" __global__ void tree_lists_write(TREE_LIST_ARGS, const unsigned *__restrict__ cnt,
                                             unsigned total_far, unsigned far_base,
                                             unsigned near_base, unsigned *m2l_off,
                                             unsigned *__restrict__ m2l_src,
                                             unsigned *near_off_out,
-                                            unsigned *__restrict__ near_out)
+                                            unsigned *__restrict__ near_out,
+                                            unsigned short *__restrict__ m2l_sh,
+                                            unsigned short *near_sh_out)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
     TREE_LIST_VIEWS;
     const unsigned fo = far_base + cnt[i], no = near_base + cnt[count + i] - total_far;
     unsigned nf, nn;
-    tree_resolve<true>(t, s, first + i, cand, n_cand, theta, rho_cut, nf, nn, m2l_src + fo,
-                       near_out + no);
+    tree_resolve<true>(t, s, shift_table, first + i, cand, cand_sh, n_cand, theta, rho_cut, nf,
+                       nn, m2l_src + fo, m2l_sh ? m2l_sh + fo : nullptr, near_out + no,
+                       near_sh_out ? near_sh_out + no : nullptr);
     m2l_off[first + i] = fo;
     near_off_out[first + i] = no;
     if (i == count - 1) {
@@ -399,7 +450,8 @@ extern "C" __global__ void tree_p2p_count(int n_leaves, const unsigned *__restri
     cnt[i] = near_off[l + 1] - near_off[l];
 }
 
-// P2P row i = leaf i's near row at the scanned offs[i]; pairs += its targets × its sources.
+// P2P row i = leaf i's near row at the scanned offs[i] (with its shifts near_sh into p2p_sh when
+// both are given); pairs += its targets × its sources.
 extern "C" __global__ void tree_p2p_write(int n_leaves, unsigned total,
                                           const unsigned *__restrict__ leaves,
                                           const unsigned *__restrict__ near_off,
@@ -410,7 +462,9 @@ extern "C" __global__ void tree_p2p_write(int n_leaves, unsigned total,
                                           const unsigned *__restrict__ s_begin,
                                           const unsigned *__restrict__ s_end,
                                           unsigned *__restrict__ p2p_off,
-                                          unsigned *__restrict__ p2p_src, u64 *pairs)
+                                          unsigned *__restrict__ p2p_src, u64 *pairs,
+                                          const unsigned short *__restrict__ near_sh,
+                                          unsigned short *__restrict__ p2p_sh)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i > n_leaves) return;
@@ -424,6 +478,7 @@ extern "C" __global__ void tree_p2p_write(int n_leaves, unsigned total,
     for (unsigned j = near_off[l]; j < near_off[l + 1]; j++) {
         const unsigned b = near_src[j];
         p2p_src[o + (j - near_off[l])] = b;
+        if (p2p_sh) p2p_sh[o + (j - near_off[l])] = near_sh[j];
         ns += s_end[b] - s_begin[b];
     }
     if (ns) atomicAdd(pairs, ns * (u64)(t_end[l] - t_begin[l]));

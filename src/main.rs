@@ -403,6 +403,7 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
                 repeats: repeats.unwrap_or(3),
                 sample: a.sample,
                 interaction: a.interaction,
+                periodic: a.periodic,
                 tuning: vpm::bench::FmmTuning {
                     theta: a.theta,
                     leaf_size: a.leaf_size,

@@ -24,11 +24,12 @@ use crate::device::buffer::DeviceBuffer;
 use crate::device::Device;
 use crate::kernel::StretchingScheme;
 use crate::summation::direct::{DirectFreeSpace, DirectGravity};
+use crate::summation::ewald::EwaldPeriodic;
 use crate::summation::fmm::check::check_gravity_sample;
 use crate::summation::fmm::params::M2lPrecision;
 use crate::summation::fmm::{
     params, plan_gravity_parameters, plan_parameters, CudaFmm, CudaFmmGravity, Fmm, FmmBackend,
-    FmmFreeSpace, FmmGravity, FmmParams, FmmStats,
+    FmmFreeSpace, FmmGravity, FmmParams, FmmPeriodic, FmmStats,
 };
 use crate::summation::interaction::{
     Bodies, GravityEvaluation, GravitySummation, InteractionKind, PlummerGravity,
@@ -166,6 +167,10 @@ pub struct FmmBenchOptions {
     pub sample: usize,
     /// The pair interaction: Biot–Savart (velocity + stretching) or gravity (φ and a).
     pub interaction: InteractionKind,
+    /// The periodic box (Biot–Savart): the periodic FMM on [`Particles::lattice`] of the cube
+    /// number nearest N (jitter 0.3 h, σ = h), checked against the CPU f64 Ewald sum at a tenth
+    /// of the accuracy instead of the direct sum.
+    pub periodic: bool,
     /// Overrides of the planned parameters.
     pub tuning: FmmTuning,
 }
@@ -242,6 +247,9 @@ pub fn bench_fmm(
     json: Option<&Path>,
 ) -> Result<FmmBenchReport> {
     let gravity = o.interaction == InteractionKind::Gravity;
+    if gravity && o.periodic {
+        anyhow::bail!("vpm bench fmm: --periodic is for the Biot–Savart law, not gravity");
+    }
     let (backend, gpu_info) = match device {
         Device::Cpu => ("cpu", None),
         Device::Cuda(gpu) => ("cuda", Some(gpu.info().clone())),
@@ -268,6 +276,13 @@ pub fn bench_fmm(
          sum's time scaled to N² pairs",
         o.sample
     );
+    if o.periodic {
+        crate::out!(
+            "the periodic box: the periodic FMM on a jittered lattice (σ = h), the reference the \
+             CPU f64 Ewald sum at a tenth of the accuracy (its time in place of the all-pairs \
+             sum's)"
+        );
+    }
     let targets: Vec<&str> = TARGETS
         .iter()
         .filter(|t| t.device == backend && t.interaction == o.interaction)
@@ -322,6 +337,15 @@ pub fn bench_fmm(
                 },
                 time_resident_gravity,
             )?,
+            Device::Cpu if o.periodic => {
+                let p = o.tuning.apply(plan_parameters(o.accuracy, fmm_backend)?)?;
+                bench_one(&mut FmmPeriodic::with_params(p, 0), backend, n, o)?
+            }
+            Device::Cuda(gpu) if o.periodic => {
+                let p = o.tuning.apply(plan_parameters(o.accuracy, fmm_backend)?)?;
+                let mut fmm = CudaFmm::periodic_with_params(gpu.clone(), p, 0)?;
+                bench_one(&mut fmm, backend, n, o)?
+            }
             Device::Cpu => {
                 let p = o.tuning.apply(plan_parameters(o.accuracy, fmm_backend)?)?;
                 bench_one(&mut FmmFreeSpace::with_params(p, 0), backend, n, o)?
@@ -479,7 +503,11 @@ fn bench_one(
     o: &FmmBenchOptions,
 ) -> Result<FmmBenchRow> {
     fmm.disable_checks();
-    let p = Particles::free_space(n, 0xf33 ^ n as u64);
+    let p = match o.periodic {
+        true => Particles::lattice((n as f64).cbrt().round() as usize, 0.3, 0xf33 ^ n as u64),
+        false => Particles::free_space(n, 0xf33 ^ n as u64),
+    };
+    let n = p.len();
     let src = p.sources();
     let extra = Extra::Stretching {
         alpha: &p.alpha,
@@ -496,7 +524,15 @@ fn bench_one(
     let m = sample_count(o, n);
     let t = Instant::now();
     let seed = 0x5a3b ^ n as u64;
-    let (check, errors) = SampleCheck::of_particles(&out, &mut DirectFreeSpace, &p, (m, seed))?;
+    let mut ewald;
+    let reference: &mut dyn Summation = match o.periodic {
+        true => {
+            ewald = EwaldPeriodic::new(0.1 * o.accuracy);
+            &mut ewald
+        }
+        false => &mut DirectFreeSpace,
+    };
+    let (check, errors) = SampleCheck::of_particles(&out, reference, &p, (m, seed))?;
     let measured = errors.map(|e| {
         let s = e.extra.unwrap_or_default();
         let errors = [e.velocity.rel_l2, e.velocity.max_rel, s.rel_l2, s.max_rel];
@@ -746,12 +782,36 @@ mod tests {
             repeats: 1,
             sample: 50,
             interaction,
+            periodic: false,
             tuning: FmmTuning::default(),
         };
         let r = bench_fmm(&Device::Cpu, &[3000], &o, None).unwrap();
         let row = &r.rows[0];
         assert_eq!((row.n, row.check.accuracy_sample), (3000, 50));
         r
+    }
+
+    /// `--periodic` on the CPU: the periodic FMM on a 10³ lattice, checked against Ewald.
+    #[test]
+    fn cpu_periodic_rows_measure_and_check() {
+        let o = FmmBenchOptions {
+            accuracy: 1e-4,
+            repeats: 1,
+            sample: 30,
+            interaction: InteractionKind::BiotSavart,
+            periodic: true,
+            tuning: FmmTuning::default(),
+        };
+        let r = bench_fmm(&Device::Cpu, &[1000], &o, None).unwrap();
+        let row = &r.rows[0];
+        assert_eq!((row.n, row.check.accuracy_sample), (1000, 30));
+        let (ev, es) = (row.check.rel_l2_velocity, row.check.rel_l2_stretching);
+        assert!(ev.unwrap() <= 1e-4 && es.unwrap() <= 1e-4, "{row:?}");
+        let o = FmmBenchOptions {
+            interaction: InteractionKind::Gravity,
+            ..o
+        };
+        assert!(bench_fmm(&Device::Cpu, &[1000], &o, None).is_err());
     }
 
     #[test]

@@ -299,7 +299,7 @@ pub struct VortexConfig {
     pub conditioning: LatticeConditioning,
     /// `evaluator`: the Biot–Savart summation; in the periodic box `"auto"` (the default: the
     /// planner picks the cheaper of Ewald and the FMM on the run's device), `"ewald"` or
-    /// `"fmm"` (CPU only); in free space `"direct"` (the default), `"fmm"` or `"auto"` (direct).
+    /// `"fmm"` (CPU or GPU); in free space `"direct"` (the default), `"fmm"` or `"auto"` (direct).
     #[serde(serialize_with = "write::display")]
     pub evaluator: EvaluatorKind,
     /// `accuracy`: requested relative accuracy of the Ewald or FMM evaluator; in [1e-12, 1e-2]

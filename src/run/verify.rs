@@ -1,13 +1,15 @@
 //! `vpm verify periodic`: the two periodic far fields checked against each other. A case's
 //! initial particles are evaluated by the Ewald sum (on the requested device) and by the
-//! periodic FMM (CPU, f64) at the case's accuracy, all particles as sources and a sample of
+//! periodic FMM (on a GPU device the GPU's when the accuracy is within its f32 floor, else the
+//! CPU's, f64; its name says which) at the case's accuracy, all particles as sources and a sample of
 //! them as targets; the relative L2 and maximum differences of the velocity and the stretching
 //! are the table `vpm` prints (docs/physics.md §4).
 
 use crate::config::Case;
 use crate::device::Device;
 use crate::particles::ParticleSet;
-use crate::summation::fmm::{Fmm, FmmPeriodic};
+use crate::summation::fmm::params::GPU_ACCURACY_FLOOR;
+use crate::summation::fmm::{CudaFmm, Fmm, FmmPeriodic};
 use crate::summation::planner::{plan, BoundaryKind};
 use crate::summation::verify::{sample, ErrorStats};
 use crate::summation::{Evaluation, EvaluatorKind, Extra, Sources, Summation};
@@ -108,7 +110,7 @@ fn periodic_particles(case: &Case) -> Result<ParticleSet> {
 }
 
 /// Evaluates the initial particles of `case` by the Ewald sum on `device` and by the periodic
-/// FMM on the CPU, on `request.sample` targets, and measures their differences.
+/// FMM (on `device` when it is a GPU and the accuracy is within its floor, else the CPU), on `request.sample` targets, and measures their differences.
 pub fn verify_periodic(
     case: &Case,
     request: VerifyRequest,
@@ -142,12 +144,22 @@ pub fn verify_periodic(
             )
         })?
         .evaluator;
-    let mut fmm = FmmPeriodic::new(accuracy, 0)
-        .with_context(|| format!("the periodic FMM at accuracy {accuracy:e}"))?;
-    fmm.disable_checks();
+    let context = || format!("the periodic FMM at accuracy {accuracy:e}");
+    let mut fmm: Box<dyn Summation> = match device {
+        Device::Cuda(gpu) if accuracy >= GPU_ACCURACY_FLOOR => {
+            let mut f = CudaFmm::periodic(gpu.clone(), accuracy, 0).with_context(context)?;
+            f.disable_checks();
+            Box::new(f)
+        }
+        _ => {
+            let mut f = FmmPeriodic::new(accuracy, 0).with_context(context)?;
+            f.disable_checks();
+            Box::new(f)
+        }
+    };
     let (mut a, mut b) = (Evaluation::default(), Evaluation::default());
     let ewald_run = run(ewald.as_mut(), &mut a)?;
-    let fmm_run = run(&mut fmm, &mut b)?;
+    let fmm_run = run(fmm.as_mut(), &mut b)?;
     Ok(PeriodicComparison {
         particles: particles.len(),
         sample: targets.len(),

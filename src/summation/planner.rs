@@ -18,6 +18,7 @@
 //! | fmm      | free space | cpu    | [`FmmFreeSpace`] (f64, rayon)               |
 //! | fmm      | free space | cuda   | [`CudaFmm`] (f64 expansions, f32 near field) |
 //! | fmm      | periodic   | cpu    | [`FmmPeriodic`] (f64, rayon)                |
+//! | fmm      | periodic   | cuda   | [`CudaFmm::periodic`] (f64 expansions, f32 near field) |
 //!
 //! **`auto`** ([`EvaluatorKind::Auto`], the periodic box's default) is resolved here: in the
 //! periodic box the cheaper of Ewald and the FMM on the run's device at the requested accuracy,
@@ -58,8 +59,8 @@ use super::ewald::params::{
 };
 use super::ewald::{engine::GPU_COSTS, CudaEwald, EwaldPeriodic};
 use super::fmm::{
-    periodic, plan_parameters, CudaFmm, CudaFmmGravity, FmmBackend, FmmFreeSpace, FmmGravity,
-    FmmPeriodic,
+    cuda_periodic, periodic, plan_parameters, CudaFmm, CudaFmmGravity, FmmBackend, FmmFreeSpace,
+    FmmGravity, FmmPeriodic,
 };
 use super::interaction::{GravitySummation, PlummerGravity};
 use super::EvaluatorKind;
@@ -278,14 +279,7 @@ pub const REGISTRY: &[Registration] = &[
         build: |device, o| {
             gpu_planned_evaluator(device, |gpu| CudaFmm::new(gpu, o.accuracy, o.check_every))
         },
-        memory: |p, _, o| {
-            let n = p.particles as u64;
-            let cells = fmm_cells(o.accuracy, FmmBackend::Cuda, n)?;
-            Ok(MemoryEstimate {
-                host: FMM_TREE_BYTES_PER_PARTICLE * n + cells.lists + 40 * p.lattice_nodes() as u64,
-                device: FMM_GPU_DEVICE_BYTES_PER_PARTICLE * n + cells.all,
-            })
-        },
+        memory: |p, _, o| gpu_fmm_memory(p, o, false),
         seconds: |p, _| Ok(GPU_FMM_SECONDS_PER_PARTICLE * p.particles as f64),
         describe: |device, o| {
             let params = plan_parameters(o.accuracy, FmmBackend::Cuda)?;
@@ -295,7 +289,42 @@ pub const REGISTRY: &[Registration] = &[
             ))
         },
     },
+    Registration {
+        method: EvaluatorKind::Fmm,
+        boundary: BoundaryKind::Periodic,
+        device: DeviceKind::Cuda,
+        build: |d, o| gpu_planned_evaluator(d, |g| CudaFmm::periodic(g, o.accuracy, o.check_every)),
+        memory: |p, _, o| gpu_fmm_memory(p, o, true),
+        seconds: |p, _| Ok(PERIODIC_FMM_FACTOR * GPU_FMM_SECONDS_PER_PARTICLE * p.particles as f64),
+        describe: |device, o| {
+            let params = plan_parameters(o.accuracy, FmmBackend::Cuda)?;
+            Ok(format!(
+                "{}{}",
+                cuda_periodic::describe(&params),
+                card(device)
+            ))
+        },
+    },
 ];
+
+/// The GPU FMM's memory (the rules of [`recipe`]); `periodic` adds the wrapped positions
+/// ([`FMM_PERIODIC_BYTES_PER_PARTICLE`]) and the lists' shift indices (2 bytes per 4-byte entry).
+fn gpu_fmm_memory(
+    p: &Problem,
+    o: &EvaluatorOptions,
+    periodic: bool,
+) -> Result<MemoryEstimate, SummationError> {
+    let n = p.particles as u64;
+    let cells = fmm_cells(o.accuracy, FmmBackend::Cuda, n)?;
+    let (per_particle, shifts) = match periodic {
+        true => (FMM_PERIODIC_BYTES_PER_PARTICLE, cells.lists / 2),
+        false => (0, 0),
+    };
+    Ok(MemoryEstimate {
+        host: FMM_TREE_BYTES_PER_PARTICLE * n + cells.lists + 40 * p.lattice_nodes() as u64,
+        device: (FMM_GPU_DEVICE_BYTES_PER_PARTICLE + per_particle) * n + cells.all + shifts,
+    })
+}
 
 /// The periodic FMM's seconds per particle over the free-space FMM's at the same accuracy
 /// ([`cpu_fmm_seconds_per_particle`]): the near images add M2L pairs at the top levels and the
@@ -552,12 +581,6 @@ pub fn lookup(
         .find(|r| r.device == device)
         .copied()
         .ok_or_else(|| {
-            if (kind, boundary) == (EvaluatorKind::Fmm, BoundaryKind::Periodic) {
-                return SummationError::Unsupported(format!(
-                    "vortex.evaluator = \"fmm\": the periodic FMM runs on the CPU only, not on \
-                     {device}; use \"ewald\" or \"auto\""
-                ));
-            }
             let have: Vec<String> = rows.iter().map(|r| r.device.to_string()).collect();
             SummationError::Unsupported(format!(
                 "vortex.evaluator = \"{kind}\" ({boundary:?}) runs on {} only, not on {device}",
@@ -571,7 +594,7 @@ pub fn lookup(
 /// bare accuracy takes the default cadence).
 ///
 /// On the CPU: direct or FMM (free space) or Ewald (periodic), f64. On a GPU: all pairs or FMM
-/// in free space, Ewald in the periodic box, f32 sums; an error (with the reason) when the
+/// in free space, Ewald or FMM in the periodic box, f32 sums; an error (with the reason) when the
 /// method has no row for the boundary or device, or cannot deliver the accuracy there (the FMM
 /// refuses it here, before any GPU is touched). The device was chosen before (`auto` resolved
 /// by [`crate::device::Device::open`]). The description names the evaluator with its parameters
@@ -955,7 +978,8 @@ mod tests {
             .to_string();
         let floor = format!("{:e}", crate::summation::fmm::params::GPU_ACCURACY_FLOOR);
         assert!(e.contains("f32") && e.contains(&floor), "{e}");
-        // The periodic box: a CPU row, and on a GPU a refusal that says what to use.
+        // The periodic box: a CPU row and a GPU row (built only where there is a GPU), whose
+        // estimates are the free-space GPU row's scaled like the CPU's.
         let periodic = Boundary::Periodic {
             length: std::f64::consts::TAU,
         };
@@ -965,14 +989,32 @@ mod tests {
             "{}",
             p.description
         );
-        let e = lookup(EvaluatorKind::Fmm, BoundaryKind::Periodic, DeviceKind::Cuda)
-            .err()
-            .unwrap()
-            .to_string();
+        let row = lookup(EvaluatorKind::Fmm, BoundaryKind::Periodic, DeviceKind::Cuda).unwrap();
+        let free = lookup(
+            EvaluatorKind::Fmm,
+            BoundaryKind::FreeSpace,
+            DeviceKind::Cuda,
+        )
+        .unwrap();
+        let big = problem(periodic, 1 << 20, 0.01);
+        let o = EvaluatorOptions::new(1e-4);
+        let (mp, mf) = (
+            (row.memory)(&big, &Device::Cpu, &o).unwrap(),
+            (free.memory)(&big, &Device::Cpu, &o).unwrap(),
+        );
         assert!(
-            e.contains("the periodic FMM runs on the CPU only")
-                && e.contains("use \"ewald\" or \"auto\""),
-            "{e}"
+            mp.device > mf.device && mp.device < 2 * mf.device,
+            "{mp:?} {mf:?}"
+        );
+        let (tp, tf) = (
+            (row.seconds)(&big, &o).unwrap(),
+            (free.seconds)(&big, &o).unwrap(),
+        );
+        assert_eq!(tp, PERIODIC_FMM_FACTOR * tf);
+        let d = (row.describe)(&Device::Cpu, &o).unwrap();
+        assert!(
+            d.contains("FMM periodic GPU") && d.contains("|n|∞ ≤ 4"),
+            "{d}"
         );
     }
 

@@ -13,7 +13,12 @@
 //! into tree order there, and the results are written into the caller's device buffers. The
 //! kernels never reduce across blocks, so the answer is deterministic, and both forms give the
 //! same bits. [`FmmStats::tree_seconds`] is the device time of the tree and lists (CUDA events).
+//!
+//! **The periodic mode** ([`CudaFmm::periodic`], [`super::cuda_periodic`]) runs the same passes
+//! on the wrapped particles with the near images in the lists, the far images' local expansion
+//! added at the target root and the vacuum term subtracted at the end.
 
+use super::cuda_periodic::Periodic;
 use super::gpu_tree::{Cores, GpuTree, Shape, TreeRequest};
 use super::m2l_layout::{far_warps, m2l_block, table_stride, M2L_WARPS};
 use super::params::{plan_parameters, FmmBackend, FmmParams, M2lPrecision};
@@ -24,6 +29,7 @@ use crate::device::cuda::{
     kernel_source, launch, load_kernels, CudaError, Doing, Gpu, KernelSource,
 };
 use crate::kernel::StretchingScheme;
+use crate::summation::direct::DirectFreeSpace;
 use crate::summation::{
     sigma_range, Boundary, DeviceEvaluation, DeviceExtra, DevicePoints, DeviceSummation,
     DeviceTargets, DeviceWork, Evaluation, Extra, Request, Sources, SumResult, Summation,
@@ -93,6 +99,9 @@ struct Kernels {
     eval_gradient: CudaFunction,
     eval_classical: CudaFunction,
     eval_transposed: CudaFunction,
+    /// The periodic mode's root local expansion and vacuum term.
+    add_root: CudaFunction,
+    vacuum: CudaFunction,
 }
 
 /// Device buffers, reused between calls. `s_alpha` holds the sources' charges in tree order (the
@@ -148,6 +157,8 @@ pub struct CudaFmm {
     out_x: DeviceBuffer<f64>,
     /// Tests: the far field left out (see [`CudaFmm::near_field_only`]).
     near_only: bool,
+    /// The periodic box's additions (`None`: free space).
+    periodic: Option<Box<Periodic>>,
 }
 
 /// The target tree on the device: its own arrays, or the source tree's when the targets are
@@ -266,7 +277,8 @@ pub(super) struct M2lSources<'a> {
 
 /// M2L into `local` for `n_cells` target cells, in `precision`: the sources' complete tables
 /// into `table` (`fmm_m2l_expand[_f32]`, one thread per entry; q (p+1)² complex values per
-/// source cell), then one warp per target cell ([`m2l_block`] warps per block).
+/// source cell), then one warp per target cell ([`m2l_block`] warps per block). `shifts`: the
+/// device addresses of the entries' image shift indices and of the shift table (both 0: none).
 #[allow(clippy::too_many_arguments)]
 fn launch_m2l(
     k: &FarKernels,
@@ -280,6 +292,7 @@ fn launch_m2l(
     offsets: &CudaSlice<u32>,
     sources: &CudaSlice<u32>,
     local: &mut CudaSlice<f64>,
+    (m2l_sh, table_addr): (u64, u64),
 ) -> Result<(), CudaError> {
     let entries = src.n_cells * k.q * (p + 1) * (p + 1);
     let (f, name) = match precision {
@@ -303,13 +316,16 @@ fn launch_m2l(
         M2lPrecision::F32 => (&k.m2l_f32, "fmm_m2l_f32"),
     };
     let n = n_cells as i32;
-    // SAFETY: fmm_m2l[_f32](n_cells, tcenter, scenter, shalf, offsets, sources, mfull, local):
-    // offsets has n_cells + 1 entries indexing sources (source cell ids with centres in
-    // scenter, half sides in shalf and complete tables in mfull, written above); local holds
-    // FMM_Q·NC complex values per target cell; the block has 32·warps threads (warps ≤
-    // M2L_WARPS, the launch bound) and the dynamic shared memory m2l_block gives for them.
+    // SAFETY: fmm_m2l[_f32](n_cells, tcenter, scenter, shalf, offsets, sources, mfull, local,
+    // m2l_sh, shift_table): offsets has n_cells + 1 entries indexing sources (source cell ids
+    // with centres in scenter, half sides in shalf and complete tables in mfull, written
+    // above); m2l_sh (null, or one shift index per entry of sources) indexes shift_table (3
+    // doubles per shift); local holds FMM_Q·NC complex values per target cell; the block has
+    // 32·warps threads (warps ≤ M2L_WARPS, the launch bound) and the dynamic shared memory
+    // m2l_block gives for them.
     launch!(s, f, name, config;
-        &n, tcenter, src.center, src.half, offsets, sources, &*table, local)?;
+        &n, tcenter, src.center, src.half, offsets, sources, &*table, local, &m2l_sh,
+        &table_addr)?;
     Ok(())
 }
 
@@ -358,16 +374,31 @@ pub fn m2l_on_gpu(
         off.get(),
         src.get(),
         local.get_mut(),
+        (0, 0),
     )?;
     let mut out = vec![0.0; len];
     local.download(gpu, &mut out, "M2L test locals")?;
     Ok(out)
 }
 
+/// What the periodic box adds to [`far_field`]: its mode, the M2L entries' shifts and the shift
+/// table (device addresses), the source and target roots' centres, the GPU and the kernel that
+/// adds the root's local expansion.
+pub(super) struct ImageStep<'a> {
+    mode: &'a mut Periodic,
+    m2l_shifts: (u64, u64),
+    roots: ([f64; 3], [f64; 3]),
+    gpu: &'a Gpu,
+    add_root: &'a CudaFunction,
+}
+
 /// P2M, M2M, M2L (in `m2l`'s precision) and L2L on the structure uploaded by
 /// [`Buffers::adopt`], with the sources' sorted positions in `s_x` and their `q`
 /// charges each in `s_alpha` (the module's `FMM_Q`), queued on `s`; `timeline` marks the ends
-/// of the upward pass, M2L and L2L (events 1 to 3).
+/// of the upward pass, M2L and L2L (events 1 to 3). With `images` (the periodic box) M2L
+/// translates through the entries' shifts, and the far images' local expansion, made on the
+/// host from the source root's multipole while the GPU runs M2L, is added to the target root's
+/// before L2L.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn far_field(
     k: &FarKernels,
@@ -377,6 +408,7 @@ pub(super) fn far_field(
     p: usize,
     m2l: M2lPrecision,
     timeline: &Timeline,
+    mut images: Option<ImageStep>,
 ) -> Result<(), CudaError> {
     let (stree, ttree) = (&st.sources, st.targets());
     // One warp per cell, k.warps cells per block.
@@ -400,6 +432,9 @@ pub(super) fn far_field(
             b.mult.get_mut())?;
     }
     timeline.record(1, s)?;
+    if let Some(im) = images.as_mut() {
+        im.mode.fetch_root(im.gpu, &b.mult, p)?;
+    }
     // The M2L's tables, allocated here (the engines without this far field do not pay them).
     b.m2l_mult
         .ensure(s, 2 * k.q * (p + 1) * (p + 1) * stree.cells.len())?;
@@ -424,7 +459,12 @@ pub(super) fn far_field(
         b.m2l_offsets.get(),
         b.m2l_sources.get(),
         b.local.get_mut(),
+        images.as_ref().map_or((0, 0), |im| im.m2l_shifts),
     )?;
+    if let Some(im) = images {
+        im.mode
+            .add_root_local(s, im.add_root, im.roots, p, &mut b.local)?;
+    }
     timeline.record(2, s)?;
     for lv in 1..ttree.depth() {
         let r = ttree.levels[lv].clone();
@@ -507,9 +547,30 @@ impl CudaFmm {
             out_u: DeviceBuffer::default(),
             out_x: DeviceBuffer::default(),
             near_only: false,
+            periodic: None,
         };
         s.ensure_kernels()?;
         Ok(s)
+    }
+
+    /// Turns on the periodic mode ([`super::cuda_periodic`]) for `params`.
+    pub(super) fn set_periodic(&mut self, params: FmmParams) -> Result<(), CudaError> {
+        self.periodic = Some(Box::new(Periodic::new(&params, &mut self.tree)?));
+        Ok(())
+    }
+
+    /// Counts an evaluation and, when due, checks the request `req`'s result `out` against the
+    /// reference (the direct sum, or in the periodic box the finer Ewald sum); an error when it
+    /// misses the request.
+    fn after_evaluation(&mut self, req: &Request, out: &Evaluation, sigma_max: f64) -> SumResult {
+        let (params, stats) = (self.state.params, self.state.stats);
+        let reference: &mut dyn Summation = match self.periodic.as_deref_mut() {
+            Some(per) => &mut per.ewald,
+            None => &mut DirectFreeSpace,
+        };
+        self.state
+            .schedule
+            .after_evaluation_against(reference, req, out, sigma_max, &params, &stats)
     }
 
     fn ensure_kernels(&mut self) -> Result<(), SummationError> {
@@ -520,7 +581,7 @@ impl CudaFmm {
         let (module, far) = compile(&self.gpu, p, 3)?;
         #[rustfmt::skip]
         let k = load_kernels!(module, "fmm_", Kernels {
-            pack, eval_velocity, eval_gradient, eval_classical, eval_transposed;
+            pack, eval_velocity, eval_gradient, eval_classical, eval_transposed, add_root, vacuum;
             order: p, far: far
         });
         self.kernels = Some(k);
@@ -557,11 +618,16 @@ impl CudaFmm {
         let s = self.stream.clone();
         let mut stats = FmmStats::default();
         let params = &self.state.params;
+        // The periodic box: the trees are built on the positions wrapped into it.
+        let (x, targets) = match self.periodic.as_deref_mut() {
+            Some(per) => per.wrap(&self.tree, (inputs.x, inputs.n), inputs.targets)?,
+            None => (inputs.x, inputs.targets),
+        };
         self.tree.build(&TreeRequest {
-            x: inputs.x,
+            x,
             n: inputs.n,
             cores: Cores::PerPoint(inputs.sigma),
-            targets: inputs.targets,
+            targets,
             leaf_size: params.leaf_size,
             theta: params.theta,
             rho_cut: params.rho_cut(gradient),
@@ -593,7 +659,28 @@ impl CudaFmm {
         launch!(s, &k.pack, "fmm_pack", cfg(stree.leaves.len(), 128);
             b.s_leaves.get(), &n_sleaves, b.s_center.get(), b.s_begin.get(), b.s_end.get(),
             b.s_x.get(), b.s_alpha.get(), b.s_sigma.get(), b.s_pos.get_mut(), b.s_str.get_mut())?;
-        far_field(&k.far, b, &s, &st, p, self.state.params.m2l, &timeline)?;
+        let [m2l_sh, p2p_sh, table] = self.tree.shift_addrs();
+        let roots = (
+            self.tree.sources.root_center,
+            self.tree.target_tree().root_center,
+        );
+        let images = self.periodic.as_deref_mut().map(|mode| ImageStep {
+            mode,
+            m2l_shifts: (m2l_sh, table),
+            roots,
+            gpu: &self.gpu,
+            add_root: &k.add_root,
+        });
+        far_field(
+            &k.far,
+            b,
+            &s,
+            &st,
+            p,
+            self.state.params.m2l,
+            &timeline,
+            images,
+        )?;
         if self.near_only {
             b.local.zero(&s, local_len(3, p, ttree.cells.len()))?;
         }
@@ -631,13 +718,25 @@ impl CudaFmm {
         // sorted → original targets (nt entries), the P2P lists (n + 1 offsets, source leaf
         // ids), the packed sources (4 floats each), the locals; out_u holds 3·nt doubles and
         // out_x 9·nt (gradient) or 3·nt (stretching) doubles, talpha 3·nt doubles when
-        // stretching (ensured by the caller for device outputs); one warp per target leaf,
-        // blocks of NEAR_WARPS warps (the kernels' launch bound).
+        // stretching (ensured by the caller for device outputs); p2p_sh (null, or one shift
+        // index per P2P entry) indexes the shift table (3 doubles per shift); one warp per
+        // target leaf, blocks of NEAR_WARPS warps (the kernels' launch bound).
         launch!(s, eval, name, near_cfg(ttree.leaves.len());
             b.t_leaves.get(), &n_tleaves, t.center, t.begin, t.end, t.x, b.t_order.get(),
             b.p2p_offsets.get(), b.p2p_sources.get(), b.s_center.get(), b.s_begin.get(),
             b.s_end.get(), b.s_pos.get(), b.s_str.get(), b.local.get(), &rho_cut2,
-            talpha, out_u.get_mut(), out_x.get_mut())?;
+            talpha, out_u.get_mut(), out_x.get_mut(), &p2p_sh, &table)?;
+        if let Some(per) = self.periodic.as_deref() {
+            let (nti, mode) = (nt as i32, extra.mode());
+            // SAFETY: fmm_vacuum(n, tx, torder, vac, mode, talpha, out_u, out_x): tx holds the
+            // nt sorted (wrapped) targets, torder their original indices; vac the 12 values
+            // uploaded by the far field; talpha, out_u and out_x as for the eval kernel above
+            // (talpha read only when stretching, out_x written only with a gradient or a
+            // stretching); one thread per target.
+            launch!(s, &k.vacuum, "fmm_vacuum", cfg(nt.div_ceil(128), 128);
+                &nti, t.x, b.t_order.get(), per.vacuum.get(), &mode, talpha, out_u.get_mut(),
+                out_x.get_mut())?;
+        }
         // The phase timings wait for the GPU.
         timeline.finish(&self.gpu, &s, &self.tree, &mut stats)?;
         self.state.stats = stats;
@@ -704,6 +803,16 @@ enum ExtraKind {
 }
 
 impl ExtraKind {
+    /// The kernels' OUT_* mode (fmm.cu).
+    fn mode(self) -> i32 {
+        match self {
+            ExtraKind::Velocity => 0,
+            ExtraKind::Gradient => 1,
+            ExtraKind::Stretching(StretchingScheme::Classical) => 2,
+            ExtraKind::Stretching(StretchingScheme::Transposed) => 3,
+        }
+    }
+
     fn of(extra: &Extra) -> Self {
         match extra {
             Extra::None => ExtraKind::Velocity,
@@ -802,22 +911,18 @@ impl DeviceSummation for CudaFmm {
         self.run(&inputs, sigma_max, extra, outputs)?;
         // The built-in check, as in the host form: on a due evaluation the positions, cores,
         // results, strengths and target strengths come to the host for the sampled comparison.
-        let stats = self.state.stats;
         if !self.state.schedule.next_is_due(sigma_max) {
             let none = Sources {
                 x: &[],
                 alpha: &[],
                 sigma: &[],
             };
-            return self.state.schedule.after_evaluation(
-                &none,
-                &[],
-                &Extra::None,
-                &Evaluation::default(),
-                sigma_max,
-                &self.state.params,
-                &stats,
-            );
+            let req = Request {
+                sources: &none,
+                targets: &[],
+                extra: Extra::None,
+            };
+            return self.after_evaluation(&req, &Evaluation::default(), sigma_max);
         }
         let to3 =
             |v: Vec<f64>| -> Vec<[f64; 3]> { v.chunks(3).map(|c| [c[0], c[1], c[2]]).collect() };
@@ -862,15 +967,12 @@ impl DeviceSummation for CudaFmm {
             alpha: &alpha,
             sigma: &sig,
         };
-        self.state.schedule.after_evaluation(
-            &full,
+        let req = Request {
+            sources: &full,
             targets,
-            &host_extra,
-            &host,
-            sigma_max,
-            &self.state.params,
-            &stats,
-        )
+            extra: host_extra,
+        };
+        self.after_evaluation(&req, &host, sigma_max)
     }
 
     /// The blob vorticity through the host (free-space runs do not reinitialise; this serves
@@ -906,14 +1008,22 @@ impl DeviceSummation for CudaFmm {
 
 impl Summation for CudaFmm {
     fn name(&self) -> String {
-        format!(
-            "FMM free-space GPU (f64 expansions, f32 near field), {}",
-            self.state.params
-        )
+        match &self.periodic {
+            Some(per) => per.name(&self.state.params),
+            None => format!(
+                "FMM free-space GPU (f64 expansions, f32 near field), {}",
+                self.state.params
+            ),
+        }
     }
 
     fn boundary(&self) -> Boundary {
-        Boundary::FreeSpace
+        match self.periodic {
+            Some(_) => Boundary::Periodic {
+                length: std::f64::consts::TAU,
+            },
+            None => Boundary::FreeSpace,
+        }
     }
 
     fn evaluate_request(&mut self, req: Request, out: &mut Evaluation) -> SumResult {
@@ -946,16 +1056,7 @@ impl Summation for CudaFmm {
         self.staged = staged;
         result?;
         self.download(req.targets.len(), &req.extra, out)?;
-        let stats = self.state.stats;
-        self.state.schedule.after_evaluation(
-            req.sources,
-            req.targets,
-            &req.extra,
-            out,
-            sigma_max,
-            &self.state.params,
-            &stats,
-        )
+        self.after_evaluation(&req, out, sigma_max)
     }
 
     fn device_form(&mut self) -> Option<&mut dyn DeviceSummation> {
@@ -966,8 +1067,12 @@ impl Summation for CudaFmm {
         self.state.schedule.take()
     }
 
-    /// The blob vorticity is a short-range sum: the CPU FMM's tree-based near sum (f64).
+    /// The blob vorticity is a short-range sum: the CPU FMM's tree-based near sum (f64), or in
+    /// the periodic box the CPU Ewald engine's (images included).
     fn vorticity(&mut self, src: &Sources, at: &[[f64; 3]], out: &mut Vec<[f64; 3]>) -> SumResult {
+        if let Some(per) = self.periodic.as_deref_mut() {
+            return per.ewald.vorticity(src, at, out);
+        }
         let mut cpu = super::FmmFreeSpace::with_params(self.state.params, 0);
         cpu.vorticity(src, at, out)
     }

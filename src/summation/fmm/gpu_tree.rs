@@ -17,11 +17,19 @@
 //! near-field pair count is summed on the device (one 8-byte download). So an evaluation makes
 //! about three small downloads per tree level, a few tens in all, and no large transfer.
 //!
+//! **Images** (the periodic box, [`super::cuda`]'s periodic mode): with a table of image shifts
+//! ([`GpuTree::set_images`]) the lists are the host's
+//! [`build_image_lists`](super::traversal::build_image_lists): the target root's candidates are
+//! the source root once per shift, the criterion's distance is c_t − (c_s + shift) rounded as
+//! the host rounds it, and every M2L and P2P entry carries its shift's index (u16,
+//! [`DeviceLists::m2l_shifts`], [`DeviceLists::p2p_shifts`]). [`GpuTree::wrap`] wraps positions
+//! into the box as the host's `wrap` does, bit for bit.
+//!
 //! Every buffer lives in [`GpuTree`] and grows only; values that decide the criterion (centres,
 //! half sides, radii, distances, gaps) are computed without fused multiply-adds (the module is
 //! compiled with `--fmad=false`), so they equal the host's bit for bit.
 
-use super::traversal::InteractionLists;
+use super::traversal::{ImageLists, InteractionLists};
 use super::tree::{BoundingCube, Cell, Octree, MAX_LEVEL};
 use super::FmmStats;
 use crate::device::buffer::DeviceBuffer;
@@ -56,6 +64,7 @@ struct Kernels {
     lists_write: CudaFunction,
     p2p_count: CudaFunction,
     p2p_write: CudaFunction,
+    wrap: CudaFunction,
 }
 
 /// The core radii of a tree's points: one per point (device array in the caller's order) or
@@ -86,6 +95,8 @@ pub struct DeviceTree {
     pub x: DeviceBuffer<f64>,
     pub cores: DeviceBuffer<f64>,
     keys: DeviceBuffer<u64>,
+    /// The root cube's centre (cell 0's, kept on the host).
+    pub root_center: [f64; 3],
     /// Points, cells and leaves, and the cell range of each level (root first).
     pub n: usize,
     pub n_cells: usize,
@@ -162,8 +173,12 @@ pub struct DeviceLists {
     pub m2l_sources: DeviceBuffer<u32>,
     pub p2p_offsets: DeviceBuffer<u32>,
     pub p2p_sources: DeviceBuffer<u32>,
+    /// With images: the shift index of every entry of `m2l_sources` and of `p2p_sources`.
+    pub m2l_shifts: DeviceBuffer<u16>,
+    pub p2p_shifts: DeviceBuffer<u16>,
     near_offsets: DeviceBuffer<u32>,
     near_sources: DeviceBuffer<u32>,
+    near_shifts: DeviceBuffer<u16>,
     pairs: DeviceBuffer<u64>,
     /// Entries of the M2L and P2P rows, and the source particles summed directly over all
     /// targets.
@@ -245,6 +260,8 @@ pub struct GpuTree {
     pub targets: DeviceTree,
     pub own_targets: bool,
     pub lists: DeviceLists,
+    /// The image shifts the sources are seen through (3 per shift; `None`: free space).
+    images: Option<(DeviceBuffer<f64>, usize)>,
     /// Device seconds of the last build (CUDA events).
     pub seconds: f64,
 }
@@ -285,7 +302,7 @@ impl GpuTree {
         #[rustfmt::skip]
         let k = load_kernels!(module, "tree_", Kernels {
             keys, gather, root, count, emit, leaf_flags, leaf_write, leaf_props, upward,
-            lists_count, lists_write, p2p_count, p2p_write
+            lists_count, lists_write, p2p_count, p2p_write, wrap
         });
         Ok(Self {
             gpu: gpu.clone(),
@@ -298,8 +315,57 @@ impl GpuTree {
             targets: DeviceTree::default(),
             own_targets: false,
             lists: DeviceLists::default(),
+            images: None,
             seconds: 0.0,
         })
+    }
+
+    /// The image shifts the next builds see the sources through (the periodic box's near
+    /// images, at most 65 536, in the host's table order); an empty table: free space.
+    pub fn set_images(&mut self, shifts: &[[f64; 3]]) -> CudaResult {
+        assert!(shifts.len() <= 1 << 16, "at most 65 536 image shifts");
+        self.images = match shifts.len() {
+            0 => None,
+            n => {
+                let mut table = DeviceBuffer::new();
+                table.upload(&self.stream, &shifts.concat(), "the image shifts")?;
+                Some((table, n))
+            }
+        };
+        Ok(())
+    }
+
+    /// Device addresses of the last build's M2L and P2P entries' shift indices and of the shift
+    /// table; all null (0) without images.
+    pub fn shift_addrs(&self) -> [u64; 3] {
+        let s = &self.stream;
+        match (&self.images, self.lists.m2l_count, self.lists.p2p_count) {
+            (Some((table, _)), m, p) if m > 0 || p > 0 => {
+                let addr = |b: &DeviceBuffer<u16>, n: usize| if n > 0 { b.addr(s) } else { 0 };
+                [
+                    addr(&self.lists.m2l_shifts, m),
+                    addr(&self.lists.p2p_shifts, p),
+                    table.addr(s),
+                ]
+            }
+            _ => [0; 3],
+        }
+    }
+
+    /// Queues the `n` points at `x` (3 doubles each) wrapped into the box [−π, π)³ into `out`
+    /// (grown as needed), as the host's `cells::wrap` does, bit for bit.
+    pub fn wrap(&self, x: &CudaSlice<f64>, n: usize, out: &mut DeviceBuffer<f64>) -> CudaResult {
+        let s = &self.stream;
+        assert!(x.len() >= 3 * n);
+        out.ensure(s, 3 * n)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let n3 = 3 * n as i32;
+        // SAFETY: tree_wrap(x, n3, out): x holds 3n doubles (asserted), out 3n (ensured).
+        launch!(s, &self.k.wrap, "tree_wrap", cfg_items(3 * n, THREADS);
+            x, &n3, out.get_mut())?;
+        Ok(())
     }
 
     /// The shared sort (for the engines' other reductions).
@@ -348,7 +414,12 @@ impl GpuTree {
         } else {
             &self.sources
         };
-        parts.lists(t, &self.sources, req.theta, req.rho_cut, &mut self.lists)?;
+        let images = self
+            .images
+            .as_ref()
+            .map(|(b, n)| (b.addr(&self.stream), *n));
+        let criterion = (req.theta, req.rho_cut);
+        parts.lists(t, &self.sources, criterion, images, &mut self.lists)?;
         self.events[1]
             .record(&self.stream)
             .doing("recording an event")?;
@@ -429,6 +500,23 @@ impl GpuTree {
         };
         Ok((self.sources.download(gpu)?, targets, lists))
     }
+
+    /// The last build's lists with their image shifts on the host (tests; the shifts empty
+    /// without images).
+    pub fn download_image_lists(&self) -> Result<ImageLists, CudaError> {
+        let (_, _, lists) = self.download()?;
+        let l = &self.lists;
+        let with = self.images.is_some();
+        let shifts = |b: &DeviceBuffer<u16>, n: usize| match with {
+            true => fetch(&self.gpu, b, n),
+            false => Ok(Vec::new()),
+        };
+        Ok(ImageLists {
+            m2l_shifts: shifts(&l.m2l_shifts, l.m2l_count)?,
+            p2p_shifts: shifts(&l.p2p_shifts, l.p2p_count)?,
+            lists,
+        })
+    }
 }
 
 /// What the build passes need, borrowed apart from the trees.
@@ -470,6 +558,7 @@ impl Parts<'_> {
         assert!(x.len() >= 3 * n && n < u32::MAX as usize);
         let (lo, hi) = self.sort.bounds(x, n)?;
         let cube = BoundingCube::of(lo, hi);
+        tree.root_center = cube.center;
         tree.keys.ensure(s, n)?;
         tree.order.ensure(s, n)?;
         let ni = n as i32;
@@ -578,13 +667,15 @@ impl Parts<'_> {
     }
 
     /// The interaction lists of the targets of `t` with the sources of `src` (the same tree
-    /// when the targets are the sources) into `out`.
+    /// when the targets are the sources) into `out`, by the criterion (θ, ρ_c); with `images`
+    /// (the shift table's device address and its number of shifts) through every shift, each
+    /// entry's shift index into `out`'s shift arrays.
     fn lists(
         &mut self,
         t: &DeviceTree,
         src: &DeviceTree,
-        theta: f64,
-        rho_cut: f64,
+        (theta, rho_cut): (f64, f64),
+        images: Option<(u64, usize)>,
         out: &mut DeviceLists,
     ) -> CudaResult {
         let s = self.s;
@@ -601,43 +692,63 @@ impl Parts<'_> {
         out.near_offsets.ensure(s, t.n_cells + 1)?;
         out.m2l_sources.ensure(s, 1)?;
         out.near_sources.ensure(s, 1)?;
+        let (table, n_shifts) = images.unwrap_or((0, 1));
+        let n_shifts = n_shifts as u32;
+        if images.is_some() {
+            out.m2l_shifts.ensure(s, 1)?;
+            out.near_shifts.ensure(s, 1)?;
+        }
+        // A nullable device address: the buffer's with images, else null.
+        let shift_addr = |b: &DeviceBuffer<u16>| if images.is_some() { b.addr(s) } else { 0 };
         let (mut far_base, mut near_base) = (0usize, 0usize);
         for (level, r) in t.levels.iter().enumerate() {
             let (lv, first, count) = (level as i32, r.start as i32, r.len() as i32);
             let c = r.len();
             self.counts.ensure(s, 2 * c + 1)?;
+            let near_sh = shift_addr(&out.near_shifts);
             // SAFETY: tree_lists_count(level, first, count, target cell arrays, t_parent,
-            // source cell arrays, theta, rho_cut, near_off, near_src, cnt): the target cells
-            // first..first+count and their parents (the previous level, whose near rows were
-            // written by the previous write pass: near_off holds their offsets, near_src their
-            // entries, source cell ids); cnt holds 2·count + 1 values (ensured).
+            // source cell arrays, theta, rho_cut, near_off, near_src, shift_table, n_shifts,
+            // near_sh, cnt): the target cells first..first+count and their parents (the
+            // previous level, whose near rows were written by the previous write pass: near_off
+            // holds their offsets, near_src their entries, source cell ids, near_sh their
+            // shifts or is null); the shift table holds 3 n_shifts doubles or is null (then
+            // n_shifts = 1); cnt holds 2·count + 1 values (ensured).
             launch!(s, &k.lists_count, "tree_lists_count", cfg_items(c, THREADS);
                 &lv, &first, &count, t.center.get(), t.radius.get(), t.child_begin.get(),
                 t.child_count.get(), t.parent.get(), src.center.get(), src.radius.get(),
                 src.sigma_max.get(), src.child_begin.get(), src.child_count.get(), &theta,
-                &rho_cut, out.near_offsets.get(), out.near_sources.get(),
-                self.counts.get_mut())?;
+                &rho_cut, out.near_offsets.get(), out.near_sources.get(), &table, &n_shifts,
+                &near_sh, self.counts.get_mut())?;
             let tot = self.scan_read(2 * c + 1, &[c, 2 * c])?;
             let (total_far, total_near) = (tot[0] as usize, (tot[1] - tot[0]) as usize);
             out.m2l_sources
                 .grow_keep(s, far_base + total_far, far_base)?;
             out.near_sources
                 .grow_keep(s, near_base + total_near, near_base)?;
+            if images.is_some() {
+                out.m2l_shifts
+                    .grow_keep(s, far_base + total_far, far_base)?;
+                out.near_shifts
+                    .grow_keep(s, near_base + total_near, near_base)?;
+            }
             let (tf, fb, nb) = (tot[0], far_base as u32, near_base as u32);
             // The parents' rows are read from the buffers the level writes (other entries; the
             // closing offset they share is rewritten with the value it holds): raw addresses.
             let (noff, nsrc) = (out.near_offsets.addr(s), out.near_sources.addr(s));
+            let (near_sh, m2l_sh) = (shift_addr(&out.near_shifts), shift_addr(&out.m2l_shifts));
             // SAFETY: tree_lists_write(…as tree_lists_count…, cnt, total_far, far_base,
-            // near_base, m2l_off, m2l_src, near_off_out, near_out): cnt holds the scanned
-            // 2·count + 1 counts; m2l_src has room for far_base + total_far entries and
-            // near_out for near_base + total_near (grown above); m2l_off and near_off_out hold
-            // n_cells + 1 offsets.
+            // near_base, m2l_off, m2l_src, near_off_out, near_out, m2l_sh, near_sh_out): cnt
+            // holds the scanned 2·count + 1 counts; m2l_src (and m2l_sh) has room for
+            // far_base + total_far entries and near_out (and near_sh) for near_base +
+            // total_near (grown above; the shift arrays null without images); m2l_off and
+            // near_off_out hold n_cells + 1 offsets.
             launch!(s, &k.lists_write, "tree_lists_write", cfg_items(c, THREADS);
                 &lv, &first, &count, t.center.get(), t.radius.get(), t.child_begin.get(),
                 t.child_count.get(), t.parent.get(), src.center.get(), src.radius.get(),
                 src.sigma_max.get(), src.child_begin.get(), src.child_count.get(), &theta,
-                &rho_cut, &noff, &nsrc, self.counts.get(), &tf, &fb, &nb,
-                out.m2l_offsets.get_mut(), out.m2l_sources.get_mut(), &noff, &nsrc)?;
+                &rho_cut, &noff, &nsrc, &table, &n_shifts, &near_sh, self.counts.get(), &tf,
+                &fb, &nb, out.m2l_offsets.get_mut(), out.m2l_sources.get_mut(), &noff, &nsrc,
+                &m2l_sh, &near_sh)?;
             far_base += total_far;
             near_base += total_near;
         }
@@ -655,14 +766,21 @@ impl Parts<'_> {
         out.p2p_count = total as usize;
         out.p2p_offsets.ensure(s, nl + 1)?;
         out.p2p_sources.ensure(s, total as usize)?;
+        if images.is_some() {
+            out.p2p_shifts.ensure(s, total as usize)?;
+        }
         out.pairs.zero(s, 1)?;
+        let (near_sh, p2p_sh) = (shift_addr(&out.near_shifts), shift_addr(&out.p2p_shifts));
         // SAFETY: tree_p2p_write(n_leaves, total, leaves, near_off, near_src, offs, t_begin,
-        // t_end, s_begin, s_end, p2p_off, p2p_src, pairs): offs holds the scanned nl + 1 row
-        // lengths, p2p_src room for their sum `total`, p2p_off nl + 1 values, pairs one (zeroed).
+        // t_end, s_begin, s_end, p2p_off, p2p_src, pairs, near_sh, p2p_sh): offs holds the
+        // scanned nl + 1 row lengths, p2p_src (and p2p_sh) room for their sum `total`, p2p_off
+        // nl + 1 values, pairs one (zeroed); near_sh holds the near rows' shifts (both null
+        // without images).
         launch!(s, &k.p2p_write, "tree_p2p_write", cfg_items(nl + 1, THREADS);
             &nli, &total, t.leaves.get(), out.near_offsets.get(), out.near_sources.get(),
             self.counts.get(), t.begin.get(), t.end.get(), src.begin.get(), src.end.get(),
-            out.p2p_offsets.get_mut(), out.p2p_sources.get_mut(), out.pairs.get_mut())?;
+            out.p2p_offsets.get_mut(), out.p2p_sources.get_mut(), out.pairs.get_mut(),
+            &near_sh, &p2p_sh)?;
         Ok(())
     }
 }
@@ -671,7 +789,7 @@ impl Parts<'_> {
 /// against the host build: what the GPU tests check on a device, checked here on every machine.
 #[cfg(test)]
 mod mirror {
-    use super::super::traversal::{build_lists, Criterion, InteractionLists};
+    use super::super::traversal::{build_image_lists, build_lists, Criterion, ImageLists};
     use super::super::tree::Octree;
 
     /// Exclusive scan in place (the sort module's scan).
@@ -684,20 +802,24 @@ mod mirror {
         }
     }
 
-    /// `tree_resolve`: each candidate's subtree depth first with a bounded stack.
+    /// A list entry: a source cell and its shift's index.
+    type Entry = (u32, u16);
+
+    /// `tree_resolve`: each candidate's subtree depth first with a bounded stack, seen through
+    /// the candidate's shift (the distance (c_t − c_s) − shift, as the kernel rounds it).
     fn resolve(
-        t: &Octree,
-        s: &Octree,
+        (t, s, shifts): (&Octree, &Octree, &[[f64; 3]]),
         a: usize,
-        cand: &[u32],
+        cand: &[Entry],
         (theta, rho_cut): (f64, f64),
-        far: &mut Vec<u32>,
-        near: &mut Vec<u32>,
+        far: &mut Vec<Entry>,
+        near: &mut Vec<Entry>,
     ) {
         let ca = &t.cells[a];
         const STACK: usize = 1 + 7 * (super::MAX_LEVEL + 1);
         let mut stack = [0u32; STACK];
-        for &c in cand {
+        for &(c, sj) in cand {
+            let h = shifts[sj as usize];
             let mut sp = 0;
             stack[sp] = c;
             sp += 1;
@@ -705,44 +827,50 @@ mod mirror {
                 sp -= 1;
                 let b = stack[sp] as usize;
                 let cb = &s.cells[b];
-                let d = (0..3)
-                    .map(|k| (ca.center[k] - cb.center[k]).powi(2))
-                    .sum::<f64>()
-                    .sqrt();
+                let d = [0, 1, 2].map(|k| ca.center[k] - cb.center[k] - h[k]);
+                let d = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
                 let gap = d - ca.radius - cb.radius;
                 if ca.radius + cb.radius <= theta * d && gap >= rho_cut * cb.sigma_max {
-                    far.push(b as u32);
+                    far.push((b as u32, sj));
                 } else if !cb.is_leaf() && (ca.is_leaf() || cb.radius > ca.radius) {
                     for ch in cb.children().rev() {
                         stack[sp] = ch as u32;
                         sp += 1;
                     }
                 } else {
-                    near.push(b as u32);
+                    near.push((b as u32, sj));
                 }
             }
         }
     }
 
-    /// `GpuTree::lists` with `tree_lists_count`, `tree_lists_write`, `tree_p2p_*`.
-    pub(super) fn lists(t: &Octree, s: &Octree, theta: f64, rho_cut: f64) -> InteractionLists {
+    /// `GpuTree::lists` with `tree_lists_count`, `tree_lists_write`, `tree_p2p_*`, the
+    /// sources seen through `shifts` (the level-0 candidates: the source root once per shift).
+    pub(super) fn lists(
+        t: &Octree,
+        s: &Octree,
+        theta: f64,
+        rho_cut: f64,
+        shifts: &[[f64; 3]],
+    ) -> ImageLists {
         let nc = t.cells.len();
         let mut m2l_off = vec![0u32; nc + 1];
         let mut near_off = vec![0u32; nc + 1];
-        let (mut m2l_src, mut near_src) = (Vec::new(), Vec::new());
+        let (mut m2l_src, mut near_src): (Vec<Entry>, Vec<Entry>) = (Vec::new(), Vec::new());
+        let roots: Vec<Entry> = (0..shifts.len()).map(|j| (0, j as u16)).collect();
         for (level, r) in t.levels.iter().enumerate() {
             let count = r.len();
-            let rows: Vec<(Vec<u32>, Vec<u32>)> = r
+            let rows: Vec<(Vec<Entry>, Vec<Entry>)> = r
                 .clone()
                 .map(|a| {
-                    let cand: Vec<u32> = if level == 0 {
-                        vec![0]
+                    let cand: Vec<Entry> = if level == 0 {
+                        roots.clone()
                     } else {
                         let p = t.cells[a].parent as usize;
                         near_src[near_off[p] as usize..near_off[p + 1] as usize].to_vec()
                     };
                     let (mut f, mut n) = (Vec::new(), Vec::new());
-                    resolve(t, s, a, &cand, (theta, rho_cut), &mut f, &mut n);
+                    resolve((t, s, shifts), a, &cand, (theta, rho_cut), &mut f, &mut n);
                     (f, n)
                 })
                 .collect();
@@ -754,8 +882,11 @@ mod mirror {
             scan(&mut cnt);
             let total_far = cnt[count];
             let (far_base, near_base) = (m2l_src.len() as u32, near_src.len() as u32);
-            m2l_src.resize((far_base + total_far) as usize, u32::MAX);
-            near_src.resize((near_base + cnt[2 * count] - total_far) as usize, u32::MAX);
+            m2l_src.resize((far_base + total_far) as usize, (u32::MAX, 0));
+            near_src.resize(
+                (near_base + cnt[2 * count] - total_far) as usize,
+                (u32::MAX, 0),
+            );
             for (i, (f, n)) in rows.iter().enumerate() {
                 let fo = far_base + cnt[i];
                 let no = near_base + cnt[count + i] - total_far;
@@ -777,17 +908,35 @@ mod mirror {
             .chain([0])
             .collect();
         scan(&mut cnt);
-        let mut p2p_src = vec![u32::MAX; cnt[nl] as usize];
+        let mut p2p_src = vec![(u32::MAX, 0); cnt[nl] as usize];
         for (i, &l) in t.leaves.iter().enumerate() {
             let row = &near_src[near_off[l as usize] as usize..near_off[l as usize + 1] as usize];
             p2p_src[cnt[i] as usize..cnt[i] as usize + row.len()].copy_from_slice(row);
         }
-        InteractionLists {
-            m2l_offsets: m2l_off,
-            m2l_sources: m2l_src,
-            p2p_offsets: cnt,
-            p2p_sources: p2p_src,
+        let (m2l_sources, m2l_shifts) = m2l_src.into_iter().unzip();
+        let (p2p_sources, p2p_shifts) = p2p_src.into_iter().unzip();
+        ImageLists {
+            lists: super::InteractionLists {
+                m2l_offsets: m2l_off,
+                m2l_sources,
+                p2p_offsets: cnt,
+                p2p_sources,
+            },
+            m2l_shifts,
+            p2p_shifts,
         }
+    }
+
+    /// Asserts that two image lists are equal, entry for entry.
+    fn assert_same(m: &ImageLists, host: &ImageLists, name: &str) {
+        let (a, b) = (&m.lists, &host.lists);
+        assert!(b.m2l_count() > 0 && b.p2p_count() > 0, "{name}");
+        assert_eq!(a.m2l_offsets, b.m2l_offsets, "{name}");
+        assert_eq!(a.m2l_sources, b.m2l_sources, "{name}");
+        assert_eq!(a.p2p_offsets, b.p2p_offsets, "{name}");
+        assert_eq!(a.p2p_sources, b.p2p_sources, "{name}");
+        assert_eq!(m.m2l_shifts, host.m2l_shifts, "{name}");
+        assert_eq!(m.p2p_shifts, host.p2p_shifts, "{name}");
     }
 
     #[test]
@@ -810,12 +959,50 @@ mod mirror {
                     rho_cut: 4.0,
                 },
             );
-            let m = lists(tt, &s, 0.5, 4.0);
-            assert!(host.m2l_count() > 0 && host.p2p_count() > 0, "{name}");
-            assert_eq!(m.m2l_offsets, host.m2l_offsets, "{name}");
-            assert_eq!(m.m2l_sources, host.m2l_sources, "{name}");
-            assert_eq!(m.p2p_offsets, host.p2p_offsets, "{name}");
-            assert_eq!(m.p2p_sources, host.p2p_sources, "{name}");
+            let m = lists(tt, &s, 0.5, 4.0, &[[0.0; 3]]);
+            let host = ImageLists {
+                m2l_shifts: vec![0; host.m2l_count()],
+                p2p_shifts: vec![0; host.p2p_count()],
+                lists: host,
+            };
+            assert_same(&m, &host, name);
+        }
+    }
+
+    /// The periodic box: the wrapped points seen through the 729 near images (and 27), the
+    /// lists with their shifts equal to the host's `build_image_lists`.
+    #[test]
+    fn the_device_list_passes_give_the_hosts_image_lists() {
+        use super::super::periodic::near_shifts;
+        use crate::summation::cells::wrap;
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+        // Clustered about a corner of the box, so images of it are near neighbours.
+        let x: Vec<[f64; 3]> = (0..3000)
+            .map(|i| {
+                let s = if i % 3 == 0 { 6.3 } else { 1.5 };
+                [0, 1, 2].map(|_| wrap(3.0 + s * (rng.random::<f64>() - 0.5)))
+            })
+            .collect();
+        let sigma: Vec<f64> = (0..x.len()).map(|i| 0.02 + 1e-6 * i as f64).collect();
+        let y: Vec<[f64; 3]> = (0..500)
+            .map(|_| [0, 1, 2].map(|_| wrap(7.0 * (rng.random::<f64>() - 0.5))))
+            .collect();
+        let s = Octree::build(&x, Some(&sigma), 16, 0.02);
+        let t = Octree::build(&y, None, 16, 0.02);
+        for level in [1, 2] {
+            let shifts = near_shifts(level);
+            for (tt, name) in [(&s, "same tree"), (&t, "targets")] {
+                let criterion = Criterion::Multipole {
+                    theta: 0.5,
+                    rho_cut: 5.0,
+                };
+                let host = build_image_lists(tt, &s, criterion, &shifts);
+                let m = lists(tt, &s, 0.5, 5.0, &shifts);
+                assert!(host.m2l_shifts.iter().any(|&v| v != host.m2l_shifts[0]));
+                assert!(host.p2p_shifts.iter().any(|&v| v != host.p2p_shifts[0]));
+                assert_same(&m, &host, &format!("{name}, {} shifts", shifts.len()));
+            }
         }
     }
 }

@@ -22,7 +22,7 @@
 //! kernels with one charge). [`FmmPeriodic`] (Biot–Savart, CPU, f64) sums the periodic box:
 //! the near images through the traversal, the far ones by a lattice sum of the root's
 //! expansion, and the conditionally convergent term made the Ewald sum's ([`periodic`],
-//! docs/physics.md §4).
+//! docs/physics.md §4); [`CudaFmm::periodic`] is the same on one GPU ([`cuda_periodic`]).
 
 pub mod cartesian;
 pub mod check;
@@ -30,6 +30,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod cuda_cartesian;
 pub mod cuda_gravity;
+pub mod cuda_periodic;
 pub mod expansions;
 pub mod gpu_tree;
 pub mod m2l_layout;

@@ -45,7 +45,7 @@
 
 use super::cpu::evaluate_biot_savart;
 use super::expansions::{
-    coefficient_count, irregular_harmonics, l2l, m2l_table, m2m_table, p2m, regular_harmonics,
+    coefficient_count, irregular_harmonics, l2l, m2l_table, m2m, m2m_table, p2m, regular_harmonics,
     Workspace,
 };
 use super::params::{plan_parameters, FmmBackend, FmmParams};
@@ -180,9 +180,39 @@ impl LatticeSum {
         let mut ws = Workspace::new(self.order);
         let mut mult = vec![C64::new(0.0, 0.0); 3 * coefficient_count(self.order)];
         p2m::<3>(&mut ws, [0.0; 3], x, alpha, &mut mult);
-        let far = self.far_local(&mult);
+        self.local_from_multipole(&mult, [0.0; 3], center, p)
+    }
+
+    /// The far images' local expansion of order `p` about `center` from the multipole
+    /// expansion `mult` (3 charges, any order, about `at`) of the sources in the box: moved to
+    /// the box centre 0 (M2M at its own order), its degrees above P dropped and those it lacks
+    /// taken as zero, [`LatticeSum::far_local`], moved to `center` (L2L at order P) and
+    /// truncated to p. The GPU FMM's form (the tree's root multipole, order p); the CPU's
+    /// [`LatticeSum::root_local`] is the case `at` = 0 at order P.
+    pub fn local_from_multipole(
+        &self,
+        mult: &[C64],
+        at: [f64; 3],
+        center: [f64; 3],
+        p: usize,
+    ) -> Vec<C64> {
+        let order = (0..)
+            .find(|&q| 3 * coefficient_count(q) >= mult.len())
+            .unwrap();
+        assert_eq!(
+            mult.len(),
+            3 * coefficient_count(order),
+            "a 3-charge expansion"
+        );
+        let mut m0 = mult.to_vec();
+        if at != [0.0; 3] {
+            m0.fill(C64::new(0.0, 0.0));
+            m2m::<3>(&mut Workspace::new(order), at.map(|v| -v), mult, &mut m0);
+        }
+        m0.resize(3 * coefficient_count(self.order), C64::new(0.0, 0.0));
+        let far = self.far_local(&m0);
         let mut moved = vec![C64::new(0.0, 0.0); far.len()];
-        l2l::<3>(&mut ws, center, &far, &mut moved);
+        l2l::<3>(&mut Workspace::new(self.order), center, &far, &mut moved);
         moved.truncate(3 * coefficient_count(p.min(self.order)));
         moved.resize(3 * coefficient_count(p), C64::new(0.0, 0.0));
         moved
@@ -228,6 +258,24 @@ impl VacuumTerm {
             }
         }
         Self { d, q }
+    }
+
+    /// The moments from the multipole expansion `mult` (3 charges, order ≥ 1, about `at`) of
+    /// the sources in the box: Q = M_0^0 and Σ α_l (x − at)_j from M_1^0 = Σ α z and
+    /// M_1^1 = −Σ α (x − i y)/2 (the expansions' normalisation), D = that + Q atᵀ. The GPU
+    /// FMM's reduction (its root multipole, summed in f64 on the device).
+    pub fn from_multipole(mult: &[C64], at: [f64; 3]) -> Self {
+        let v3 = 3.0 * BOX_LENGTH.powi(3);
+        let q: [f64; 3] = std::array::from_fn(|l| mult[l].re);
+        let d = std::array::from_fn(|l| {
+            let (m10, m11) = (mult[3 + l], mult[6 + l]);
+            let moment = [-2.0 * m11.re, 2.0 * m11.im, m10.re];
+            std::array::from_fn(|j| (moment[j] + q[l] * at[j]) / v3)
+        });
+        Self {
+            d,
+            q: q.map(|v| v / v3),
+        }
     }
 
     /// u_vac − u_Ewald at `x` (in the box): ε_kjl (D_lj − Q_l x_j)/(3V).
@@ -337,10 +385,16 @@ fn wrap_all(x: &[[f64; 3]]) -> Vec<[f64; 3]> {
     x.iter().map(|p| p.map(wrap)).collect()
 }
 
-/// The periodic FMM's name with its images and parameters.
-fn name_of(near_level: u32, lattice: &LatticeSum, params: &FmmParams) -> String {
+/// The periodic FMM's name: `engine` (where and in what precision) with its images and
+/// parameters.
+pub(super) fn name_of(
+    engine: &str,
+    near_level: u32,
+    lattice: &LatticeSum,
+    params: &FmmParams,
+) -> String {
     format!(
-        "FMM periodic CPU f64 (images |n|∞ ≤ {} through the tree, {} supercell levels at order \
+        "FMM periodic {engine} (images |n|∞ ≤ {} through the tree, {} supercell levels at order \
          {} beyond), {params}",
         (3i64.pow(near_level) - 1) / 2,
         lattice.levels,
@@ -348,10 +402,19 @@ fn name_of(near_level: u32, lattice: &LatticeSum, params: &FmmParams) -> String 
     )
 }
 
+/// The CPU engine in the periodic FMM's name.
+const CPU_ENGINE: &str = "CPU f64";
+
 /// What [`FmmPeriodic::new`] with `params` is, in words (its name): for the planner.
 pub fn describe(params: &FmmParams) -> String {
+    describe_engine(CPU_ENGINE, params)
+}
+
+/// The name of a periodic FMM on `engine` with `params` and the default images.
+pub(super) fn describe_engine(engine: &str, params: &FmmParams) -> String {
     let order = lattice_order(params.accuracy, params.order);
     name_of(
+        engine,
         NEAR_LEVEL,
         &LatticeSum::new(order, LATTICE_LEVELS, NEAR_LEVEL),
         params,
@@ -360,7 +423,12 @@ pub fn describe(params: &FmmParams) -> String {
 
 impl Summation for FmmPeriodic {
     fn name(&self) -> String {
-        name_of(self.near_level, &self.lattice, &self.state.params)
+        name_of(
+            CPU_ENGINE,
+            self.near_level,
+            &self.lattice,
+            &self.state.params,
+        )
     }
 
     fn boundary(&self) -> Boundary {
