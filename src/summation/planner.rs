@@ -295,7 +295,7 @@ pub const REGISTRY: &[Registration] = &[
         device: DeviceKind::Cuda,
         build: |d, o| gpu_planned_evaluator(d, |g| CudaFmm::periodic(g, o.accuracy, o.check_every)),
         memory: |p, _, o| gpu_fmm_memory(p, o, true),
-        seconds: |p, _| Ok(PERIODIC_FMM_FACTOR * GPU_FMM_SECONDS_PER_PARTICLE * p.particles as f64),
+        seconds: |p, _| Ok(GPU_PERIODIC_FMM_SECONDS_PER_PARTICLE * p.particles as f64),
         describe: |device, o| {
             let params = plan_parameters(o.accuracy, FmmBackend::Cuda)?;
             Ok(format!(
@@ -343,12 +343,21 @@ pub const CPU_EWALD_SECONDS_PER_PARTICLE: f64 = 1.4e-5;
 /// Pairs per second of the GPU all-pairs kernels, velocity + stretching (about 600 G/s on an
 /// H100 at N ≥ 2.6·10⁵, docs/performance.md; less at small N).
 const GPU_DIRECT_PAIRS_PER_SECOND: f64 = 4.0e11;
-/// Seconds per particle of the GPU particle-mesh Ewald sum, velocity + stretching (196 ms for
-/// 16.7·10⁶ particles at accuracy 1e-6 on an H100, docs/performance.md).
-const GPU_EWALD_SECONDS_PER_PARTICLE: f64 = 1.2e-8;
-/// Seconds per particle of the GPU FMM, velocity + stretching (0.53 s for 10⁶ particles at
-/// accuracy 1e-4 on an H100, tree built on the host; docs/performance.md).
-const GPU_FMM_SECONDS_PER_PARTICLE: f64 = 5.3e-7;
+/// Seconds per particle of the GPU particle-mesh Ewald sum, velocity + classical stretching,
+/// at the default accuracy 1e-4 with the Kaiser–Bessel window: 131 ms for the 16.7·10⁶
+/// particles of the 256³ lattice at overlap 0.75 (82.5 ms at overlap 1) on an H100, the
+/// evaluation inside the resident step (`vpm bench step --n 256 --overlap 0.75,1`, 2026-11-27,
+/// docs/performance.md).
+const GPU_EWALD_SECONDS_PER_PARTICLE: f64 = 7.8e-9;
+/// Seconds per particle of the GPU periodic FMM at 1e-4, velocity + stretching, resident
+/// particles: 0.224 s for 2.1·10⁶ and 1.60 s for 16.7·10⁶ particles of a jittered lattice
+/// (σ = h) on an H100 (`vpm bench fmm --device cuda --periodic --n 2.1e6,16.7e6`,
+/// 2026-11-27, docs/performance.md): 12 times the PME's, so `auto` takes the PME on a GPU.
+const GPU_PERIODIC_FMM_SECONDS_PER_PARTICLE: f64 = 1.0e-7;
+/// Seconds per particle of the GPU FMM, velocity + stretching (79.9 ms for 10⁶ particles at
+/// accuracy 1e-4 on an H100, tree and lists on the device, resident particles: `vpm bench fmm
+/// --device cuda`, issue 25; docs/performance.md).
+const GPU_FMM_SECONDS_PER_PARTICLE: f64 = 8.0e-8;
 /// The CPU FMM's near-field seconds per particle on one thread (see
 /// [`cpu_fmm_seconds_per_particle`]).
 const FMM_NEAR_SECONDS_PER_PARTICLE: f64 = 6.0e-5;
@@ -979,7 +988,7 @@ mod tests {
         let floor = format!("{:e}", crate::summation::fmm::params::GPU_ACCURACY_FLOOR);
         assert!(e.contains("f32") && e.contains(&floor), "{e}");
         // The periodic box: a CPU row and a GPU row (built only where there is a GPU), whose
-        // estimates are the free-space GPU row's scaled like the CPU's.
+        // memory is the free-space GPU row's and more.
         let periodic = Boundary::Periodic {
             length: std::f64::consts::TAU,
         };
@@ -1010,7 +1019,10 @@ mod tests {
             (row.seconds)(&big, &o).unwrap(),
             (free.seconds)(&big, &o).unwrap(),
         );
-        assert_eq!(tp, PERIODIC_FMM_FACTOR * tf);
+        // Measured apart (the periodic one by `vpm bench fmm --periodic`): the images cost it
+        // about a fifth more than free space.
+        assert_eq!(tp, GPU_PERIODIC_FMM_SECONDS_PER_PARTICLE * big.particles as f64);
+        assert!(tp > tf && tp < 1.5 * tf, "{tp} {tf}");
         let d = (row.describe)(&Device::Cpu, &o).unwrap();
         assert!(
             d.contains("FMM periodic GPU") && d.contains("|n|∞ ≤ 4"),
