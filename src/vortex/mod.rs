@@ -461,35 +461,66 @@ impl VortexSolver {
         Ok(())
     }
 
-    /// Evaluates the blob vorticity at the lattice nodes, conditions it (solenoidal projection,
-    /// filter: [`reinit`]), resets σ = σ0 and solves for the strengths of particles at the
-    /// nodes; restarts the AB2 history.
+    /// The blob vorticity's lattice modes (docs/physics.md §3.7), conditioned ([`reinit`]) and
+    /// solved for the strengths of particles at the nodes with σ = σ0; restarts the AB2
+    /// history. With `rbf = "spectral"` and one core the modes come from the particles
+    /// themselves by the non-uniform FFT of [`lattice_modes`] (the GPU-resident stepper's
+    /// algorithm, in f64); otherwise (unequal cores, no window for (n, σ0), interpolating
+    /// solvers) from the evaluator's blob vorticity at the nodes of the sampling lattice.
     pub fn reinitialise(&mut self) -> Result<(), VortexError> {
         if !matches!(self.evaluator.boundary(), Boundary::Periodic { .. }) {
             return Err(VortexError::ReinitNeedsPeriodicBox);
         }
-        let n = self.settings.lattice_n;
-        let sampled_on = self.settings.sampling_lattice();
-        let mut omega = Vec::new();
+        let (n, sigma0) = (self.settings.lattice_n, self.settings.sigma0);
         let t0 = std::time::Instant::now();
-        self.evaluator.vorticity_on_lattice(
-            &Sources::of(&self.particles),
-            sampled_on,
-            &mut omega,
-        )?;
+        let p = &self.particles;
+        let band_plan = match (self.settings.rbf, p.sigma.first()) {
+            (RbfSolver::Spectral, Some(&sigma)) if p.sigma.iter().all(|&s| s == sigma) => {
+                lattice_modes::ModesPlan::new(n, sigma0)
+                    .ok()
+                    .map(|plan| (plan, sigma))
+            }
+            _ => None,
+        };
+        let omega = match band_plan {
+            Some((plan, sigma)) => LatticeVorticity::Band(lattice_modes::blob_band_spectrum(
+                &p.x, &p.alpha, sigma, &plan,
+            )),
+            None => {
+                let m = self.settings.sampling_lattice();
+                let mut omega = Vec::new();
+                self.evaluator
+                    .vorticity_on_lattice(&Sources::of(p), m, &mut omega)?;
+                LatticeVorticity::Sampled { omega, m }
+            }
+        };
         self.times.reinit_vorticity += t0.elapsed().as_secs_f64();
         let t0 = std::time::Instant::now();
-        let (alpha, report, conditioning) = solve_strengths(
-            &omega,
-            sampled_on,
-            n,
-            self.settings.sigma0,
-            self.settings.rbf,
+        let (conditioning, zero_total) = (
             self.settings.conditioning,
             self.settings.zero_total_strength,
         );
+        let (alpha, report, conditioning) = match omega {
+            LatticeVorticity::Band(band) => {
+                let (mut beta, conditioned) =
+                    reinit::solve_spectral_band(band, n, sigma0, conditioning);
+                if zero_total {
+                    remove_mean(&mut beta);
+                }
+                (beta, None, conditioned)
+            }
+            LatticeVorticity::Sampled { omega, m } => solve_strengths(
+                &omega,
+                m,
+                n,
+                sigma0,
+                self.settings.rbf,
+                conditioning,
+                zero_total,
+            ),
+        };
         self.times.reinit_solve += t0.elapsed().as_secs_f64();
-        self.particles = particles_on_lattice(n, &alpha, self.settings.sigma0);
+        self.particles = particles_on_lattice(n, &alpha, sigma0);
         self.derivatives_current = false;
         self.history = None;
         self.steps_since_reinit = 0;
@@ -497,6 +528,14 @@ impl VortexSolver {
         self.last_conditioning = Some(conditioning);
         Ok(())
     }
+}
+
+/// What [`VortexSolver::reinitialise`] solves from.
+enum LatticeVorticity {
+    /// The band spectrum of the blob field ([`lattice_modes::blob_band_spectrum`]).
+    Band([Vec<num_complex::Complex64>; 3]),
+    /// The blob vorticity at the nodes of the `m`³ lattice.
+    Sampled { omega: Vec<[f64; 3]>, m: usize },
 }
 
 pub use crate::summation::lattice::lattice_nodes;
@@ -682,10 +721,15 @@ pub fn solve_strengths(
         }
     };
     if zero_total {
-        for c in 0..3 {
-            let mean = out.iter().map(|v| v[c]).sum::<f64>() / out.len() as f64;
-            out.iter_mut().for_each(|v| v[c] -= mean);
-        }
+        remove_mean(&mut out);
     }
     (out, report, conditioned)
+}
+
+/// Σβ = 0 per component: subtracts each component's mean.
+fn remove_mean(beta: &mut [[f64; 3]]) {
+    for c in 0..3 {
+        let mean = beta.iter().map(|v| v[c]).sum::<f64>() / beta.len() as f64;
+        beta.iter_mut().for_each(|v| v[c] -= mean);
+    }
 }
