@@ -34,7 +34,9 @@
 //! mesh size is taken.
 //!
 //! The GPU form is [`super::rbf_device::DeviceRbfSolver::queue_band_modes`]
-//! (kernels/lattice_modes.cu); [`blob_band_spectrum`] is its CPU f64 mirror.
+//! (kernels/lattice_modes.cu); [`blob_band_spectrum`] is its CPU f64 mirror, which the host
+//! stepper's reinitialisation ([`super::VortexSolver::reinitialise`]) uses: both steppers solve
+//! from the same modes.
 
 use super::rbf::{for_each_lattice_mode, lattice_spectrum, signed_wavenumber};
 use super::reinit::{band_of_spectrum, sampling_lattice};
@@ -275,7 +277,8 @@ pub fn mesh_coordinate(x: f64, mesh: usize) -> f64 {
     }
 }
 
-/// The CPU f64 mirror of the GPU's band modes (module docs): the blob field's coefficients on
+/// The CPU f64 mirror of the GPU's band modes (module docs; the host stepper's spectral
+/// reinitialisation with one core): the blob field's coefficients on
 /// the band of the `plan.n`³ lattice, in the layout and normalisation of
 /// [`super::reinit::band_of_spectrum`] (the full n³ lattice spectrum of
 /// [`lattice_spectrum`], a Nyquist component the sum of ±n/2), for particles at `x` with

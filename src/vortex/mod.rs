@@ -34,7 +34,8 @@ use std::f64::consts::TAU;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RbfSolver {
     /// `rbf = "spectral"` (default): no interpolation at the nodes; the new strengths give the
-    /// blob field the old one's Fourier coefficients at every lattice wavenumber, from the blob
+    /// blob field the old one's Fourier coefficients at every lattice wavenumber, taken from the
+    /// particles by non-uniform FFT with one core ([`lattice_modes`]), else from the blob
     /// vorticity sampled on a finer lattice ([`reinit::sampling_lattice`]); docs/physics.md §3.7.
     Spectral,
     /// `rbf = "exact"`: interpolation at the nodes, by FFT on the periodic lattice.
@@ -86,9 +87,10 @@ pub struct VortexSettings {
 }
 
 impl VortexSettings {
-    /// The lattice on which reinitialisation samples the blob vorticity: finer than the particle
-    /// lattice for `rbf = "spectral"` ([`reinit::sampling_lattice`]), the particle lattice itself
-    /// for interpolation.
+    /// The lattice on which reinitialisation samples the blob vorticity when it samples it (not
+    /// for `rbf = "spectral"` with one core, [`lattice_modes`]): finer than the particle lattice
+    /// for `rbf = "spectral"` ([`reinit::sampling_lattice`]), the particle lattice itself for
+    /// interpolation.
     pub fn sampling_lattice(&self) -> usize {
         match self.rbf {
             RbfSolver::Spectral => reinit::sampling_lattice(self.lattice_n),
@@ -144,7 +146,7 @@ pub struct VortexClock {
 pub struct PhaseTimes {
     /// Velocity and stretching at the particles (the evaluator's sums, Heun's second included).
     pub evaluation: f64,
-    /// Reinitialisation: blob vorticity at the lattice nodes.
+    /// Reinitialisation: blob vorticity at the lattice nodes, or its band modes.
     pub reinit_vorticity: f64,
     /// Reinitialisation: the RBF solve for the strengths.
     pub reinit_solve: f64,
