@@ -8,6 +8,7 @@ use vpm::device::{Device, DeviceRequest};
 use vpm::diagnostics::flow_stats;
 use vpm::particles::ParticleSet;
 use vpm::run::field::initial_particles;
+use vpm::summation::ewald::cuda::F32_ACCURACY_FLOOR;
 use vpm::summation::verify::{self, gpu_or_skip};
 use vpm::vortex::stepper::{ParticleStepper, ParticleSummary};
 use vpm::vortex::{NamedArray, RbfSolver, VortexClock, VortexError};
@@ -22,13 +23,12 @@ fn fixed_dt(c: &Case) -> f64 {
     }
 }
 
-/// The named case, its far field at the GPU PME's floor (the finest both evaluators take; the
-/// GPU-against-CPU tolerances below were set when these cases ran at 1e-6, below the cases'
-/// default now).
+/// The named case, its far field at the GPU PME's floor (the finest both evaluators take, below
+/// the cases' default; [`K_TOL`] follows from it).
 fn case(name: &str) -> Case {
     let mut c = resolve_case(name).expect("named case").0;
     if let Some(v) = c.vortex.as_mut() {
-        v.accuracy = vpm::summation::ewald::cuda::F32_ACCURACY_FLOOR;
+        v.accuracy = F32_ACCURACY_FLOOR;
     }
     c
 }
@@ -146,15 +146,21 @@ fn gpu_against_cpu(name: &str, steps: usize, k_tol: f64) {
     println!("{name}: {steps} steps, worst relative K difference GPU vs CPU {worst:e}");
 }
 
+/// K of the GPU run against the CPU f64 run, relative: both evaluators run at ε =
+/// [`F32_ACCURACY_FLOOR`] (1e-5, [`case`]), K is quadratic in the velocity, so the two differ by
+/// about 2ε (1.23e-5 measured at step 0 of hit-64-compare on an H100); 4ε leaves room for the
+/// drift over the steps. (It was 1e-5 when the evaluators ran at 1e-6.)
+const K_TOL: f64 = 4.0 * F32_ACCURACY_FLOOR;
+
 #[test]
 fn resident_stepper_matches_cpu_on_hit_32_compare() {
     // the whole case: t ≤ 2 at Δt = 0.01
-    gpu_against_cpu("hit-32-compare", 200, 1e-5);
+    gpu_against_cpu("hit-32-compare", 200, K_TOL);
 }
 
 #[test]
 fn resident_stepper_matches_cpu_on_50_steps_of_hit_64_compare() {
-    gpu_against_cpu("hit-64-compare", 50, 1e-5);
+    gpu_against_cpu("hit-64-compare", 50, K_TOL);
 }
 
 /// The exact state after `steps` steps from the case's start (AB2 history included).

@@ -34,11 +34,14 @@
 //! mesh size is taken.
 //!
 //! The GPU form is [`super::rbf_device::DeviceRbfSolver::queue_band_modes`]
-//! (kernels/lattice_modes.cu); [`blob_band_spectrum`] is its CPU f64 mirror.
+//! (kernels/lattice_modes.cu); [`blob_band_spectrum`] is its CPU f64 mirror, which the host
+//! stepper's reinitialisation ([`super::VortexSolver::reinitialise`]) uses: both steppers solve
+//! from the same modes.
 
 use super::rbf::{for_each_lattice_mode, lattice_spectrum, signed_wavenumber};
 use super::reinit::{band_of_spectrum, sampling_lattice};
 use num_complex::Complex64;
+use rayon::prelude::*;
 use std::f64::consts::{PI, TAU};
 
 /// The RBF solve's target: the modes' error times the solve's amplification, relative to the
@@ -274,7 +277,8 @@ pub fn mesh_coordinate(x: f64, mesh: usize) -> f64 {
     }
 }
 
-/// The CPU f64 mirror of the GPU's band modes (module docs): the blob field's coefficients on
+/// The CPU f64 mirror of the GPU's band modes (module docs; the host stepper's spectral
+/// reinitialisation with one core): the blob field's coefficients on
 /// the band of the `plan.n`³ lattice, in the layout and normalisation of
 /// [`super::reinit::band_of_spectrum`] (the full n³ lattice spectrum of
 /// [`lattice_spectrum`], a Nyquist component the sum of ±n/2), for particles at `x` with
@@ -339,34 +343,72 @@ pub fn direct_band_spectrum(
     out
 }
 
-/// Step 1 of the module docs: α spread onto the M³ mesh with the window (`[i][j][k]` order),
-/// particle by particle.
+/// Step 1 of the module docs: α spread onto the M³ mesh with the window (`[i][j][k]` order).
+/// In parallel over slabs of x planes, each slab summing the particles that reach it in their
+/// index order: every node takes its terms in particle order whatever the thread count, so the
+/// mesh is the same to the bit for any number of threads (and equal to a particle-by-particle
+/// scatter).
 pub fn spread(x: &[[f64; 3]], alpha: &[[f64; 3]], plan: &ModesPlan) -> Vec<[f64; 3]> {
     let (m, kb) = (plan.mesh(), plan.window);
     let half = 0.5 * kb.width as f64;
-    let mut field = vec![[0.0f64; 3]; m * m * m];
-    let axis = |x: f64| -> Vec<(usize, f64)> {
-        let p = mesh_coordinate(x, m);
+    // The nodes a particle at mesh coordinate p reaches along an axis, |i − p| ≤ w/2 (unwrapped
+    // first index, count), and their (wrapped index, weight).
+    let reach = |p: f64| -> (i64, usize) {
         let (first, last) = ((p - half).ceil() as i64, (p + half).floor() as i64);
-        (first..=last)
-            .map(|i| (i.rem_euclid(m as i64) as usize, kb.weight(i as f64 - p)))
-            .collect()
+        (first, (last - first + 1) as usize)
     };
-    for (xp, a) in x.iter().zip(alpha) {
-        let (wx, wy, wz) = (axis(xp[0]), axis(xp[1]), axis(xp[2]));
-        for &(i, fx) in &wx {
-            for &(j, fy) in &wy {
-                let fxy = fx * fy;
-                for &(k, fz) in &wz {
-                    let f = fxy * fz;
-                    let node = &mut field[(i * m + j) * m + k];
-                    for c in 0..3 {
-                        node[c] += a[c] * f;
-                    }
-                }
+    let axis = |p: f64, row: &mut Vec<(usize, f64)>| {
+        let (first, count) = reach(p);
+        row.clear();
+        row.extend(
+            (first..first + count as i64)
+                .map(|i| (i.rem_euclid(m as i64) as usize, kb.weight(i as f64 - p))),
+        );
+    };
+    let pos: Vec<[f64; 3]> = x
+        .par_iter()
+        .map(|p| std::array::from_fn(|d| mesh_coordinate(p[d], m)))
+        .collect();
+    // Slabs of `per` x planes; each lists, in index order, the particles reaching one of them.
+    let per = m.div_ceil(m.min(4 * rayon::current_num_threads()).max(1));
+    let mut members: Vec<Vec<u32>> = vec![Vec::new(); m.div_ceil(per)];
+    for (q, p) in pos.iter().enumerate() {
+        let (first, count) = reach(p[0]);
+        for i in first..first + count as i64 {
+            let list = &mut members[i.rem_euclid(m as i64) as usize / per];
+            if list.last() != Some(&(q as u32)) {
+                list.push(q as u32);
             }
         }
     }
+    let mut field = vec![[0.0f64; 3]; m * m * m];
+    field
+        .par_chunks_mut(per * m * m)
+        .zip(members.par_iter())
+        .enumerate()
+        .for_each(|(s, (slab, list))| {
+            let planes = s * per..s * per + slab.len() / (m * m);
+            let (mut wx, mut wy, mut wz) = (Vec::new(), Vec::new(), Vec::new());
+            for &q in list {
+                let (p, a) = (pos[q as usize], alpha[q as usize]);
+                axis(p[0], &mut wx);
+                axis(p[1], &mut wy);
+                axis(p[2], &mut wz);
+                for &(i, fx) in wx.iter().filter(|(i, _)| planes.contains(i)) {
+                    let plane = &mut slab[(i - planes.start) * m * m..][..m * m];
+                    for &(j, fy) in &wy {
+                        let fxy = fx * fy;
+                        for &(k, fz) in &wz {
+                            let f = fxy * fz;
+                            let node = &mut plane[j * m + k];
+                            for c in 0..3 {
+                                node[c] += a[c] * f;
+                            }
+                        }
+                    }
+                }
+            }
+        });
     field
 }
 
@@ -618,6 +660,32 @@ mod tests {
                 plan.mesh(),
                 plan.window.width
             );
+        }
+    }
+
+    #[test]
+    fn band_modes_are_the_same_to_the_bit_for_any_thread_count() {
+        // 1 thread (4 slabs of x planes) against 2 and 3 (8 and 12 slabs): every node sums
+        // its particles in index order.
+        let n = 16;
+        let (x, alpha) = moved_lattice(n, 21);
+        let plan = ModesPlan::new(n, 0.75 * TAU / n as f64).unwrap();
+        let run = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| blob_band_spectrum(&x, &alpha, 1.1 * TAU / n as f64, &plan))
+        };
+        let bits = |b: &[Vec<Complex64>; 3]| -> Vec<u64> {
+            b.iter()
+                .flatten()
+                .flat_map(|z| [z.re.to_bits(), z.im.to_bits()])
+                .collect()
+        };
+        let one = bits(&run(1));
+        for threads in [2, 3] {
+            assert!(one == bits(&run(threads)), "{threads} threads differ");
         }
     }
 

@@ -3,7 +3,9 @@
 //!
 //! Reinitialisation samples the blob vorticity ω_h at the N³ lattice nodes (interpolation) or at
 //! the nodes of a finer lattice whose band it keeps ([`condition_and_solve_spectral`],
-//! docs/physics.md §3.7), and solves for new strengths. Two things in those samples are not the
+//! docs/physics.md §3.7), or, with one core, takes ω_h's band modes from the particles
+//! themselves ([`super::lattice_modes`], then [`solve_spectral_band`]), and solves for new
+//! strengths. Two things in those samples are not the
 //! flow's: a longitudinal (divergent) part, which a Lagrangian field with classical stretching
 //! builds up and which induces no velocity, and content at the lattice scale, where the exact RBF
 //! inverse divides by the tiny symbol ŝ(k) of the Gaussian circulant. In the lattice spectrum
