@@ -1021,7 +1021,10 @@ mod tests {
         );
         // Measured apart (the periodic one by `vpm bench fmm --periodic`): the images cost it
         // about a fifth more than free space.
-        assert_eq!(tp, GPU_PERIODIC_FMM_SECONDS_PER_PARTICLE * big.particles as f64);
+        assert_eq!(
+            tp,
+            GPU_PERIODIC_FMM_SECONDS_PER_PARTICLE * big.particles as f64
+        );
         assert!(tp > tf && tp < 1.5 * tf, "{tp} {tf}");
         let d = (row.describe)(&Device::Cpu, &o).unwrap();
         assert!(

@@ -1,6 +1,6 @@
 //! The periodic FMM on the CPU (f64): the Biot–Savart sum in the box [−π, π)³ (L = 2π) by the
 //! free-space engine ([`super::cpu`]) plus the box's images, checked against the Ewald sum
-//! (docs/physics.md §4 and §8.2).
+//! (docs/physics.md §4.5 and §8).
 //!
 //! With S_k the supercell of side 3^k L made of the 3^{3k} images of the box about it, the sum
 //! over every image of every source is split in two:
