@@ -635,7 +635,7 @@ fn gpu_lattice_modes_match_the_cpu_mirror_and_the_direct_sum() {
             "n = {n}, overlap {overlap}, σ = {grown}σ0 (mesh {}, w = {}): GPU − CPU mirror \
              {d_mirror:.2e}, GPU − direct sum {d_direct:.2e} of the rms (× amplification {amp:.0})",
             plan.mesh(),
-            plan.window.width
+            plan.window.w
         );
         assert!(d_mirror <= 1e-12, "n = {n}: GPU vs mirror {d_mirror:e}");
         if n <= 16 {
@@ -761,7 +761,7 @@ fn gpu_lattice_modes_timing() {
                 "n = {n}, overlap {overlap}: mesh {}, w = {}: first {first:.1} ms, then {:.1?} ms; \
                  driver {used} B, estimate {} B (β included)",
                 plan.mesh(),
-                plan.window.width,
+                plan.window.w,
                 times,
                 DeviceRbfSolver::particle_device_bytes(x.len(), n, sigma0).unwrap()
             );

@@ -40,6 +40,7 @@
 
 use super::rbf::{for_each_lattice_mode, lattice_spectrum, signed_wavenumber};
 use super::reinit::{band_of_spectrum, sampling_lattice};
+use crate::summation::ewald::window::KaiserBessel;
 use num_complex::Complex64;
 use rayon::prelude::*;
 use std::f64::consts::{PI, TAU};
@@ -58,94 +59,12 @@ pub const TILE: usize = 8;
 /// The GPU's particle cells' edge in mesh nodes (`LM_CELL`).
 pub const CELL: usize = 2;
 
-/// The modified Bessel function I₀(x) by its power series Σ (x²/4)^k/(k!)² (all terms positive:
-/// accurate to round-off for the arguments of the window, x ≤ β < 60).
-pub fn bessel_i0(x: f64) -> f64 {
-    let q = 0.25 * x * x;
-    let (mut term, mut sum) = (1.0f64, 1.0f64);
-    let mut k = 1.0;
-    while term > 1e-18 * sum {
-        term *= q / (k * k);
-        sum += term;
-        k += 1.0;
-    }
-    sum
-}
-
-/// The Kaiser–Bessel window of `width` nodes on an M-point mesh for an n-point band.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct KaiserBessel {
-    /// w: nodes per direction.
-    pub width: usize,
-    /// β = πw(1 − 1/(2u)), u = M/n.
-    pub beta: f64,
-    /// M: the mesh's points per direction.
-    pub mesh: usize,
-    /// 1/I₀(β): the window is 1 at its centre.
-    pub inv_i0_beta: f64,
-}
-
-impl KaiserBessel {
-    /// The window of `width` nodes on an M = `mesh` point mesh for the band of an `n`-point
-    /// lattice (mesh > n).
-    pub fn new(width: usize, mesh: usize, n: usize) -> Self {
-        let u = mesh as f64 / n as f64;
-        let beta = PI * width as f64 * (1.0 - 0.5 / u);
-        KaiserBessel {
-            width,
-            beta,
-            mesh,
-            inv_i0_beta: 1.0 / bessel_i0(beta),
-        }
-    }
-
-    /// φ₁ at a distance of `d` mesh spacings from the particle: I₀(β√(1 − t²))/I₀(β), t = 2d/w,
-    /// for |t| < 1, else 0 (the GPU's `lm_weight`).
-    pub fn weight(&self, d: f64) -> f64 {
-        let t = 2.0 * d / self.width as f64;
-        let s = 1.0 - t * t;
-        if s > 0.0 {
-            bessel_i0(self.beta * s.sqrt()) * self.inv_i0_beta
-        } else {
-            0.0
-        }
-    }
-
-    /// φ̂₁(k) = ∫ φ₁(x) e^{−ikx} dx (x in box units, H = 2π/M) at wavenumber `k`.
-    pub fn transform(&self, k: f64) -> f64 {
-        let h = TAU / self.mesh as f64;
-        let wh = self.width as f64 * h;
-        let z = 0.5 * k * wh;
-        let d = self.beta * self.beta - z * z;
-        let shape = if d > 0.0 {
-            let s = d.sqrt();
-            s.sinh() / s
-        } else if d < 0.0 {
-            let s = (-d).sqrt();
-            s.sin() / s
-        } else {
-            1.0
-        };
-        wh * shape * self.inv_i0_beta
-    }
-
-    /// The aliasing error per axis on the band of an `n`-point lattice: the largest, over
-    /// 0 ≤ k ≤ n/2, of Σ_{0<|l|≤3} |φ̂₁(k + lM)| / φ̂₁(k).
-    pub fn aliasing(&self, n: usize) -> f64 {
-        let m = self.mesh as f64;
-        (0..=n / 2)
-            .map(|k| {
-                let k = k as f64;
-                let images: f64 = (1..=3)
-                    .map(|l| {
-                        let l = l as f64;
-                        self.transform(k + l * m).abs() + self.transform(k - l * m).abs()
-                    })
-                    .sum();
-                images / self.transform(k)
-            })
-            .fold(0.0, f64::max)
-    }
+/// The Kaiser–Bessel window of `width` nodes on an M = `mesh` point mesh for the band of an
+/// `n`-point lattice (mesh > n): [`KaiserBessel`] (src/summation/ewald/window.rs, the one
+/// definition the PME shares) with β = πw(1 − 1/(2u)), u = M/n (Fessler & Sutton 2003).
+pub fn band_window(width: usize, mesh: usize, n: usize) -> KaiserBessel {
+    let u = mesh as f64 / n as f64;
+    KaiserBessel::new(mesh, width, PI * width as f64 * (1.0 - 0.5 / u))
 }
 
 /// The RBF solve's largest amplification of a mode error on an `n`³ lattice with core σ0:
@@ -192,7 +111,7 @@ pub struct NoWindow {
 pub struct ModesPlan {
     /// The particle lattice n (the band |q_d| ≤ n/2).
     pub n: usize,
-    /// The window (its `mesh` is M).
+    /// The window (its `m` is the mesh side M).
     pub window: KaiserBessel,
 }
 
@@ -219,10 +138,10 @@ impl ModesPlan {
         while mesh <= max_mesh {
             if smooth_multiple_of_8(mesh) {
                 let found = (MIN_WIDTH..=MAX_WIDTH)
-                    .map(|w| KaiserBessel::new(w, mesh, n))
-                    .find(|kb| kb.aliasing(n) <= tolerance);
+                    .map(|w| band_window(w, mesh, n))
+                    .find(|kb| kb.aliasing(n / 2) <= tolerance);
                 if let Some(window) = found {
-                    if sweep(window.width).1 * CELL <= mesh {
+                    if sweep(window.w).1 * CELL <= mesh {
                         return Ok(ModesPlan { n, window });
                     }
                 }
@@ -240,7 +159,7 @@ impl ModesPlan {
 
     /// M, the mesh's points per direction.
     pub fn mesh(&self) -> usize {
-        self.window.mesh
+        self.window.m
     }
 
     /// The deconvolution per DFT index d of the n-point lattice for core σ:
@@ -350,7 +269,7 @@ pub fn direct_band_spectrum(
 /// scatter).
 pub fn spread(x: &[[f64; 3]], alpha: &[[f64; 3]], plan: &ModesPlan) -> Vec<[f64; 3]> {
     let (m, kb) = (plan.mesh(), plan.window);
-    let half = 0.5 * kb.width as f64;
+    let half = 0.5 * kb.w as f64;
     // The nodes a particle at mesh coordinate p reaches along an axis, |i − p| ≤ w/2 (unwrapped
     // first index, count), and their (wrapped index, weight).
     let reach = |p: f64| -> (i64, usize) {
@@ -415,6 +334,7 @@ pub fn spread(x: &[[f64; 3]], alpha: &[[f64; 3]], plan: &ModesPlan) -> Vec<[f64;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::summation::ewald::window::bessel_i0;
     use rand::{Rng, SeedableRng};
 
     /// A lattice of n³ particles moved by up to 0.45h, random strengths.
@@ -441,22 +361,10 @@ mod tests {
     }
 
     #[test]
-    fn bessel_i0_matches_known_values() {
-        // Abramowitz & Stegun table 9.8 and the asymptotic e^x/√(2πx)(1 + 1/(8x) + 9/(128x²)).
-        assert_eq!(bessel_i0(0.0), 1.0);
-        assert!((bessel_i0(1.0) - 1.266_065_877_752_008_4).abs() < 1e-15);
-        assert!((bessel_i0(5.0) / 27.239_871_823_604_44 - 1.0).abs() < 1e-14);
-        let x: f64 = 40.0;
-        let asym = x.exp() / (TAU * x).sqrt()
-            * (1.0 + 1.0 / (8.0 * x) + 9.0 / (128.0 * x * x) + 225.0 / (3072.0 * x.powi(3)));
-        assert!((bessel_i0(x) / asym - 1.0).abs() < 1e-6);
-    }
-
-    #[test]
     fn window_transform_is_the_windows_fourier_integral() {
         // Simpson's rule on the window (smooth inside, a jump of 1/I₀(β) at the ends) against
         // the closed form, inside and outside the main lobe.
-        let kb = KaiserBessel::new(12, 24, 16);
+        let kb = band_window(12, 24, 16);
         let h = TAU / 24.0;
         let half = 6.0;
         let steps = 20_000;
@@ -474,7 +382,7 @@ mod tests {
                 };
                 // The window's values on the closed interval (its end values included).
                 let t = d / half;
-                let v = bessel_i0(kb.beta * (1.0 - t * t).max(0.0).sqrt()) * kb.inv_i0_beta;
+                let v = bessel_i0(kb.beta * (1.0 - t * t).max(0.0).sqrt()) * kb.inv_i0b();
                 s += c * v * (k * d * h).cos();
             }
             let integral = s * dx / 3.0 * h;
@@ -500,14 +408,14 @@ mod tests {
             let sigma0 = overlap * TAU / n as f64;
             let plan = ModesPlan::new(n, sigma0).unwrap();
             assert_eq!(
-                (plan.mesh(), plan.window.width),
+                (plan.mesh(), plan.window.w),
                 (mesh, width),
                 "n = {n}, overlap {overlap}"
             );
             let tol = axis_tolerance(n, sigma0);
-            assert!(plan.window.aliasing(n) <= tol);
-            let narrower = KaiserBessel::new(width - 1, mesh, n);
-            assert!(narrower.aliasing(n) > tol, "n = {n}: w − 1 would do");
+            assert!(plan.window.aliasing(n / 2) <= tol);
+            let narrower = band_window(width - 1, mesh, n);
+            assert!(narrower.aliasing(n / 2) > tol, "n = {n}: w − 1 would do");
             assert!(sweep(width).1 * CELL <= mesh);
         }
         // The amplification of the issue: 139 at σ0 = h, 16 at 0.75h.
@@ -516,12 +424,8 @@ mod tests {
         // Wide cores ask for the floor and a finer mesh; beyond it, a clear refusal.
         let sigma_wide = 1.5 * TAU / 64.0;
         let wide = ModesPlan::new(64, sigma_wide).unwrap();
-        eprintln!(
-            "overlap 1.5: mesh {}, w = {}",
-            wide.mesh(),
-            wide.window.width
-        );
-        assert!(wide.mesh() > 96 && wide.window.aliasing(64) <= axis_tolerance(64, sigma_wide));
+        eprintln!("overlap 1.5: mesh {}, w = {}", wide.mesh(), wide.window.w);
+        assert!(wide.mesh() > 96 && wide.window.aliasing(32) <= axis_tolerance(64, sigma_wide));
         let err = ModesPlan::new(64, 3.0 * TAU / 64.0);
         assert!(err.is_ok() || err.unwrap_err().to_string().contains("no Kaiser–Bessel"));
     }
@@ -566,7 +470,7 @@ mod tests {
                 "n = {n}, overlap {overlap}, σ = {grown}σ0: mesh {}, w = {}, max mode error \
                  {:.2e} of the rms, × amplification {amp:.0} = {:.2e}",
                 plan.mesh(),
-                plan.window.width,
+                plan.window.w,
                 worst / scale,
                 amp * worst / scale
             );
@@ -595,7 +499,7 @@ mod tests {
         for c in 0..cells.pow(3) {
             starts[c + 1] += starts[c];
         }
-        let (lo, span) = sweep(kb.width);
+        let (lo, span) = sweep(kb.w);
         let wrap = |c: i64| c.rem_euclid(cells as i64) as usize;
         let per = (TILE / CELL) as i64;
         let tiles = m / TILE;
@@ -658,7 +562,7 @@ mod tests {
                 worst <= 1e-13 * scale,
                 "n = {n} (mesh {}, w = {}): {worst:e} of {scale:e}",
                 plan.mesh(),
-                plan.window.width
+                plan.window.w
             );
         }
     }
@@ -697,7 +601,7 @@ mod tests {
         let sigma = 0.8 * TAU / n as f64;
         let plan = ModesPlan {
             n,
-            window: KaiserBessel::new(16, 2 * n, n),
+            window: band_window(16, 2 * n, n),
         };
         let nufft = blob_band_spectrum(&x, &alpha, sigma, &plan);
         let exact = direct_band_spectrum(&x, &alpha, sigma, n);

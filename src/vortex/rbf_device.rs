@@ -514,13 +514,14 @@ impl DeviceRbfSolver {
             b.order.get(), blobs.x.get(), blobs.alpha.get(), &np_i, &m_i, b.pos.get_mut(),
             b.alpha.get_mut())?;
         b.mesh.ensure(&s, 3 * m * m * mp)?;
-        let (lo, span) = lattice_modes::sweep(kb.width);
+        let (lo, span) = lattice_modes::sweep(kb.w);
         debug_assert!(
             span <= cells,
             "ModesPlan::new keeps the sweep within the mesh"
         );
         let tiles = (m / lattice_modes::TILE) as u32;
-        let (w_i, lo_i, span_i) = (kb.width as i32, lo as i32, span as i32);
+        let (w_i, lo_i, span_i) = (kb.w as i32, lo as i32, span as i32);
+        let inv_i0b = kb.inv_i0b();
         // SAFETY: lm_spread(const double* pos, const double* al, const int* start, int cells,
         // int m, int w, double beta, double inv_i0b, int lo, int span, double* mesh): pos/al
         // 3·np doubles in cell order, starts the cells³ + 1 scanned counts, mesh 3·m·m·mp
@@ -532,7 +533,7 @@ impl DeviceRbfSolver {
                 shared_mem_bytes: 0,
             };
             b.pos.get(), b.alpha.get(), b.starts.get(), &cells_i, &m_i, &w_i, &kb.beta,
-            &kb.inv_i0_beta, &lo_i, &span_i, b.mesh.get_mut())?;
+            &inv_i0b, &lo_i, &span_i, b.mesh.get_mut())?;
         let mesh_plan = ensure_plan(&mut self.plans.mesh, m, || mesh_d2z_plan(m, &s))?;
         let mesh = b.mesh.addr(&s);
         // SAFETY: the plan transforms 3 batches of m³ in cuFFT's in-place layout (real rows of

@@ -84,6 +84,8 @@ pub struct KaiserBessel {
     pub beta: f64,
     /// Grid spacing.
     pub h: f64,
+    /// Grid points per direction, M (h = 2π/M).
+    pub m: usize,
     /// 4/w²: s² = 1 − e²·(4/w²) for a node e grid units away.
     c4: f64,
     /// 1/I₀(β): the weights below are I₀(β s)/I₀(β) ∈ (0, 1].
@@ -103,6 +105,7 @@ impl KaiserBessel {
             w,
             beta,
             h,
+            m,
             c4: 4.0 / (w * w) as f64,
             inv_i0b: 1.0 / i0b,
             norm: (i0b.ln() - ln_hat0).exp(),
@@ -112,6 +115,48 @@ impl KaiserBessel {
     /// The constants the GPU kernels take: (β, 4/w², 1/I₀(β), I₀(β)/φ̂(0)).
     pub fn kernel_constants(&self) -> (f64, f64, f64, f64) {
         (self.beta, self.c4, self.inv_i0b, self.norm)
+    }
+
+    /// 1/I₀(β): the weights are I₀(β s)/I₀(β) ∈ (0, 1].
+    pub fn inv_i0b(&self) -> f64 {
+        self.inv_i0b
+    }
+
+    /// The transform of the weights I₀(β s)/I₀(β) (per unit length, no normalisation) at any
+    /// wavenumber k: φ̂(k)/I₀(β) = w h · sinh(√(β² − z²))/√(β² − z²) / I₀(β), z = k w h/2, and
+    /// sin(√(z² − β²))/√(z² − β²) beyond the main lobe (1 at z = β).
+    pub fn transform(&self, k: f64) -> f64 {
+        let wh = self.w as f64 * self.h;
+        let z = 0.5 * k * wh;
+        let d = self.beta * self.beta - z * z;
+        let shape = if d > 0.0 {
+            let s = d.sqrt();
+            s.sinh() / s
+        } else if d < 0.0 {
+            let s = (-d).sqrt();
+            s.sin() / s
+        } else {
+            1.0
+        };
+        wh * shape * self.inv_i0b
+    }
+
+    /// The aliasing error per axis on the band |k| ≤ `kmax`: the largest over 0 ≤ k ≤ kmax of
+    /// Σ_{0<|l|≤3} |φ̂(k + lM)| / φ̂(k), the images a spread or a gather folds onto mode k.
+    pub fn aliasing(&self, kmax: usize) -> f64 {
+        let m = self.m as f64;
+        (0..=kmax)
+            .map(|k| {
+                let k = k as f64;
+                let images: f64 = (1..=3)
+                    .map(|l| {
+                        let l = l as f64;
+                        self.transform(k + l * m).abs() + self.transform(k - l * m).abs()
+                    })
+                    .sum();
+                images / self.transform(k)
+            })
+            .fold(0.0, f64::max)
     }
 
     /// The per-axis factor I₀(β)/φ̂(0) (per unit length) of the weights below.
