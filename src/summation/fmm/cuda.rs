@@ -559,6 +559,30 @@ impl CudaFmm {
         Ok(())
     }
 
+    /// The periodic FMM on the GPU ([`super::cuda_periodic`]): plans the parameters for `accuracy` on the
+    /// GPU (refused below [`super::params::GPU_ACCURACY_FLOOR`]), compiles the kernels; checks
+    /// against a finer Ewald sum at the first evaluation and every `every` evaluations after
+    /// (0: only the first).
+    pub fn periodic(gpu: Arc<Gpu>, accuracy: f64, every: u64) -> Result<Self, SummationError> {
+        Self::new(gpu, accuracy, every)?.into_periodic()
+    }
+
+    /// With explicit parameters (tests and benchmarks).
+    pub fn periodic_with_params(
+        gpu: Arc<Gpu>,
+        params: FmmParams,
+        check_every: u64,
+    ) -> Result<Self, SummationError> {
+        Self::with_params(gpu, params, check_every)?.into_periodic()
+    }
+
+    /// The free-space engine turned periodic (for its planned parameters).
+    fn into_periodic(mut self) -> Result<Self, SummationError> {
+        let params = *self.params();
+        self.set_periodic(params)?;
+        Ok(self)
+    }
+
     /// Counts an evaluation and, when due, checks the request `req`'s result `out` against the
     /// reference (the direct sum, or in the periodic box the finer Ewald sum); an error when it
     /// misses the request.

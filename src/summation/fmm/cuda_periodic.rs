@@ -1,4 +1,4 @@
-//! The periodic FMM on one GPU: [`CudaFmm`]'s periodic mode ([`CudaFmm::periodic`]), the CPU's
+//! The periodic FMM on one GPU: [`super::CudaFmm`]'s periodic mode ([`super::CudaFmm::periodic`]), the CPU's
 //! method ([`super::FmmPeriodic`], module docs of [`super::periodic`]) on the free-space GPU
 //! engine ([`super::cuda`]), which it shares kernel for kernel:
 //!
@@ -26,7 +26,6 @@
 //! particles. The built-in check compares a sample with the CPU's Ewald sum at a tenth of the
 //! request ([`CHECK_REFINEMENT`]), which also sums the blob vorticity.
 
-use super::cuda::{cfg, CudaFmm};
 use super::expansions::coefficient_count;
 use super::gpu_tree::GpuTree;
 use super::params::FmmParams;
@@ -34,11 +33,10 @@ use super::periodic::{
     describe_engine, lattice_order, name_of, near_shifts, LatticeSum, VacuumTerm, CHECK_REFINEMENT,
     LATTICE_LEVELS, NEAR_LEVEL,
 };
-use super::Fmm;
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{launch, CudaError, Gpu};
+use crate::device::sort::cfg_items;
 use crate::summation::ewald::EwaldPeriodic;
-use crate::summation::SummationError;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
 use num_complex::Complex64 as C64;
 use std::sync::Arc;
@@ -46,7 +44,7 @@ use std::sync::Arc;
 /// The engine in the periodic GPU FMM's name.
 pub const GPU_ENGINE: &str = "GPU (f64 expansions, f32 near field)";
 
-/// What the periodic box adds to [`CudaFmm`] (module docs): the far images' lattice sum, the
+/// What the periodic box adds to [`super::CudaFmm`] (module docs): the far images' lattice sum, the
 /// image shifts, the Ewald sum the check compares with, and the device buffers of the wrapped
 /// points and of the root's terms.
 pub(super) struct Periodic {
@@ -138,7 +136,7 @@ impl Periodic {
         let entries = 3 * coefficient_count(p);
         // SAFETY: fmm_add_root(add, local): add holds 3·NC complex values (uploaded above),
         // local at least those of the target root (cell 0); one thread per value.
-        launch!(s, add_root, "fmm_add_root", cfg(entries.div_ceil(128), 128);
+        launch!(s, add_root, "fmm_add_root", cfg_items(entries, 128);
             self.root_local.get(), local.get_mut())?;
         Ok(())
     }
@@ -167,33 +165,7 @@ pub(super) fn root_terms(
     (local.iter().flat_map(|v| [v.re, v.im]).collect(), terms)
 }
 
-impl CudaFmm {
-    /// The periodic FMM on the GPU (module docs): plans the parameters for `accuracy` on the
-    /// GPU (refused below [`super::params::GPU_ACCURACY_FLOOR`]), compiles the kernels; checks
-    /// against a finer Ewald sum at the first evaluation and every `every` evaluations after
-    /// (0: only the first).
-    pub fn periodic(gpu: Arc<Gpu>, accuracy: f64, every: u64) -> Result<Self, SummationError> {
-        Self::new(gpu, accuracy, every)?.into_periodic()
-    }
-
-    /// With explicit parameters (tests and benchmarks).
-    pub fn periodic_with_params(
-        gpu: Arc<Gpu>,
-        params: FmmParams,
-        check_every: u64,
-    ) -> Result<Self, SummationError> {
-        Self::with_params(gpu, params, check_every)?.into_periodic()
-    }
-
-    /// The free-space engine turned periodic (for its planned parameters).
-    fn into_periodic(mut self) -> Result<Self, SummationError> {
-        let params = *self.params();
-        self.set_periodic(params)?;
-        Ok(self)
-    }
-}
-
-/// What [`CudaFmm::periodic`] with `params` is, in words (its name): for the planner.
+/// What [`super::CudaFmm::periodic`] with `params` is, in words (its name): for the planner.
 pub fn describe(params: &FmmParams) -> String {
     describe_engine(GPU_ENGINE, params)
 }
