@@ -334,7 +334,6 @@ pub fn spread(x: &[[f64; 3]], alpha: &[[f64; 3]], plan: &ModesPlan) -> Vec<[f64;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::summation::ewald::window::bessel_i0;
     use rand::{Rng, SeedableRng};
 
     /// A lattice of n³ particles moved by up to 0.45h, random strengths.
@@ -358,40 +357,6 @@ mod tests {
     fn rms(v: &[Vec<Complex64>; 3]) -> f64 {
         let s: f64 = v.iter().flatten().map(|z| z.norm_sqr()).sum();
         (s / v[0].len() as f64).sqrt()
-    }
-
-    #[test]
-    fn window_transform_is_the_windows_fourier_integral() {
-        // Simpson's rule on the window (smooth inside, a jump of 1/I₀(β) at the ends) against
-        // the closed form, inside and outside the main lobe.
-        let kb = band_window(12, 24, 16);
-        let h = TAU / 24.0;
-        let half = 6.0;
-        let steps = 20_000;
-        for k in [0.0, 3.0, 8.0, 16.0, 20.0, 31.0] {
-            let dx = 2.0 * half / steps as f64;
-            let mut s = 0.0;
-            for i in 0..=steps {
-                let d = -half + i as f64 * dx;
-                let c = if i == 0 || i == steps {
-                    1.0
-                } else if i % 2 == 1 {
-                    4.0
-                } else {
-                    2.0
-                };
-                // The window's values on the closed interval (its end values included).
-                let t = d / half;
-                let v = bessel_i0(kb.beta * (1.0 - t * t).max(0.0).sqrt()) * kb.inv_i0b();
-                s += c * v * (k * d * h).cos();
-            }
-            let integral = s * dx / 3.0 * h;
-            let closed = kb.transform(k);
-            assert!(
-                (integral - closed).abs() < 1e-12 * kb.transform(0.0),
-                "k = {k}: {integral} vs {closed}"
-            );
-        }
     }
 
     #[test]
