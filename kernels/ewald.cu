@@ -35,6 +35,7 @@
 
 #include "common.cuh"
 #include "scan.cuh"
+#include "box.cuh"
 
 typedef unsigned int uint;
 
@@ -69,23 +70,13 @@ __device__ __forceinline__ void ew_pair_kl(float r2, float inv_s, float &k, floa
 
 // ---- positions ----------------------------------------------------------------------------------
 
-// Wraps a coordinate into [−π, π) exactly as src/summation/cells.rs `wrap`.
-__device__ __forceinline__ double ew_wrap(double x)
-{
-    double r = fmod(x + EW_PI, EW_TAU);
-    if (r < 0.0) r += EW_TAU;
-    double y = r - EW_PI;
-    if (y >= EW_PI) y -= EW_TAU;
-    return y;
-}
-
 // Window::locate: first support node (0..M) and δ = u − first (u the position in grid units).
 __device__ __forceinline__ void ew_locate(const double *x, int M, int P, double h, int first[3],
                                           float delta[3])
 {
 #pragma unroll
     for (int d = 0; d < 3; d++) {
-        const double u = (ew_wrap(x[d]) + EW_PI) / h;
+        const double u = (box_wrap(x[d]) + EW_PI) / h;
         const double s = floor(u + 1.0 - 0.5 * (double)P);
         delta[d] = (float)(u - s);
         long long si = (long long)s % M;
@@ -135,9 +126,9 @@ extern "C" __global__ void ew_cell_keys(const double *__restrict__ x, const int 
     const size_t q = sel ? (size_t)sel[i] : (size_t)i;
     int key = 0;
     if (cells > 0) {
-        const int cx = ew_cell_axis(ew_wrap(x[3 * q]), side, cells);
-        const int cy = ew_cell_axis(ew_wrap(x[3 * q + 1]), side, cells);
-        const int cz = ew_cell_axis(ew_wrap(x[3 * q + 2]), side, cells);
+        const int cx = ew_cell_axis(box_wrap(x[3 * q]), side, cells);
+        const int cy = ew_cell_axis(box_wrap(x[3 * q + 1]), side, cells);
+        const int cz = ew_cell_axis(box_wrap(x[3 * q + 2]), side, cells);
         key = (cx * cells + cy) * cells + cz;
     }
     keys[i] = key;
@@ -200,7 +191,7 @@ extern "C" __global__ void ew_pack_cells(const int *__restrict__ order, const in
     if (i >= n) return;
     const int item = order[i];
     const size_t q = sel ? (size_t)sel[item] : (size_t)item;
-    sp[i] = ew_d4{ew_wrap(x[3 * q]), ew_wrap(x[3 * q + 1]), ew_wrap(x[3 * q + 2]), sigma[q]};
+    sp[i] = ew_d4{box_wrap(x[3 * q]), box_wrap(x[3 * q + 1]), box_wrap(x[3 * q + 2]), sigma[q]};
     sa[i] = make_float4((float)alpha[3 * q], (float)alpha[3 * q + 1], (float)alpha[3 * q + 2], 0.0f);
 }
 
@@ -602,7 +593,7 @@ __device__ __forceinline__ void ew_visit(const double *xt, const ew_d4 *__restri
                                          const int *__restrict__ start, int ns, int cells,
                                          double side, int m_img, double r_cut2, F &&f)
 {
-    const double x0 = ew_wrap(xt[0]), x1 = ew_wrap(xt[1]), x2 = ew_wrap(xt[2]);
+    const double x0 = box_wrap(xt[0]), x1 = box_wrap(xt[1]), x2 = box_wrap(xt[2]);
     if (cells == 0) {
         for (int j = 0; j < ns; j++) {
             const ew_d4 p = sp[j];

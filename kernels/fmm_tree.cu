@@ -35,6 +35,8 @@
 // Cells: centre (3 doubles), half, radius, sigma_max, begin, end, child_begin, child_count (u8),
 // parent, one array each.
 
+#include "box.cuh"
+
 #define TREE_MAX_LEVEL 21
 // A source subtree's depth-first stack: a pop pushes at most 8 children, one per level.
 #define TREE_STACK (1 + 7 * (TREE_MAX_LEVEL + 1))
@@ -271,17 +273,12 @@ extern "C" __global__ void tree_upward(int first, int count, const double *__res
     sigma[c] = s;
 }
 
-// x[i] wrapped into [−π, π) for i < n3 (src/summation/cells.rs wrap: fmod is exact, as Rust's %).
+// x[i] wrapped into [−π, π) for i < n3 (box_wrap: src/summation/cells.rs wrap, bit for bit).
 extern "C" __global__ void tree_wrap(const double *__restrict__ x, int n3, double *__restrict__ out)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n3) return;
-    const double pi = 3.141592653589793, tau = 6.283185307179586;
-    double r = fmod(x[i] + pi, tau);
-    if (r < 0.0) r = r + tau;
-    double y = r - pi;
-    if (y >= pi) y = y - tau;
-    out[i] = y;
+    out[i] = box_wrap(x[i]);
 }
 
 // ---- interaction lists ----------------------------------------------------------------------------

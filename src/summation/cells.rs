@@ -9,7 +9,10 @@ use std::f64::consts::{PI, TAU};
 /// Blob-vorticity cutoff in units of σ_q: e^{−7²/2} ≈ 2.3e-11 of the blob's peak.
 pub const VORTICITY_CUTOFF: f64 = 7.0;
 
-/// Wraps a coordinate into [−π, π).
+/// The device form of [`wrap`] (`box_wrap` in `kernels/box.cuh`), a named NVRTC header.
+pub const BOX_HEADER: (&str, &str) = ("box.cuh", include_str!("../../kernels/box.cuh"));
+
+/// Wraps a coordinate into [−π, π) (on the device: [`BOX_HEADER`]).
 #[inline]
 pub(crate) fn wrap(x: f64) -> f64 {
     let y = (x + PI).rem_euclid(TAU) - PI;

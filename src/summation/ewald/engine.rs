@@ -25,7 +25,8 @@ use std::sync::Arc;
 pub const KERNELS: KernelSource = kernel_source!(
     "ewald.cu",
     crate::summation::PAIR_KERNEL_HEADER,
-    crate::device::sort::SCAN_HEADER
+    crate::device::sort::SCAN_HEADER,
+    crate::summation::cells::BOX_HEADER
 );
 
 /// Largest window support the spread and gather kernels take (`GA_PMAX` and `SP_PMAX` in

@@ -44,7 +44,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 /// The kernel family (compiled with `--fmad=false`).
-pub const KERNELS: KernelSource = kernel_source!("fmm_tree.cu");
+pub const KERNELS: KernelSource =
+    kernel_source!("fmm_tree.cu", crate::summation::cells::BOX_HEADER);
 /// Threads per block of the tree kernels.
 const THREADS: u32 = 128;
 /// Bits of the Morton keys the sort orders.
