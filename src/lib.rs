@@ -9,6 +9,7 @@ pub mod config;
 pub mod console;
 pub mod device;
 pub mod diagnostics;
+pub mod gravity;
 pub mod init;
 pub mod kernel;
 pub mod output;

@@ -197,6 +197,66 @@ pub fn vorticity_slice_png(step: u64) -> String {
     format!("{VORTICITY_PNG_PREFIX}{step:08}.png")
 }
 
+/// The folder of a gravity run's logs and pictures.
+pub const GRAVITY_DIR: &str = "gravity";
+/// A gravity run's diagnostics, one row per output.
+pub const GRAVITY_CSV: &str = "gravity/energy.csv";
+/// Columns of [`GRAVITY_CSV`]: time (model units), step, kinetic, potential and total energy,
+/// the relative energy error (E − E₀)/|E₀|, linear and angular momentum, the virial ratio 2K/|W|
+/// and the 10/50/90 % Lagrangian radii about the centre of mass.
+pub const GRAVITY_COLUMNS: [&str; 16] = [
+    "t",
+    "step",
+    "kinetic",
+    "potential",
+    "energy",
+    "energy_error",
+    "px",
+    "py",
+    "pz",
+    "lx",
+    "ly",
+    "lz",
+    "virial_ratio",
+    "r10",
+    "r50",
+    "r90",
+];
+/// A gravity run's per-component mass centres, one row per (output, galaxy, component).
+pub const GRAVITY_COMPONENTS_CSV: &str = "gravity/components.csv";
+/// Columns of [`GRAVITY_COMPONENTS_CSV`]: the component's name ("body", "disk", "bulge", "halo").
+pub const GRAVITY_COMPONENTS_COLUMNS: [&str; 10] = [
+    "t",
+    "galaxy",
+    "component",
+    "mass",
+    "x",
+    "y",
+    "z",
+    "vx",
+    "vy",
+    "vz",
+];
+/// A gravity run's units, written at its start for the pictures (JSON: `length` (number),
+/// `length_unit` ("au", "pc", "kpc", "Mpc"), `mass_msun`, `time_seconds`; `{}` for N-body units).
+pub const GRAVITY_UNITS_JSON: &str = "gravity/units.json";
+/// The body snapshot at `step` inside [`SNAPSHOTS_DIR`], without extension:
+/// `"bodies-00000125"` (`.npz` with arrays `mass` (n), `x`, `v` (n×3), `component`, `galaxy`
+/// (n, u8), `t`, `step` (scalars); `.vtp` for ParaView).
+pub fn bodies_stem(step: u64) -> String {
+    format!("bodies-{step:08}")
+}
+/// The log surface density picture at `step`, in [`GRAVITY_DIR`]: `"density-00000125.png"`.
+pub const DENSITY_PNG_PREFIX: &str = "density-";
+/// The picture of the bodies coloured by galaxy at `step`, in [`GRAVITY_DIR`].
+pub const GALAXIES_PNG_PREFIX: &str = "galaxies-";
+/// The animation (APNG) of the surface density over every body snapshot, in [`GRAVITY_DIR`].
+pub const ANIMATION_PNG: &str = "gravity/animation.png";
+/// The energy error against time, in the run directory.
+pub const GRAVITY_ENERGY_PNG: &str = "energy-error.png";
+/// The Lagrangian radii against time, in the run directory.
+pub const LAGRANGIAN_PNG: &str = "lagrangian-radii.png";
+
 /// An entry of the run directory that a run writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunEntry {
@@ -210,7 +270,10 @@ pub enum RunEntry {
 
 /// Every entry of the run directory that a run writes (the lock file `.vpm.lock` aside, which
 /// belongs to the process writing into the directory).
-pub const RUN_ENTRIES: [RunEntry; 15] = [
+pub const RUN_ENTRIES: [RunEntry; 18] = [
+    RunEntry::Folder(GRAVITY_DIR),
+    RunEntry::File(GRAVITY_ENERGY_PNG),
+    RunEntry::File(LAGRANGIAN_PNG),
     RunEntry::Folder(SPECTRAL_DIR),
     RunEntry::Folder(VORTEX_DIR),
     RunEntry::Folder(FIELDS_DIR),

@@ -456,6 +456,12 @@ pub trait GravitySummation: Send {
         }
         self.evaluate_bodies(GravityWork { bodies, targets }, out)
     }
+
+    /// The evaluator's built-in accuracy checks since the last call (the FMM's, against all
+    /// pairs); none for the others.
+    fn take_accuracy_checks(&mut self) -> Vec<super::fmm::AccuracyCheck> {
+        Vec::new()
+    }
 }
 
 /// One evaluation asked of a [`GravitySummation`]: the bodies, and the points where φ and a are

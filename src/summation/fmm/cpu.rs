@@ -439,16 +439,15 @@ impl FmmGravity {
             core: GravityFmmState::new(gravity, params, check_every),
         }
     }
-
-    /// The built-in checks since the last call.
-    pub fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
-        self.core.fmm.schedule.take()
-    }
 }
 
 impl GravitySummation for FmmGravity {
     fn name(&self) -> String {
         self.core.name("CPU f64")
+    }
+
+    fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
+        self.core.fmm.schedule.take()
     }
 
     fn gravity(&self) -> PlummerGravity {

@@ -92,11 +92,6 @@ impl CudaFmmGravity {
         })
     }
 
-    /// The built-in checks since the last call.
-    pub fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
-        self.core.fmm.schedule.take()
-    }
-
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.engine.gpu
     }
@@ -254,6 +249,10 @@ impl GravitySummation for CudaFmmGravity {
     fn name(&self) -> String {
         self.core
             .name("GPU (f64 Cartesian expansions, f32 near field)")
+    }
+
+    fn take_accuracy_checks(&mut self) -> Vec<AccuracyCheck> {
+        self.core.fmm.schedule.take()
     }
 
     fn gravity(&self) -> PlummerGravity {

@@ -1,0 +1,112 @@
+//! Picks a gravity run's force method (all pairs or the FMM) from N, the device and the accuracy,
+//! and builds its leapfrog: [`super::resident::ResidentLeapfrog`] on a GPU,
+//! [`super::host::HostLeapfrog`] on the CPU.
+//!
+//! `auto` takes the cheaper of the two by the committed cost rules below (seconds per force
+//! evaluation), measured by `vpm bench gravity` (docs/performance.md, "Gravity").
+
+use super::bodies::BodySet;
+use super::host::HostLeapfrog;
+use super::resident::ResidentLeapfrog;
+use super::stepper::BodyStepper;
+use super::GravityError;
+use crate::device::Device;
+use crate::summation::interaction::PlummerGravity;
+use crate::summation::planner::{plan_gravity, EvaluatorOptions};
+use crate::summation::EvaluatorKind;
+
+/// CPU all pairs, f64: seconds per pair on one core (the run divides by the threads).
+pub const CPU_DIRECT_SECONDS_PER_PAIR: f64 = 4.0e-9;
+/// CPU FMM, f64: seconds per body on one core at accuracy 1e-4.
+pub const CPU_FMM_SECONDS_PER_BODY: f64 = 6.0e-6;
+/// GPU all pairs (f32 tiles, one H100): seconds per pair.
+pub const GPU_DIRECT_SECONDS_PER_PAIR: f64 = 2.0e-11;
+/// GPU FMM (one H100) at accuracy 1e-4: seconds per body, plus a fixed cost per evaluation.
+pub const GPU_FMM_SECONDS_PER_BODY: f64 = 4.0e-8;
+/// The GPU FMM's fixed cost per evaluation (tree levels, launches), seconds.
+pub const GPU_FMM_SECONDS_FIXED: f64 = 2.0e-3;
+
+/// The method a gravity run uses and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MethodChoice {
+    /// `Direct` or `Fmm`.
+    pub method: EvaluatorKind,
+    /// Estimated seconds per force evaluation of the chosen method.
+    pub seconds: f64,
+    /// For `auto`: both estimates in words, for the log, `vpm check` and the manifest.
+    pub reason: Option<String>,
+}
+
+/// Estimated seconds per evaluation of `method` for `n` bodies on `device` with `threads` CPU
+/// threads.
+pub fn seconds_per_evaluation(method: EvaluatorKind, n: usize, device: &Device, threads: usize) -> f64 {
+    let n = n as f64;
+    let threads = threads.max(1) as f64;
+    match (method, device) {
+        (EvaluatorKind::Fmm, Device::Cpu) => CPU_FMM_SECONDS_PER_BODY * n / threads,
+        (EvaluatorKind::Fmm, Device::Cuda(_)) => GPU_FMM_SECONDS_FIXED + GPU_FMM_SECONDS_PER_BODY * n,
+        (_, Device::Cpu) => CPU_DIRECT_SECONDS_PER_PAIR * n * n / threads,
+        (_, Device::Cuda(_)) => GPU_DIRECT_SECONDS_PER_PAIR * n * n,
+    }
+}
+
+/// The method for `requested` (`Auto`, `Direct` or `Fmm`): `Auto` takes the cheaper by
+/// [`seconds_per_evaluation`]; anything else is refused naming what is allowed.
+pub fn choose_method(
+    requested: EvaluatorKind,
+    n: usize,
+    device: &Device,
+    threads: usize,
+) -> Result<MethodChoice, GravityError> {
+    let cost = |m| seconds_per_evaluation(m, n, device, threads);
+    match requested {
+        EvaluatorKind::Direct | EvaluatorKind::Fmm => Ok(MethodChoice {
+            method: requested,
+            seconds: cost(requested),
+            reason: None,
+        }),
+        EvaluatorKind::Auto => {
+            let (d, f) = (cost(EvaluatorKind::Direct), cost(EvaluatorKind::Fmm));
+            let method = if f < d {
+                EvaluatorKind::Fmm
+            } else {
+                EvaluatorKind::Direct
+            };
+            Ok(MethodChoice {
+                method,
+                seconds: d.min(f),
+                reason: Some(format!(
+                    "auto chose \"{method}\" for {n} bodies on {}: all pairs ≈ {d:.3e} s, FMM ≈ \
+                     {f:.3e} s per evaluation",
+                    device.label()
+                )),
+            })
+        }
+        other => Err(GravityError::BadBodies(format!(
+            "gravity has no \"{other}\" evaluator; allowed: \"auto\", \"direct\", \"fmm\""
+        ))),
+    }
+}
+
+/// The leapfrog over `bodies` on `device` with forces by `method` (`Direct` or `Fmm`) at `options`.
+pub fn stepper(
+    bodies: BodySet,
+    device: &Device,
+    method: EvaluatorKind,
+    gravity: PlummerGravity,
+    options: &EvaluatorOptions,
+) -> Result<Box<dyn BodyStepper>, GravityError> {
+    match device {
+        Device::Cuda(gpu) => Ok(Box::new(ResidentLeapfrog::new(
+            gpu.clone(),
+            method,
+            gravity,
+            options,
+            bodies,
+        )?)),
+        Device::Cpu => {
+            let summation = plan_gravity(method, device, gravity, *options)?;
+            Ok(Box::new(HostLeapfrog::new(summation, bodies)?))
+        }
+    }
+}
