@@ -102,3 +102,48 @@ template <bool NEWTON> struct Gravity {
 
 VPM_TILE_KERNEL(grav_softened, Gravity<false>)
 VPM_TILE_KERNEL(grav_newton, Gravity<true>)
+
+// ---- the device form (CudaDirectGravityOf::evaluate_resident): packing on the device ----------
+
+// Packs n bodies from f64 device arrays (x: 3 per body, m: 1) as the host packing does (each
+// value rounded once to real): src[q] = (x_q, y_q, z_q, m_q) for q < n, the far-away massless
+// padding for n ≤ q < padded; tgt[i] = (x_i, y_i, z_i, 0) for i < n (the bodies as targets).
+extern "C" __global__ void grav_pack(const double *__restrict__ x, const double *__restrict__ m,
+                                     int n, int padded, real4 *__restrict__ src,
+                                     real4 *__restrict__ tgt)
+{
+    const int q = blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= padded) {
+        return;
+    }
+    real4 s;
+    if (q < n) {
+        s.x = (real)x[3 * (size_t)q];
+        s.y = (real)x[3 * (size_t)q + 1];
+        s.z = (real)x[3 * (size_t)q + 2];
+        s.w = 0;
+        tgt[q] = s;
+        s.w = (real)m[q];
+    } else {
+        s.x = s.y = s.z = (real)1e15;
+        s.w = 0;
+    }
+    src[q] = s;
+}
+
+// Writes the output of the last launch (φ, a_x, a_y, a_z per target) into f64 device arrays:
+// phi (1 per target) and acc (3 per target, interleaved).
+extern "C" __global__ void grav_unpack(const real *__restrict__ out, int nt, double *__restrict__ phi,
+                                       double *__restrict__ acc)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nt) {
+        return;
+    }
+    const real *o = out + (size_t)i * Gravity<false>::kOutputs;
+    phi[i] = (double)o[0];
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+        acc[3 * (size_t)i + k] = (double)o[1 + k];
+    }
+}

@@ -39,12 +39,19 @@ pub struct MethodChoice {
 
 /// Estimated seconds per evaluation of `method` for `n` bodies on `device` with `threads` CPU
 /// threads.
-pub fn seconds_per_evaluation(method: EvaluatorKind, n: usize, device: &Device, threads: usize) -> f64 {
+pub fn seconds_per_evaluation(
+    method: EvaluatorKind,
+    n: usize,
+    device: &Device,
+    threads: usize,
+) -> f64 {
     let n = n as f64;
     let threads = threads.max(1) as f64;
     match (method, device) {
         (EvaluatorKind::Fmm, Device::Cpu) => CPU_FMM_SECONDS_PER_BODY * n / threads,
-        (EvaluatorKind::Fmm, Device::Cuda(_)) => GPU_FMM_SECONDS_FIXED + GPU_FMM_SECONDS_PER_BODY * n,
+        (EvaluatorKind::Fmm, Device::Cuda(_)) => {
+            GPU_FMM_SECONDS_FIXED + GPU_FMM_SECONDS_PER_BODY * n
+        }
         (_, Device::Cpu) => CPU_DIRECT_SECONDS_PER_PAIR * n * n / threads,
         (_, Device::Cuda(_)) => GPU_DIRECT_SECONDS_PER_PAIR * n * n,
     }

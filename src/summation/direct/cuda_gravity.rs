@@ -7,15 +7,23 @@
 //! targets as (x, y, z, 0). With ε > 0 every pair is summed, the self pair included (−m/ε in φ,
 //! nothing in a); with ε = 0 a pair at distance 0 adds nothing (so `targets = None` skips each
 //! body's self pair), and coincident bodies are refused ([`PlummerGravity::check_bodies`]).
+//!
+//! The device form ([`CudaDirectGravityOf::evaluate_resident`], for the GPU-resident leapfrog)
+//! packs bodies held in f64 device arrays on the GPU (`grav_pack`, the host packing's rounding),
+//! launches the same tile kernels and writes φ and a back into f64 device arrays
+//! (`grav_unpack`), with no copy to or from the host.
 
 use super::tiles::{
-    GpuReal, KernelConfig, KernelResources, TileEngine, TileLaunch, PAD_POSITION, TILE_HEADER,
+    cfg_n, GpuReal, KernelConfig, KernelResources, TileEngine, TileLaunch, PAD_POSITION,
+    TILE_HEADER,
 };
-use crate::device::cuda::{kernel_source, CudaError, Gpu, KernelSource};
+use crate::device::buffer::DeviceBuffer;
+use crate::device::cuda::{kernel_source, launch, CudaError, Gpu, KernelSource};
 use crate::summation::interaction::{
     Bodies, GravityEvaluation, GravitySummation, GravityWork, PlummerGravity,
 };
 use crate::summation::{SumResult, SummationError};
+use cudarc::driver::{CudaFunction, PushKernelArg};
 use std::sync::Arc;
 
 /// The family with the header it includes.
@@ -32,6 +40,9 @@ pub const GRAVITY_OUTPUTS: usize = 4;
 pub struct CudaDirectGravityOf<T: GpuReal> {
     tiles: TileEngine<T>,
     gravity: PlummerGravity,
+    /// `grav_pack` and `grav_unpack` (the device form).
+    pack: CudaFunction,
+    unpack: CudaFunction,
 }
 
 /// The production GPU gravity evaluator: f32 on the device.
@@ -51,7 +62,14 @@ impl<T: GpuReal> CudaDirectGravityOf<T> {
         config: KernelConfig,
     ) -> Result<Self, CudaError> {
         let tiles = TileEngine::new(gpu, config, &KERNELS, &KERNEL_NAMES)?.filling_waves()?;
-        Ok(CudaDirectGravityOf { tiles, gravity })
+        let pack = tiles.module().function("grav_pack")?;
+        let unpack = tiles.module().function("grav_unpack")?;
+        Ok(CudaDirectGravityOf {
+            tiles,
+            gravity,
+            pack,
+            unpack,
+        })
     }
 
     pub fn gpu(&self) -> &Arc<Gpu> {
@@ -134,6 +152,48 @@ impl<T: GpuReal> CudaDirectGravityOf<T> {
     pub fn time_launches(&mut self, repeats: usize) -> Result<Vec<f64>, CudaError> {
         let launch = self.tile_launch()?;
         self.tiles.time_launches(launch, repeats)
+    }
+
+    /// The device form, targets = the bodies: φ (n values) and a (3n, x y z per body) of the `n`
+    /// bodies at `x` (3 f64 each) with masses `mass` resident on this engine's GPU, into `phi`
+    /// and `acc` (grown as needed), queued on the GPU's stream (the host does not wait). The
+    /// bodies are packed on the device as [`CudaDirectGravityOf::upload`] packs them on the
+    /// host, so both forms give the same values bit for bit. Nothing is checked on the device:
+    /// the caller checks the bodies (at ε = 0, none coincident in `T`) and the results' finiteness
+    /// (an unwritten output is NaN: the tile output is poisoned before each launch).
+    pub fn evaluate_resident(
+        &mut self,
+        x: &DeviceBuffer<f64>,
+        mass: &DeviceBuffer<f64>,
+        n: usize,
+        phi: &mut DeviceBuffer<f64>,
+        acc: &mut DeviceBuffer<f64>,
+    ) -> SumResult {
+        let launch_of = self.tile_launch()?;
+        if n == 0 {
+            return Ok(());
+        }
+        let (padded, (stream, src)) = self.tiles.reserve_sources(n)?;
+        let src_addr = src[0].addr(stream);
+        let (stream, tgt) = self.tiles.reserve_targets(n, false)?;
+        let tgt_addr = tgt[0].addr(stream);
+        let stream = stream.clone();
+        let (n_i, padded_i) = (n as i32, padded as i32);
+        // SAFETY: grav_pack(const double* x, const double* m, int n, int padded, real4* src,
+        // real4* tgt): x holds 3·n doubles and m n (the caller's device buffers), src 4·padded
+        // reals (reserve_sources()) and tgt 4·n (reserve_targets()); the grid covers padded.
+        launch!(stream, &self.pack, "grav_pack", cfg_n(padded);
+            x.get(), mass.get(), &n_i, &padded_i, &src_addr, &tgt_addr)?;
+        self.tiles.launch(launch_of)?;
+        phi.ensure(&stream, n)?;
+        acc.ensure(&stream, 3 * n)?;
+        let (out, _) = self.tiles.output()?;
+        // SAFETY: grav_unpack(const real* out, int nt, double* phi, double* acc): out holds
+        // n·4 reals of the launch just queued (the engine's prepare() sized it), phi n doubles
+        // and acc 3·n (ensured above); the grid covers n.
+        launch!(stream, &self.unpack, "grav_unpack", cfg_n(n);
+            out.get(), &n_i, phi.get_mut(), acc.get_mut())?;
+        Ok(())
     }
 
     /// The last downloaded output as φ and a into `out` (resized).
