@@ -161,6 +161,38 @@ pub enum BenchCommand {
     /// potential + acceleration evaluation) of the fast multipole method in free space, its
     /// phases, parameters and error against the direct sum, and its scaling with N.
     Fmm(BenchFmmArgs),
+    /// Gravitational N-body: interactions per second of all pairs, seconds and force error of
+    /// the FMM, the leapfrog step with each, and the N where the FMM becomes faster.
+    Gravity(BenchGravityArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchGravityArgs {
+    /// Body counts, comma separated, as integers or like 1e5 (default: 1e3,1e4 on the CPU,
+    /// 1e3,1e4,1e5,1e6 on a GPU).
+    #[arg(long, value_delimiter = ',', value_parser = parse_count)]
+    pub n: Vec<usize>,
+    /// The force methods to time, comma separated: `all-pairs` (or `direct`) and `fmm`.
+    #[arg(long, value_delimiter = ',', default_value = "all-pairs,fmm", value_parser = crate::bench::gravity::parse_method)]
+    pub method: Vec<crate::summation::EvaluatorKind>,
+    /// `cpu` (f64, rayon), `cuda`/`cuda:N` (one GPU: the f32 tiles, the GPU FMM and the
+    /// GPU-resident leapfrog; an error without it) or `auto`.
+    #[arg(long, alias = "backend", default_value = "cpu", value_name = "DEVICE")]
+    pub device: crate::device::DeviceRequest,
+    /// The FMM's requested relative accuracy.
+    #[arg(long, default_value_t = 1e-4)]
+    pub accuracy: f64,
+    /// The Plummer softening ε ≥ 0 (Hénon units; the bodies are a Plummer sphere of mass 1).
+    #[arg(long, default_value_t = 0.01)]
+    pub softening: f64,
+    /// Bodies checked against the CPU f64 all-pairs sum per size (0: no error columns).
+    #[arg(long, default_value_t = 200)]
+    pub sample: usize,
+    /// Timed leapfrog steps per method and size, after one untimed (0: no step times).
+    #[arg(long, default_value_t = 5)]
+    pub steps: usize,
+    #[command(flatten)]
+    pub common: BenchCommon,
 }
 
 #[derive(Debug, Args)]

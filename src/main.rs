@@ -230,6 +230,7 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
         BenchCommand::Kernel(a) => &a.common,
         BenchCommand::Step(a) => &a.common,
         BenchCommand::Fmm(a) => &a.common,
+        BenchCommand::Gravity(a) => &a.common,
     };
     set_threads(common.threads)?;
     let (repeats, json) = (common.repeats, common.json.clone());
@@ -412,6 +413,33 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
                 },
             };
             vpm::bench::bench_fmm(&device, &sizes, &options, json)?;
+            Ok(())
+        }
+        BenchCommand::Gravity(a) => {
+            if !(a.accuracy > 0.0 && a.accuracy < 1.0) {
+                bail!("--accuracy {}: must be in (0, 1)", a.accuracy);
+            }
+            if !(a.softening >= 0.0 && a.softening.is_finite()) {
+                bail!("--softening {}: must be finite and ≥ 0", a.softening);
+            }
+            let device = open_bench_device(a.device, quiet)?;
+            let sizes = match (a.n.is_empty(), device.is_cuda()) {
+                (false, _) => a.n.clone(),
+                (true, false) => vec![1_000, 10_000],
+                (true, true) => vec![1_000, 10_000, 100_000, 1_000_000],
+            };
+            at_least(&sizes, 2, "body counts")?;
+            let mut methods = a.method.clone();
+            methods.dedup();
+            let options = vpm::bench::NBodyBenchOptions {
+                methods,
+                accuracy: a.accuracy,
+                softening: a.softening,
+                repeats: repeats.unwrap_or(3),
+                sample: a.sample,
+                steps: a.steps,
+            };
+            vpm::bench::bench_gravity(&device, &sizes, &options, json)?;
             Ok(())
         }
         BenchCommand::Kernel(a) => {

@@ -632,7 +632,7 @@ fn bench_gravity_one<F: Fmm + GravitySummation>(
 
 /// [`time_resident`] for the GPU gravity FMM: φ and a of the bodies uploaded once
 /// ([`CudaFmmGravity::evaluate_resident`], results left on the device).
-fn time_resident_gravity(
+pub(crate) fn time_resident_gravity(
     fmm: &mut CudaFmmGravity,
     (bodies, repeats): (&Bodies, usize),
 ) -> Result<Option<(f64, FmmStats)>> {

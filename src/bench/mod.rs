@@ -6,6 +6,7 @@
 pub mod direct;
 pub mod ewald;
 pub mod fmm;
+pub mod gravity;
 pub mod kernel;
 pub mod spectral;
 pub mod step;
@@ -16,6 +17,7 @@ pub use direct::{
 };
 pub use ewald::{bench_ewald, EwaldBenchRow, EwaldGpuBenchRow};
 pub use fmm::{bench_fmm, FmmBenchOptions, FmmBenchReport, FmmBenchRow, FmmTuning};
+pub use gravity::{bench_gravity, NBodyBenchOptions, NBodyBenchReport, NBodyBenchRow};
 pub use kernel::{bench_kernel, KernelBenchRow, FLOPS_PER_INTERACTION};
 pub use spectral::{bench_spectral, SpectralBenchRow};
 pub use step::{bench_step, StepBenchOptions, StepBenchRow};

@@ -16,14 +16,21 @@ use crate::summation::planner::{plan_gravity, EvaluatorOptions};
 use crate::summation::EvaluatorKind;
 
 /// CPU all pairs, f64: seconds per pair on one core (the run divides by the threads).
+/// Measured by `vpm bench gravity --device cpu` on … (threads × t / N² at its largest N: the
+/// `CPU_DIRECT_SECONDS_PER_PAIR` of its "src/gravity/planner.rs from these rows" line).
 pub const CPU_DIRECT_SECONDS_PER_PAIR: f64 = 4.0e-9;
-/// CPU FMM, f64: seconds per body on one core at accuracy 1e-4.
+/// CPU FMM, f64: seconds per body on one core at accuracy 1e-4. Measured by `vpm bench gravity
+/// --device cpu` on … (threads × t / N at its largest N).
 pub const CPU_FMM_SECONDS_PER_BODY: f64 = 6.0e-6;
-/// GPU all pairs (f32 tiles, one H100): seconds per pair.
+/// GPU all pairs (f32 tiles, one H100): seconds per pair. Measured by `vpm bench gravity
+/// --device cuda` on … (t / N² at its largest N).
 pub const GPU_DIRECT_SECONDS_PER_PAIR: f64 = 2.0e-11;
 /// GPU FMM (one H100) at accuracy 1e-4: seconds per body, plus a fixed cost per evaluation.
+/// Measured by `vpm bench gravity --device cuda` on … (the slope of its least-squares line
+/// t = a + b N over the sizes).
 pub const GPU_FMM_SECONDS_PER_BODY: f64 = 4.0e-8;
-/// The GPU FMM's fixed cost per evaluation (tree levels, launches), seconds.
+/// The GPU FMM's fixed cost per evaluation (tree levels, launches), seconds. Measured by `vpm
+/// bench gravity --device cuda` on … (the intercept of the same line).
 pub const GPU_FMM_SECONDS_FIXED: f64 = 2.0e-3;
 
 /// The method a gravity run uses and why.
