@@ -16,6 +16,9 @@
 // Kernels:
 //   grav_softened  ε > 0: every pair as is; the self pair (d = 0) adds −m/ε to φ and 0 to a.
 //   grav_newton    ε = 0: a pair at d = 0 (the self pair) adds nothing (1/s taken as 0 there).
+//   grav_pack      the device form: f64 device bodies (x 3, m 1 per body) into src_a and tgt_a,
+//                  rounded as the host packs them
+//   grav_unpack    the device form: the output into f64 device arrays φ (1) and a (3 per target)
 //
 // Per pair (f32): 3 FADD (d), 3 FFMA (s² = ε² + d·d), one MUFU rsqrt, 3 FMUL (m/s, 1/s², m/s³),
 // 1 FADD (Σ m/s) and 3 FFMA (Σ (m/s³) d): 13 FP32 instructions and one rsqrt, plus one shared
