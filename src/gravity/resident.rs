@@ -66,15 +66,10 @@ impl Forces {
         }
     }
 
-    /// φ and a of the `n` bodies at `x` with masses `mass` into `phi` and `acc` (queued).
-    fn evaluate(
-        &mut self,
-        x: &DeviceBuffer<f64>,
-        mass: &DeviceBuffer<f64>,
-        n: usize,
-        phi: &mut DeviceBuffer<f64>,
-        acc: &mut DeviceBuffer<f64>,
-    ) -> SumResult {
+    /// φ and a at the positions of `at` (the first `n` bodies, masses `mass`) into its
+    /// potentials and accelerations (queued).
+    fn evaluate(&mut self, at: &mut DeviceState, mass: &DeviceBuffer<f64>, n: usize) -> SumResult {
+        let (x, phi, acc) = (&at.x, &mut at.phi, &mut at.acc);
         match self {
             Forces::Direct(e) => e.evaluate_resident(x, mass, n, phi, acc),
             Forces::Fmm(e) => e.evaluate_resident(x, mass, n, phi, acc),
@@ -218,9 +213,7 @@ impl ResidentLeapfrog {
     fn trial_forces(&mut self) -> Result<(), GravityError> {
         self.timer.begin(Phase::Forces as usize)?;
         let n = self.host.len();
-        let t = &mut self.trial;
-        self.forces
-            .evaluate(&t.x, &self.mass, n, &mut t.phi, &mut t.acc)?;
+        self.forces.evaluate(&mut self.trial, &self.mass, n)?;
         self.timer.end()?;
         Ok(())
     }

@@ -154,9 +154,10 @@ impl<T: GpuReal> CudaDirectGravityOf<T> {
         self.tiles.time_launches(launch, repeats)
     }
 
-    /// The device form, targets = the bodies: φ (n values) and a (3n, x y z per body) of the `n`
-    /// bodies at `x` (3 f64 each) with masses `mass` resident on this engine's GPU, into `phi`
-    /// and `acc` (grown as needed), queued on the GPU's stream (the host does not wait). The
+    /// The device form, with the arguments of [`crate::summation::fmm::CudaFmmGravity`]'s: the
+    /// bodies as targets, their f64 positions (3 each) and masses on this engine's GPU, φ and a
+    /// into f64 device arrays (grown as needed), queued on the GPU's stream (the host does not
+    /// wait). The
     /// bodies are packed on the device as [`CudaDirectGravityOf::upload`] packs them on the
     /// host, so both forms give the same values bit for bit. Nothing is checked on the device:
     /// the caller checks the bodies (at ε = 0, none coincident in `T`) and the results' finiteness
