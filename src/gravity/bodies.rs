@@ -91,8 +91,7 @@ impl BodySet {
         self.x.extend_from_slice(&other.x);
         self.v.extend_from_slice(&other.v);
         self.component.extend_from_slice(&other.component);
-        self.galaxy
-            .extend(std::iter::repeat_n(galaxy, other.len()));
+        self.galaxy.extend(std::iter::repeat_n(galaxy, other.len()));
     }
 
     /// Σ m.
@@ -165,10 +164,7 @@ impl BodySet {
 
 /// The centre of mass and its velocity of the bodies `select` keeps (by index); zeros when they
 /// have no mass. Summed in body order (deterministic).
-pub fn centre_of_mass_of(
-    bodies: &BodySet,
-    select: impl Fn(usize) -> bool,
-) -> ([f64; 3], [f64; 3]) {
+pub fn centre_of_mass_of(bodies: &BodySet, select: impl Fn(usize) -> bool) -> ([f64; 3], [f64; 3]) {
     let mut m = 0.0;
     let mut mx = [0.0; 3];
     let mut mv = [0.0; 3];
@@ -210,10 +206,18 @@ mod tests {
         let mut b = two();
         assert!(b.check().is_ok());
         b.mass[1] = -1.0;
-        assert!(b.check().unwrap_err().to_string().contains("body 1: mass -1"));
+        assert!(b
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("body 1: mass -1"));
         b.mass[1] = 1.0;
         b.v[0][2] = f64::NAN;
-        assert!(b.check().unwrap_err().to_string().contains("body 0: velocity"));
+        assert!(b
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("body 0: velocity"));
     }
 
     #[test]

@@ -69,17 +69,15 @@ fn kick(v: &mut [[f64; 3]], a: &[[f64; 3]], h: f64) {
 
 /// The first body whose position or velocity is not finite.
 fn first_non_finite(b: &BodySet) -> Option<usize> {
-    (0..b.len()).find(|&i| {
-        b.x[i]
-            .iter()
-            .chain(b.v[i].iter())
-            .any(|c| !c.is_finite())
-    })
+    (0..b.len()).find(|&i| b.x[i].iter().chain(b.v[i].iter()).any(|c| !c.is_finite()))
 }
 
 impl BodyStepper for HostLeapfrog {
     fn describe(&self) -> String {
-        format!("kick–drift–kick leapfrog (host f64), forces: {}", self.summation.name())
+        format!(
+            "kick–drift–kick leapfrog (host f64), forces: {}",
+            self.summation.name()
+        )
     }
 
     fn len(&self) -> usize {

@@ -109,6 +109,15 @@ pub struct Collision {
     pub argument_deg: [f64; 2],
 }
 
+impl Collision {
+    /// The default collision of `n` bodies in all: a Milky-Way-like galaxy (galaxy 0) and an
+    /// Andromeda-like one (galaxy 1).
+    pub fn milky_way_andromeda(n: usize) -> Collision {
+        let _ = n;
+        todo!("helper `galaxy`")
+    }
+}
+
 /// The bodies of both galaxies (galaxy 0 first), placed on the orbit, centre-of-mass frame.
 pub fn galaxy_collision(collision: &Collision, seed: u64) -> Result<BodySet, GravityError> {
     let _ = (collision, seed);

@@ -30,7 +30,12 @@ pub fn read_tipsy(path: &Path) -> Result<(BodySet, f64), GravityError> {
 
 /// Writes `bodies` at time `t` as a big-endian Tipsy file (halo bodies as dark matter, the others
 /// as stars, softening ε in each record), atomically.
-pub fn write_tipsy(path: &Path, bodies: &BodySet, t: f64, softening: f64) -> Result<(), GravityError> {
+pub fn write_tipsy(
+    path: &Path,
+    bodies: &BodySet,
+    t: f64,
+    softening: f64,
+) -> Result<(), GravityError> {
     let _ = (path, bodies, t, softening);
     todo!("helper `bodyio`")
 }

@@ -15,6 +15,7 @@
 //! - [`io`]: body tables (`m x y z vx vy vz` per line) and big-endian Tipsy files.
 
 pub mod bodies;
+pub mod cases;
 pub mod diagnostics;
 pub mod host;
 pub mod initial;

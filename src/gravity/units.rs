@@ -86,7 +86,11 @@ impl Units {
 
     /// A length in these units with its unit, e.g. "10 kpc".
     pub fn format_length(&self, l: f64) -> String {
-        format!("{} {}", trim_number(l * self.length), self.length_unit.as_str())
+        format!(
+            "{} {}",
+            trim_number(l * self.length),
+            self.length_unit.as_str()
+        )
     }
 
     /// "1 kpc, 2.325e5 M☉ (time unit 0.978 Gyr, velocity unit 1.00 km/s)".
@@ -137,7 +141,11 @@ mod tests {
     fn galactic_units_give_the_known_time_and_velocity() {
         // docs/physics.md §10: 1 kpc and 2.325e5 M☉ make 1 km/s and 0.978 Gyr.
         let u = Units::GALACTIC;
-        assert!((u.velocity_km_s() - 1.0).abs() < 2e-3, "{}", u.velocity_km_s());
+        assert!(
+            (u.velocity_km_s() - 1.0).abs() < 2e-3,
+            "{}",
+            u.velocity_km_s()
+        );
         let gyr = u.time_seconds() / YEAR / 1e9;
         assert!((gyr - 0.978).abs() < 1e-3, "{gyr}");
         assert_eq!(u.format_time(1.0), "0.978 Gyr");
