@@ -329,7 +329,7 @@ fn drawn_bodies(snap: &BodySnapshot) -> (Vec<usize>, &'static str) {
         .filter(|&i| matches!(snap.component[i], 1 | 2))
         .collect();
     if stars.is_empty() {
-        ((0..snap.mass.len()).collect(), "all bodies")
+        ((0..snap.mass.len()).collect(), "bodies")
     } else {
         (stars, "stars (disk and bulge bodies)")
     }
@@ -658,6 +658,16 @@ struct Picture<'a> {
     coloring: Coloring<'a>,
 }
 
+/// "750000 stars (disk and bulge bodies) of 1000000 bodies", or "all 1000 bodies".
+fn drawn_caption(pic: &Picture<'_>) -> String {
+    let n = pic.snap.mass.len();
+    if pic.drawn.len() == n {
+        format!("all {n} {}", pic.what)
+    } else {
+        format!("{} {} of {n} bodies", pic.drawn.len(), pic.what)
+    }
+}
+
 /// Draw `pic` on `root` ([`gravity_picture_size`] of its planes).
 fn draw_picture_on(root: &Canvas<'_>, pic: &Picture<'_>) -> Result<()> {
     let (w, _) = root.dim_in_pixel();
@@ -699,9 +709,8 @@ fn draw_picture_on(root: &Canvas<'_>, pic: &Picture<'_>) -> Result<()> {
             };
             draw_colorbar(root, &side_area, rows.clone(), &bar)?;
             format!(
-                "{} of {}: log10 Σ from {} to {} ({unit})",
-                pic.what,
-                snap.mass.len(),
+                "{}: log10 Σ from {} to {} ({unit})",
+                drawn_caption(pic),
                 format_number(range.lo, 3),
                 format_number(range.hi, 3)
             )
@@ -731,9 +740,8 @@ fn draw_picture_on(root: &Canvas<'_>, pic: &Picture<'_>) -> Result<()> {
                 28,
             )?;
             format!(
-                "{} of {}, brightness: log density over {DECADES} decades",
-                pic.what,
-                snap.mass.len()
+                "{}, brightness: log density over {DECADES} decades",
+                drawn_caption(pic)
             )
         }
         Coloring::Empty(why) => why.to_string(),
