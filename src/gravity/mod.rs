@@ -60,4 +60,7 @@ pub enum GravityError {
     Summation(#[from] SummationError),
     #[error(transparent)]
     Cuda(#[from] CudaError),
+    /// Writing a body file failed (the message names the file).
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
 }

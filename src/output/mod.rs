@@ -14,6 +14,7 @@
 //! vorticity pictures, and the lock file
 //! `.vpm.lock` of the process writing into it ([`RunLock`]).
 
+pub mod bodies;
 mod checkpoint;
 mod csv;
 mod fields;
