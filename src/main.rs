@@ -597,6 +597,20 @@ fn check(arg: &str, threads: Option<usize>) -> Result<()> {
             out!("# {c}");
         }
     }
+    if let Some(choice) = &plan.gravity_method {
+        out!(
+            "\n# Gravity forces ({} bodies): {}, about {:.3e} s per evaluation",
+            plan.particle_count,
+            choice.method,
+            choice.seconds
+        );
+        if let Some(reason) = &choice.reason {
+            out!("# {reason}");
+        }
+        if let Some(units) = &case.units {
+            out!("# Units: {}", units.describe());
+        }
+    }
     let estimate = memory::estimate(&case, &plan)?;
     out!("\n# Memory (estimate of the large arrays):");
     for (part, bytes) in &estimate.host {

@@ -58,6 +58,7 @@
 mod axis;
 mod chart;
 mod fields;
+pub mod gravity;
 pub mod isosurface;
 pub mod layout;
 mod particles;
@@ -138,7 +139,8 @@ pub fn plot_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
 /// it is a particle-only run: `<run_dir>/ring.png` is drawn when
 /// [`RING_CSV`] exists, `<run_dir>/rings.png` when [`RINGS_CSV`] exists and
 /// then `<run_dir>/lamb-oseen.png` when [`LAMB_OSEEN_CSV`] exists, in that
-/// order in the returned vector. `title` starts each plot's title.
+/// order in the returned vector. A gravity run (with `gravity/energy.csv`) gets its pictures
+/// from [`gravity::plot_gravity_run`]. `title` starts each plot's title.
 ///
 /// # Errors
 ///
@@ -148,6 +150,10 @@ pub fn plot_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
 /// fail ([`plot_fields_at`]) does not stop the other steps, and the error
 /// then lists every step that failed.
 pub fn plot_run_with(run_dir: &Path, title: &str, options: &PlotOptions) -> Result<Vec<PathBuf>> {
+    if run_dir.join(layout::GRAVITY_CSV).is_file() {
+        let gravity = gravity::GravityPlotOptions::default();
+        return gravity::plot_gravity_run(run_dir, title, &gravity);
+    }
     if run_dir.join(Solver::Spectral.dir_name()).is_dir() {
         let mut written = plot_solver_run(run_dir, title)?;
         if !options.field_pictures {

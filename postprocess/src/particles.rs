@@ -117,15 +117,15 @@ pub fn draw_ring(path: &Path, title: &str, ring: &RingHistory) -> Result<()> {
 }
 
 /// One curve of a panel.
-struct Curve {
-    label: String,
-    points: Vec<(f64, f64)>,
-    style: ShapeStyle,
-    stroke: Stroke,
+pub(crate) struct Curve {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+    pub style: ShapeStyle,
+    pub stroke: Stroke,
 }
 
 /// All the points of `curves`, curve after curve.
-fn points_of<'a, I>(curves: I) -> impl Iterator<Item = (f64, f64)> + use<'a, I>
+pub(crate) fn points_of<'a, I>(curves: I) -> impl Iterator<Item = (f64, f64)> + use<'a, I>
 where
     I: IntoIterator<Item = &'a Curve>,
 {
@@ -180,7 +180,7 @@ fn draw_ring_on(root: &Canvas<'_>, title: &str, ring: &RingHistory) -> Result<()
 /// where it hides the least. The legend holds the entries of `legend`
 /// (entries first, then the optional note line) followed by one entry per
 /// non-empty curve with a label.
-fn draw_panel<X: ChartAxis, Y: ChartAxis>(
+pub(crate) fn draw_panel<X: ChartAxis, Y: ChartAxis>(
     root: &Canvas<'_>,
     panel: &Canvas<'_>,
     xa: &X,

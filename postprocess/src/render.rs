@@ -39,6 +39,25 @@ pub(crate) fn render_png(
     size: (u32, u32),
     draw: impl FnOnce(&Canvas<'_>) -> Result<()>,
 ) -> Result<Vec<u8>> {
+    let rgb = render_rgb(size, draw)?;
+    let mut png_bytes = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut png_bytes, size.0, size.1);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header().context("PNG encoding")?;
+        writer.write_image_data(&rgb).context("PNG encoding")?;
+        writer.finish().context("PNG encoding")?;
+    }
+    Ok(png_bytes)
+}
+
+/// Draw with `draw` on a white canvas of `size` pixels, all in memory, and
+/// return its RGB pixels (3 bytes a pixel, rows from the top).
+pub(crate) fn render_rgb(
+    size: (u32, u32),
+    draw: impl FnOnce(&Canvas<'_>) -> Result<()>,
+) -> Result<Vec<u8>> {
     ensure_font()?;
     let (w, h) = size;
     let mut rgb = vec![255u8; w as usize * h as usize * 3];
@@ -48,16 +67,7 @@ pub(crate) fn render_png(
         draw(&root)?;
         root.present().map_err(plot_err)?;
     }
-    let mut png_bytes = Vec::new();
-    {
-        let mut encoder = png::Encoder::new(&mut png_bytes, w, h);
-        encoder.set_color(png::ColorType::Rgb);
-        encoder.set_depth(png::BitDepth::Eight);
-        let mut writer = encoder.write_header().context("PNG encoding")?;
-        writer.write_image_data(&rgb).context("PNG encoding")?;
-        writer.finish().context("PNG encoding")?;
-    }
-    Ok(png_bytes)
+    Ok(rgb)
 }
 
 /// plotters' errors carry the backend type; keep only their message.

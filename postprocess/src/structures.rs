@@ -88,7 +88,7 @@ fn surface_color(solver: Solver) -> [u8; 3] {
 
 const GREY_TEXT: RGBColor = RGBColor(70, 70, 70);
 
-fn centred(px: u32) -> TextStyle<'static> {
+pub(crate) fn centred(px: u32) -> TextStyle<'static> {
     (FAMILY, px)
         .into_font()
         .color(&BLACK)
@@ -97,7 +97,13 @@ fn centred(px: u32) -> TextStyle<'static> {
 
 /// Draw `text` centred at `at` in a font of `px` pixels, or smaller (down
 /// to 14) when it would be wider than `max_w`.
-fn draw_fitted(root: &Canvas<'_>, text: &str, at: (i32, i32), px: u32, max_w: i32) -> Result<()> {
+pub(crate) fn draw_fitted(
+    root: &Canvas<'_>,
+    text: &str,
+    at: (i32, i32),
+    px: u32,
+    max_w: i32,
+) -> Result<()> {
     let mut size = px;
     while size > 14 {
         let (w, _) = root
@@ -430,12 +436,24 @@ fn draw_vorticity_on(root: &Canvas<'_>, title: &str, panels: &[FieldPanel<'_>]) 
         ))
         .map_err(plot_err)?;
     }
-    draw_colorbar(root, &bar_area, plot_rows, vmax, all_zero)
+    let note = if all_zero {
+        "ω = 0".to_string()
+    } else {
+        format!("max {}", format_number(vmax, 4))
+    };
+    let bar = ColorBar {
+        lo: 0.0,
+        hi: vmax,
+        label: "|ω|",
+        note,
+        color: &|v| viridis(v, vmax),
+    };
+    draw_colorbar(root, &bar_area, plot_rows, &bar)
 }
 
 /// The viridis colour (matplotlib's perceptually uniform map, plotters' [`ViridisRGB`]) of `v`
 /// on 0..`vmax`; grey for NaN.
-fn viridis(v: f64, vmax: f64) -> [u8; 3] {
+pub(crate) fn viridis(v: f64, vmax: f64) -> [u8; 3] {
     if !v.is_finite() {
         return [150, 150, 150];
     }
@@ -467,23 +485,32 @@ fn slice_image(n: usize, values: &[f32], size: (usize, usize), vmax: f64) -> Vec
     rgb
 }
 
-/// The colour bar: viridis from 0 (bottom) to `vmax` (top) over the pixel
-/// rows `rows` of `root`, in `area`, with labelled ticks.
-fn draw_colorbar(
+/// A colour bar: the values `lo` (bottom) to `hi` (top) in the colours of `color`, with `label`
+/// above the bar and `note` below it.
+pub(crate) struct ColorBar<'a> {
+    pub lo: f64,
+    pub hi: f64,
+    pub label: &'a str,
+    pub note: String,
+    pub color: &'a dyn Fn(f64) -> [u8; 3],
+}
+
+/// Draw the colour bar `bar` over the pixel rows `rows` of `root`, in `area`, with labelled
+/// ticks.
+pub(crate) fn draw_colorbar(
     root: &Canvas<'_>,
     area: &Canvas<'_>,
     rows: std::ops::Range<i32>,
-    vmax: f64,
-    all_zero: bool,
+    bar: &ColorBar<'_>,
 ) -> Result<()> {
     let (ax, _) = area.get_pixel_range();
     let x0 = ax.start + 20;
     let bar_w = 28usize;
     let h = (rows.end - rows.start).max(2) as usize;
+    let span = bar.hi - bar.lo;
     let mut rgb = Vec::with_capacity(bar_w * h * 3);
     for py in 0..h {
-        let v = (1.0 - py as f64 / (h - 1) as f64) * vmax;
-        let c = viridis(v, vmax);
+        let c = (bar.color)(bar.lo + (1.0 - py as f64 / (h - 1) as f64) * span);
         for _ in 0..bar_w {
             rgb.extend_from_slice(&c);
         }
@@ -497,16 +524,16 @@ fn draw_colorbar(
         BLACK.stroke_width(1),
     ))
     .map_err(plot_err)?;
-    let axis = LinearAxis::covering([0.0, vmax], 0.0);
+    let axis = LinearAxis::covering([bar.lo, bar.hi], 0.0);
     let tick_style = (FAMILY, 17)
         .into_font()
         .color(&BLACK)
         .pos(Pos::new(HPos::Left, VPos::Center));
     for &v in &axis.major {
-        if !(0.0..=vmax * (1.0 + 1e-9)).contains(&v) {
+        if !(bar.lo - 1e-9 * span..=bar.hi + 1e-9 * span).contains(&v) {
             continue;
         }
-        let y = rows.start + ((1.0 - v / vmax) * (h - 1) as f64).round() as i32;
+        let y = rows.start + ((1.0 - (v - bar.lo) / span) * (h - 1) as f64).round() as i32;
         root.draw(&PathElement::new(
             vec![(x1, y), (x1 + 6, y)],
             BLACK.stroke_width(1),
@@ -516,18 +543,13 @@ fn draw_colorbar(
             .map_err(plot_err)?;
     }
     root.draw(&Text::new(
-        "|ω|",
+        bar.label.to_string(),
         (x0 + bar_w as i32 / 2, rows.start - 22),
         centred(20),
     ))
     .map_err(plot_err)?;
-    let note = if all_zero {
-        "ω = 0".to_string()
-    } else {
-        format!("max {}", format_number(vmax, 4))
-    };
     root.draw(&Text::new(
-        note,
+        bar.note.clone(),
         (x0, rows.end + 24),
         tick_style.color(&GREY_TEXT),
     ))

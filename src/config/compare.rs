@@ -30,6 +30,14 @@ pub const CHANGEABLE: &[&str] = &[
     "vortex.snapshot_every_steps",
     "vortex.snapshot_every_time",
     "vortex.dissipation_every",
+    "gravity.device",
+    "gravity.energy_error_limit",
+    "gravity.accuracy_check_every",
+    "gravity.snapshot_every_steps",
+    "gravity.snapshot_every_time",
+    "gravity.snapshot_formats",
+    "gravity.pictures_times",
+    "units.*",
 ];
 
 /// Whether the dotted `key` may change in a resumed run ([`CHANGEABLE`]).

@@ -55,6 +55,10 @@ pub struct Case {
     /// Section `[vortex]` (optional for field-defined flows, required for particle-defined
     /// ones): the vortex particle solver; `None` when the section is absent.
     pub vortex: Option<VortexConfig>,
+    /// `[units]` of a gravity case (`None`: N-body units).
+    pub units: Option<crate::gravity::units::Units>,
+    /// `[gravity]`: present exactly for gravity cases (a gravity `initial.kind`).
+    pub gravity: Option<crate::gravity::cases::GravityConfig>,
 }
 
 /// Section `[flow]`: the fluid.
@@ -125,6 +129,11 @@ pub enum InitialCondition {
         /// required.
         core: f64,
     },
+    /// A gravity kind (`kepler`, `plummer`, `cold-collapse`, `galaxy`, `galaxy-collision`,
+    /// `bodies`): bodies, run by the gravity model (written by [`Case`]'s serializer, which
+    /// writes the [`crate::gravity::cases::BodyInitial`] with its own `kind`).
+    #[serde(skip)]
+    Bodies(crate::gravity::cases::BodyInitial),
 }
 
 impl InitialCondition {
@@ -137,6 +146,11 @@ impl InitialCondition {
                 | InitialCondition::CoaxialRings { .. }
                 | InitialCondition::VortexTube { .. }
         )
+    }
+
+    /// True for gravity cases (bodies, run by the gravity model).
+    pub fn is_gravity(&self) -> bool {
+        matches!(self, InitialCondition::Bodies(_))
     }
 
     /// True for the flows in free space (rings); the others live in the periodic box.
@@ -170,6 +184,7 @@ impl InitialCondition {
             InitialCondition::VortexRing { .. } => "vortex-ring",
             InitialCondition::CoaxialRings { .. } => "coaxial-rings",
             InitialCondition::VortexTube { .. } => "vortex-tube",
+            InitialCondition::Bodies(b) => b.kind_str(),
         }
     }
 }
@@ -659,7 +674,8 @@ impl InitialCondition {
             }),
             InitialCondition::VortexRing { .. }
             | InitialCondition::CoaxialRings { .. }
-            | InitialCondition::VortexTube { .. } => None,
+            | InitialCondition::VortexTube { .. }
+            | InitialCondition::Bodies(_) => None,
         }
     }
 }

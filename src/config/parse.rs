@@ -17,6 +17,8 @@ use crate::console::Short;
 use crate::kernel::StretchingScheme;
 use crate::vortex::reinit::{LatticeConditioning, LatticeFilter};
 
+mod gravity;
+
 type Value<'i> = Spanned<DeValue<'i>>;
 
 const TOP_KEYS: &[&str] = &[
@@ -31,7 +33,7 @@ const TOP_KEYS: &[&str] = &[
     "vortex",
     "device",
 ];
-const KINDS: &str = r#"must be one of "taylor-green", "isotropic", "shear-wave", "vortex-ring", "coaxial-rings", "vortex-tube""#;
+const KINDS: &str = r#"must be one of "taylor-green", "isotropic", "shear-wave", "vortex-ring", "coaxial-rings", "vortex-tube" (flows), "kepler", "plummer", "cold-collapse", "galaxy", "galaxy-collision", "bodies" (gravity)"#;
 /// The `kind`s defined by particles (no spectral reference).
 const PARTICLE_KINDS: [&str; 3] = ["vortex-ring", "coaxial-rings", "vortex-tube"];
 const N_MIN: i64 = 8;
@@ -430,6 +432,16 @@ pub(super) fn parse_case(text: &str, origin: &str, default_name: &str) -> Result
         }
     })?;
     let root = root.get_ref();
+    let is_gravity = root.get("initial").is_some_and(|v| match v.get_ref() {
+        DeValue::Table(t) => t.get("kind").is_some_and(|k| match k.get_ref() {
+            DeValue::String(k) => gravity::GRAVITY_KINDS.contains(&k.as_ref()),
+            _ => false,
+        }),
+        _ => false,
+    });
+    if is_gravity {
+        return gravity::parse_gravity_case(&doc, root, default_name);
+    }
     let top = Section {
         name: "",
         table: Some(root),
@@ -521,6 +533,8 @@ pub(super) fn parse_case(text: &str, origin: &str, default_name: &str) -> Result
         spectral,
         vortex,
         device,
+        units: None,
+        gravity: None,
     })
 }
 

@@ -7,7 +7,9 @@ use std::fmt::Display;
 use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Serialize, Serializer};
 
-use super::{Cadence, Case, OutputControl, RbfSolver};
+use super::{Cadence, Case, InitialCondition, OutputControl, RbfSolver};
+use crate::gravity::cases::GravityConfig;
+use crate::gravity::units::Units;
 use crate::kernel::StretchingScheme;
 
 /// The comment lines at the top of a resolved case.
@@ -19,18 +21,30 @@ impl Serialize for Case {
     /// section; `[spectral]` and `[vortex]` only when present, and `output.spectra_times`
     /// only for field-defined flows (particle-defined ones have no spectra).
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("Case", 10)?;
+        let mut s = serializer.serialize_struct("Case", 12)?;
         s.serialize_field("name", &self.name)?;
         s.serialize_field("description", &self.description)?;
         s.serialize_field("device", &self.device.to_string())?;
-        s.serialize_field("flow", &self.flow)?;
-        s.serialize_field("initial", &self.initial)?;
+        match &self.initial {
+            InitialCondition::Bodies(bodies) => {
+                s.skip_field("flow")?;
+                s.serialize_field("initial", bodies)?;
+            }
+            initial => {
+                s.serialize_field("flow", &self.flow)?;
+                s.serialize_field("initial", initial)?;
+            }
+        }
+        match &self.units {
+            Some(units) => s.serialize_field("units", &UnitsKeys(units))?,
+            None => s.skip_field("units")?,
+        }
         s.serialize_field("time", &self.time)?;
         s.serialize_field(
             "output",
             &OutputKeys {
                 output: &self.output,
-                spectra: !self.initial.is_particle_defined(),
+                spectra: !self.initial.is_particle_defined() && !self.initial.is_gravity(),
             },
         )?;
         s.serialize_field("checkpoint", &self.checkpoint)?;
@@ -41,6 +55,10 @@ impl Serialize for Case {
         match &self.vortex {
             Some(vortex) => s.serialize_field("vortex", vortex)?,
             None => s.skip_field("vortex")?,
+        }
+        match &self.gravity {
+            Some(gravity) => s.serialize_field("gravity", &GravityKeys(gravity))?,
+            None => s.skip_field("gravity")?,
         }
         s.end()
     }
@@ -65,6 +83,48 @@ impl Serialize for OutputKeys<'_> {
             map.serialize_entry("fields_precision", &o.fields_precision.to_string())?;
             map.serialize_entry("structures_level", &o.structures_level)?;
         }
+        map.end()
+    }
+}
+
+/// `[units]` as written: `length = "1 kpc"`, `mass = "2.325e5 Msun"` (numbers that round-trip).
+struct UnitsKeys<'a>(&'a Units);
+
+impl Serialize for UnitsKeys<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let u = self.0;
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry(
+            "length",
+            &format!("{:?} {}", u.length, u.length_unit.as_str()),
+        )?;
+        map.serialize_entry("mass", &format!("{:?} Msun", u.mass_msun))?;
+        map.end()
+    }
+}
+
+/// `[gravity]` as written, every default filled in.
+struct GravityKeys<'a>(&'a GravityConfig);
+
+impl Serialize for GravityKeys<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let g = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("softening", &g.softening)?;
+        map.serialize_entry("evaluator", &g.evaluator.to_string())?;
+        map.serialize_entry("accuracy", &g.accuracy)?;
+        if let Some(c) = g.accuracy_check_every {
+            map.serialize_entry("accuracy_check_every", &c)?;
+        }
+        if let Some(d) = &g.device {
+            map.serialize_entry("device", &d.to_string())?;
+        }
+        map.serialize_entry("energy_error_limit", &g.energy_error_limit)?;
+        if let Some(c) = &g.snapshots {
+            cadence_entry(&mut map, "snapshot_", c)?;
+        }
+        map.serialize_entry("snapshot_formats", &g.snapshot_formats)?;
+        map.serialize_entry("pictures_times", &g.pictures_times)?;
         map.end()
     }
 }

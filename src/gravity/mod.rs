@@ -7,6 +7,7 @@
 //! - [`units`]: a case's length and mass units and the time unit G = 1 makes of them.
 //! - [`initial`]: the named initial conditions (Kepler pair, Plummer sphere, cold collapse,
 //!   disk galaxy, two galaxies on a parabolic orbit), seeded and thread-count independent.
+//! - [`sampling`]: the seeded random draws the initial conditions share.
 //! - [`diagnostics`]: energy with the force's own softened potential, momenta, virial ratio,
 //!   Lagrangian radii, per-component mass centres.
 //! - [`stepper`]: the [`stepper::BodyStepper`] seam the run core steps; [`host`] the CPU
@@ -15,12 +16,14 @@
 //! - [`io`]: body tables (`m x y z vx vy vz` per line) and big-endian Tipsy files.
 
 pub mod bodies;
+pub mod cases;
 pub mod diagnostics;
 pub mod host;
 pub mod initial;
 pub mod io;
 pub mod planner;
 pub mod resident;
+pub mod sampling;
 pub mod stepper;
 pub mod units;
 
@@ -57,4 +60,7 @@ pub enum GravityError {
     Summation(#[from] SummationError),
     #[error(transparent)]
     Cuda(#[from] CudaError),
+    /// Writing a body file failed (the message names the file).
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
 }

@@ -33,6 +33,32 @@ pub const GPU_FMM_SECONDS_PER_BODY: f64 = 4.0e-8;
 /// bench gravity --device cuda` on … (the intercept of the same line).
 pub const GPU_FMM_SECONDS_FIXED: f64 = 2.0e-3;
 
+/// Host bytes per body of the host leapfrog: the bodies (58 B) and their trial copy, φ and a
+/// and their trial copy (32 B each), the diagnostics' copies at outputs.
+pub const HOST_BYTES_PER_BODY: u64 = 320;
+/// Extra host bytes per body of the CPU FMM (tree, sorted copies, expansions).
+pub const CPU_FMM_BYTES_PER_BODY: u64 = 400;
+/// Device bytes per body of the GPU leapfrog (f64 bodies, trial state, φ and a, the all-pairs
+/// engine's f32 records).
+pub const GPU_BYTES_PER_BODY: u64 = 260;
+/// Extra device bytes per body of the GPU FMM (tree, lists, expansions).
+pub const GPU_FMM_BYTES_PER_BODY: u64 = 600;
+
+/// (host, device) bytes of a gravity run of `n` bodies on `device`, with the FMM or all pairs.
+pub fn memory_bytes(n: u64, fmm: bool, device: &Device) -> (u64, u64) {
+    match device {
+        Device::Cpu => (
+            n * (HOST_BYTES_PER_BODY + if fmm { CPU_FMM_BYTES_PER_BODY } else { 0 }),
+            0,
+        ),
+        // The host holds the bodies at outputs and checkpoints.
+        Device::Cuda(_) => (
+            n * HOST_BYTES_PER_BODY,
+            n * (GPU_BYTES_PER_BODY + if fmm { GPU_FMM_BYTES_PER_BODY } else { 0 }),
+        ),
+    }
+}
+
 /// The method a gravity run uses and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MethodChoice {

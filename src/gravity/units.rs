@@ -105,32 +105,15 @@ impl Units {
     }
 }
 
-/// A duration in years written with the prefix that reads best: "350 yr", "12.5 Myr", "1.23 Gyr".
+/// A duration in years written with the prefix that reads best: "350 yr", "12.5 Myr", "1.23 Gyr"
+/// (the pictures' own formatting, [`postprocess::gravity::format_years`]).
 pub fn format_years(years: f64) -> String {
-    let a = years.abs();
-    if a >= 1e9 {
-        format!("{} Gyr", trim_number(years / 1e9))
-    } else if a >= 1e6 {
-        format!("{} Myr", trim_number(years / 1e6))
-    } else if a >= 1e3 {
-        format!("{} kyr", trim_number(years / 1e3))
-    } else {
-        format!("{} yr", trim_number(years))
-    }
+    postprocess::gravity::format_years(years)
 }
 
 /// Three significant digits, no trailing zeros: 0.978, 12.5, 350.
 fn trim_number(x: f64) -> String {
-    if x == 0.0 {
-        return "0".into();
-    }
-    let digits = (2 - x.abs().log10().floor() as i32).max(0) as usize;
-    let s = format!("{x:.digits$}");
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    }
+    postprocess::gravity::three_significant(x)
 }
 
 #[cfg(test)]
@@ -148,7 +131,8 @@ mod tests {
         );
         let gyr = u.time_seconds() / YEAR / 1e9;
         assert!((gyr - 0.978).abs() < 1e-3, "{gyr}");
-        assert_eq!(u.format_time(1.0), "0.978 Gyr");
+        assert_eq!(u.format_time(1.0), "978 Myr");
+        assert_eq!(u.format_time(3.0), "2.93 Gyr");
         assert_eq!(u.format_time(0.1), "97.8 Myr");
     }
 

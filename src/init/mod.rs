@@ -204,7 +204,8 @@ pub fn initial_modes(ic: &InitialCondition, layout: &ModeLayout) -> Result<Vecto
     match *ic {
         InitialCondition::VortexRing { .. }
         | InitialCondition::CoaxialRings { .. }
-        | InitialCondition::VortexTube { .. } => {
+        | InitialCondition::VortexTube { .. }
+        | InitialCondition::Bodies(_) => {
             return Err(InitError::ParticleDefined(ic.kind_str()));
         }
         InitialCondition::TaylorGreen { amplitude } => {

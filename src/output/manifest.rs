@@ -156,6 +156,33 @@ impl std::fmt::Display for NumericalDissipation {
     }
 }
 
+/// A gravity run's energy conservation, for the manifest: the relative error
+/// (E − E₀)/|E₀| with the force's own softened potential, now and at its largest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnergyConservation {
+    /// E₀, the total energy at t = 0.
+    pub initial_energy: f64,
+    /// The time of the latest output.
+    pub t: f64,
+    /// (E − E₀)/|E₀| there.
+    pub energy_error: f64,
+    /// The largest |E − E₀|/|E₀| over the outputs so far, and its time.
+    pub max_abs_energy_error: f64,
+    pub max_at: f64,
+    /// `gravity.energy_error_limit`: the run stops beyond it.
+    pub limit: f64,
+}
+
+impl std::fmt::Display for EnergyConservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "energy error (E − E₀)/|E₀| = {:+.3e} at t = {}; largest |ΔE/E₀| {:.3e} at t = {}              (limit {:e})",
+            self.energy_error, self.t, self.max_abs_energy_error, self.max_at, self.limit
+        )
+    }
+}
+
 /// Contents of `manifest.json`. Serialized with `serde_json` (pretty).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -210,6 +237,9 @@ pub struct Manifest {
     /// With particles alongside the spectral solver: their numerical dissipation, measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub numerical_dissipation: Option<NumericalDissipation>,
+    /// A gravity run's energy conservation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_conservation: Option<EnergyConservation>,
 }
 
 /// The CPU model: the first "model name" of `/proc/cpuinfo`, else `"unknown"`.
@@ -259,6 +289,7 @@ impl Manifest {
             evaluator_choice: None,
             accuracy_checks: Vec::new(),
             numerical_dissipation: None,
+            energy_conservation: None,
         }
     }
 

@@ -14,6 +14,7 @@
 //! vorticity pictures, and the lock file
 //! `.vpm.lock` of the process writing into it ([`RunLock`]).
 
+pub mod bodies;
 mod checkpoint;
 mod csv;
 mod fields;
@@ -37,8 +38,8 @@ pub use csv::CsvLog;
 pub use fields::{fields_disk_bytes, write_fields, FieldPrecision, FieldsFrame, FIELD_X};
 pub use lock::{LockHolder, RunLock, LOCK_FILE};
 pub use manifest::{
-    check_run_dir_format, cpu_model, CflSteps, Manifest, NumericalDissipation, ResumeRecord,
-    MANIFEST_FILE, OLDEST_RUN_DIR_FORMAT, RUN_DIR_FORMAT,
+    check_run_dir_format, cpu_model, CflSteps, EnergyConservation, Manifest, NumericalDissipation,
+    ResumeRecord, MANIFEST_FILE, OLDEST_RUN_DIR_FORMAT, RUN_DIR_FORMAT,
 };
 pub use npz::{read_field_time, read_velocity_npz, write_velocity_npz, FieldTime, VelocityField};
 pub use run_dir::{create_locked_run_dir, create_run_dir, ForceCleanup};

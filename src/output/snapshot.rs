@@ -156,7 +156,7 @@ fn validate(path: &Path, snap: &ParticleSnapshot) -> Result<(), OutputError> {
 // npz
 // ---------------------------------------------------------------------------
 
-fn add_npz<W, T>(
+pub(super) fn add_npz<W, T>(
     npz: &mut NpzWriter<W>,
     path: &Path,
     name: &str,
@@ -178,7 +178,7 @@ fn vec3_view<'a>(path: &Path, v: &'a [[f64; 3]]) -> Result<ArrayView2<'a, f64>, 
 }
 
 /// Add the (n, 3) array `v` to `npz` as `name`.
-fn add_vec3_npz<W: Write + Seek>(
+pub(super) fn add_vec3_npz<W: Write + Seek>(
     npz: &mut NpzWriter<W>,
     path: &Path,
     name: &str,
@@ -207,11 +207,11 @@ fn write_snapshot_npz<W: Write + Seek>(
 }
 
 /// The npz reader of a snapshot file.
-type SnapshotReader = NpzReader<BufReader<File>>;
+pub(super) type SnapshotReader = NpzReader<BufReader<File>>;
 
 /// Read an integer array stored as u64, or as non-negative i64 (numpy's
 /// default integer type, for files made by other tools).
-fn read_u64_array<D: ndarray::Dimension>(
+pub(super) fn read_u64_array<D: ndarray::Dimension>(
     npz: &mut SnapshotReader,
     path: &Path,
     name: &str,
@@ -230,7 +230,7 @@ fn read_u64_array<D: ndarray::Dimension>(
     })
 }
 
-fn read_by_name<A: ReadableElement, D: ndarray::Dimension>(
+pub(super) fn read_by_name<A: ReadableElement, D: ndarray::Dimension>(
     npz: &mut SnapshotReader,
     path: &Path,
     name: &str,
@@ -239,7 +239,7 @@ fn read_by_name<A: ReadableElement, D: ndarray::Dimension>(
         .map_err(|e| npz_err("read", path, e))
 }
 
-fn read_vec3(
+pub(super) fn read_vec3(
     npz: &mut SnapshotReader,
     path: &Path,
     name: &str,
@@ -258,7 +258,7 @@ fn read_vec3(
         .collect())
 }
 
-fn check_len(path: &Path, name: &str, len: usize, n: usize) -> Result<(), OutputError> {
+pub(super) fn check_len(path: &Path, name: &str, len: usize, n: usize) -> Result<(), OutputError> {
     if len == n {
         Ok(())
     } else {
@@ -269,7 +269,7 @@ fn check_len(path: &Path, name: &str, len: usize, n: usize) -> Result<(), Output
     }
 }
 
-fn open_npz(path: &Path) -> Result<SnapshotReader, OutputError> {
+pub(super) fn open_npz(path: &Path) -> Result<SnapshotReader, OutputError> {
     let f = File::open(path).map_err(|e| OutputError::io("open", path, e))?;
     NpzReader::new(BufReader::new(f)).map_err(|e| npz_err("read", path, e))
 }
@@ -301,12 +301,60 @@ pub fn read_particle_snapshot(path: &Path) -> Result<OwnedParticleSnapshot, Outp
 // vtp
 // ---------------------------------------------------------------------------
 
-fn f64s<'a>(v: &'a [[f64; 3]]) -> impl ExactSizeIterator<Item = [u8; 8]> + 'a {
+pub(super) fn f64s<'a>(v: &'a [[f64; 3]]) -> impl ExactSizeIterator<Item = [u8; 8]> + 'a {
     v.as_flattened().iter().map(|x| x.to_le_bytes())
 }
 
 fn write_vtp_body<W: Write>(w: &mut W, snap: &ParticleSnapshot) -> io::Result<()> {
-    let n = snap.x.len();
+    write_point_cloud_vtp(
+        w,
+        (snap.t, snap.step),
+        snap.x,
+        "Scalars=\"|alpha|\" Vectors=\"velocity\"",
+        |w| {
+            write_binary_array(w, "Float64", "alpha", 3, f64s(snap.alpha))?;
+            write_binary_array(w, "Float64", "velocity", 3, f64s(snap.velocity))?;
+            write_binary_array(w, "Float64", "dalpha_dt", 3, f64s(snap.dalpha_dt))?;
+            write_binary_array(
+                w,
+                "Float64",
+                "sigma",
+                1,
+                snap.sigma.iter().map(|s| s.to_le_bytes()),
+            )?;
+            write_binary_array(
+                w,
+                "UInt64",
+                "id",
+                1,
+                snap.id.iter().map(|i| i.to_le_bytes()),
+            )?;
+            write_binary_array(
+                w,
+                "Float64",
+                "|alpha|",
+                1,
+                snap.alpha.iter().map(|a| {
+                    (a[0] * a[0] + a[1] * a[1] + a[2] * a[2])
+                        .sqrt()
+                        .to_le_bytes()
+                }),
+            )
+        },
+    )
+}
+
+/// Write a VTK XML PolyData file of the points `x`, one `Verts` cell per point: the field data
+/// `TimeValue` and `step` of `(t, step)`, then the `<PointData {attributes}>` arrays that
+/// `point_data` writes (one value or tuple per point), the points and the cells.
+pub(super) fn write_point_cloud_vtp<W: Write>(
+    w: &mut W,
+    (t, step): (f64, u64),
+    x: &[[f64; 3]],
+    attributes: &str,
+    point_data: impl FnOnce(&mut W) -> io::Result<()>,
+) -> io::Result<()> {
+    let n = x.len();
     i64::try_from(n).map_err(io::Error::other)?;
     write!(
         w,
@@ -314,42 +362,15 @@ fn write_vtp_body<W: Write>(w: &mut W, snap: &ParticleSnapshot) -> io::Result<()
          <VTKFile type=\"PolyData\" version=\"1.0\" byte_order=\"LittleEndian\" header_type=\"UInt64\">\n\
          \x20 <PolyData>\n"
     )?;
-    write_time_field_data(w, snap.t, snap.step)?;
+    write_time_field_data(w, t, step)?;
     write!(
         w,
         "    <Piece NumberOfPoints=\"{n}\" NumberOfVerts=\"{n}\" NumberOfLines=\"0\" NumberOfStrips=\"0\" NumberOfPolys=\"0\">\n\
-         \x20     <PointData Scalars=\"|alpha|\" Vectors=\"velocity\">\n"
+         \x20     <PointData {attributes}>\n"
     )?;
-    write_binary_array(w, "Float64", "alpha", 3, f64s(snap.alpha))?;
-    write_binary_array(w, "Float64", "velocity", 3, f64s(snap.velocity))?;
-    write_binary_array(w, "Float64", "dalpha_dt", 3, f64s(snap.dalpha_dt))?;
-    write_binary_array(
-        w,
-        "Float64",
-        "sigma",
-        1,
-        snap.sigma.iter().map(|s| s.to_le_bytes()),
-    )?;
-    write_binary_array(
-        w,
-        "UInt64",
-        "id",
-        1,
-        snap.id.iter().map(|i| i.to_le_bytes()),
-    )?;
-    write_binary_array(
-        w,
-        "Float64",
-        "|alpha|",
-        1,
-        snap.alpha.iter().map(|a| {
-            (a[0] * a[0] + a[1] * a[1] + a[2] * a[2])
-                .sqrt()
-                .to_le_bytes()
-        }),
-    )?;
+    point_data(w)?;
     w.write_all(b"      </PointData>\n      <Points>\n")?;
-    write_binary_array(w, "Float64", "Points", 3, f64s(snap.x))?;
+    write_binary_array(w, "Float64", "Points", 3, f64s(x))?;
     // One vertex cell per point: connectivity 0..n, offsets (cell ends) 1..=n.
     w.write_all(b"      </Points>\n      <Verts>\n")?;
     write_binary_array(
@@ -369,18 +390,25 @@ fn write_vtp_body<W: Write>(w: &mut W, snap: &ParticleSnapshot) -> io::Result<()
     w.write_all(b"      </Verts>\n    </Piece>\n  </PolyData>\n</VTKFile>\n")
 }
 
+/// Bytes of a `.vtp` of `n` points written by [`write_point_cloud_vtp`] whose point data are
+/// arrays of `point_bytes` bytes per point each: every array (those, Points, connectivity,
+/// offsets) is its byte count and values, base64-encoded.
+pub(super) fn point_cloud_vtp_bytes(n: usize, point_bytes: &[u64]) -> u64 {
+    let n = n as u64;
+    point_bytes
+        .iter()
+        .chain(&[24, 8, 8])
+        .map(|bytes| 4 * (8 + n * bytes).div_ceil(3))
+        .sum()
+}
+
 /// Disk bytes of one snapshot of `n` particles, its collection file aside: the `.npz` (14
 /// numbers of 8 bytes per particle) and the `.vtp` (its nine arrays base64-encoded, 4/3 of 136
 /// bytes per particle), with 4 KiB of headers each.
 pub fn snapshot_disk_bytes(n: usize) -> u64 {
-    let n = n as u64;
-    // The vtp's arrays: alpha, velocity, dalpha_dt, sigma, id, |alpha|, Points, connectivity,
-    // offsets; each is its byte count (8 bytes) and values, base64-encoded.
-    let vtp: u64 = [24, 24, 24, 8, 8, 8, 24, 8, 8]
-        .iter()
-        .map(|bytes| 4 * (8 + n * bytes).div_ceil(3))
-        .sum();
-    112 * n + vtp + 2 * 4096
+    // The vtp's point data: alpha, velocity, dalpha_dt, sigma, id, |alpha|.
+    let vtp = point_cloud_vtp_bytes(n, &[24, 24, 24, 8, 8, 8]);
+    112 * n as u64 + vtp + 2 * 4096
 }
 
 /// Write snapshot `snap` of the particles: `<run_dir>/snapshots/particles-<step:08>.npz`

@@ -164,6 +164,19 @@ pub fn estimate(case: &Case, plan: &RunPlan) -> Result<MemoryEstimate> {
             ));
         }
     }
+    if let (Some(_), Some(device)) = (&case.gravity, &plan.devices.gravity) {
+        let n = plan.particle_count as u64;
+        let fmm = plan
+            .gravity_method
+            .as_ref()
+            .is_some_and(|c| c.method == crate::summation::EvaluatorKind::Fmm);
+        let (host, gpu) = crate::gravity::planner::memory_bytes(n, fmm, device);
+        e.host.push((format!("{n} bodies and their forces"), host));
+        if gpu > 0 {
+            e.device
+                .push((format!("{n} bodies resident on the GPU"), gpu));
+        }
+    }
     Ok(e)
 }
 
@@ -275,6 +288,10 @@ pub fn rough_time(case: &Case, plan: &RunPlan, threads: usize) -> Result<(f64, O
         // reinitialisation every few steps.
         let evals = 1.0 + vc.reinit_every.map_or(0.0, |k| 2.0 / k as f64);
         per_step += evals * recipe.seconds_per_evaluation(threads);
+    }
+    if let Some(choice) = &plan.gravity_method {
+        // One force evaluation per leapfrog step.
+        per_step += choice.seconds;
     }
     let steps = match case.time.step {
         TimeStep::Fixed { dt } => Some((case.time.t_end / dt).ceil() as u64),

@@ -14,6 +14,7 @@ pub mod callbacks;
 pub mod disk;
 pub mod dissipation;
 pub mod field;
+pub mod gravity;
 pub mod memory;
 pub mod model;
 pub mod options;
@@ -51,7 +52,11 @@ pub fn start(
         Some(p) => p,
         None => Prepared::new(&case, run_dir)?,
     };
-    Ok(if case.initial.is_particle_defined() {
+    Ok(if case.initial.is_gravity() {
+        Box::new(Simulation::<gravity::GravityModel>::start(
+            case, run_dir, options, plan, lock,
+        )?)
+    } else if case.initial.is_particle_defined() {
         Box::new(Simulation::<particles::ParticleModel>::start(
             case, run_dir, options, plan, lock,
         )?)
@@ -157,7 +162,9 @@ pub fn resume(
             );
         }
     }
-    if case.initial.is_particle_defined() {
+    if case.initial.is_gravity() {
+        resume_as::<gravity::GravityModel>(restart, case, run_dir, options, changes, lock)
+    } else if case.initial.is_particle_defined() {
         resume_as::<particles::ParticleModel>(restart, case, run_dir, options, changes, lock)
     } else {
         resume_as::<field::FieldModel>(restart, case, run_dir, options, changes, lock)

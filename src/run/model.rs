@@ -140,6 +140,27 @@ pub trait Model: Sized {
         None
     }
 
+    /// A gravity run's energy conservation, for the manifest (`None`: not a gravity run).
+    fn energy_conservation(&self) -> Option<crate::output::EnergyConservation> {
+        None
+    }
+
+    /// Each solver's evaluator in words, for the manifest's `evaluators` (solver → description):
+    /// the particle stepper's by default.
+    fn evaluator_descriptions(&mut self) -> Vec<(&'static str, String)> {
+        self.particles()
+            .map(|p| vec![("vortex", p.describe())])
+            .unwrap_or_default()
+    }
+
+    /// The evaluators' built-in accuracy checks since the last call: the particle stepper's by
+    /// default.
+    fn take_accuracy_checks(&mut self) -> Vec<crate::summation::fmm::AccuracyCheck> {
+        self.particles()
+            .map(|p| p.take_accuracy_checks())
+            .unwrap_or_default()
+    }
+
     /// Which device each solver runs on ("spectral" → "cpu", "vortex" → "cuda:0"), for the
     /// manifest and the checkpoint.
     fn devices(&self) -> Vec<(&'static str, crate::device::Device)>;

@@ -4,13 +4,16 @@
 //! evaluation, description). The memory and disk checks, `vpm check`, the manifest and the
 //! model's constructor all read this one value.
 
-use crate::config::Case;
+use crate::config::{Case, InitialCondition};
 use crate::device::Device;
 use crate::device::DeviceRequest;
+use crate::gravity::bodies::BodySet;
+use crate::gravity::planner::{choose_method, MethodChoice};
 use crate::particles::ParticleSet;
 use crate::summation::planner::{recipe, Problem, Recipe};
 use crate::summation::Boundary;
 use anyhow::{Context, Result};
+use std::path::Path;
 
 /// The devices of a run, opened once from the case and passed to every planner: the
 /// spectral solver's and the particle solver's (each section's own `device`, else the run's).
@@ -18,6 +21,8 @@ use anyhow::{Context, Result};
 pub struct RunDevices {
     pub spectral: Option<Device>,
     pub vortex: Option<Device>,
+    /// The gravity model's device (a gravity case).
+    pub gravity: Option<Device>,
 }
 
 impl RunDevices {
@@ -41,6 +46,11 @@ impl RunDevices {
                 .as_ref()
                 .map(|v| open("vortex", v.device))
                 .transpose()?,
+            gravity: case
+                .gravity
+                .as_ref()
+                .map(|g| open("gravity", g.device))
+                .transpose()?,
         })
     }
 }
@@ -57,6 +67,10 @@ pub struct RunPlan {
     pub evaluator: Option<Recipe>,
     /// A particle-defined flow's particles, sampled once; the model takes them.
     initial_particles: Option<ParticleSet>,
+    /// A gravity case's bodies at t = 0, made once; the model takes them.
+    initial_bodies: Option<BodySet>,
+    /// A gravity case's force method (`auto` resolved from the body count and the device).
+    pub gravity_method: Option<MethodChoice>,
 }
 
 impl RunPlan {
@@ -64,6 +78,15 @@ impl RunPlan {
     /// particles and plans the evaluator for them.
     pub fn new(case: &Case) -> Result<RunPlan> {
         let devices = RunDevices::open(case)?;
+        if let InitialCondition::Bodies(initial) = &case.initial {
+            let bodies = initial
+                .bodies(Path::new(""))
+                .with_context(|| format!("case `{}`: [initial]", case.name))?;
+            let count = bodies.len();
+            let mut plan = Self::with(case, devices, count, None)?;
+            plan.initial_bodies = Some(bodies);
+            return Ok(plan);
+        }
         let initial_particles = match &case.vortex {
             Some(_) if case.initial.is_particle_defined() => {
                 Some(crate::run::sampling::initial_particles(case)?)
@@ -92,6 +115,8 @@ impl RunPlan {
             particle_count: 0,
             evaluator: None,
             initial_particles: None,
+            initial_bodies: None,
+            gravity_method: None,
         }
     }
 
@@ -112,17 +137,38 @@ impl RunPlan {
             }
             _ => None,
         };
+        let gravity_method = match (&case.gravity, &devices.gravity) {
+            (Some(g), Some(device)) => {
+                let threads = rayon::current_num_threads();
+                let choice = choose_method(g.evaluator, particle_count, device, threads)
+                    .with_context(|| format!("case `{}`: [gravity]", case.name))?;
+                tracing::info!(
+                    "gravity forces: {} ({})",
+                    choice.method,
+                    choice.reason.as_deref().unwrap_or("as the case asks")
+                );
+                Some(choice)
+            }
+            _ => None,
+        };
         Ok(RunPlan {
             devices,
             particle_count,
             evaluator,
             initial_particles,
+            initial_bodies: None,
+            gravity_method,
         })
     }
 
     /// The sampled particles of a particle-defined flow (once; `None` after).
     pub fn take_initial_particles(&mut self) -> Option<ParticleSet> {
         self.initial_particles.take()
+    }
+
+    /// A gravity case's bodies at t = 0 (once; `None` after).
+    pub fn take_initial_bodies(&mut self) -> Option<BodySet> {
+        self.initial_bodies.take()
     }
 
     /// The particle evaluator's recipe, or an error naming the missing `[vortex]` section.

@@ -273,6 +273,7 @@ impl<M: Model> Simulation<M> {
         let changed_keys = check_case(&case, &meta, run_dir, &options)?;
         let particles = arrays
             .get("particle_sigma")
+            .or_else(|| arrays.get(crate::run::gravity::BODY_MASS))
             .map_or(0, |(shape, _)| shape[0]);
         // `evaluator = "auto"` keeps the method it chose at the start (in the checkpoint).
         let planned = keep_evaluator_choice(&case, &meta);
@@ -382,6 +383,9 @@ impl<M: Model> Simulation<M> {
                 self.manifest.evaluator_choice = Some(c.to_string());
             }
         }
+        if let Some(reason) = plan.gravity_method.as_ref().and_then(|g| g.reason.as_ref()) {
+            self.manifest.evaluator_choice = Some(reason.clone());
+        }
     }
 
     pub fn case(&self) -> &Case {
@@ -421,9 +425,8 @@ impl<M: Model> Simulation<M> {
                 .devices
                 .insert(solver.to_string(), device.describe());
         }
-        if let Some(p) = self.model.particles() {
-            let evaluator = p.describe();
-            self.manifest.evaluators.insert("vortex".into(), evaluator);
+        for (solver, evaluator) in self.model.evaluator_descriptions() {
+            self.manifest.evaluators.insert(solver.into(), evaluator);
         }
     }
 
@@ -431,10 +434,7 @@ impl<M: Model> Simulation<M> {
     /// with the step and time of the state in hand (for checks inside a step, the state the
     /// step started from).
     fn collect_accuracy_checks(&mut self) {
-        let checks = match self.model.particles() {
-            Some(p) => p.take_accuracy_checks(),
-            None => return,
-        };
+        let checks = self.model.take_accuracy_checks();
         for c in checks {
             let mut v = serde_json::to_value(c).unwrap_or_default();
             if let Some(o) = v.as_object_mut() {
@@ -831,6 +831,9 @@ impl<M: Model> Simulation<M> {
         if let Some(d) = self.model.numerical_dissipation() {
             self.manifest.numerical_dissipation = Some(d);
         }
+        if let Some(e) = self.model.energy_conservation() {
+            self.manifest.energy_conservation = Some(e);
+        }
         self.manifest.write(&self.run_dir)
     }
 
@@ -860,6 +863,9 @@ impl<M: Model> Simulation<M> {
         self.unfinished_if_failed(plots.map(drop), "drawing the plots")?;
         if let Some(d) = self.model.numerical_dissipation() {
             tracing::info!("{d}");
+        }
+        if let Some(e) = self.model.energy_conservation() {
+            tracing::info!("{e}");
         }
         self.manifest.set_status("finished");
         let written = self.write_manifest().map_err(anyhow::Error::from);
@@ -1155,6 +1161,7 @@ mod tests {
         let plan = RunPlan::without_solvers(RunDevices {
             spectral: None,
             vortex: None,
+            gravity: None,
         });
         let lock = crate::output::RunLock::acquire(dir.path(), "test").unwrap();
         let case = cue_case(description);
