@@ -1,5 +1,5 @@
 //! `vpm bench gravity` end to end on the CPU (src/bench/gravity.rs): both methods timed on small
-//! Plummer-like sets, the table, the crossover and planner lines, the JSON report; bad arguments
+//! Plummer spheres, the table, the crossover and planner lines, the JSON report; bad arguments
 //! refused by name. About a second on two cores.
 
 mod common;

@@ -21,14 +21,14 @@
 use super::direct::GRAVITY_FLOPS_PER_INTERACTION;
 use super::{cpu_banner, finish_report, fmt_error, median, median_seconds, print_header};
 use crate::device::Device;
-use crate::gravity::bodies::{BodySet, Component};
-use crate::gravity::planner;
+use crate::gravity::bodies::BodySet;
+use crate::gravity::initial::plummer;
+use crate::gravity::{planner, GravityError};
 use crate::summation::direct::{CudaDirectGravity, DirectGravity};
 use crate::summation::fmm::check::check_gravity_sample;
 use crate::summation::fmm::{CudaFmmGravity, Fmm, FmmGravity};
 use crate::summation::interaction::{Bodies, GravityEvaluation, GravitySummation, PlummerGravity};
 use crate::summation::planner::EvaluatorOptions;
-use crate::summation::verify::Particles;
 use crate::summation::EvaluatorKind;
 use anyhow::Result;
 use serde::Serialize;
@@ -121,17 +121,9 @@ pub fn parse_method(s: &str) -> Result<EvaluatorKind, String> {
     }
 }
 
-/// The bodies of size `n`: a Plummer-like sphere of n equal masses 1/n (density ∝ (1 +
-/// r²/a²)^{−5/2}, a = 3π/16, truncated at 8a: [`Particles::plummer`]) at rest, seeded.
-/// The timings and errors depend on the positions alone.
-pub fn bench_bodies(n: usize, seed: u64) -> BodySet {
-    let a = 3.0 * std::f64::consts::PI / 16.0;
-    let p = Particles::plummer(n, a, 0.0, seed);
-    let mut b = BodySet::with_capacity(n);
-    for x in p.x {
-        b.push(1.0 / n as f64, x, [0.0; 3], Component::Body, 0);
-    }
-    b
+/// The bodies of size `n`: a Plummer sphere in Hénon units ([`plummer`], seeded; n ≥ 2).
+pub fn bench_bodies(n: usize, seed: u64) -> Result<BodySet, GravityError> {
+    plummer(n, seed)
 }
 
 /// Runs `vpm bench gravity` on `device` for the body counts `sizes` (module docs), prints the
@@ -230,8 +222,7 @@ pub fn bench_gravity(
         "repeats": o.repeats,
         "steps": o.steps,
         "step": STEP,
-        "bodies": "Plummer-like sphere, a = 3pi/16, truncated at 8a, masses 1/N, at rest \
-                   (bench::gravity::bench_bodies)",
+        "bodies": "Plummer sphere in Henon units (gravity::initial::plummer), a seed per N",
         "timing": match device {
             Device::Cpu => "wall clock, median after one warm-up",
             Device::Cuda(_) => "all pairs: CUDA events around the tile kernels; FMM: wall \
@@ -265,7 +256,7 @@ fn bench_one(
     (all_pairs, fmm): (bool, bool),
 ) -> Result<NBodyBenchRow> {
     let seed = 0x6e62 ^ n as u64;
-    let set = bench_bodies(n, seed);
+    let set = bench_bodies(n, seed)?;
     let bodies = Bodies {
         x: &set.x,
         mass: &set.mass,
