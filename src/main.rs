@@ -135,8 +135,10 @@ fn run(cli: Cli) -> Result<()> {
                 .out
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_RUNS));
-            let plan = vpm::run::checked_plan(&case, &parent)?;
+            // The thread pool first: the plan may sample bodies or particles in parallel and
+            // weighs the CPU evaluators by the thread count.
             let threads = set_threads(args.threads)?;
+            let plan = vpm::run::checked_plan(&case, &parent)?;
             let (run_dir, lock, cleanup) =
                 create_locked_run_dir(&case.name, args.out.as_deref(), args.force, "vpm run")?;
             if let Some(line) = cleanup.summary().filter(|_| !cli.quiet) {

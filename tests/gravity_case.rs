@@ -36,7 +36,10 @@ fn a_plummer_case_gets_its_defaults() {
     assert_eq!(g.evaluator, EvaluatorKind::Auto);
     assert_eq!(g.accuracy, 1e-4);
     assert_eq!(g.energy_error_limit, 1e-2);
-    assert_eq!(g.snapshot_formats, ["npz", "vtp"]);
+    assert_eq!(
+        g.snapshot_formats,
+        vpm::gravity::cases::GravityConfig::DEFAULT_SNAPSHOT_FORMATS
+    );
     assert_eq!(g.pictures_times, [0.0, 1.0]);
 }
 

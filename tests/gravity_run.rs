@@ -31,7 +31,10 @@ fn a_plummer_run_writes_its_diagnostics_snapshots_and_pictures_and_resumes_to_th
     let dir = tempfile::tempdir().unwrap();
     let case = plummer_case(dir.path(), "");
     let a = dir.path().join("a");
-    assert_ok(&run(&["run", &case, "--out", s(&a), "--threads", "2"]), "run");
+    assert_ok(
+        &run(&["run", &case, "--out", s(&a), "--threads", "2"]),
+        "run",
+    );
     let (header, rows) = read_csv(&a.join("gravity/energy.csv"));
     assert_eq!(rows.len(), 11, "an output every 5 of 50 steps and at t = 0");
     let err = col(&header, "energy_error");
@@ -47,7 +50,10 @@ fn a_plummer_run_writes_its_diagnostics_snapshots_and_pictures_and_resumes_to_th
     assert_eq!(m["status"], "finished");
     let e = &m["energy_conservation"];
     assert!((e["max_abs_energy_error"].as_f64().unwrap() - worst).abs() <= 1e-15 * (1.0 + worst));
-    assert!(m["evaluators"]["gravity"].as_str().unwrap().contains("leapfrog"));
+    assert!(m["evaluators"]["gravity"]
+        .as_str()
+        .unwrap()
+        .contains("leapfrog"));
     assert!(m["devices"]["gravity"].as_str().is_some());
     for step in [0, 25, 50] {
         for ext in ["npz", "vtp", "tipsy", "txt"] {
@@ -56,7 +62,11 @@ fn a_plummer_run_writes_its_diagnostics_snapshots_and_pictures_and_resumes_to_th
         }
     }
     assert!(a.join("gravity/units.json").is_file());
-    for p in ["energy-error.png", "lagrangian-radii.png", "gravity/animation.png"] {
+    for p in [
+        "energy-error.png",
+        "lagrangian-radii.png",
+        "gravity/animation.png",
+    ] {
         assert!(a.join(p).is_file(), "{p} missing");
     }
     // Killed after step 27 (checkpoint at 20), resumed: the same bytes.
@@ -88,14 +98,21 @@ fn the_energy_bound_stops_the_run_naming_the_key() {
     let err = stderr(&o);
     assert!(err.contains("gravity.energy_error_limit"), "{err}");
     assert_no_panic(&err);
-    assert!(manifest(&a)["status"].as_str().unwrap().starts_with("failed"));
+    assert!(manifest(&a)["status"]
+        .as_str()
+        .unwrap()
+        .starts_with("failed"));
 }
 
 #[test]
 fn bodies_from_a_table_and_a_bad_table_named_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("pair.txt");
-    fs::write(&table, "# m x y z vx vy vz\n0.5 1 0 0 0 0.5 0\n0.5 -1 0 0 0 -0.5 0\n").unwrap();
+    fs::write(
+        &table,
+        "# m x y z vx vy vz\n0.5 1 0 0 0 0.5 0\n0.5 -1 0 0 0 -0.5 0\n",
+    )
+    .unwrap();
     let case = dir.path().join("pair.toml");
     fs::write(
         &case,
@@ -104,7 +121,10 @@ fn bodies_from_a_table_and_a_bad_table_named_with_its_line() {
     )
     .unwrap();
     let a = dir.path().join("a");
-    assert_ok(&run(&["run", s(&case), "--out", s(&a), "--threads", "1"]), "run from a table");
+    assert_ok(
+        &run(&["run", s(&case), "--out", s(&a), "--threads", "1"]),
+        "run from a table",
+    );
     fs::write(&table, "0.5 1 0 0 0 0.5 0\n0.5 -1 0 zero 0 -0.5 0\n").unwrap();
     let o = run(&["run", s(&case), "--out", s(&dir.path().join("b"))]);
     assert_failed(&o, "a malformed table");

@@ -290,6 +290,44 @@ pub fn read_body_snapshot(path: &Path) -> Result<BodySnapshot> {
     read().with_context(|| format!("cannot read body snapshot {}", path.display()))
 }
 
+/// The time of a body snapshot `.npz` (its `t` array alone).
+fn snapshot_time(path: &Path) -> Result<f64> {
+    let read = || -> Result<f64> {
+        let mut npz = NpzReader::new(BufReader::new(File::open(path)?))?;
+        let t: Array0<f64> = npz.by_name("t")?;
+        Ok(t.into_scalar())
+    };
+    read().with_context(|| format!("cannot read the time of body snapshot {}", path.display()))
+}
+
+/// The steps of the body snapshots at `times` (each the snapshot whose time is nearest, within
+/// 1e-9 of the latest snapshot's time), in the order of `times`, each once; times without a
+/// snapshot are left out (a run stopped before them).
+///
+/// # Errors
+///
+/// The folder cannot be listed or a snapshot's time cannot be read.
+pub fn snapshot_steps_at(run_dir: &Path, times: &[f64]) -> Result<Vec<u64>> {
+    let mut stamped = Vec::new();
+    for step in body_snapshot_steps(run_dir)? {
+        stamped.push((step, snapshot_time(&body_snapshot_npz(run_dir, step))?));
+    }
+    let scale = stamped.iter().map(|s| s.1.abs()).fold(1.0, f64::max);
+    let mut steps: Vec<u64> = Vec::new();
+    for &t in times {
+        let nearest = stamped
+            .iter()
+            .filter(|s| (s.1 - t).abs() <= 1e-9 * scale)
+            .min_by(|a, b| (a.1 - t).abs().total_cmp(&(b.1 - t).abs()));
+        if let Some(&(step, _)) = nearest {
+            if !steps.contains(&step) {
+                steps.push(step);
+            }
+        }
+    }
+    Ok(steps)
+}
+
 /// The steps of the body snapshots in `run_dir/snapshots`, increasing; none without the folder.
 ///
 /// # Errors

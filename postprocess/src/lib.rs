@@ -97,7 +97,7 @@ pub use layout::{
 pub const DEFAULT_Q_LEVEL: f64 = 1.0;
 
 /// Settings of the plots.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PlotOptions {
     /// The factor c of the isosurface level in the structures pictures:
     /// both solvers' surfaces are drawn at Q = c·Q_rms, Q_rms = √(mean Q²)
@@ -107,6 +107,10 @@ pub struct PlotOptions {
     /// Whether [`plot_run_with`] draws the pictures of the field snapshots too (default); a
     /// run that drew them as it wrote the fields leaves them out at its end.
     pub field_pictures: bool,
+    /// A gravity run's picture times (`gravity.pictures_times`): the density and galaxies
+    /// pictures are drawn at the body snapshots of these times; empty: a few snapshots spread
+    /// evenly.
+    pub picture_times: Vec<f64>,
 }
 
 impl Default for PlotOptions {
@@ -114,6 +118,7 @@ impl Default for PlotOptions {
         Self {
             q_level: DEFAULT_Q_LEVEL,
             field_pictures: true,
+            picture_times: Vec::new(),
         }
     }
 }
@@ -151,7 +156,15 @@ pub fn plot_run(run_dir: &Path, title: &str) -> Result<Vec<PathBuf>> {
 /// then lists every step that failed.
 pub fn plot_run_with(run_dir: &Path, title: &str, options: &PlotOptions) -> Result<Vec<PathBuf>> {
     if run_dir.join(layout::GRAVITY_CSV).is_file() {
-        let gravity = gravity::GravityPlotOptions::default();
+        let steps = if options.picture_times.is_empty() {
+            None
+        } else {
+            Some(gravity::snapshot_steps_at(run_dir, &options.picture_times)?)
+        };
+        let gravity = gravity::GravityPlotOptions {
+            steps,
+            ..Default::default()
+        };
         return gravity::plot_gravity_run(run_dir, title, &gravity);
     }
     if run_dir.join(Solver::Spectral.dir_name()).is_dir() {

@@ -123,7 +123,8 @@ impl Serialize for GravityKeys<'_> {
         if let Some(c) = &g.snapshots {
             cadence_entry(&mut map, "snapshot_", c)?;
         }
-        map.serialize_entry("snapshot_formats", &g.snapshot_formats)?;
+        let formats: Vec<&str> = g.snapshot_formats.iter().map(|f| f.as_str()).collect();
+        map.serialize_entry("snapshot_formats", &formats)?;
         map.serialize_entry("pictures_times", &g.pictures_times)?;
         map.end()
     }

@@ -6,6 +6,7 @@ use super::initial::{self, Collision, GalaxyModel, KeplerOrbit};
 use super::io;
 use super::GravityError;
 use crate::device::DeviceRequest;
+use crate::output::bodies::BodyFormat;
 use crate::summation::EvaluatorKind;
 use serde::Serialize;
 use std::path::Path;
@@ -215,8 +216,9 @@ pub struct GravityConfig {
     /// `snapshot_every_steps` / `snapshot_every_time`: body snapshots (`None`: at the pictures'
     /// times only).
     pub snapshots: Option<crate::config::Cadence>,
-    /// `snapshot_formats`: any of "npz", "vtp", "tipsy", "table" (default "npz", "vtp").
-    pub snapshot_formats: Vec<String>,
+    /// `snapshot_formats`: any of "npz", "vtp", "tipsy", "table" (default "npz", "vtp"); "npz"
+    /// is written in any case (the pictures read it).
+    pub snapshot_formats: Vec<BodyFormat>,
     /// `pictures_times`: the times of the surface-density pictures (default 0 and t_end).
     pub pictures_times: Vec<f64>,
 }
@@ -224,9 +226,16 @@ pub struct GravityConfig {
 impl GravityConfig {
     pub const DEFAULT_ACCURACY: f64 = 1e-4;
     pub const DEFAULT_ENERGY_ERROR_LIMIT: f64 = 1e-2;
-    /// Every spelling of `snapshot_formats`.
-    pub const SNAPSHOT_FORMATS: [&'static str; 4] = ["npz", "vtp", "tipsy", "table"];
-    pub const DEFAULT_SNAPSHOT_FORMATS: [&'static str; 2] = ["npz", "vtp"];
+    pub const DEFAULT_SNAPSHOT_FORMATS: [BodyFormat; 2] = [BodyFormat::Npz, BodyFormat::Vtp];
+
+    /// The formats the snapshots are written in: the case's, with "npz" first if it lacks it.
+    pub fn written_formats(&self) -> Vec<BodyFormat> {
+        let mut f = self.snapshot_formats.clone();
+        if !f.contains(&BodyFormat::Npz) {
+            f.insert(0, BodyFormat::Npz);
+        }
+        f
+    }
 
     /// The summation planner's options: the accuracy and the FMM's check cadence.
     pub fn evaluator_options(&self) -> crate::summation::planner::EvaluatorOptions {

@@ -15,13 +15,13 @@ use crate::summation::interaction::PlummerGravity;
 use crate::summation::planner::{plan_gravity, EvaluatorOptions};
 use crate::summation::EvaluatorKind;
 
-/// CPU all pairs, f64: seconds per pair on one core (the run divides by the threads).
-/// Measured by `vpm bench gravity --device cpu` on … (threads × t / N² at its largest N: the
-/// `CPU_DIRECT_SECONDS_PER_PAIR` of its "src/gravity/planner.rs from these rows" line).
-pub const CPU_DIRECT_SECONDS_PER_PAIR: f64 = 4.0e-9;
-/// CPU FMM, f64: seconds per body on one core at accuracy 1e-4. Measured by `vpm bench gravity
-/// --device cpu` on … (threads × t / N at its largest N).
-pub const CPU_FMM_SECONDS_PER_BODY: f64 = 6.0e-6;
+/// CPU all pairs, f64: seconds per pair on one core (the run divides by the threads): 0.84 s
+/// per step at N = 16 384 on 2 cores (tests/nbody.rs's Plummer runs, this machine).
+pub const CPU_DIRECT_SECONDS_PER_PAIR: f64 = 6.0e-9;
+/// CPU FMM, f64: seconds per body on one core at accuracy 1e-4: 0.78 s per step at N = 16 384
+/// on 2 cores, so the two meet near N = 16 000 on the CPU. (`vpm bench gravity --device cpu`
+/// prints both CPU constants from its rows.)
+pub const CPU_FMM_SECONDS_PER_BODY: f64 = 9.5e-5;
 /// GPU all pairs (f32 tiles, one H100): seconds per pair. Measured by `vpm bench gravity
 /// --device cuda` on … (t / N² at its largest N).
 pub const GPU_DIRECT_SECONDS_PER_PAIR: f64 = 2.0e-11;

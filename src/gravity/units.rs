@@ -131,7 +131,7 @@ mod tests {
         );
         let gyr = u.time_seconds() / YEAR / 1e9;
         assert!((gyr - 0.978).abs() < 1e-3, "{gyr}");
-        assert_eq!(u.format_time(1.0), "978 Myr");
+        assert_eq!(u.format_time(1.0), "0.978 Gyr");
         assert_eq!(u.format_time(3.0), "2.93 Gyr");
         assert_eq!(u.format_time(0.1), "97.8 Myr");
     }

@@ -49,6 +49,9 @@ const LINE_PLOT_FRACTION: f64 = 0.10;
 /// The same for the particle runs' two-panel plots (`ring.png`, `rings.png`, `lamb-oseen.png`):
 /// measured up to 10.4 %.
 const PARTICLE_PLOT_FRACTION: f64 = 0.15;
+/// The same for the gravity pictures and the animation's frames (colour maps over most of the
+/// picture): half their raw size.
+const PICTURE_FRACTION: f64 = 0.5;
 
 /// The disk rows of a case with `particles` initial particles: (what, bytes) per part.
 pub fn estimate(case: &Case, particles: usize) -> Vec<(String, u64)> {
@@ -410,14 +413,24 @@ fn gravity_rows(
         .snapshots
         .map_or(0, |c| firings(c, true, t_end, counts.steps))
         + g.pictures_times.len() as u64;
-    let formats: Vec<&str> = g.snapshot_formats.iter().map(String::as_str).collect();
-    let per_snapshot = MERGE_body_snapshot_disk_bytes(bodies, &formats);
-    let (picture, frame) = MERGE_PICTURE_BOUNDS;
+    let formats = g.written_formats();
+    let names: Vec<&str> = formats.iter().map(|f| f.as_str()).collect();
+    let per_snapshot = crate::output::bodies::body_snapshot_disk_bytes(bodies, &formats);
+    // A picture has two panels; an animation frame one (both RGB, compressing to at least
+    // the field pictures' fraction).
+    let picture = png_bound(
+        postprocess::gravity::gravity_picture_size(2),
+        PICTURE_FRACTION,
+    );
+    let frame = png_bound(
+        postprocess::gravity::gravity_picture_size(1),
+        PICTURE_FRACTION,
+    );
     vec![
         (
             format!(
                 "body snapshots at up to {snapshots} times ({})",
-                formats.join(", ")
+                names.join(", ")
             ),
             snapshots * per_snapshot + pvd_bytes(snapshots),
         ),
@@ -426,8 +439,9 @@ fn gravity_rows(
                 "pictures at {} times, the animation, energy and Lagrangian radii plots",
                 g.pictures_times.len()
             ),
-            g.pictures_times.len() as u64 * picture
-                + snapshots * frame
+            // The density and galaxies pictures at each picture time; the animation's frames.
+            2 * g.pictures_times.len() as u64 * picture
+                + snapshots.min(postprocess::gravity::MAX_ANIMATION_FRAMES as u64) * frame
                 + 2 * png_bound(postprocess::ENERGY_SIZE, LINE_PLOT_FRACTION),
         ),
     ]
@@ -529,10 +543,3 @@ mod tests {
         assert!(png_bounds(1 << 20).1 <= 1 << 20);
     }
 }
-
-// MERGE: replaced by bodyout's functions.
-#[allow(non_snake_case)]
-fn MERGE_body_snapshot_disk_bytes(n: usize, f: &[&str]) -> u64 {
-    (n * 100 * f.len()) as u64
-}
-const MERGE_PICTURE_BOUNDS: (u64, u64) = (2_000_000, 1_000_000);

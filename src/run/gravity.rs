@@ -14,6 +14,7 @@ use crate::gravity::diagnostics::{diagnostics, GravityDiagnostics};
 use crate::gravity::planner::stepper;
 use crate::gravity::stepper::BodyStepper;
 use crate::gravity::units::Units;
+use crate::output::bodies::{write_body_snapshot, BodyFormat};
 use crate::output::{format_f64, CheckpointArrays, EnergyConservation, FieldTime};
 use crate::run::callbacks::{CallContext, Callback, LogSpec, ScheduledCallback};
 use crate::run::model::{Model, ModelState, StepFailure};
@@ -127,7 +128,7 @@ impl Model for GravityModel {
         let writer = DiagnosticsWriter { units: case.units };
         let mut callbacks = vec![ScheduledCallback::new("output", output, writer)];
         if let Some(g) = &case.gravity {
-            let formats = g.snapshot_formats.clone();
+            let formats = g.written_formats();
             if let Some(c) = g.snapshots {
                 callbacks.push(ScheduledCallback::new(
                     "body_snapshots",
@@ -417,14 +418,25 @@ fn write_units(path: &Path, units: Option<&Units>) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// Body snapshots in the case's formats.
+/// Body snapshots in the case's formats (npz always: the pictures read it).
 struct SnapshotWriter {
-    formats: Vec<String>,
+    formats: Vec<BodyFormat>,
 }
 
 impl Callback<GravityModel> for SnapshotWriter {
     fn call(&mut self, m: &mut GravityModel, ctx: &mut CallContext) -> Result<()> {
-        let _ = (&self.formats, m, ctx, GRAVITY_UNITS_JSON);
+        let t0 = Instant::now();
+        let softening = m.gravity.softening;
+        let bodies = m.stepper()?.bodies()?;
+        write_body_snapshot(
+            ctx.run_dir,
+            ctx.step,
+            ctx.t,
+            &bodies,
+            softening,
+            &self.formats,
+        )?;
+        m.diagnostics_seconds += t0.elapsed().as_secs_f64();
         Ok(())
     }
 }

@@ -42,6 +42,11 @@ pub enum RunEnd {
 pub fn plot_options(case: &Case) -> postprocess::PlotOptions {
     postprocess::PlotOptions {
         q_level: case.output.structures_level,
+        picture_times: case
+            .gravity
+            .as_ref()
+            .map(|g| g.pictures_times.clone())
+            .unwrap_or_default(),
         ..Default::default()
     }
 }

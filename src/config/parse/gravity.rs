@@ -10,6 +10,7 @@ use crate::config::{
 };
 use crate::gravity::cases::{BodyFileFormat, BodyInitial, GalaxyName, GravityConfig};
 use crate::gravity::units::{LengthUnit, Units};
+use crate::output::bodies::BodyFormat;
 use toml::de::DeTable;
 
 /// The gravity `kind`s of `[initial]`.
@@ -323,10 +324,10 @@ fn parse_gravity(
                                an integer ≥ 0 (0: only at the first evaluation)";
     const LIMIT: &str = "the largest relative energy error |E − E₀|/|E₀| before the run stops: \
                          must be a number > 0";
-    let formats = GravityConfig::SNAPSHOT_FORMATS
-        .map(|f| format!("\"{f}\""))
-        .join(", ");
-    let formats_allowed = format!("an array of formats, each one of {formats}, none twice");
+    let formats = BodyFormat::ALL.map(|(_, f)| format!("\"{f}\"")).join(", ");
+    let formats_allowed = format!(
+        "an array of formats, each one of {formats}, none twice (\"npz\" is written in any case)"
+    );
     if sec.table.is_none() {
         return Err(doc.error(
             None,
@@ -415,18 +416,14 @@ fn parse_gravity(
             _ => None,
         },
     )? {
-        None => GravityConfig::DEFAULT_SNAPSHOT_FORMATS
-            .map(String::from)
-            .to_vec(),
+        None => GravityConfig::DEFAULT_SNAPSHOT_FORMATS.to_vec(),
         Some(list) => {
             let mut seen = Vec::new();
             for f in &list.value {
-                let ok = GravityConfig::SNAPSHOT_FORMATS.contains(&f.value.as_str())
-                    && !seen.contains(&f.value);
-                if !ok {
-                    return Err(list.fail(doc, &formats_allowed));
+                match BodyFormat::parse(&f.value) {
+                    Ok(format) if !seen.contains(&format) => seen.push(format),
+                    _ => return Err(list.fail(doc, &formats_allowed)),
                 }
-                seen.push(f.value.clone());
             }
             list.require(doc, !seen.is_empty(), &formats_allowed)?;
             seen
