@@ -382,7 +382,8 @@ impl Callback<GravityModel> for DiagnosticsWriter {
         });
         m.last_figure = format!("ΔE/E={error:+.2e} Q={:.3}", d.virial_ratio);
         m.diagnostics_seconds += t0.elapsed().as_secs_f64();
-        if !(error.abs() <= m.limit) {
+        // A NaN error stops the run too.
+        if error.abs() > m.limit || error.is_nan() {
             bail!(
                 "the relative energy error |E − E₀|/|E₀| = {:.3e} at t = {} exceeds \
                  gravity.energy_error_limit = {:e}: the step is too large for these bodies (or \
