@@ -7,6 +7,7 @@
 //! - [`units`]: a case's length and mass units and the time unit G = 1 makes of them.
 //! - [`initial`]: the named initial conditions (Kepler pair, Plummer sphere, cold collapse,
 //!   disk galaxy, two galaxies on a parabolic orbit), seeded and thread-count independent.
+//! - [`sampling`]: the seeded random draws the initial conditions share.
 //! - [`diagnostics`]: energy with the force's own softened potential, momenta, virial ratio,
 //!   Lagrangian radii, per-component mass centres.
 //! - [`stepper`]: the [`stepper::BodyStepper`] seam the run core steps; [`host`] the CPU
@@ -21,6 +22,7 @@ pub mod initial;
 pub mod io;
 pub mod planner;
 pub mod resident;
+pub mod sampling;
 pub mod stepper;
 pub mod units;
 
