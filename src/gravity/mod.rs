@@ -17,6 +17,7 @@
 
 pub mod bodies;
 pub mod diagnostics;
+pub mod galaxy;
 pub mod host;
 pub mod initial;
 pub mod io;
