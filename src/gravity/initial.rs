@@ -2,6 +2,7 @@
 //! same for any thread count (one ChaCha stream drawn in body order).
 
 use super::bodies::{BodySet, Component};
+use super::galaxy;
 use super::sampling::{gaussian_vector, isotropic_vector, stream, uniform, uniform_in_ball};
 use super::GravityError;
 
@@ -184,9 +185,15 @@ pub struct GalaxyModel {
     pub bulge_mass: f64,
     /// Hernquist a of the bulge.
     pub bulge_scale: f64,
+    /// Radius beyond which the bulge is cut (its profile rescaled so the bodies hold
+    /// `bulge_mass`).
+    pub bulge_truncation: f64,
+    /// The halo's mass inside `halo_truncation` (the mass of its bodies).
     pub halo_mass: f64,
     /// Hernquist a of the halo.
     pub halo_scale: f64,
+    /// Radius beyond which the halo is cut.
+    pub halo_truncation: f64,
     /// Toomre Q of the disk at the reference radius (2.43 R_d in Hernquist 1993).
     pub toomre_q: f64,
     /// Bodies per component: disk, bulge, halo.
@@ -194,29 +201,26 @@ pub struct GalaxyModel {
 }
 
 impl GalaxyModel {
-    /// A Milky-Way-like galaxy in kpc and 2.325e5 M☉ with `n` bodies in all.
+    /// A Milky-Way-like galaxy in kpc and 2.325e5 M☉ with `n` bodies in all (split disk 1/4,
+    /// bulge 1/8, halo 5/8; parameters in docs/physics.md §11.3).
     pub fn milky_way(n: usize) -> GalaxyModel {
-        let _ = n;
-        todo!("helper `galaxy`")
+        galaxy::milky_way(n)
     }
 
     /// An Andromeda-like galaxy in the same units with `n` bodies in all.
     pub fn andromeda(n: usize) -> GalaxyModel {
-        let _ = n;
-        todo!("helper `galaxy`")
+        galaxy::andromeda(n)
     }
 
     /// The circular period 2πR/v_c at radius `r` in the disk plane.
     pub fn rotation_period(&self, r: f64) -> f64 {
-        let _ = r;
-        todo!("helper `galaxy`")
+        std::f64::consts::TAU * r / self.circular_speed(r)
     }
 }
 
 /// The bodies of `model` (disk, then bulge, then halo), galaxy 0, centre-of-mass frame.
 pub fn galaxy(model: &GalaxyModel, seed: u64) -> Result<BodySet, GravityError> {
-    let _ = (model, seed);
-    todo!("helper `galaxy`")
+    galaxy::galaxy(model, seed)
 }
 
 /// Two galaxies approaching on a parabolic orbit (docs/physics.md §11.3).
@@ -227,23 +231,23 @@ pub struct Collision {
     pub pericentre: f64,
     /// Initial separation of the two centres.
     pub separation: f64,
-    /// Inclination of each disk to the orbital plane (degrees) and the argument of its
-    /// pericentre (degrees).
+    /// Inclination of each disk to the orbital plane (degrees): its spin axis tilted from the
+    /// orbit's angular momentum (+z) about the x axis (the pericentre direction of x_1 − x_0).
     pub inclination_deg: [f64; 2],
+    /// Then the tilted disk turned about +z by this angle (degrees): the azimuth of its line of
+    /// nodes from the pericentre direction.
     pub argument_deg: [f64; 2],
 }
 
 impl Collision {
-    /// The default collision of `n` bodies in all: a Milky-Way-like galaxy (galaxy 0) and an
-    /// Andromeda-like one (galaxy 1).
-    pub fn milky_way_andromeda(n: usize) -> Collision {
-        let _ = n;
-        todo!("helper `galaxy`")
+    /// The Milky Way (galaxy 0) and Andromeda (galaxy 1) with `n_total` bodies split in
+    /// proportion to their masses, on the parabolic orbit of docs/physics.md §11.3.
+    pub fn milky_way_andromeda(n_total: usize) -> Collision {
+        galaxy::milky_way_andromeda(n_total)
     }
 }
 
 /// The bodies of both galaxies (galaxy 0 first), placed on the orbit, centre-of-mass frame.
 pub fn galaxy_collision(collision: &Collision, seed: u64) -> Result<BodySet, GravityError> {
-    let _ = (collision, seed);
-    todo!("helper `galaxy`")
+    galaxy::galaxy_collision(collision, seed)
 }

@@ -18,6 +18,7 @@
 pub mod bodies;
 pub mod cases;
 pub mod diagnostics;
+pub mod galaxy;
 pub mod host;
 pub mod initial;
 pub mod io;
