@@ -23,15 +23,15 @@ pub const CPU_DIRECT_SECONDS_PER_PAIR: f64 = 6.0e-9;
 /// prints both CPU constants from its rows.)
 pub const CPU_FMM_SECONDS_PER_BODY: f64 = 9.5e-5;
 /// GPU all pairs (f32 tiles, one H100): seconds per pair. Measured by `vpm bench gravity
-/// --device cuda` on … (t / N² at its largest N).
-pub const GPU_DIRECT_SECONDS_PER_PAIR: f64 = 2.0e-11;
+/// --device cuda` on one H100 (t / N² at N = 1e6: 1.97e12 interactions/s; docs/performance.md).
+pub const GPU_DIRECT_SECONDS_PER_PAIR: f64 = 5.08e-13;
 /// GPU FMM (one H100) at accuracy 1e-4: seconds per body, plus a fixed cost per evaluation.
-/// Measured by `vpm bench gravity --device cuda` on … (the slope of its least-squares line
+/// Measured by `vpm bench gravity --device cuda` on one H100 (the slope of its least-squares line
 /// t = a + b N over the sizes).
-pub const GPU_FMM_SECONDS_PER_BODY: f64 = 4.0e-8;
+pub const GPU_FMM_SECONDS_PER_BODY: f64 = 1.87e-7;
 /// The GPU FMM's fixed cost per evaluation (tree levels, launches), seconds. Measured by `vpm
-/// bench gravity --device cuda` on … (the intercept of the same line).
-pub const GPU_FMM_SECONDS_FIXED: f64 = 2.0e-3;
+/// bench gravity --device cuda` on one H100 (the intercept of the same line).
+pub const GPU_FMM_SECONDS_FIXED: f64 = 1.26e-2;
 
 /// Host bytes per body of the host leapfrog: the bodies (58 B) and their trial copy, φ and a
 /// and their trial copy (32 B each), the diagnostics' copies at outputs.
