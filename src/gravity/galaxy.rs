@@ -13,11 +13,14 @@
 //! - disk velocities from the epicyclic approximation: σ_z² = π G Σ z_0, σ_R fixed by Toomre's Q at
 //!   R_ref = 2.43 R_d and ∝ e^{−R/(2R_d)}, σ_φ = σ_R κ/(2Ω), and the streaming speed from the
 //!   asymmetric drift v̄_φ² = v_c² + σ_R² (1 − κ²/(4Ω²) − 2R/R_d) (negative values set to 0); v_c
-//!   of the disk is the exact one of a razor-thin exponential disk (Freeman 1970; the Bessel
-//!   functions by Abramowitz & Stegun's polynomials), that of the bulge and halo M(r)/r.
+//!   of the disk is that of the thick disk in the run's softened gravity, by a ring sum
+//!   ([`RotationCurve`]; the razor-thin value of Freeman 1970 is
+//!   [`ExponentialDisk::circular_speed_squared`]), that of the bulge and halo M(r)/r.
 //!
-//! Bodies are drawn from one ChaCha8 stream in body order (disk, bulge, halo; galaxy 0 then 1),
-//! so a seed gives the same bodies on any thread count.
+//! Radii are stratified in mass (body k of n at the mass fraction (k + u)/n) and each
+//! component is centred on its own mass centre and mean velocity. Bodies are drawn from one
+//! ChaCha8 stream in body order (disk, bulge, halo; galaxy 0 then 1), so a seed gives the same
+//! bodies on any thread count.
 
 use super::bodies::{centre_of_mass_of, BodySet, Component};
 use super::initial::{Collision, GalaxyModel};
