@@ -29,12 +29,14 @@ impl GalaxyName {
         GalaxyName::ALL.iter().find(|(_, g)| *g == self).unwrap().0
     }
 
-    /// The model with `n` bodies in all.
-    pub fn model(self, n: usize) -> GalaxyModel {
-        match self {
+    /// The model with `n` bodies in all, its disk's rotation set up for the run's softening ε.
+    pub fn model(self, n: usize, softening: f64) -> GalaxyModel {
+        let mut model = match self {
             GalaxyName::MilkyWay => GalaxyModel::milky_way(n),
             GalaxyName::Andromeda => GalaxyModel::andromeda(n),
-        }
+        };
+        model.softening = softening;
+        model
     }
 }
 
@@ -147,9 +149,17 @@ impl BodyInitial {
         }
     }
 
-    /// The collision these keys describe.
-    pub fn collision(n: usize, pericentre: Option<f64>, separation: Option<f64>) -> Collision {
+    /// The collision these keys describe, both disks set up for the run's softening ε.
+    pub fn collision(
+        n: usize,
+        pericentre: Option<f64>,
+        separation: Option<f64>,
+        softening: f64,
+    ) -> Collision {
         let mut c = Collision::milky_way_andromeda(n);
+        for g in &mut c.galaxies {
+            g.softening = softening;
+        }
         if let Some(q) = pericentre {
             c.pericentre = q;
         }
@@ -159,9 +169,9 @@ impl BodyInitial {
         c
     }
 
-    /// The bodies at t = 0; a file path is taken relative to `base` (the case file's folder)
-    /// unless absolute.
-    pub fn bodies(&self, base: &Path) -> Result<BodySet, GravityError> {
+    /// The bodies at t = 0 for a run with softening ε (the galaxies' disks rotate in the softened
+    /// field); a file path is taken relative to `base` (the case file's folder) unless absolute.
+    pub fn bodies(&self, base: &Path, softening: f64) -> Result<BodySet, GravityError> {
         let bodies = match self {
             &BodyInitial::Kepler {
                 eccentricity,
@@ -178,13 +188,18 @@ impl BodyInitial {
                 virial_ratio,
                 seed,
             } => initial::cold_collapse(n, virial_ratio, seed)?,
-            &BodyInitial::Galaxy { n, model, seed } => initial::galaxy(&model.model(n), seed)?,
+            &BodyInitial::Galaxy { n, model, seed } => {
+                initial::galaxy(&model.model(n, softening), seed)?
+            }
             &BodyInitial::GalaxyCollision {
                 n,
                 seed,
                 pericentre,
                 separation,
-            } => initial::galaxy_collision(&Self::collision(n, pericentre, separation), seed)?,
+            } => initial::galaxy_collision(
+                &Self::collision(n, pericentre, separation, softening),
+                seed,
+            )?,
             BodyInitial::Bodies { file, format } => {
                 let path = base.join(file);
                 match format {

@@ -2,7 +2,6 @@
 //! same for any thread count (one ChaCha stream drawn in body order).
 
 use super::bodies::{BodySet, Component};
-use super::galaxy;
 use super::sampling::{gaussian_vector, isotropic_vector, stream, uniform, uniform_in_ball};
 use super::GravityError;
 
@@ -196,6 +195,8 @@ pub struct GalaxyModel {
     pub halo_truncation: f64,
     /// Toomre Q of the disk at the reference radius (2.43 R_d in Hernquist 1993).
     pub toomre_q: f64,
+    /// The Plummer softening ε of the run: the disk's rotation is set up in the softened field.
+    pub softening: f64,
     /// Bodies per component: disk, bulge, halo.
     pub bodies: [usize; 3],
 }
@@ -204,12 +205,12 @@ impl GalaxyModel {
     /// A Milky-Way-like galaxy in kpc and 2.325e5 M☉ with `n` bodies in all (split disk 1/4,
     /// bulge 1/8, halo 5/8; parameters in docs/physics.md §11.3).
     pub fn milky_way(n: usize) -> GalaxyModel {
-        galaxy::milky_way(n)
+        super::galaxy::milky_way(n)
     }
 
     /// An Andromeda-like galaxy in the same units with `n` bodies in all.
     pub fn andromeda(n: usize) -> GalaxyModel {
-        galaxy::andromeda(n)
+        super::galaxy::andromeda(n)
     }
 
     /// The circular period 2πR/v_c at radius `r` in the disk plane.
@@ -220,7 +221,7 @@ impl GalaxyModel {
 
 /// The bodies of `model` (disk, then bulge, then halo), galaxy 0, centre-of-mass frame.
 pub fn galaxy(model: &GalaxyModel, seed: u64) -> Result<BodySet, GravityError> {
-    galaxy::galaxy(model, seed)
+    super::galaxy::galaxy(model, seed)
 }
 
 /// Two galaxies approaching on a parabolic orbit (docs/physics.md §11.3).
@@ -243,11 +244,11 @@ impl Collision {
     /// The Milky Way (galaxy 0) and Andromeda (galaxy 1) with `n_total` bodies split in
     /// proportion to their masses, on the parabolic orbit of docs/physics.md §11.3.
     pub fn milky_way_andromeda(n_total: usize) -> Collision {
-        galaxy::milky_way_andromeda(n_total)
+        super::galaxy::milky_way_andromeda(n_total)
     }
 }
 
 /// The bodies of both galaxies (galaxy 0 first), placed on the orbit, centre-of-mass frame.
 pub fn galaxy_collision(collision: &Collision, seed: u64) -> Result<BodySet, GravityError> {
-    galaxy::galaxy_collision(collision, seed)
+    super::galaxy::galaxy_collision(collision, seed)
 }

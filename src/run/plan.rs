@@ -79,8 +79,9 @@ impl RunPlan {
     pub fn new(case: &Case) -> Result<RunPlan> {
         let devices = RunDevices::open(case)?;
         if let InitialCondition::Bodies(initial) = &case.initial {
+            let softening = case.gravity.as_ref().map_or(0.0, |g| g.softening);
             let bodies = initial
-                .bodies(Path::new(""))
+                .bodies(Path::new(""), softening)
                 .with_context(|| format!("case `{}`: [initial]", case.name))?;
             let count = bodies.len();
             let mut plan = Self::with(case, devices, count, None)?;
