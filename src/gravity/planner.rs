@@ -15,9 +15,9 @@ use crate::summation::interaction::PlummerGravity;
 use crate::summation::planner::{plan_gravity, EvaluatorOptions};
 use crate::summation::EvaluatorKind;
 
-/// CPU all pairs, f64: seconds per pair on one core (the run divides by the threads): 0.84 s
-/// per step at N = 16 384 on 2 cores (tests/nbody.rs's Plummer runs, this machine).
-pub const CPU_DIRECT_SECONDS_PER_PAIR: f64 = 6.0e-9;
+/// CPU all pairs, f64: seconds per pair on one core (the run divides by the threads). Measured by
+/// `vpm bench gravity --n 1e3,1e4` on the 2-core development machine (docs/performance.md).
+pub const CPU_DIRECT_SECONDS_PER_PAIR: f64 = 3.4e-9;
 /// CPU FMM, f64: seconds per body on one core at accuracy 1e-4: 0.78 s per step at N = 16 384
 /// on 2 cores, so the two meet near N = 16 000 on the CPU. (`vpm bench gravity --device cpu`
 /// prints both CPU constants from its rows.)
