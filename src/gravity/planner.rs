@@ -18,10 +18,10 @@ use crate::summation::EvaluatorKind;
 /// CPU all pairs, f64: seconds per pair on one core (the run divides by the threads). Measured by
 /// `vpm bench gravity --n 1e3,1e4` on the 2-core development machine (docs/performance.md).
 pub const CPU_DIRECT_SECONDS_PER_PAIR: f64 = 3.4e-9;
-/// CPU FMM, f64: seconds per body on one core at accuracy 1e-4: 0.78 s per step at N = 16 384
-/// on 2 cores, so the two meet near N = 16 000 on the CPU. (`vpm bench gravity --device cpu`
-/// prints both CPU constants from its rows.)
-pub const CPU_FMM_SECONDS_PER_BODY: f64 = 9.5e-5;
+/// CPU FMM, f64: seconds per body on one core at accuracy 1e-4, by the same bench: the two meet
+/// near N = 11 000 on the CPU. (`vpm bench gravity --device cpu` prints both CPU constants from
+/// its rows.)
+pub const CPU_FMM_SECONDS_PER_BODY: f64 = 3.85e-5;
 /// GPU all pairs (f32 tiles, one H100): seconds per pair. Measured by `vpm bench gravity
 /// --device cuda` on one H100 (t / N² at N = 1e6: 1.97e12 interactions/s; docs/performance.md).
 pub const GPU_DIRECT_SECONDS_PER_PAIR: f64 = 5.08e-13;
