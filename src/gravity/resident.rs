@@ -103,12 +103,9 @@ enum Phase {
     Update,
 }
 
+/// One thread per body.
 fn cfg(n: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: ((n.max(1) as u32).div_ceil(THREADS), 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    crate::device::sort::cfg_items(n, THREADS)
 }
 
 /// The GPU leapfrog (module docs).
