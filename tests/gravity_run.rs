@@ -131,4 +131,18 @@ fn bodies_from_a_table_and_a_bad_table_named_with_its_line() {
     let err = stderr(&o);
     assert!(err.contains("pair.txt:2"), "{err}");
     assert_no_panic(&err);
+    // Two bodies at one place without softening: named with the file and both lines.
+    fs::write(
+        &table,
+        "0.5 1 0 0 0 0.5 0\n# a comment\n0.5 1 0 0 0 -0.5 0\n",
+    )
+    .unwrap();
+    let o = run(&["run", s(&case), "--out", s(&dir.path().join("c"))]);
+    assert_failed(&o, "coincident bodies at softening 0");
+    let err = stderr(&o);
+    assert!(
+        err.contains("pair.txt:3") && err.contains("line 1"),
+        "{err}"
+    );
+    assert_no_panic(&err);
 }

@@ -202,10 +202,16 @@ impl BodyInitial {
             )?,
             BodyInitial::Bodies { file, format } => {
                 let path = base.join(file);
-                match format {
-                    BodyFileFormat::Table => io::read_table(&path)?,
-                    BodyFileFormat::Tipsy => io::read_tipsy(&path)?.0,
-                }
+                let (bodies, lines) = match format {
+                    BodyFileFormat::Table => io::read_table_with_lines(&path)?,
+                    BodyFileFormat::Tipsy => {
+                        let bodies = io::read_tipsy(&path)?.0;
+                        let records = (1..=bodies.len()).collect();
+                        (bodies, records)
+                    }
+                };
+                io::check_coincident(&path, &bodies, &lines, softening)?;
+                bodies
             }
         };
         bodies.check()?;

@@ -82,10 +82,16 @@ fn check_values(
 /// is not a number (naming its column), a value that is not finite, a negative mass; a file
 /// without bodies (line 0).
 pub fn read_table(path: &Path) -> Result<BodySet, GravityError> {
+    Ok(read_table_with_lines(path)?.0)
+}
+
+/// [`read_table`], with the 1-based line of each body (for messages about a body).
+pub fn read_table_with_lines(path: &Path) -> Result<(BodySet, Vec<usize>), GravityError> {
     let bytes = read_bytes(path)?;
     let text = String::from_utf8(bytes)
         .map_err(|e| input_error(path, 0, format!("the table is not UTF-8 text: {e}")))?;
     let mut bodies = BodySet::default();
+    let mut lines = Vec::new();
     for (index, raw) in text.lines().enumerate() {
         let line = index + 1;
         let data = raw.split('#').next().unwrap_or("");
@@ -120,6 +126,7 @@ pub fn read_table(path: &Path) -> Result<BodySet, GravityError> {
         check_values(path, line, "column", &values)?;
         let [m, x, y, z, vx, vy, vz] = values;
         bodies.push(m, [x, y, z], [vx, vy, vz], Component::Body, 0);
+        lines.push(line);
     }
     if bodies.is_empty() {
         return Err(input_error(
@@ -128,7 +135,32 @@ pub fn read_table(path: &Path) -> Result<BodySet, GravityError> {
             "no bodies: the table has no data lines",
         ));
     }
-    Ok(bodies)
+    Ok((bodies, lines))
+}
+
+/// At softening 0, refuses two bodies of a file at one position (their force is infinite),
+/// naming the file and both lines (a table) or records (Tipsy, `lines[i]` = i + 1).
+pub fn check_coincident(
+    path: &Path,
+    bodies: &BodySet,
+    lines: &[usize],
+    softening: f64,
+) -> Result<(), GravityError> {
+    if softening > 0.0 {
+        return Ok(());
+    }
+    match crate::summation::interaction::first_coincident(&bodies.x) {
+        Some((a, b)) => Err(input_error(
+            path,
+            lines[b],
+            format!(
+                "this body is at {:?}, as the one of line {}: with softening 0 their force is \
+                 infinite; set gravity.softening > 0 or move one",
+                bodies.x[b], lines[a]
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Writes `bodies` as a table to `w`: a `#` header naming the columns, then one line per body

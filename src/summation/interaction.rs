@@ -358,23 +358,25 @@ impl PlummerGravity {
         if self.softening > 0.0 {
             return Ok(());
         }
-        let mut order: Vec<usize> = (0..x.len()).collect();
-        order.sort_unstable_by(|&a, &b| {
-            x[a].partial_cmp(&x[b]).unwrap_or(std::cmp::Ordering::Equal)
-        });
-        for w in order.windows(2) {
-            if x[w[0]] == x[w[1]] {
-                return Err(SummationError::BadSources(format!(
-                    "bodies {} and {} are both at {:?}: with softening 0 their force is infinite \
-                     (set a softening > 0 or move one)",
-                    w[0].min(w[1]),
-                    w[0].max(w[1]),
-                    x[w[0]]
-                )));
-            }
+        match first_coincident(x) {
+            Some((a, b)) => Err(SummationError::BadSources(format!(
+                "bodies {a} and {b} are both at {:?}: with softening 0 their force is infinite \
+                 (set a softening > 0 or move one)",
+                x[a]
+            ))),
+            None => Ok(()),
         }
-        Ok(())
     }
+}
+
+/// Two bodies at one position, if any: (i, j) with i < j, the pair first in position order.
+pub fn first_coincident(x: &[[f64; 3]]) -> Option<(usize, usize)> {
+    let mut order: Vec<usize> = (0..x.len()).collect();
+    order.sort_unstable_by(|&a, &b| x[a].partial_cmp(&x[b]).unwrap_or(std::cmp::Ordering::Equal));
+    order
+        .windows(2)
+        .find(|w| x[w[0]] == x[w[1]])
+        .map(|w| (w[0].min(w[1]), w[0].max(w[1])))
 }
 
 /// Bodies of a gravitational sum: positions and masses (slices of any storage).
