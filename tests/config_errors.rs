@@ -910,12 +910,15 @@ fn vortex_section_is_optional() {
     let case = round_trip(BASE);
     assert_eq!(case.vortex, None);
     assert!(!case.to_toml_string().contains("[vortex]"));
-    // Only the cases that compare both solvers, and the particle-defined ones, have it.
+    // Only the cases that compare both solvers, and the particle-defined ones, have it; gravity
+    // cases have neither solver.
     for named in named_cases() {
         let case = named.parse().unwrap();
         let expected = named.name.ends_with("-compare") || case.initial.is_particle_defined();
         assert_eq!(case.vortex.is_some(), expected, "{}", named.name);
-        assert_eq!(case.spectral.is_none(), case.initial.is_particle_defined());
+        let no_grid = case.initial.is_particle_defined() || case.initial.is_gravity();
+        assert_eq!(case.spectral.is_none(), no_grid, "{}", named.name);
+        assert_eq!(case.gravity.is_some(), case.initial.is_gravity(), "{}", named.name);
     }
 }
 
