@@ -918,7 +918,12 @@ fn vortex_section_is_optional() {
         assert_eq!(case.vortex.is_some(), expected, "{}", named.name);
         let no_grid = case.initial.is_particle_defined() || case.initial.is_gravity();
         assert_eq!(case.spectral.is_none(), no_grid, "{}", named.name);
-        assert_eq!(case.gravity.is_some(), case.initial.is_gravity(), "{}", named.name);
+        assert_eq!(
+            case.gravity.is_some(),
+            case.initial.is_gravity(),
+            "{}",
+            named.name
+        );
     }
 }
 

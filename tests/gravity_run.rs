@@ -73,6 +73,11 @@ fn a_plummer_run_writes_its_diagnostics_snapshots_and_pictures_and_resumes_to_th
     let b = dir.path().join("b");
     run_aborted(&case, &b, "27");
     assert_ok(&run(&["resume", s(&b), "--threads", "1"]), "resume");
+    // The energy summary carries over the checkpoint: the same as the uninterrupted run's.
+    assert_eq!(
+        manifest(&a)["energy_conservation"],
+        manifest(&b)["energy_conservation"]
+    );
     for f in [
         "gravity/energy.csv",
         "gravity/components.csv",

@@ -196,8 +196,7 @@ impl Model for GravityModel {
             meta: serde_json::json!({
                 "gravity_method": self.method.to_string(),
                 "initial_energy": self.initial_energy,
-                "max_abs_energy_error": self.conservation.as_ref().map(|c| c.max_abs_energy_error),
-                "max_at": self.conservation.as_ref().map(|c| c.max_at),
+                "energy_conservation": self.conservation,
             }),
         })
     }
@@ -242,21 +241,16 @@ impl Model for GravityModel {
             };
         }
         self.initial_energy = state.meta.get("initial_energy").and_then(|e| e.as_f64());
-        let max = state
-            .meta
-            .get("max_abs_energy_error")
-            .and_then(|e| e.as_f64());
-        let at = state.meta.get("max_at").and_then(|e| e.as_f64());
-        if let (Some(e0), Some(max), Some(at)) = (self.initial_energy, max, at) {
-            self.conservation = Some(EnergyConservation {
-                initial_energy: e0,
-                t: at,
-                energy_error: 0.0,
-                max_abs_energy_error: max,
-                max_at: at,
-                limit: self.limit,
-            });
-        }
+        // The summary as of the checkpoint (its limit is the case's now).
+        self.conservation = match state.meta.get("energy_conservation") {
+            Some(v) if !v.is_null() => {
+                let mut c: EnergyConservation = serde_json::from_value(v.clone())
+                    .context("the checkpoint's energy_conservation")?;
+                c.limit = self.limit;
+                Some(c)
+            }
+            _ => None,
+        };
         self.stepper = Some(stepper(
             bodies,
             &self.device,
