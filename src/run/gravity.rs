@@ -39,13 +39,15 @@ pub struct GravityModel {
     method: EvaluatorKind,
     gravity: PlummerGravity,
     options: crate::summation::planner::EvaluatorOptions,
-    /// E₀ (set at the first output, kept in checkpoints).
-    initial_energy: Option<f64>,
-    /// The energy summary for the manifest.
+    /// The energy summary for the manifest, with E₀ (set at the first output, kept in
+    /// checkpoints).
     conservation: Option<EnergyConservation>,
     limit: f64,
     diagnostics_seconds: f64,
     last_figure: String,
+    /// The step of the latest body snapshot this process wrote: the snapshots' cadence and the
+    /// pictures' times may fall on one step, which is written once.
+    snapshot_step: Option<u64>,
 }
 
 impl GravityModel {
@@ -76,11 +78,11 @@ impl GravityModel {
             method,
             gravity,
             options,
-            initial_energy: None,
             conservation: None,
             limit: g.energy_error_limit,
             diagnostics_seconds: 0.0,
             last_figure: String::new(),
+            snapshot_step: None,
         })
     }
 
@@ -195,7 +197,6 @@ impl Model for GravityModel {
             arrays,
             meta: serde_json::json!({
                 "gravity_method": self.method.to_string(),
-                "initial_energy": self.initial_energy,
                 "energy_conservation": self.conservation,
             }),
         })
@@ -240,7 +241,6 @@ impl Model for GravityModel {
                 other => bail!("the checkpoint's gravity method \"{other}\" is unknown"),
             };
         }
-        self.initial_energy = state.meta.get("initial_energy").and_then(|e| e.as_f64());
         // The summary as of the checkpoint (its limit is the case's now).
         self.conservation = match state.meta.get("energy_conservation") {
             Some(v) if !v.is_null() => {
@@ -327,7 +327,10 @@ impl Callback<GravityModel> for DiagnosticsWriter {
     fn call(&mut self, m: &mut GravityModel, ctx: &mut CallContext) -> Result<()> {
         let t0 = Instant::now();
         let (_, d) = m.diagnostics()?;
-        let e0 = *m.initial_energy.get_or_insert(d.energy);
+        let e0 = m
+            .conservation
+            .as_ref()
+            .map_or(d.energy, |c| c.initial_energy);
         let error = if e0 != 0.0 {
             (d.energy - e0) / e0.abs()
         } else {
@@ -420,6 +423,9 @@ struct SnapshotWriter {
 
 impl Callback<GravityModel> for SnapshotWriter {
     fn call(&mut self, m: &mut GravityModel, ctx: &mut CallContext) -> Result<()> {
+        if m.snapshot_step == Some(ctx.step) {
+            return Ok(());
+        }
         let t0 = Instant::now();
         let softening = m.gravity.softening;
         let bodies = m.stepper()?.bodies()?;
@@ -431,6 +437,7 @@ impl Callback<GravityModel> for SnapshotWriter {
             softening,
             &self.formats,
         )?;
+        m.snapshot_step = Some(ctx.step);
         m.diagnostics_seconds += t0.elapsed().as_secs_f64();
         Ok(())
     }
