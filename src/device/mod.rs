@@ -9,6 +9,7 @@
 
 pub mod buffer;
 pub mod cuda;
+pub mod nccl;
 pub mod sort;
 pub mod timer;
 

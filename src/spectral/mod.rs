@@ -5,8 +5,10 @@
 
 pub mod fft3d;
 pub mod gpu;
+pub mod gpu_slab;
 pub mod layout;
 pub mod planner;
+pub mod slab;
 pub mod solver;
 pub mod stepper;
 
