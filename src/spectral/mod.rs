@@ -9,6 +9,7 @@ pub mod gpu_slab;
 pub mod layout;
 pub mod planner;
 pub mod slab;
+pub mod slab_host;
 pub mod solver;
 pub mod stepper;
 

@@ -28,7 +28,7 @@
 //! rank order, so the results do not depend on timing.
 
 use super::layout::ModeLayout;
-use super::solver::VectorModes;
+use super::solver::{SpectralGrid, VectorModes};
 use num_complex::Complex64;
 use std::ops::Range;
 
@@ -50,6 +50,12 @@ pub enum SlabError {
         nz: usize,
         kmax: usize,
     },
+    #[error(
+        "the solution grid {n}³ (where max |∇·u|, max |ω| and the velocity field are \
+         evaluated) cannot be split into {ranks} slabs: {n} is not divisible by {ranks} \
+         (choose n as a multiple of the number of GPUs)"
+    )]
+    SolutionPlanesNotDivisible { n: usize, ranks: usize },
     #[error("the number of ranks must be at least 1")]
     NoRanks,
 }
@@ -83,6 +89,17 @@ impl SlabLayout {
             });
         }
         Ok(SlabLayout { m, kmax, ranks })
+    }
+
+    /// The split of the N³ solution grid of `grid` (the diagnostics on the grid: max |∇·u|,
+    /// max |ω|, the velocity field) over `ranks`; the product grid's split when N = M.
+    pub fn solution(grid: SpectralGrid, ranks: usize) -> Result<Self, SlabError> {
+        SlabLayout::new(grid.n, grid.kmax(), ranks).map_err(|e| match e {
+            SlabError::PlanesNotDivisible { m, ranks } => {
+                SlabError::SolutionPlanesNotDivisible { n: m, ranks }
+            }
+            e => e,
+        })
     }
 
     /// The global mode layout.
@@ -332,7 +349,11 @@ mod tests {
                             y as i64 - s.m as i64
                         };
                         let kept = kz <= s.kmax && g.index_of(ky).is_some();
-                        let want = if kept { half[i] } else { Complex64::new(0.0, 0.0) };
+                        let want = if kept {
+                            half[i]
+                        } else {
+                            Complex64::new(0.0, 0.0)
+                        };
                         assert_eq!(back[i], want, "f {f} x {xl} y {y} kz {kz}");
                     }
                 }
@@ -354,7 +375,10 @@ mod tests {
             assert_eq!(p[0].len(), s.local_len(r));
             // Spot check: mode (ix, iy, kz) of rank r is the global one.
             let kz = s.kz_range(r).start;
-            assert_eq!(p[1][s.local_index(r, 3, 7, 0)], global[1][g.index(3, 7, kz)]);
+            assert_eq!(
+                p[1][s.local_index(r, 3, 7, 0)],
+                global[1][g.index(3, 7, kz)]
+            );
         }
         assert_eq!(s.global_modes(&parts), global);
     }
