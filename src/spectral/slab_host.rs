@@ -28,6 +28,7 @@
 //!
 //! Inside a rank the work is serial, so the results do not depend on rayon's thread count.
 
+use super::gpu_slab::SlabSums;
 use super::layout::ModeLayout;
 use super::slab::{SlabError, SlabLayout};
 use super::solver::{leray, make_real_solenoidal, NonFiniteState, SpectralGrid, VectorModes};
@@ -726,10 +727,10 @@ impl HostSlabSolver {
         Ok(())
     }
 
-    /// The mode sums of the current state, [Σ w e, Σ w e |k|², Σ_{k≠0} w e/|k|, dK/dt] followed
-    /// by the shell spectrum, as the one-GPU solver's `sp_mode_sums` forms them: each rank's
-    /// partials over its modes, added in rank order (identical on every rank).
-    pub fn sums(&mut self) -> Vec<f64> {
+    /// The mode sums of the current state (Σ w e, Σ w e |k|², Σ_{k≠0} w e/|k|, dK/dt) and the
+    /// shell spectrum, as the one-GPU solver's `sp_mode_sums` forms them: each rank's partials
+    /// over its modes, added in rank order (identical on every rank).
+    pub fn sums(&mut self) -> SlabSums {
         self.ensure_k1();
         let (s, nu) = (self.product.s, self.nu);
         let nshell = shell_count(&s.modes());
@@ -754,13 +755,16 @@ impl HostSlabSolver {
             comm.all_sum_in_rank_order(r, part)
         });
         debug_assert!(totals.iter().all(|t| t == &totals[0]));
-        totals.into_iter().next().expect("at least one rank")
+        let mut spectrum = totals.into_iter().next().expect("at least one rank");
+        let sums = std::array::from_fn(|i| spectrum[i]);
+        spectrum.drain(..4);
+        SlabSums { sums, spectrum }
     }
 
     /// K, Z, ε, u', L, T, λ, Re_λ of the current state.
     pub fn flow_stats(&mut self) -> FlowStats {
-        let s = self.sums();
-        FlowStats::from_mode_sums(s[0], s[1], s[2], self.nu)
+        let [energy, enstrophy, inv_k, _] = self.sums().sums;
+        FlowStats::from_mode_sums(energy, enstrophy, inv_k, self.nu)
     }
 
     /// The N grid (the product grid when they coincide).
@@ -861,13 +865,13 @@ impl SpectralStepper for HostSlabSolver {
         Ok(HostSlabSolver::step(self, dt)?)
     }
     fn dkdt_from_rhs(&mut self) -> Result<f64, SpectralError> {
-        Ok(self.sums()[3])
+        Ok(self.sums().sums[3])
     }
     fn flow_stats(&mut self) -> Result<FlowStats, SpectralError> {
         Ok(HostSlabSolver::flow_stats(self))
     }
     fn shell_spectrum(&mut self) -> Result<Vec<f64>, SpectralError> {
-        Ok(self.sums().split_off(4))
+        Ok(self.sums().spectrum)
     }
     fn max_divergence(&mut self) -> Result<f64, SpectralError> {
         Ok(HostSlabSolver::max_divergence(self))
