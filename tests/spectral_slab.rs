@@ -7,7 +7,7 @@ use num_complex::Complex64;
 use vpm::config::{Dealias, InitialCondition};
 use vpm::init::initial_modes;
 use vpm::spectral::slab::{SlabError, SlabLayout};
-use vpm::spectral::slab_host::{transpose_to_pencils, transpose_to_slabs, HostSlabSolver};
+use vpm::spectral::slab_host::{run_ranks, transpose, Direction, HostSlabSolver};
 use vpm::spectral::{ModeLayout, SpectralGrid, SpectralSolver, SpectralStepper, VectorModes};
 use vpm::summation::verify;
 
@@ -227,7 +227,7 @@ fn transposes_place_every_chunk_exactly() {
             .collect();
         let poison = Complex64::new(f64::NAN, 0.0);
         let mut exchanges = vec![vec![poison; fields * s.exchange_len()]; ranks];
-        transpose_to_slabs(&s, fields, &pencils, &mut exchanges);
+        transpose(&s, (fields, Direction::ToSlabs), &pencils, &mut exchanges);
         for (q, ex) in exchanges.iter().enumerate() {
             for f in 0..fields {
                 for (xl, x) in s.x_range(q).enumerate() {
@@ -247,7 +247,7 @@ fn transposes_place_every_chunk_exactly() {
         let mut back: Vec<Vec<Complex64>> = (0..ranks)
             .map(|r| vec![poison; fields * s.pencil_len(r)])
             .collect();
-        transpose_to_pencils(&s, fields, &exchanges, &mut back);
+        transpose(&s, (fields, Direction::ToPencils), &exchanges, &mut back);
         let bits = |v: &[Vec<Complex64>]| mode_bits(&[v.concat(), vec![], vec![]]);
         assert_eq!(bits(&back), bits(&pencils), "m {m} P {ranks}: round trip");
     }
@@ -329,4 +329,31 @@ fn bad_splits_are_refused() {
         .err()
         .unwrap();
     assert!(matches!(e, SlabError::TooFewModes { ranks: 6, .. }), "{e}");
+}
+
+/// A host rank that dies makes the others fail at their next collective instead of waiting
+/// for it forever, and the failure reaches the caller.
+#[test]
+fn a_dead_rank_fails_every_rank_instead_of_hanging() {
+    let start = std::time::Instant::now();
+    let mut states = vec![0usize; 3];
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_ranks(&mut states, |comm, r, st| {
+            assert_ne!(r, 1, "rank 1 fails on purpose");
+            *st = 1;
+            comm.all_max(r, 1.0)
+        })
+    }));
+    let e = out.unwrap_err();
+    assert_eq!(
+        e.downcast_ref::<String>().map(String::as_str),
+        Some("assertion `left != right` failed: rank 1 fails on purpose\n  left: 1\n right: 1"),
+        "the failing rank's own panic is passed on"
+    );
+    assert!(start.elapsed().as_secs() < 10);
+    // The same ranks with no failure complete.
+    assert_eq!(
+        run_ranks(&mut states, |comm, r, _| comm.all_max(r, r as f64)),
+        vec![2.0; 3]
+    );
 }

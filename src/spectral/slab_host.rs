@@ -91,7 +91,9 @@ impl ThreadComm {
     /// Waits until every rank has arrived. Panics when a rank died (see [`ThreadComm::abort`]).
     fn barrier(&self) {
         let mut s = lock(&self.barrier);
-        assert!(!s.aborted, "another host rank failed");
+        if s.aborted {
+            std::panic::panic_any(RankAborted);
+        }
         s.waiting += 1;
         if s.waiting == self.ranks {
             s.waiting = 0;
@@ -103,7 +105,9 @@ impl ThreadComm {
         while s.generation == generation && !s.aborted {
             s = self.wake.wait(s).unwrap_or_else(|e| e.into_inner());
         }
-        assert!(!s.aborted, "another host rank failed");
+        if s.aborted {
+            std::panic::panic_any(RankAborted);
+        }
     }
 
     /// Wakes every waiting rank with a failure (a rank is dying).
@@ -163,6 +167,10 @@ impl ThreadComm {
     }
 }
 
+/// The panic of a rank that found the communicator aborted by another rank's failure.
+#[derive(Debug)]
+struct RankAborted;
+
 /// Aborts the communicator when its rank's thread unwinds, so the other ranks fail too.
 struct AbortOnPanic<'a>(&'a ThreadComm);
 
@@ -175,8 +183,8 @@ impl Drop for AbortOnPanic<'_> {
 }
 
 /// Runs `f(comm, r, &mut states[r])` on one thread per rank (a fresh [`ThreadComm`] between
-/// them) and returns the results in rank order. A panic of any rank fails every rank and is
-/// passed on.
+/// them) and returns the results in rank order. A panic of any rank fails every rank, and the
+/// failing rank's own panic (not the others' aborts) is passed on.
 pub fn run_ranks<S: Send, R: Send>(
     states: &mut [S],
     f: impl Fn(&ThreadComm, usize, &mut S) -> R + Sync,
@@ -194,80 +202,77 @@ pub fn run_ranks<S: Send, R: Send>(
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
+        let joined: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        if joined.iter().any(|j| j.is_err()) {
+            let cause = joined
+                .into_iter()
+                .filter_map(Result::err)
+                .reduce(|a, b| if a.is::<RankAborted>() { b } else { a })
+                .expect("a rank failed");
+            std::panic::resume_unwind(cause);
+        }
+        joined.into_iter().flatten().collect()
     })
 }
 
-/// Step 3 on rank `me`: the pencil → slab all-to-all of `fields` fields. Pencil rank r's chunk
-/// for slab rank q (at `pencil_chunk_offset(r, q)` of each field) lands at
-/// `exchange_chunk_offset(r)` of that field of q's exchange buffer `exchange`.
-fn to_slabs(
+/// The direction of an all-to-all transpose between the two sides of [`SlabLayout`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Pencil → slab (step 3): pencil rank r's chunk for slab rank q, at
+    /// `pencil_chunk_offset(r, q)` of each field, lands at `exchange_chunk_offset(r)` of that
+    /// field of q's exchange buffer.
+    ToSlabs,
+    /// Slab → pencil (step 6): the reverse.
+    ToPencils,
+}
+
+/// The all-to-all transpose of `fields` fields on rank `me`: `send` is its pencil buffer
+/// (`fields·pencil_len(me)`) or exchange buffer (`fields·exchange_len()`) by `dir`, `recv`
+/// the other; only the chunks of `recv` are written. Returns `send`.
+fn transpose_on_rank(
     s: &SlabLayout,
     comm: &ThreadComm,
     me: usize,
-    fields: usize,
-    pencil: Vec<Complex64>,
-    exchange: &mut [Complex64],
+    (fields, dir): (usize, Direction),
+    send: Vec<Complex64>,
+    recv: &mut [Complex64],
 ) -> Vec<Complex64> {
-    comm.all_to_all(me, pencil, exchange, |r, q| {
+    comm.all_to_all(me, send, recv, |from, to| {
+        // The pencil rank r and the slab rank q of the pair.
+        let (r, q) = match dir {
+            Direction::ToSlabs => (from, to),
+            Direction::ToPencils => (to, from),
+        };
         (0..fields)
-            .map(|f| Piece {
-                src: f * s.pencil_len(r) + s.pencil_chunk_offset(r, q),
-                dst: f * s.exchange_len() + s.exchange_chunk_offset(r),
-                len: s.chunk_len(r),
+            .map(|f| {
+                let pencil = f * s.pencil_len(r) + s.pencil_chunk_offset(r, q);
+                let slab = f * s.exchange_len() + s.exchange_chunk_offset(r);
+                let (src, dst) = match dir {
+                    Direction::ToSlabs => (pencil, slab),
+                    Direction::ToPencils => (slab, pencil),
+                };
+                Piece {
+                    src,
+                    dst,
+                    len: s.chunk_len(r),
+                }
             })
             .collect()
     })
 }
 
-/// Step 6's transpose on rank `me`: the slab → pencil all-to-all of `fields` fields, the
-/// reverse of [`to_slabs`].
-fn to_pencils(
+/// One transpose alone, on host ranks: `send[r]` is rank r's buffer of `fields` fields on the
+/// side `dir` leaves (pencil buffers `fields·pencil_len(r)` or exchange buffers
+/// `fields·exchange_len()`), `recv[r]` its buffer on the other side, of which the chunks are
+/// written and nothing else. The reference for the chunk placement of the GPU transpose.
+pub fn transpose(
     s: &SlabLayout,
-    comm: &ThreadComm,
-    me: usize,
-    fields: usize,
-    exchange: Vec<Complex64>,
-    pencil: &mut [Complex64],
-) -> Vec<Complex64> {
-    comm.all_to_all(me, exchange, pencil, |q, r| {
-        (0..fields)
-            .map(|f| Piece {
-                src: f * s.exchange_len() + s.exchange_chunk_offset(r),
-                dst: f * s.pencil_len(r) + s.pencil_chunk_offset(r, q),
-                len: s.chunk_len(r),
-            })
-            .collect()
-    })
-}
-
-/// The pencil → slab transpose alone, on host ranks: `pencils[r]` is pencil rank r's buffer of
-/// `fields` fields (`fields·pencil_len(r)`), `exchanges[q]` slab rank q's exchange buffer
-/// (`fields·exchange_len()`), of which the chunks are written and nothing else. The reference
-/// for the chunk placement of the GPU transpose.
-pub fn transpose_to_slabs(
-    s: &SlabLayout,
-    fields: usize,
-    pencils: &[Vec<Complex64>],
-    exchanges: &mut [Vec<Complex64>],
+    (fields, dir): (usize, Direction),
+    send: &[Vec<Complex64>],
+    recv: &mut [Vec<Complex64>],
 ) {
-    run_ranks(exchanges, |comm, r, ex| {
-        to_slabs(s, comm, r, fields, pencils[r].clone(), ex);
-    });
-}
-
-/// The slab → pencil transpose alone, on host ranks (the reverse of [`transpose_to_slabs`]).
-pub fn transpose_to_pencils(
-    s: &SlabLayout,
-    fields: usize,
-    exchanges: &[Vec<Complex64>],
-    pencils: &mut [Vec<Complex64>],
-) {
-    run_ranks(pencils, |comm, r, p| {
-        to_pencils(s, comm, r, fields, exchanges[r].clone(), p);
+    run_ranks(recv, |comm, r, buf| {
+        transpose_on_rank(s, comm, r, (fields, dir), send[r].clone(), buf);
     });
 }
 
@@ -407,7 +412,7 @@ impl SlabGrid {
         let mut pencil = self.pencil_gather(r, input);
         self.x_lines(r, &*self.inv, &mut pencil);
         let mut exchange = vec![ZERO; F * s.exchange_len()];
-        to_slabs(s, comm, r, F, pencil, &mut exchange);
+        transpose_on_rank(s, comm, r, (F, Direction::ToSlabs), pencil, &mut exchange);
         let mut half = vec![ZERO; F * s.planes() * s.half_plane()];
         s.unpack(F, &exchange, &mut half);
         self.yz_inverse(&mut half)
@@ -427,7 +432,14 @@ impl SlabGrid {
         let mut exchange = vec![ZERO; fields * s.exchange_len()];
         s.pack(fields, &half, &mut exchange);
         let mut pencil = vec![ZERO; fields * s.pencil_len(r)];
-        to_pencils(s, comm, r, fields, exchange, &mut pencil);
+        transpose_on_rank(
+            s,
+            comm,
+            r,
+            (fields, Direction::ToPencils),
+            exchange,
+            &mut pencil,
+        );
         self.x_lines(r, &*self.fwd, &mut pencil);
         pencil
     }
