@@ -527,18 +527,18 @@ fn store(
                 let n = std::array::from_fn(|c| pencil[c * pl + s.pencil_index(r, x, iy, kzl)]);
                 let q = leray(k, n.map(|v: Complex64| v * scale));
                 let h = ehalf(nu, norm2(k), dt);
-                for c in 0..3 {
+                for (c, q) in q.into_iter().enumerate() {
                     match stage {
-                        1 => st.k1[c][i] = q[c],
+                        1 => st.k1[c][i] = q,
                         2 => {
-                            st.acc[c][i] += q[c] * (dt / 3.0 * h);
-                            st.sb[c][i] = st.uhat[c][i] * h + q[c] * (0.5 * dt);
+                            st.acc[c][i] += q * (dt / 3.0 * h);
+                            st.sb[c][i] = st.uhat[c][i] * h + q * (0.5 * dt);
                         }
                         3 => {
-                            st.acc[c][i] += q[c] * (dt / 3.0 * h);
-                            st.sa[c][i] = st.uhat[c][i] * (h * h) + q[c] * (dt * h);
+                            st.acc[c][i] += q * (dt / 3.0 * h);
+                            st.sa[c][i] = st.uhat[c][i] * (h * h) + q * (dt * h);
                         }
-                        _ => st.acc[c][i] += q[c] * (dt / 6.0),
+                        _ => st.acc[c][i] += q * (dt / 6.0),
                     }
                 }
             }
