@@ -1,7 +1,8 @@
 //! The host mirror of the spectral solver across ranks (src/spectral/slab_host.rs,
 //! docs/physics.md §5.6) against the one-rank solver: P = 1–4 host ranks, both dealiasing
 //! rules, a Taylor–Green and a random solenoidal field; the chunk placement of the transposes;
-//! rank-order reductions independent of repeats and thread counts; the refused splits.
+//! rank-order reductions independent of repeats and thread counts; resuming on another number
+//! of ranks; a dead rank; the refused splits.
 
 use num_complex::Complex64;
 use vpm::config::{Dealias, InitialCondition};
@@ -356,4 +357,29 @@ fn a_dead_rank_fails_every_rank_instead_of_hanging() {
         run_ranks(&mut states, |comm, r, _| comm.all_max(r, r as f64)),
         vec![2.0; 3]
     );
+}
+
+/// The global modes a checkpoint holds resume on any number of ranks: 2 ranks for two steps,
+/// then 3 (or 1) ranks from the gathered modes, end where 2 ranks do after a third step.
+#[test]
+fn a_state_gathered_on_some_ranks_resumes_on_others() {
+    let grid = SpectralGrid::new(24, Dealias::ThreeHalves);
+    let init = random_modes(&grid.layout(), 11);
+    let dt = step_for(grid, &init);
+    let mut two = HostSlabSolver::new(grid, NU, 2).unwrap();
+    SpectralStepper::set_velocity_modes(&mut two, init).unwrap();
+    for _ in 0..2 {
+        two.step(dt).unwrap();
+    }
+    let saved = SpectralStepper::velocity_modes(&mut two).unwrap().clone();
+    two.step(dt).unwrap();
+    let want = mode_bits(SpectralStepper::velocity_modes(&mut two).unwrap());
+    for ranks in [3, 1] {
+        let mut s = HostSlabSolver::new(grid, NU, ranks).unwrap();
+        SpectralStepper::restore_velocity_modes(&mut s, saved.clone()).unwrap();
+        assert_eq!(SpectralStepper::velocity_modes(&mut s).unwrap(), &saved);
+        s.step(dt).unwrap();
+        let got = mode_bits(SpectralStepper::velocity_modes(&mut s).unwrap());
+        assert_eq!(got, want, "resumed on {ranks} ranks");
+    }
 }
