@@ -47,6 +47,10 @@ pub enum Command {
     /// Checks of one method against another on a case's particles.
     #[command(subcommand)]
     Verify(VerifyCommand),
+    /// One rank of a run on several GPUs, started by `vpm run` itself (one process per GPU;
+    /// the join message and the commands come on stdin as JSON lines).
+    #[command(hide = true)]
+    Rank,
 }
 
 #[derive(Debug, Subcommand)]

@@ -189,6 +189,7 @@ fn run(cli: Cli) -> Result<()> {
             finish(sim.as_mut(), cli.quiet)
         }
         Command::Check(args) => check(&args.case, args.threads),
+        Command::Rank => vpm::spectral::distributed::rank_main().map_err(anyhow::Error::msg),
         Command::Cases => {
             let width = named_cases()
                 .iter()
