@@ -260,9 +260,7 @@ impl Supervisor {
                 None => Err(std::io::Error::other("its stdin is closed")),
             };
             if let Err(e) = written {
-                let why = format!("rank {} could not be sent a command: {e}", i + 1);
-                self.abort.raise(why.clone());
-                return Err(self.abort.reason().unwrap_or(why));
+                return Err(self.failed(format!("rank {} could not be sent a command: {e}", i + 1)));
             }
         }
         Ok(())
@@ -284,20 +282,25 @@ impl Supervisor {
                         break;
                     }
                     Ok(None) | Err(RecvTimeoutError::Disconnected) => {
-                        // The watchdog names the exit once it sees it; give it a moment.
-                        let waited = Instant::now();
-                        while self.abort.reason().is_none() && waited.elapsed() < 3 * WATCH_PERIOD {
-                            std::thread::sleep(WATCH_PERIOD / 4);
-                        }
-                        let why = format!("rank {} closed its output", i + 1);
-                        self.abort.raise(why.clone());
-                        return Err(self.abort.reason().unwrap_or(why));
+                        return Err(self.failed(format!("rank {} closed its output", i + 1)));
                     }
                     Err(RecvTimeoutError::Timeout) => {}
                 }
             }
         }
         Ok(lines)
+    }
+
+    /// A pipe to a child broke (`why`): the child has most likely exited, and the watchdog
+    /// names how once it sees it, so it is given a few polls to; then the signal is raised
+    /// (with `why` if nothing was known) and its reason returned.
+    fn failed(&self, why: String) -> String {
+        let waited = Instant::now();
+        while self.abort.reason().is_none() && waited.elapsed() < 3 * WATCH_PERIOD {
+            std::thread::sleep(WATCH_PERIOD / 4);
+        }
+        self.abort.raise(why.clone());
+        self.abort.reason().unwrap_or(why)
     }
 
     /// Orderly end: closes every stdin (a child that has not exited after a shutdown command
@@ -442,6 +445,9 @@ impl GpuGroup {
             .map(|_| {
                 let mut c = Command::new(&exe);
                 c.arg(RANK_SUBCOMMAND);
+                // Its own process group: a terminal's Ctrl-C reaches rank 0 only, which stops
+                // at a step boundary with a checkpoint and then shuts the ranks down.
+                std::os::unix::process::CommandExt::process_group(&mut c, 0);
                 if let Some((k, v)) = nvls_setting() {
                     c.env(k, v);
                 }

@@ -45,10 +45,10 @@ impl DeviceRequest {
         Self::parse_or_reason(s).ok()
     }
 
-    /// [`DeviceRequest::parse`], with why a spelling is refused (a GPU named twice gets its own
-    /// reason; anything else gets [`DeviceRequest::ALLOWED`]).
+    /// [`DeviceRequest::parse`], with why a spelling is refused (a GPU named twice or beyond
+    /// the largest ordinal gets its own reason; anything else gets [`DeviceRequest::ALLOWED`]).
     pub fn parse_or_reason(s: &str) -> Result<DeviceRequest, String> {
-        let bad = || format!("`{s}`: {}", DeviceRequest::ALLOWED);
+        let bad = || DeviceRequest::ALLOWED.to_string();
         match s {
             "auto" => return Ok(DeviceRequest::Auto),
             "cpu" => return Ok(DeviceRequest::Cpu),
@@ -75,14 +75,14 @@ impl DeviceRequest {
             let n = ordinal(part).ok_or_else(bad)?;
             if n >= GpuSelection::MAX_GPUS {
                 return Err(format!(
-                    "`{s}`: GPU {n} is beyond the {} GPUs a group can name (ordinals 0 to {})",
+                    "GPU {n} is beyond the {} GPUs a group can name (ordinals 0 to {})",
                     GpuSelection::MAX_GPUS,
                     GpuSelection::MAX_GPUS - 1
                 ));
             }
             if mask & (1 << n) != 0 {
                 return Err(format!(
-                    "`{s}`: GPU {n} is named twice; name each GPU of the group once (e.g. \
+                    "GPU {n} is named twice; name each GPU of the group once (e.g. \
                      \"cuda:0,1,2,3\")"
                 ));
             }
@@ -117,9 +117,14 @@ impl std::fmt::Display for DeviceRequest {
 impl std::str::FromStr for DeviceRequest {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        DeviceRequest::parse_or_reason(s)
+        DeviceRequest::parse_or_reason(s).map_err(|why| format!("`{s}`: {why}"))
     }
 }
+
+/// Why a group of GPUs is refused for a solver or benchmark that runs on one device.
+pub const SINGLE_DEVICE_ONLY: &str = "several GPUs run only the spectral solver (`vpm run` of a \
+     case with [spectral], `vpm bench spectral`); this runs on one device: use \"cuda\" or \
+     \"cuda:N\"";
 
 /// Why a device could not be had.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -202,6 +207,18 @@ impl Device {
                 Err(e) => Ok((Device::Cpu, format!("auto: cpu, no usable GPU ({e})"))),
             },
         }
+    }
+
+    /// [`Device::open`] for a solver or benchmark that runs on one device: a group of GPUs is
+    /// refused with the reason.
+    pub fn open_single(request: DeviceRequest) -> Result<(Device, String), DeviceError> {
+        if request.is_group() {
+            return Err(DeviceError::Group {
+                request: request.to_string(),
+                reason: SINGLE_DEVICE_ONLY.into(),
+            });
+        }
+        Device::open(request)
     }
 
     /// `"cpu"` or `"cuda:N"`: recorded in manifests and checkpoints.
@@ -439,7 +456,7 @@ mod tests {
         let e = DeviceRequest::parse_or_reason("cuda:0,64").unwrap_err();
         assert!(e.contains("GPU 64 is beyond"), "{e}");
         let e: String = "cuda:2,2".parse::<DeviceRequest>().unwrap_err();
-        assert!(e.contains("named twice"), "{e}");
+        assert!(e.starts_with("`cuda:2,2`: GPU 2 is named twice"), "{e}");
     }
 
     #[test]

@@ -36,6 +36,11 @@ use std::io::{BufRead, Write};
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 
+/// What to do after a rank failed (the run's `failed:` status ends with it).
+pub const RANK_FAILED_ADVICE: &str = "A rank of the group of GPUs failed (its log is above; a \
+     killed rank, a lost GPU or NCCL); every rank was stopped. `vpm resume` continues from the \
+     last checkpoint, on any number of GPUs.";
+
 /// One collective call, as rank 0 sends it to the other ranks (a JSON line).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
