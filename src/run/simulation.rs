@@ -1055,6 +1055,7 @@ mod tests {
     //! The stop after an evaluator's failed accuracy check, with a model that fails on cue (a
     //! real FMM cannot be made to miss its accuracy without tampering with it).
     use super::*;
+    use crate::device::Device;
     use crate::run::callbacks::Callback;
     use crate::run::options::ProgressStyle;
     use crate::run::plan::{RunDevices, RunPlan};
