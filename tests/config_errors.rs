@@ -1920,18 +1920,20 @@ fn device_groups_for_the_spectral_solver_and_their_errors() {
         );
     }
     // A particle-defined flow has no spectral solver: the run-level group is the particles'.
-    let ring =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/ring.toml"))
-            .unwrap();
+    let case_file = |name: &str| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("cases")
+            .join(name);
+        std::fs::read_to_string(path).unwrap()
+    };
+    let ring = case_file("ring.toml");
     rejects(
         &format!("device = \"cuda:all\"\n{ring}"),
         Some(1),
         &["`device`", "the particle solver", ONE_DEVICE],
     );
     // Gravity runs on one device, at the top level and in [gravity].
-    let plummer =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/plummer.toml"))
-            .unwrap();
+    let plummer = case_file("plummer.toml");
     rejects(
         &format!("device = \"cuda:0,1\"\n{plummer}"),
         Some(1),

@@ -32,18 +32,25 @@ fn run_without_gpu(args: &[&str]) -> Output {
         .expect("could not start the vpm binary")
 }
 
+/// Asserts that `o` failed with a message (no panic) that says every one of `says`.
+#[track_caller]
+fn fails_saying(o: &Output, says: &[&str]) {
+    assert_failed(o, says[0]);
+    let err = stderr(o);
+    assert_no_panic(&err);
+    for part in says {
+        assert!(err.contains(part), "lacks {part:?}:\n{err}");
+    }
+}
+
 #[test]
 fn several_gpus_without_a_gpu_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     for device in ["cuda:all", "cuda:0,1"] {
         let out = dir.path().join(device.replace([':', ','], "_"));
         let o = run_without_gpu(&["run", "quick", "--out", s(&out), "--device", device]);
-        assert_failed(&o, device);
-        let err = stderr(&o);
-        assert_no_panic(&err);
-        assert!(err.contains(&format!("device \"{device}\"")), "{err}");
-        assert!(err.contains("no usable CUDA GPU"), "{err}");
-        assert!(err.contains("VPM_NO_CUDA"), "{err}");
+        let request = format!("device \"{device}\"");
+        fails_saying(&o, &[&request, "no usable CUDA GPU", "VPM_NO_CUDA"]);
     }
 }
 
@@ -51,41 +58,27 @@ fn several_gpus_without_a_gpu_is_a_clear_error() {
 fn a_gpu_named_twice_on_the_command_line_is_refused() {
     let o = run_without_gpu(&["run", "quick", "--device", "cuda:0,1,1"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    let err = stderr(&o);
-    assert_no_panic(&err);
-    assert!(err.contains("GPU 1 is named twice"), "{err}");
+    fails_saying(&o, &["GPU 1 is named twice"]);
 }
 
 #[test]
 fn benchmarks_on_one_device_refuse_a_group() {
     let o = run_without_gpu(&["bench", "fmm", "--device", "cuda:all", "--n", "1000"]);
-    assert_failed(&o, "bench fmm on a group");
-    let err = stderr(&o);
-    assert_no_panic(&err);
-    assert!(
-        err.contains("several GPUs run only the spectral solver"),
-        "{err}"
-    );
+    fails_saying(&o, &["several GPUs run only the spectral solver"]);
 }
 
 #[test]
 fn a_rank_started_by_hand_says_what_it_is() {
     let o = vpm().arg("rank").output().unwrap();
-    assert_failed(&o, "vpm rank without a join message");
-    let err = stderr(&o);
-    assert_no_panic(&err);
-    assert!(
-        err.contains("started by `vpm run` with several GPUs"),
-        "{err}"
-    );
+    fails_saying(&o, &["started by `vpm run` with several GPUs"]);
 }
 
 // ---------------------------------------------------------------------------------------------
 // On two or more GPUs.
 
-/// The number of usable GPUs when it is at least 2 and NCCL loads; otherwise prints why the
-/// test is skipped and returns `None`.
-fn gpus_or_skip(test: &str) -> Option<usize> {
+/// The number of usable GPUs and a temporary directory when there are at least 2 and NCCL
+/// loads; otherwise prints why the test is skipped and returns `None`.
+fn gpus_or_skip(test: &str) -> Option<(usize, tempfile::TempDir)> {
     let n = match vpm::device::group::gpu_count() {
         Ok(n) => n,
         Err(e) => {
@@ -101,7 +94,7 @@ fn gpus_or_skip(test: &str) -> Option<usize> {
         println!("SKIPPED {test}: NCCL is not usable: {e}");
         return None;
     }
-    Some(n)
+    Some((n, tempfile::tempdir().unwrap()))
 }
 
 /// A Taylor–Green 128³ case of `steps` steps (Re = 1600), written into `dir`, with a checkpoint
@@ -164,12 +157,10 @@ fn assert_close(a: &[Vec<f64>], b: &[Vec<f64>], tol: f64, what: &str) {
 }
 
 #[test]
-fn taylor_green_128_on_all_gpus_equals_one_gpu_for_both_rules() {
-    let Some(gpus) = gpus_or_skip("taylor_green_128_on_all_gpus_equals_one_gpu_for_both_rules")
-    else {
+fn taylor_green_128_on_all_gpus_equals_one_gpu() {
+    let Some((gpus, dir)) = gpus_or_skip("taylor_green_128_on_all_gpus_equals_one_gpu") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     for rule in ["2/3", "3/2"] {
         let name = format!("tg128-{}", rule.replace('/', "-"));
         let case = tg128(dir.path(), &name, rule, 100, 50);
@@ -215,12 +206,14 @@ fn taylor_green_128_on_all_gpus_equals_one_gpu_for_both_rules() {
 
 #[test]
 fn a_run_checkpointed_on_one_gpu_resumes_on_all() {
-    let Some(_) = gpus_or_skip("a_run_checkpointed_on_one_gpu_resumes_on_all") else {
+    let test = "a_run_checkpointed_on_one_gpu_resumes_on_all";
+    let Some((_, dir)) = gpus_or_skip(test) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let case = tg128(dir.path(), "tg128-resume", "2/3", 100, 25);
-    let whole = dir.path().join("whole");
+    let (case, whole) = (
+        tg128(dir.path(), "tg128-resume", "2/3", 100, 25),
+        dir.path().join("whole"),
+    );
     assert_ok(&run_case(&case, &whole, "cuda:0"), "the uninterrupted run");
     // Stopped as a killed process would be after 60 steps: the checkpoint of step 50 remains.
     let cut = dir.path().join("cut");
@@ -246,12 +239,10 @@ fn a_run_checkpointed_on_one_gpu_resumes_on_all() {
 }
 
 #[test]
-fn a_killed_rank_ends_the_run_cleanly_and_resume_completes_it() {
-    let Some(gpus) = gpus_or_skip("a_killed_rank_ends_the_run_cleanly_and_resume_completes_it")
-    else {
+fn a_killed_rank_ends_the_run_cleanly() {
+    let Some((gpus, dir)) = gpus_or_skip("a_killed_rank_ends_the_run_cleanly") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     // Long enough to be killed in the middle: 6000 steps of 128³, a checkpoint every 500.
     let case = tg128(dir.path(), "tg128-kill", "2/3", 6000, 500);
     let out = dir.path().join("run");

@@ -401,10 +401,11 @@ pub struct GpuGroup {
 
 impl std::fmt::Debug for GpuGroup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuGroup")
-            .field("rank", &self.rank)
-            .field("ordinals", &self.ordinals)
-            .finish()
+        write!(
+            f,
+            "GpuGroup {{ rank {} of {:?} }}",
+            self.rank, self.ordinals
+        )
     }
 }
 
@@ -691,6 +692,17 @@ mod tests {
         c
     }
 
+    /// Children running the shell `scripts`, labelled `cuda:1`, `cuda:2`, …
+    fn spawn_sh(scripts: &[&str], abort: &AbortSignal) -> Supervisor {
+        let labels = (1..=scripts.len()).map(|r| format!("cuda:{r}")).collect();
+        Supervisor::spawn(
+            scripts.iter().map(|s| sh(s)).collect(),
+            labels,
+            abort.clone(),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn selections_resolve_against_the_gpus_present() {
         assert_eq!(GpuSelection::All.ordinals(4).unwrap(), vec![0, 1, 2, 3]);
@@ -711,12 +723,7 @@ mod tests {
     fn a_rank_that_exits_raises_the_signal_and_the_others_are_killed() {
         let abort = AbortSignal::new();
         let started = Instant::now();
-        let s = Supervisor::spawn(
-            vec![sh("sleep 30"), sh("exit 3")],
-            vec!["cuda:1".into(), "cuda:2".into()],
-            abort.clone(),
-        )
-        .unwrap();
+        let s = spawn_sh(&["sleep 30", "exit 3"], &abort);
         let err = s.receive().unwrap_err();
         assert!(err.starts_with("rank 2 (cuda:2, pid "), "{err}");
         assert!(err.contains("exited with exit status: 3"), "{err}");
@@ -738,13 +745,10 @@ mod tests {
     #[test]
     fn commands_and_replies_travel_as_lines() {
         let abort = AbortSignal::new();
-        let echo = |r: usize| sh(&format!("read line; echo \"{r}:$line\"; read rest"));
-        let mut s = Supervisor::spawn(
-            vec![echo(1), echo(2), echo(3)],
-            vec!["a".into(), "b".into(), "c".into()],
-            abort.clone(),
-        )
-        .unwrap();
+        let echo: Vec<String> = (1..=3)
+            .map(|r| format!("read line; echo \"{r}:$line\"; read rest"))
+            .collect();
+        let mut s = spawn_sh(&echo.iter().map(String::as_str).collect::<Vec<_>>(), &abort);
         s.send(r#"{"command":"sums"}"#).unwrap();
         let lines = s.receive().unwrap();
         assert_eq!(
@@ -763,12 +767,7 @@ mod tests {
     #[test]
     fn a_raised_signal_kills_every_child() {
         let abort = AbortSignal::new();
-        let s = Supervisor::spawn(
-            vec![sh("sleep 30"), sh("sleep 30")],
-            vec!["x".into(), "y".into()],
-            abort.clone(),
-        )
-        .unwrap();
+        let s = spawn_sh(&["sleep 30", "sleep 30"], &abort);
         abort.raise("rank 0 (cuda:0) failed");
         let deadline = Instant::now() + Duration::from_secs(5);
         while !lock(&s.children).iter().all(|c| c.done) {

@@ -753,69 +753,53 @@ mod tests {
         );
     }
 
+    /// [`serve`] as rank `rank` over `lines` (then the pipe's end when `close`), with fakes
+    /// made by `fake`: its result and replies.
+    fn serve_fakes(
+        rank: usize,
+        lines: &[String],
+        close: bool,
+        fake: fn() -> Fake,
+    ) -> (Result<(), String>, Vec<RankReply>) {
+        let mut out = Vec::new();
+        let r = serve(
+            rank,
+            &feed(lines, close),
+            &mut out,
+            |_, _| Ok(fake()),
+            || None,
+        );
+        (r, replies(&out))
+    }
+
     /// A non-finite step is answered and served on; another failure is answered and ends the
     /// loop with the rank named; a closed pipe (rank 0 gone) ends it too.
     #[test]
     fn failures_end_the_loop_except_the_non_finite_state() {
         let init = Command::init(SpectralGrid::new(16, Dealias::TwoThirds), 0.1).to_line();
         let step = Command::Step { dt: 0.5 }.to_line();
-        let rx = feed(&[init.clone(), step.clone(), step.clone()], true);
-        let mut out = Vec::new();
-        let r = serve(
-            1,
-            &rx,
-            &mut out,
-            |_, _| {
-                Ok(Fake {
-                    non_finite_step: true,
-                    ..Fake::default()
-                })
-            },
-            || None,
-        );
+        let steps = [init, step.clone(), step];
+        let (r, rs) = serve_fakes(1, &steps, true, || Fake {
+            non_finite_step: true,
+            ..Fake::default()
+        });
         assert_eq!(r.unwrap_err(), "rank 1: rank 0 is gone (its pipe closed)");
-        let rs = replies(&out);
         assert_eq!(rs.len(), 3);
         assert!(rs[1].non_finite && rs[2].non_finite);
 
-        let rx = feed(&[init.clone(), step.clone(), step], false);
-        let mut out = Vec::new();
-        let r = serve(
-            3,
-            &rx,
-            &mut out,
-            |_, _| {
-                Ok(Fake {
-                    broken: true,
-                    ..Fake::default()
-                })
-            },
-            || None,
-        );
+        let (r, rs) = serve_fakes(3, &steps, false, || Fake {
+            broken: true,
+            ..Fake::default()
+        });
         assert_eq!(r.unwrap_err(), "rank 3: the GPU fell off");
-        let rs = replies(&out);
         assert_eq!(rs.len(), 2, "the loop stops at the first failure");
         assert_eq!(rs[1].error.as_deref(), Some("the GPU fell off"));
         assert!(!rs[1].non_finite);
 
         // A command before init, and a line that is not a command.
-        let mut out = Vec::new();
-        let r = serve(
-            1,
-            &feed(&[step_line()], false),
-            &mut out,
-            |_, _| Ok(Fake::default()),
-            || None,
-        );
+        let (r, _) = serve_fakes(1, &[step_line()], false, Fake::default);
         assert!(r.unwrap_err().contains("before the solver was made"));
-        let mut out = Vec::new();
-        let r = serve(
-            1,
-            &feed(&["{".into()], false),
-            &mut out,
-            |_, _| Ok(Fake::default()),
-            || None,
-        );
+        let (r, _) = serve_fakes(1, &["{".into()], false, Fake::default);
         assert!(r.unwrap_err().contains("is not a command"));
     }
 
