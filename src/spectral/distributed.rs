@@ -201,7 +201,7 @@ impl SlabOps for SlabRank {
 /// ranks, and every rank must hold a k_z value. `Err` says which and what to choose.
 pub fn check_split(grid: SpectralGrid, ranks: usize) -> Result<(), String> {
     SlabLayout::new(grid.product_grid(), grid.kmax(), ranks).map_err(|e| e.to_string())?;
-    if grid.n % ranks != 0 {
+    if !grid.n.is_multiple_of(ranks) {
         return Err(format!(
             "n = {} cannot be split into {ranks} slabs for the diagnostics on the {}³ grid: \
              choose n a multiple of the number of GPUs ({ranks})",
@@ -213,8 +213,9 @@ pub fn check_split(grid: SpectralGrid, ranks: usize) -> Result<(), String> {
 
 /// Rank 0's spectral stepper across the group (module docs).
 pub struct DistributedSpectralSolver {
-    group: Arc<GpuGroup>,
+    /// This rank's part (dropped before the group, whose last handle shuts the ranks down).
     slab: SlabRank,
+    group: Arc<GpuGroup>,
     grid: SpectralGrid,
     nu: f64,
     /// The gathered state, until the next step.

@@ -72,7 +72,7 @@ impl SlabLayout {
         if ranks == 0 {
             return Err(SlabError::NoRanks);
         }
-        if m % ranks != 0 {
+        if !m.is_multiple_of(ranks) {
             return Err(SlabError::PlanesNotDivisible { m, ranks });
         }
         if kmax + 1 < ranks {
