@@ -511,7 +511,19 @@ impl<M: Model> Simulation<M> {
         let r = self.run_loop();
         if let Err(e) = &r {
             if self.manifest.status == "running" {
-                self.manifest.set_status(format!("failed: {e:#}"));
+                // A failed rank of a group of GPUs is the cause of whatever failed after it.
+                let cause = self
+                    .model
+                    .devices()
+                    .into_iter()
+                    .find_map(|(_, d)| d.group().and_then(|g| g.failure()));
+                let msg = match cause {
+                    Some(rank) if !format!("{e:#}").starts_with(&rank) => {
+                        format!("{rank}; then: {e:#}")
+                    }
+                    _ => format!("{e:#}"),
+                };
+                self.manifest.set_status(format!("failed: {msg}"));
                 self.flush_manifest();
             }
         }
