@@ -47,6 +47,10 @@ pub enum Command {
     /// Checks of one method against another on a case's particles.
     #[command(subcommand)]
     Verify(VerifyCommand),
+    /// One rank of a run on several GPUs, started by `vpm run` itself (one process per GPU;
+    /// the join message and the commands come on stdin as JSON lines).
+    #[command(hide = true)]
+    Rank,
 }
 
 #[derive(Debug, Subcommand)]
@@ -92,7 +96,8 @@ pub struct RunArgs {
     pub threads: Option<usize>,
     /// Where the run's solvers run, overriding the case's `device` (`--backend` is the older
     /// name): `auto` (a GPU when one is usable), `cpu`, `cuda` or `cuda:N` (an error without
-    /// that GPU).
+    /// that GPU), or `cuda:all` / `cuda:0,1,…`: the spectral solver across several GPUs, one
+    /// process per GPU (a compare case's particles on the first GPU).
     #[arg(long, alias = "backend", value_name = "DEVICE")]
     pub device: Option<crate::device::DeviceRequest>,
     #[command(flatten)]
@@ -132,7 +137,8 @@ pub struct ResumeArgs {
     /// records it in case.toml.
     #[arg(long, value_name = "T", value_parser = parse_t_end, allow_hyphen_values = true)]
     pub t_end: Option<f64>,
-    /// Resume on another device (every solver): `auto`, `cpu`, `cuda` or `cuda:N`; recorded in
+    /// Resume on another device (every solver): `auto`, `cpu`, `cuda`, `cuda:N` or several GPUs
+    /// (`cuda:all`, `cuda:0,1,…`: a checkpoint resumes on any number of GPUs); recorded in
     /// case.toml. The checkpoint's device is reported when it differs.
     #[arg(long, alias = "backend", value_name = "DEVICE")]
     pub device: Option<crate::device::DeviceRequest>,

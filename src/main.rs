@@ -189,6 +189,7 @@ fn run(cli: Cli) -> Result<()> {
             finish(sim.as_mut(), cli.quiet)
         }
         Command::Check(args) => check(&args.case, args.threads),
+        Command::Rank => vpm::spectral::distributed::rank_main().map_err(anyhow::Error::msg),
         Command::Cases => {
             let width = named_cases()
                 .iter()
@@ -334,9 +335,9 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             if !(1e-12..=1e-2).contains(&a.accuracy) {
                 bail!("--accuracy {}: must be in [1e-12, 1e-2]", a.accuracy);
             }
-            let (device, note) = vpm::device::Device::open(a.device).map_err(without_gpu(
-                "the CPU evaluator is the default: leave out --device",
-            ))?;
+            let (device, note) = vpm::device::Device::open_single(a.device).map_err(
+                without_gpu("the CPU evaluator is the default: leave out --device"),
+            )?;
             if !quiet {
                 say!("--device {}: {note}", a.device);
             }
@@ -358,7 +359,7 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             if a.steps == 0 || a.reinit_every == 0 {
                 bail!("--steps and --reinit-every must be at least 1");
             }
-            let (device, note) = vpm::device::Device::open(a.device).map_err(without_gpu(
+            let (device, note) = vpm::device::Device::open_single(a.device).map_err(without_gpu(
                 "`vpm bench step --device cpu` times the host stepper (small lattices, e.g. --n 16,32)",
             ))?;
             if !quiet {
@@ -389,9 +390,9 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             if !(a.accuracy > 0.0 && a.accuracy < 1.0) {
                 bail!("--accuracy {}: must be in (0, 1)", a.accuracy);
             }
-            let (device, note) = vpm::device::Device::open(a.device).map_err(without_gpu(
-                "the CPU evaluator is the default: leave out --device",
-            ))?;
+            let (device, note) = vpm::device::Device::open_single(a.device).map_err(
+                without_gpu("the CPU evaluator is the default: leave out --device"),
+            )?;
             if !quiet {
                 say!("--device {}: {note}", a.device);
             }
@@ -452,7 +453,7 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
                 .map(|c| parse_kernel_config(c))
                 .collect::<Result<Vec<_>>>()?;
             let (device, note) =
-                vpm::device::Device::open(a.device).map_err(without_gpu(DIRECT_INSTEAD))?;
+                vpm::device::Device::open_single(a.device).map_err(without_gpu(DIRECT_INSTEAD))?;
             let gpu = device.gpu().with_context(|| {
                 format!(
                     "vpm bench kernel needs a CUDA GPU: --device {} gave {note}; {DIRECT_INSTEAD}",
@@ -472,7 +473,7 @@ fn open_bench_device(
     request: vpm::device::DeviceRequest,
     quiet: bool,
 ) -> Result<vpm::device::Device> {
-    let (device, note) = vpm::device::Device::open(request).map_err(without_gpu(
+    let (device, note) = vpm::device::Device::open_single(request).map_err(without_gpu(
         "the CPU evaluator is the default: leave out --device",
     ))?;
     if !quiet {

@@ -1862,3 +1862,88 @@ fn vortex_rbf_defaults_to_spectral_and_old_cg_keys_keep_conjugate_gradients() {
         }
     );
 }
+
+/// Several GPUs: `"cuda:all"` and lists run the spectral solver across GPUs (a compare case
+/// keeps its particles on rank 0's GPU); a GPU named twice, and a group for a solver that runs
+/// on one device, are refused naming the file, the line and the key.
+#[test]
+fn device_groups_for_the_spectral_solver_and_their_errors() {
+    use vpm::device::GpuSelection;
+    for (spelling, want) in [
+        ("cuda:all", DeviceRequest::CudaGroup(GpuSelection::All)),
+        (
+            "cuda:0,1,2,3",
+            DeviceRequest::CudaGroup(GpuSelection::Mask(0b1111)),
+        ),
+        (
+            "cuda:3,1",
+            DeviceRequest::CudaGroup(GpuSelection::Mask(0b1010)),
+        ),
+    ] {
+        let line = format!("device = \"{spelling}\"");
+        assert_eq!(round_trip(&edit(3, &line)).device, want, "{line}");
+        let case = round_trip(&with_spectral_key(&line));
+        assert_eq!(case.spectral.unwrap().device, Some(want), "{line}");
+        let compare = round_trip(&format!("{}\n[vortex]\n", edit(3, &line)));
+        assert_eq!(compare.device, want);
+        assert!(compare.vortex.is_some());
+    }
+    let twice = "device = \"cuda:0,1,1\"";
+    let parts = |key| [key, "GPU 1 is named twice"];
+    rejects_edit(3, twice, &parts("`device`"));
+    rejects(
+        &with_spectral_key(twice),
+        Some(24),
+        &parts("`spectral.device`"),
+    );
+    rejects_edit(
+        3,
+        "device = \"cuda:0,64\"",
+        &["`device`", "GPU 64 is beyond"],
+    );
+    for bad in ["cuda:0,", "cuda:,1", "cuda:all,1"] {
+        rejects_edit(
+            3,
+            &format!("device = \"{bad}\""),
+            &["`device`", DeviceRequest::ALLOWED],
+        );
+    }
+    const ONE_DEVICE: &str = "which runs on one device: only the spectral solver runs across GPUs";
+    for key in ["device", "backend"] {
+        rejects_vortex(
+            &format!("{key} = \"cuda:all\"\n"),
+            &[
+                &format!("`vortex.{key}`"),
+                "several GPUs for the particle solver ([vortex])",
+                ONE_DEVICE,
+            ],
+        );
+    }
+    // A particle-defined flow has no spectral solver: the run-level group is the particles'.
+    let case_file = |name: &str| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("cases")
+            .join(name);
+        std::fs::read_to_string(path).unwrap()
+    };
+    let ring = case_file("ring.toml");
+    rejects(
+        &format!("device = \"cuda:all\"\n{ring}"),
+        Some(1),
+        &["`device`", "the particle solver", ONE_DEVICE],
+    );
+    // Gravity runs on one device, at the top level and in [gravity].
+    let plummer = case_file("plummer.toml");
+    rejects(
+        &format!("device = \"cuda:0,1\"\n{plummer}"),
+        Some(1),
+        &["`device`", "the gravity solver", ONE_DEVICE],
+    );
+    let in_section = plummer.replace("[gravity]\n", "[gravity]\ndevice = \"cuda:all\"\n");
+    assert_ne!(in_section, plummer);
+    rejects(
+        &in_section,
+        Some(29),
+        &["`gravity.device`", "the gravity solver", ONE_DEVICE],
+    );
+}

@@ -43,9 +43,9 @@ pub fn bench_ewald(
     sample: usize,
     json: Option<&Path>,
 ) -> Result<EwaldBenchRows> {
-    Ok(match device {
-        Device::Cpu => EwaldBenchRows::Cpu(bench_ewald_cpu(lattice, accuracy, repeats, json)?),
-        Device::Cuda(gpu) => EwaldBenchRows::Gpu(bench_ewald_gpu(
+    Ok(match device.gpu() {
+        None => EwaldBenchRows::Cpu(bench_ewald_cpu(lattice, accuracy, repeats, json)?),
+        Some(gpu) => EwaldBenchRows::Gpu(bench_ewald_gpu(
             gpu, lattice, accuracy, repeats, sample, json,
         )?),
     })

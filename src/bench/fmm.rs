@@ -250,9 +250,9 @@ pub fn bench_fmm(
     if gravity && o.periodic {
         anyhow::bail!("vpm bench fmm: --periodic is for the Biot–Savart law, not gravity");
     }
-    let (backend, gpu_info) = match device {
-        Device::Cpu => ("cpu", None),
-        Device::Cuda(gpu) => ("cuda", Some(gpu.info().clone())),
+    let (backend, gpu_info) = match device.gpu() {
+        None => ("cpu", None),
+        Some(gpu) => ("cuda", Some(gpu.info().clone())),
     };
     match &gpu_info {
         None => cpu_banner(
@@ -310,10 +310,10 @@ pub fn bench_fmm(
     for &n in sizes {
         let fmm_backend = match device {
             Device::Cpu => FmmBackend::Cpu,
-            Device::Cuda(_) => FmmBackend::Cuda,
+            Device::Cuda(_) | Device::Group(_) => FmmBackend::Cuda,
         };
-        let row = match device {
-            Device::Cpu if gravity => bench_gravity_one(
+        let row = match device.gpu() {
+            None if gravity => bench_gravity_one(
                 n,
                 o,
                 backend,
@@ -325,7 +325,7 @@ pub fn bench_fmm(
                 },
                 |_, _| Ok(None),
             )?,
-            Device::Cuda(gpu) if gravity => bench_gravity_one(
+            Some(gpu) if gravity => bench_gravity_one(
                 n,
                 o,
                 backend,
@@ -337,20 +337,20 @@ pub fn bench_fmm(
                 },
                 time_resident_gravity,
             )?,
-            Device::Cpu if o.periodic => {
+            None if o.periodic => {
                 let p = o.tuning.apply(plan_parameters(o.accuracy, fmm_backend)?)?;
                 bench_one(&mut FmmPeriodic::with_params(p, 0), backend, n, o)?
             }
-            Device::Cuda(gpu) if o.periodic => {
+            Some(gpu) if o.periodic => {
                 let p = o.tuning.apply(plan_parameters(o.accuracy, fmm_backend)?)?;
                 let mut fmm = CudaFmm::periodic_with_params(gpu.clone(), p, 0)?;
                 bench_one(&mut fmm, backend, n, o)?
             }
-            Device::Cpu => {
+            None => {
                 let p = o.tuning.apply(plan_parameters(o.accuracy, fmm_backend)?)?;
                 bench_one(&mut FmmFreeSpace::with_params(p, 0), backend, n, o)?
             }
-            Device::Cuda(gpu) => {
+            Some(gpu) => {
                 let p = o.tuning.apply(plan_parameters(o.accuracy, fmm_backend)?)?;
                 bench_one(&mut CudaFmm::with_params(gpu.clone(), p, 0)?, backend, n, o)?
             }

@@ -145,9 +145,9 @@ pub fn bench_gravity(
         "vpm bench gravity (softening {}, FMM accuracy {:e}, leapfrog Δt = 1/128, {} steps)",
         o.softening, o.accuracy, o.steps
     );
-    match device {
-        Device::Cpu => cpu_banner(&format!("{title}, CPU f64"), o.repeats),
-        Device::Cuda(gpu) => crate::out!(
+    match device.gpu() {
+        None => cpu_banner(&format!("{title}, CPU f64"), o.repeats),
+        Some(gpu) => crate::out!(
             "{title}: {}; all pairs f32 (CUDA events), FMM f64 expansions + f32 near field \
              (wall clock, device form), median of {} after warm-up; errors against the CPU f64 \
              all-pairs sum on {} bodies ({} CPU threads)",
@@ -225,7 +225,7 @@ pub fn bench_gravity(
         "bodies": "Plummer sphere in Henon units (gravity::initial::plummer), a seed per N",
         "timing": match device {
             Device::Cpu => "wall clock, median after one warm-up",
-            Device::Cuda(_) => "all pairs: CUDA events around the tile kernels; FMM: wall \
+            Device::Cuda(_) | Device::Group(_) => "all pairs: CUDA events around the tile kernels; FMM: wall \
                                 clock of the device form, GPU waited for; steps: wall clock \
                                 (each step ends with its finite-flag read); medians after one \
                                 warm-up",
@@ -278,12 +278,12 @@ fn bench_one(
     };
     let mut out = GravityEvaluation::default();
     if all_pairs {
-        let seconds = match device {
-            Device::Cpu => {
+        let seconds = match device.gpu() {
+            None => {
                 let mut e = DirectGravity::new(gravity);
                 median_seconds(o.repeats, || e.evaluate_gravity(&bodies, None, &mut out))?
             }
-            Device::Cuda(gpu) => {
+            Some(gpu) => {
                 let mut e = CudaDirectGravity::new(gpu.clone(), gravity)?;
                 e.upload(&bodies, None)?;
                 let ms = median(e.time_launches(o.repeats)?);
@@ -298,14 +298,14 @@ fn bench_one(
         row.gflops = Some(per_s * GRAVITY_FLOPS_PER_INTERACTION / 1e9);
     }
     if fmm {
-        let (seconds, params) = match device {
-            Device::Cpu => {
+        let (seconds, params) = match device.gpu() {
+            None => {
                 let mut e = FmmGravity::new(gravity, o.accuracy, 0)?;
                 e.disable_checks();
                 let t = median_seconds(o.repeats, || e.evaluate_gravity(&bodies, None, &mut out))?;
                 (t, *e.params())
             }
-            Device::Cuda(gpu) => {
+            Some(gpu) => {
                 let mut e = CudaFmmGravity::new(gpu.clone(), gravity, o.accuracy, 0)?;
                 e.disable_checks();
                 e.evaluate_gravity(&bodies, None, &mut out)?;

@@ -251,14 +251,36 @@ impl<'a, 'i> Section<'a, 'i> {
         }
     }
 
-    /// A device request (`"auto" | "cpu" | "cuda" | "cuda:N"`); `None` when absent.
+    /// A device request (`"auto" | "cpu" | "cuda" | "cuda:N"`, or a group `"cuda:all" |
+    /// "cuda:0,1,…"`); `None` when absent.
     fn device(&self, doc: &Doc, key: &str) -> Result<Option<DeviceRequest>, CaseError> {
         let Some(item) = self.string(doc, key, DeviceRequest::ALLOWED)? else {
             return Ok(None);
         };
-        match DeviceRequest::parse(&item.value) {
-            Some(d) => Ok(Some(d)),
-            None => Err(item.fail(doc, DeviceRequest::ALLOWED)),
+        match DeviceRequest::parse_or_reason(&item.value) {
+            Ok(d) => Ok(Some(d)),
+            Err(why) => Err(item.fail(doc, &why)),
+        }
+    }
+
+    /// [`Section::device`] for a solver that runs on one device (`solver` names it): a group
+    /// of GPUs is refused.
+    pub(crate) fn single_device(
+        &self,
+        doc: &Doc,
+        key: &str,
+        solver: &str,
+    ) -> Result<Option<DeviceRequest>, CaseError> {
+        let device = self.device(doc, key)?;
+        match (device, self.get(key)) {
+            (Some(d), Some(v)) if d.is_group() => Err(self.item(doc, key, v, ()).fail(
+                doc,
+                &format!(
+                    "several GPUs for {solver}, which runs on one device: only the spectral \
+                         solver runs across GPUs; use \"cuda\" or \"cuda:N\""
+                ),
+            )),
+            _ => Ok(device),
         }
     }
 
@@ -469,6 +491,10 @@ pub(super) fn parse_case(text: &str, origin: &str, default_name: &str) -> Result
         Some(DeValue::String(k)) => PARTICLE_KINDS.iter().find(|&&p| p == k.as_ref()).copied(),
         _ => None,
     };
+    if particle_kind.is_some() {
+        // No spectral solver: the run-level device is the particle solver's.
+        top.single_device(&doc, "device", PARTICLES)?;
+    }
     let spectral = match particle_kind {
         None => Some(parse_spectral(&doc, &spectral_sec)?),
         Some(kind) => {
@@ -596,6 +622,9 @@ fn check_resolved(
         None => doc.error(sec.line, &sec.path(key), message),
     })
 }
+
+/// The particle solver, in the refusal of a group of GPUs for it.
+const PARTICLES: &str = "the particle solver ([vortex])";
 
 const NAME_ALLOWED: &str =
     "must be a non-empty string without '/', '\\' or control characters (it names output files)";
@@ -1532,8 +1561,8 @@ fn parse_vortex(
                 "`backend` is the older name of `device`: give one of them, not both",
             ))
         }
-        (_, Some(_)) => sec.device(doc, "backend")?,
-        _ => sec.device(doc, "device")?,
+        (_, Some(_)) => sec.single_device(doc, "backend", PARTICLES)?,
+        _ => sec.single_device(doc, "device", PARTICLES)?,
     };
     let snapshots = parse_cadence_keys(doc, sec, "snapshot_every_steps", "snapshot_every_time")?;
     let dissipation_every = match sec.integer(doc, "dissipation_every", DISSIPATION_EVERY)? {

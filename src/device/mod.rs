@@ -9,15 +9,18 @@
 
 pub mod buffer;
 pub mod cuda;
+pub mod group;
 pub mod nccl;
 pub mod sort;
 pub mod timer;
 
 use cuda::{CudaError, Gpu};
+pub use group::{GpuGroup, GpuSelection};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Which device a run (or one solver of it) asks for: `"auto" | "cpu" | "cuda" | "cuda:N"`.
+/// Which device a run (or one solver of it) asks for: `"auto" | "cpu" | "cuda" | "cuda:N"`, or
+/// several GPUs of this host, `"cuda:all" | "cuda:0,1,2,3"` (the spectral solver only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum DeviceRequest {
     /// `"auto"`: a GPU when one is usable (and the solver has a GPU implementation), else the
@@ -28,32 +31,74 @@ pub enum DeviceRequest {
     Cpu,
     /// `"cuda"` (`None`: GPU 0) or `"cuda:N"`: an NVIDIA GPU; an error when it is not usable.
     Cuda(Option<usize>),
+    /// `"cuda:all"` or `"cuda:0,1,…"`: a group of GPUs, one rank (process) per GPU joined by
+    /// NCCL ([`group`]).
+    CudaGroup(GpuSelection),
 }
 
 impl DeviceRequest {
     /// What the spellings are, for error messages.
-    pub const ALLOWED: &'static str =
-        r#"must be "auto", "cpu", "cuda" or "cuda:N" (N = GPU ordinal, 0, 1, …)"#;
+    pub const ALLOWED: &'static str = r#"must be "auto", "cpu", "cuda" or "cuda:N" (N = GPU ordinal, 0, 1, …), or for the spectral solver on several GPUs "cuda:all" or a list "cuda:0,1,2,3" (each GPU once)"#;
 
-    /// Parses `"auto" | "cpu" | "cuda" | "cuda:N"`.
+    /// Parses `"auto" | "cpu" | "cuda" | "cuda:N" | "cuda:all" | "cuda:N,M,…"`.
     pub fn parse(s: &str) -> Option<DeviceRequest> {
-        match s {
-            "auto" => Some(DeviceRequest::Auto),
-            "cpu" => Some(DeviceRequest::Cpu),
-            "cuda" => Some(DeviceRequest::Cuda(None)),
-            _ => {
-                let n = s.strip_prefix("cuda:")?;
-                if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || n.len() > 4 {
-                    return None;
-                }
-                n.parse().ok().map(|n| DeviceRequest::Cuda(Some(n)))
-            }
-        }
+        Self::parse_or_reason(s).ok()
     }
 
-    /// Whether this asks for a GPU explicitly.
+    /// [`DeviceRequest::parse`], with why a spelling is refused (a GPU named twice or beyond
+    /// the largest ordinal gets its own reason; anything else gets [`DeviceRequest::ALLOWED`]).
+    pub fn parse_or_reason(s: &str) -> Result<DeviceRequest, String> {
+        let bad = || DeviceRequest::ALLOWED.to_string();
+        match s {
+            "auto" => return Ok(DeviceRequest::Auto),
+            "cpu" => return Ok(DeviceRequest::Cpu),
+            "cuda" => return Ok(DeviceRequest::Cuda(None)),
+            _ => {}
+        }
+        let rest = s.strip_prefix("cuda:").ok_or_else(bad)?;
+        if rest == "all" {
+            return Ok(DeviceRequest::CudaGroup(GpuSelection::All));
+        }
+        let ordinal = |n: &str| -> Option<usize> {
+            if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || n.len() > 4 {
+                return None;
+            }
+            n.parse().ok()
+        };
+        if !rest.contains(',') {
+            return ordinal(rest)
+                .map(|n| DeviceRequest::Cuda(Some(n)))
+                .ok_or_else(bad);
+        }
+        let mut mask = 0u64;
+        for part in rest.split(',') {
+            let n = ordinal(part).ok_or_else(bad)?;
+            if n >= GpuSelection::MAX_GPUS {
+                return Err(format!(
+                    "GPU {n} is beyond the {} GPUs a group can name (ordinals 0 to {})",
+                    GpuSelection::MAX_GPUS,
+                    GpuSelection::MAX_GPUS - 1
+                ));
+            }
+            if mask & (1 << n) != 0 {
+                return Err(format!(
+                    "GPU {n} is named twice; name each GPU of the group once (e.g. \
+                     \"cuda:0,1,2,3\")"
+                ));
+            }
+            mask |= 1 << n;
+        }
+        Ok(DeviceRequest::CudaGroup(GpuSelection::Mask(mask)))
+    }
+
+    /// Whether this asks for a GPU explicitly (one or several).
     pub fn is_cuda(&self) -> bool {
-        matches!(self, DeviceRequest::Cuda(_))
+        matches!(self, DeviceRequest::Cuda(_) | DeviceRequest::CudaGroup(_))
+    }
+
+    /// Whether this asks for several GPUs.
+    pub fn is_group(&self) -> bool {
+        matches!(self, DeviceRequest::CudaGroup(_))
     }
 }
 
@@ -64,6 +109,7 @@ impl std::fmt::Display for DeviceRequest {
             DeviceRequest::Cpu => f.write_str("cpu"),
             DeviceRequest::Cuda(None) => f.write_str("cuda"),
             DeviceRequest::Cuda(Some(n)) => write!(f, "cuda:{n}"),
+            DeviceRequest::CudaGroup(sel) => write!(f, "cuda:{sel}"),
         }
     }
 }
@@ -71,9 +117,14 @@ impl std::fmt::Display for DeviceRequest {
 impl std::str::FromStr for DeviceRequest {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        DeviceRequest::parse(s).ok_or_else(|| format!("`{s}`: {}", DeviceRequest::ALLOWED))
+        DeviceRequest::parse_or_reason(s).map_err(|why| format!("`{s}`: {why}"))
     }
 }
+
+/// Why a group of GPUs is refused for a solver or benchmark that runs on one device.
+pub const SINGLE_DEVICE_ONLY: &str = "several GPUs run only the spectral solver (`vpm run` of a \
+     case with [spectral], `vpm bench spectral`); this runs on one device: use \"cuda\" or \
+     \"cuda:N\"";
 
 /// Why a device could not be had.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -83,6 +134,9 @@ pub enum DeviceError {
     Unavailable { request: String, reason: String },
     #[error(transparent)]
     Cuda(#[from] CudaError),
+    /// A group of GPUs could not be formed (which GPUs, NCCL, the ranks' processes).
+    #[error("device \"{request}\": {reason}")]
+    Group { request: String, reason: String },
 }
 
 /// The kind of a [`Device`], without its ordinal (the planners' registries are keyed by it).
@@ -108,6 +162,11 @@ pub enum Device {
     Cpu,
     /// A CUDA GPU: its context, module cache and description.
     Cuda(Arc<Gpu>),
+    /// One rank of a group of GPUs ([`GpuGroup`]): this process's GPU (and its stream), its
+    /// NCCL communicator and every rank's ordinal; on rank 0 also the supervisor of the other
+    /// ranks' processes. Only the spectral solver runs across a group; the others get
+    /// [`Device::Cuda`] of rank 0's GPU ([`Device::single`]).
+    Group(Arc<GpuGroup>),
 }
 
 impl Device {
@@ -127,6 +186,19 @@ impl Device {
                 let note = format!("cuda:{} ({})", gpu.info().ordinal, gpu.info());
                 Ok((Device::Cuda(gpu), note))
             }
+            DeviceRequest::CudaGroup(selection) => {
+                let group = GpuGroup::launch(selection).map_err(|reason| DeviceError::Group {
+                    request: request.to_string(),
+                    reason,
+                })?;
+                let note = format!(
+                    "{} ({} ranks, one process per GPU, NCCL; rank 0: {})",
+                    group.label(),
+                    group.ranks(),
+                    group.gpu().info()
+                );
+                Ok((Device::Group(Arc::new(group)), note))
+            }
             DeviceRequest::Auto => match cuda::gpu_at(0) {
                 Ok(gpu) => {
                     let note = format!("auto: cuda:0, a GPU is usable ({})", gpu.info());
@@ -137,11 +209,24 @@ impl Device {
         }
     }
 
+    /// [`Device::open`] for a solver or benchmark that runs on one device: a group of GPUs is
+    /// refused with the reason.
+    pub fn open_single(request: DeviceRequest) -> Result<(Device, String), DeviceError> {
+        if request.is_group() {
+            return Err(DeviceError::Group {
+                request: request.to_string(),
+                reason: SINGLE_DEVICE_ONLY.into(),
+            });
+        }
+        Device::open(request)
+    }
+
     /// `"cpu"` or `"cuda:N"`: recorded in manifests and checkpoints.
     pub fn label(&self) -> String {
         match self {
             Device::Cpu => "cpu".into(),
             Device::Cuda(g) => format!("cuda:{}", g.info().ordinal),
+            Device::Group(g) => g.label(),
         }
     }
 
@@ -150,6 +235,7 @@ impl Device {
         match self {
             Device::Cpu => format!("cpu ({})", crate::output::cpu_model()),
             Device::Cuda(g) => format!("cuda:{} {}", g.info().ordinal, g.info()),
+            Device::Group(g) => format!("{} ({} ranks) {}", g.label(), g.ranks(), g.gpu().info()),
         }
     }
 
@@ -157,19 +243,37 @@ impl Device {
     pub fn kind(&self) -> DeviceKind {
         match self {
             Device::Cpu => DeviceKind::Cpu,
-            Device::Cuda(_) => DeviceKind::Cuda,
+            Device::Cuda(_) | Device::Group(_) => DeviceKind::Cuda,
         }
     }
 
     pub fn is_cuda(&self) -> bool {
-        matches!(self, Device::Cuda(_))
+        matches!(self, Device::Cuda(_) | Device::Group(_))
     }
 
-    /// The GPU, if this is one.
+    /// The GPU, if this is one (a group's: this rank's).
     pub fn gpu(&self) -> Option<&Arc<Gpu>> {
         match self {
             Device::Cpu => None,
             Device::Cuda(g) => Some(g),
+            Device::Group(g) => Some(g.gpu()),
+        }
+    }
+
+    /// The group, if this is one.
+    pub fn group(&self) -> Option<&Arc<GpuGroup>> {
+        match self {
+            Device::Group(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// The device a solver that runs on one device gets: itself, or a group's rank-0 GPU (a
+    /// compare case keeps its particles there).
+    pub fn single(&self) -> Device {
+        match self {
+            Device::Group(g) => Device::Cuda(g.gpu().clone()),
+            d => d.clone(),
         }
     }
 
@@ -179,6 +283,7 @@ impl Device {
         match self {
             Device::Cpu => host_memory_total(),
             Device::Cuda(g) => Some(g.info().total_memory_bytes as u64),
+            Device::Group(g) => Some(g.gpu().info().total_memory_bytes as u64),
         }
     }
 
@@ -188,6 +293,8 @@ impl Device {
         match self {
             Device::Cpu => host_memory_available(),
             Device::Cuda(g) => g.free_memory().ok().map(|b| b as u64),
+            // The GPU of the group with the least free memory (each rank's at its start).
+            Device::Group(g) => g.least_free_memory(),
         }
     }
 }
@@ -317,6 +424,39 @@ mod tests {
         for bad in ["", "gpu", "cuda:", "cuda:x", "cuda:-1", "CUDA", "cuda:1:2"] {
             assert_eq!(DeviceRequest::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn groups_parse_print_and_refuse_a_gpu_named_twice() {
+        let all = DeviceRequest::parse("cuda:all").unwrap();
+        assert_eq!(all, DeviceRequest::CudaGroup(GpuSelection::All));
+        assert_eq!(all.to_string(), "cuda:all");
+        let four = DeviceRequest::parse("cuda:0,1,2,3").unwrap();
+        assert_eq!(four, DeviceRequest::CudaGroup(GpuSelection::Mask(0b1111)));
+        assert_eq!(four.to_string(), "cuda:0,1,2,3");
+        // The order given does not matter: ranks follow the ordinals.
+        assert_eq!(
+            DeviceRequest::parse("cuda:3,1").unwrap().to_string(),
+            "cuda:1,3"
+        );
+        assert!(four.is_cuda() && four.is_group());
+        for bad in [
+            "cuda:0,",
+            "cuda:,1",
+            "cuda:0,,1",
+            "cuda:all,1",
+            "cuda:0;1",
+            "cuda:a,b",
+        ] {
+            let e = DeviceRequest::parse_or_reason(bad).unwrap_err();
+            assert!(e.contains(DeviceRequest::ALLOWED), "{bad}: {e}");
+        }
+        let e = DeviceRequest::parse_or_reason("cuda:0,1,1").unwrap_err();
+        assert!(e.contains("GPU 1 is named twice"), "{e}");
+        let e = DeviceRequest::parse_or_reason("cuda:0,64").unwrap_err();
+        assert!(e.contains("GPU 64 is beyond"), "{e}");
+        let e: String = "cuda:2,2".parse::<DeviceRequest>().unwrap_err();
+        assert!(e.starts_with("`cuda:2,2`: GPU 2 is named twice"), "{e}");
     }
 
     #[test]

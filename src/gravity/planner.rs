@@ -52,7 +52,7 @@ pub fn memory_bytes(n: u64, fmm: bool, device: &Device) -> (u64, u64) {
             0,
         ),
         // The host holds the bodies at outputs and checkpoints.
-        Device::Cuda(_) => (
+        Device::Cuda(_) | Device::Group(_) => (
             n * HOST_BYTES_PER_BODY,
             n * (GPU_BYTES_PER_BODY + if fmm { GPU_FMM_BYTES_PER_BODY } else { 0 }),
         ),
@@ -82,11 +82,11 @@ pub fn seconds_per_evaluation(
     let threads = threads.max(1) as f64;
     match (method, device) {
         (EvaluatorKind::Fmm, Device::Cpu) => CPU_FMM_SECONDS_PER_BODY * n / threads,
-        (EvaluatorKind::Fmm, Device::Cuda(_)) => {
+        (EvaluatorKind::Fmm, Device::Cuda(_) | Device::Group(_)) => {
             GPU_FMM_SECONDS_FIXED + GPU_FMM_SECONDS_PER_BODY * n
         }
         (_, Device::Cpu) => CPU_DIRECT_SECONDS_PER_PAIR * n * n / threads,
-        (_, Device::Cuda(_)) => GPU_DIRECT_SECONDS_PER_PAIR * n * n,
+        (_, Device::Cuda(_) | Device::Group(_)) => GPU_DIRECT_SECONDS_PER_PAIR * n * n,
     }
 }
 
@@ -136,15 +136,15 @@ pub fn stepper(
     gravity: PlummerGravity,
     options: &EvaluatorOptions,
 ) -> Result<Box<dyn BodyStepper>, GravityError> {
-    match device {
-        Device::Cuda(gpu) => Ok(Box::new(ResidentLeapfrog::new(
+    match device.gpu() {
+        Some(gpu) => Ok(Box::new(ResidentLeapfrog::new(
             gpu.clone(),
             method,
             gravity,
             options,
             bodies,
         )?)),
-        Device::Cpu => {
+        None => {
             let summation = plan_gravity(method, device, gravity, *options)?;
             Ok(Box::new(HostLeapfrog::new(summation, bodies)?))
         }

@@ -53,6 +53,21 @@ pub(super) fn format_advice(found: u32) -> String {
     }
 }
 
+/// One rank of a run across several GPUs ([`crate::device::GpuGroup`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankRecord {
+    pub rank: usize,
+    /// `"cuda:N"`.
+    pub device: String,
+    /// The GPU's description.
+    pub gpu: String,
+    /// The rank's process id.
+    pub pid: u32,
+    /// Peak device memory in use on the rank's GPU (total − free from the driver), sampled
+    /// after every command of the solver.
+    pub peak_device_memory_bytes: Option<u64>,
+}
+
 /// One resume of the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResumeRecord {
@@ -218,6 +233,10 @@ pub struct Manifest {
     /// process on the GPU, and misses a transient peak inside a step).
     #[serde(default)]
     pub peak_device_memory_bytes: Option<u64>,
+    /// A run across several GPUs: every rank's GPU, process and peak device memory (empty
+    /// otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankRecord>,
     /// With `time.cfl`: the first and the smallest stable step (absent with a fixed step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cfl_steps: Option<CflSteps>,
@@ -284,6 +303,7 @@ impl Manifest {
             resumes: Vec::new(),
             devices: BTreeMap::new(),
             peak_device_memory_bytes: None,
+            ranks: Vec::new(),
             cfl_steps: None,
             evaluators: BTreeMap::new(),
             evaluator_choice: None,

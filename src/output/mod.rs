@@ -39,7 +39,7 @@ pub use fields::{fields_disk_bytes, write_fields, FieldPrecision, FieldsFrame, F
 pub use lock::{LockHolder, RunLock, LOCK_FILE};
 pub use manifest::{
     check_run_dir_format, cpu_model, CflSteps, EnergyConservation, Manifest, NumericalDissipation,
-    ResumeRecord, MANIFEST_FILE, OLDEST_RUN_DIR_FORMAT, RUN_DIR_FORMAT,
+    RankRecord, ResumeRecord, MANIFEST_FILE, OLDEST_RUN_DIR_FORMAT, RUN_DIR_FORMAT,
 };
 pub use npz::{read_field_time, read_velocity_npz, write_velocity_npz, FieldTime, VelocityField};
 pub use run_dir::{create_locked_run_dir, create_run_dir, ForceCleanup};

@@ -30,7 +30,9 @@ use crate::run::model::{Model, ModelState, StepFailure};
 use crate::run::plan::RunPlan;
 use crate::run::schedule::{Schedule, Scheduled};
 use crate::spectral::solver::zero_modes;
-use crate::spectral::{Fft3d, ModeLayout, SpectralGrid, SpectralStepper, VectorModes};
+use crate::spectral::{
+    Fft3d, ModeLayout, SpectralError, SpectralGrid, SpectralStepper, VectorModes,
+};
 
 use crate::vortex::field::{grid_kmax, particles_from_modes};
 use crate::vortex::rbf::SolveReport;
@@ -313,7 +315,14 @@ impl Model for FieldModel {
             if let Some(v) = &mut self.vortex {
                 v.solver.discard_step();
             }
-            return Err(StepFailure::new(format!("spectral solver: {e}")));
+            return Err(match e {
+                // "rank r (cuda:N) …" leads the manifest's `failed:` status.
+                SpectralError::Ranks(why) => StepFailure {
+                    advice: Some(crate::spectral::distributed::RANK_FAILED_ADVICE),
+                    ..StepFailure::new(why)
+                },
+                e => StepFailure::new(format!("spectral solver: {e}")),
+            });
         }
         let n = self.spectral.grid().n;
         if let Some(v) = &mut self.vortex {

@@ -96,6 +96,23 @@ pub fn estimate(case: &Case, plan: &RunPlan) -> Result<MemoryEstimate> {
                 e.host
                     .push(("spectral modes on the host".into(), 2 * modes + 6 * n3 * 8));
             }
+            Some(Device::Group(group)) => {
+                let grid = SpectralGrid::new(s.n, s.dealias);
+                e.device.push((
+                    format!(
+                        "spectral solver across {} GPUs ({}), on each GPU",
+                        group.ranks(),
+                        group.label()
+                    ),
+                    crate::spectral::DistributedSpectralSolver::device_bytes(grid, group.ranks()),
+                ));
+                // Rank 0 gathers the global modes at checkpoints (and its staging copy) and
+                // the velocity field on the N³ grid.
+                e.host.push((
+                    "spectral modes gathered on rank 0's host".into(),
+                    2 * grid.layout().len() as u64 * 3 * C64 + 6 * (s.n as u64).pow(3) * 8,
+                ));
+            }
             _ => e
                 .host
                 .push(("spectral solver".into(), spectral_bytes(s.n, s.dealias))),
@@ -278,8 +295,10 @@ pub fn rough_time(case: &Case, plan: &RunPlan, threads: usize) -> Result<(f64, O
     if let Some(s) = &case.spectral {
         let m = SpectralGrid::new(s.n, s.dealias).product_grid() as f64;
         let work = m.powi(3) * m.log2();
-        per_step += match plan.devices.spectral {
+        per_step += match &plan.devices.spectral {
             Some(Device::Cuda(_)) => GPU_SPECTRAL_SECONDS_PER_UNIT * work,
+            // Ideal scaling over the GPUs; the transposes add to it.
+            Some(Device::Group(g)) => GPU_SPECTRAL_SECONDS_PER_UNIT * work / g.ranks() as f64,
             _ => SPECTRAL_SECONDS_PER_UNIT * work / threads.max(1) as f64,
         };
     }

@@ -29,23 +29,62 @@ impl RunDevices {
     /// Opens the devices the case's solvers ask for; an unusable GPU that was asked for is an
     /// error naming the section.
     pub fn open(case: &Case) -> Result<RunDevices> {
+        // Only the spectral solver runs across a group of GPUs.
         let open = |section: &str, own: Option<DeviceRequest>| -> Result<Device> {
-            let (device, note) = Device::open(own.unwrap_or(case.device))
-                .with_context(|| format!("case `{}`: [{section}]", case.name))?;
+            let request = own.unwrap_or(case.device);
+            let opened = match section {
+                "spectral" => Device::open(request),
+                _ => Device::open_single(request),
+            };
+            let (device, note) =
+                opened.with_context(|| format!("case `{}`: [{section}]", case.name))?;
             tracing::info!("{section} device: {note}");
             Ok(device)
         };
+        let spectral = case
+            .spectral
+            .as_ref()
+            .map(|s| open("spectral", s.device))
+            .transpose()?;
+        if let (Some(s), Some(group)) = (&case.spectral, spectral.as_ref().and_then(Device::group))
+        {
+            let grid = crate::spectral::SpectralGrid::new(s.n, s.dealias);
+            crate::spectral::distributed::check_split(grid, group.ranks()).map_err(|e| {
+                anyhow::anyhow!(
+                    "case `{}`: [spectral] n = {} with dealias = \"{}\" on {} GPUs ({}): {e}",
+                    case.name,
+                    s.n,
+                    s.dealias,
+                    group.ranks(),
+                    group.label()
+                )
+            })?;
+        }
+        let vortex = case
+            .vortex
+            .as_ref()
+            .map(|v| {
+                let request = v.device.unwrap_or(case.device);
+                if !request.is_group() {
+                    return open("vortex", v.device);
+                }
+                // A compare case keeps its particles on rank 0's GPU of the spectral group.
+                match spectral.as_ref().and_then(Device::group) {
+                    Some(group) => {
+                        tracing::info!(
+                            "vortex device: cuda:{} (rank 0 of the spectral solver's {})",
+                            group.ordinals()[0],
+                            group.label()
+                        );
+                        Ok(Device::Cuda(group.gpu().clone()))
+                    }
+                    None => open("vortex", Some(request)),
+                }
+            })
+            .transpose()?;
         Ok(RunDevices {
-            spectral: case
-                .spectral
-                .as_ref()
-                .map(|s| open("spectral", s.device))
-                .transpose()?,
-            vortex: case
-                .vortex
-                .as_ref()
-                .map(|v| open("vortex", v.device))
-                .transpose()?,
+            spectral,
+            vortex,
             gravity: case
                 .gravity
                 .as_ref()

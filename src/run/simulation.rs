@@ -19,7 +19,6 @@
 //!   at t_end) writes them when resumed.
 
 use crate::config::{compare, Case, TimeStep};
-use crate::device::Device;
 use crate::output::{
     check_run_dir_format, checkpoint_meta_path, read_latest_checkpoint, write_atomic,
     write_checkpoint, Manifest, RUN_DIR_FORMAT,
@@ -512,7 +511,19 @@ impl<M: Model> Simulation<M> {
         let r = self.run_loop();
         if let Err(e) = &r {
             if self.manifest.status == "running" {
-                self.manifest.set_status(format!("failed: {e:#}"));
+                // A failed rank of a group of GPUs is the cause of whatever failed after it.
+                let cause = self
+                    .model
+                    .devices()
+                    .into_iter()
+                    .find_map(|(_, d)| d.group().and_then(|g| g.failure()));
+                let msg = match cause {
+                    Some(rank) if !format!("{e:#}").starts_with(&rank) => {
+                        format!("{rank}; then: {e:#}")
+                    }
+                    _ => format!("{e:#}"),
+                };
+                self.manifest.set_status(format!("failed: {msg}"));
                 self.flush_manifest();
             }
         }
@@ -798,7 +809,7 @@ impl<M: Model> Simulation<M> {
 
     fn sample_device_memory(&mut self) {
         for (_, device) in self.model.devices() {
-            if let Device::Cuda(gpu) = &device {
+            if let Some(gpu) = device.gpu() {
                 if let Ok(free) = gpu.free_memory() {
                     let used = (gpu.info().total_memory_bytes as u64).saturating_sub(free as u64);
                     self.peak_device_bytes = Some(self.peak_device_bytes.unwrap_or(0).max(used));
@@ -823,6 +834,11 @@ impl<M: Model> Simulation<M> {
         }
         for (stage, s) in self.model.take_timings() {
             self.manifest.add_stage_time(stage, s);
+        }
+        for (_, device) in self.model.devices() {
+            if let Some(group) = device.group() {
+                self.manifest.ranks = group.rank_records();
+            }
         }
         if let Some(p) = self.peak_device_bytes {
             let m = &mut self.manifest.peak_device_memory_bytes;
@@ -1051,6 +1067,7 @@ mod tests {
     //! The stop after an evaluator's failed accuracy check, with a model that fails on cue (a
     //! real FMM cannot be made to miss its accuracy without tampering with it).
     use super::*;
+    use crate::device::Device;
     use crate::run::callbacks::Callback;
     use crate::run::options::ProgressStyle;
     use crate::run::plan::{RunDevices, RunPlan};

@@ -3,6 +3,7 @@
 //! talks to either through the [`SpectralStepper`] seam ([`stepper`]), and [`planner`] picks one
 //! for the run's device.
 
+pub mod distributed;
 pub mod fft3d;
 pub mod gpu;
 pub mod gpu_slab;
@@ -13,6 +14,7 @@ pub mod slab_host;
 pub mod solver;
 pub mod stepper;
 
+pub use distributed::DistributedSpectralSolver;
 pub use fft3d::Fft3d;
 pub use gpu::GpuSpectralSolver;
 pub use layout::ModeLayout;

@@ -18,6 +18,10 @@ pub enum SpectralError {
     NonFinite(#[from] NonFiniteState),
     #[error("the spectral solver on the GPU: {0}")]
     Device(#[from] CudaError),
+    /// The solver across several GPUs: a rank failed ("rank r (cuda:N) …") or the grid cannot
+    /// be split over the ranks.
+    #[error("{0}")]
+    Ranks(String),
 }
 
 /// A pseudo-spectral Navier–Stokes stepper on the periodic box (docs/physics.md §5).

@@ -13,6 +13,9 @@ use crate::gravity::units::{LengthUnit, Units};
 use crate::output::bodies::BodyFormat;
 use toml::de::DeTable;
 
+/// The gravity solver, in the refusal of a group of GPUs for it.
+const GRAVITY_SOLVER: &str = "the gravity solver";
+
 /// The gravity `kind`s of `[initial]`.
 pub(super) const GRAVITY_KINDS: [&str; 6] = [
     "kepler",
@@ -73,7 +76,9 @@ pub(super) fn parse_gravity_case(
     let description = top
         .string(doc, "description", "any string")?
         .map_or_else(String::new, |item| item.value);
-    let device = top.device(doc, "device")?.unwrap_or_default();
+    let device = top
+        .single_device(doc, "device", GRAVITY_SOLVER)?
+        .unwrap_or_default();
     let time_sec = section(doc, root, "time")?;
     let time = parse_time(doc, &time_sec)?;
     if let TimeStep::Cfl { .. } = time.step {
@@ -436,7 +441,7 @@ fn parse_gravity(
         evaluator,
         accuracy,
         accuracy_check_every,
-        device: sec.device(doc, "device")?,
+        device: sec.single_device(doc, "device", GRAVITY_SOLVER)?,
         energy_error_limit,
         snapshots,
         snapshot_formats,
