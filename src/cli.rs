@@ -448,8 +448,9 @@ pub struct BenchSpectralArgs {
     #[arg(long, value_delimiter = ',', default_value = "2/3,3/2")]
     pub dealias: Vec<DealiasArg>,
     /// The solver to time: `cpu` (rayon), `cuda`/`cuda:N` (the GPU solver, f64; an error
-    /// without a usable GPU) or `auto` (the GPU when one is usable). `--backend` is the older
-    /// name.
+    /// without a usable GPU), `cuda:all`/`cuda:0,1,…` (the solver across those GPUs, one
+    /// process each, against the one-GPU solver on the first) or `auto` (the GPU when one is
+    /// usable). `--backend` is the older name.
     #[arg(long, alias = "backend", default_value = "cpu", value_name = "DEVICE")]
     pub device: crate::device::DeviceRequest,
     /// GPU: how the 3-D transforms are done: `pruned` (x transforms only on the rows that hold

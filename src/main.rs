@@ -262,7 +262,16 @@ fn bench(command: BenchCommand, quiet: bool) -> Result<()> {
             let (device, note) = vpm::device::Device::open(a.device).map_err(without_gpu(
                 "the CPU solver is the default: leave out --device",
             ))?;
-            if device.is_cuda() {
+            if device.group().is_some() {
+                say!("--device {}: {note}", a.device);
+                vpm::bench::spectral::bench_spectral_group(
+                    &device,
+                    &a.n,
+                    &rules,
+                    repeats.unwrap_or(10),
+                    json,
+                )?;
+            } else if device.is_cuda() {
                 say!("--device {}: {note}", a.device);
                 let kinds: Vec<TransformKind> = a
                     .transforms

@@ -226,3 +226,183 @@ pub fn bench_spectral_gpu(
         rows,
     )
 }
+
+/// One row of `vpm bench spectral --device cuda:all` (several GPUs, one process each).
+#[derive(Debug, Clone, Serialize)]
+pub struct SpectralGroupBenchRow {
+    pub n: usize,
+    pub dealias: String,
+    /// Points per dimension of the product grid (3N/2 or N).
+    pub product_grid: usize,
+    pub gpus: usize,
+    /// Median milliseconds of one RK4 step across the GPUs (CUDA events on rank 0's stream,
+    /// after a barrier, to the reduced finite flag on the host); `None` when it does not fit.
+    pub ms_per_rk4_step: Option<f64>,
+    /// The same for the one-GPU solver on rank 0's GPU; `None` when it does not fit one GPU.
+    pub ms_one_gpu: Option<f64>,
+    /// ms_one_gpu / (gpus · ms_per_rk4_step).
+    pub strong_scaling_efficiency: Option<f64>,
+    /// Median milliseconds of one all-to-all transpose of the 6 fields of an inverse pass and
+    /// of the 3 of a forward pass, timed alone.
+    pub ms_transpose_6: Option<f64>,
+    pub ms_transpose_3: Option<f64>,
+    /// Bytes each rank sends to the others in the 6-field transpose.
+    pub transpose_bytes_per_rank: Option<u64>,
+    /// transpose_bytes_per_rank / ms_transpose_6: NCCL's bus bandwidth of the all-to-all.
+    pub transpose_gb_per_s: Option<f64>,
+    /// 4 · (ms_transpose_6 + ms_transpose_3): the step's transposes alone, the communication
+    /// floor of a step.
+    pub ms_transposes_per_step: Option<f64>,
+    /// The run's per-GPU estimate (`SlabRank::device_bytes`) and the one-GPU solver's.
+    pub estimate_bytes_per_gpu: u64,
+    pub estimate_bytes_one_gpu: u64,
+    /// The largest peak device memory of any rank (total − free, sampled after each command).
+    pub peak_bytes_per_gpu: Option<u64>,
+    /// Why a part was not measured.
+    pub note: String,
+    pub repeats: usize,
+}
+
+/// Times the spectral solver across the GPUs of `device` (a group) against the one-GPU solver
+/// on rank 0's GPU, for each (N, dealiasing): the step, the transposes alone and memory.
+pub fn bench_spectral_group(
+    device: &Device,
+    sizes: &[usize],
+    rules: &[Dealias],
+    repeats: usize,
+    json: Option<&Path>,
+) -> Result<Vec<SpectralGroupBenchRow>> {
+    use crate::spectral::distributed::{check_split, DistributedSpectralSolver};
+    use crate::spectral::SpectralStepper;
+    let group = device
+        .group()
+        .context("vpm bench spectral across GPUs needs a group such as --device cuda:all")?
+        .clone();
+    let gpu = group.gpu().clone();
+    let p = group.ranks();
+    crate::out!(
+        "vpm bench spectral: {} (f64, one process per GPU, NCCL), median of {repeats} after \
+         warm-up, CUDA events",
+        device.describe()
+    );
+    print_header(
+        "N|dealias|grid|GPUs|ms / step|1 GPU ms|effic.|ms tr. 6|ms tr. 3|GB/s|ms tr./step|est. GB/GPU|peak GB",
+        &[6, 7, 6, 5, 10, 10, 7, 9, 9, 7, 12, 12, 8],
+    );
+    let initial = |grid: &SpectralGrid, n: usize| -> Result<_> {
+        let ic = InitialCondition::Isotropic {
+            kp: 4.0,
+            u0: 1.0,
+            seed: 0x5eed ^ n as u64,
+            k_cut: (grid.kmax() as f64).min(12.0),
+        };
+        Ok(initial_modes(&ic, &grid.layout())?)
+    };
+    let dt = 1e-3;
+    let gb = |b: u64| b as f64 / 1e9;
+    let mut rows = Vec::new();
+    for &n in sizes {
+        for &rule in rules {
+            let grid = SpectralGrid::new(n, rule);
+            let est_p = DistributedSpectralSolver::device_bytes(grid, p);
+            let est_1 = GpuSpectralSolver::device_bytes(grid);
+            let mut notes = Vec::new();
+            // The one-GPU baseline first, on rank 0's GPU, when the memory model says it fits.
+            let free = gpu.free_memory()? as u64;
+            let ms_one_gpu = if est_1 <= free {
+                let mut one = GpuSpectralSolver::new(gpu.clone(), grid, 0.01)?;
+                one.set_velocity_modes(initial(&grid, n)?)?;
+                Some(median(one.time_steps(dt, repeats)?))
+            } else {
+                notes.push(format!(
+                    "one GPU: needs {:.1} GB, {:.1} GB free",
+                    gb(est_1),
+                    gb(free)
+                ));
+                None
+            };
+            let mut row = SpectralGroupBenchRow {
+                n,
+                dealias: rule.as_str().to_string(),
+                product_grid: grid.product_grid(),
+                gpus: p,
+                ms_per_rk4_step: None,
+                ms_one_gpu,
+                strong_scaling_efficiency: None,
+                ms_transpose_6: None,
+                ms_transpose_3: None,
+                transpose_bytes_per_rank: None,
+                transpose_gb_per_s: None,
+                ms_transposes_per_step: None,
+                estimate_bytes_per_gpu: est_p,
+                estimate_bytes_one_gpu: est_1,
+                peak_bytes_per_gpu: None,
+                note: String::new(),
+                repeats,
+            };
+            let least = group.least_free_memory().unwrap_or(u64::MAX);
+            if let Err(why) = check_split(grid, p) {
+                notes.push(why);
+            } else if est_p > least {
+                notes.push(format!(
+                    "{p} GPUs: need {:.1} GB each, {:.1} GB free",
+                    gb(est_p),
+                    gb(least)
+                ));
+            } else {
+                let mut solver = DistributedSpectralSolver::new(group.clone(), grid, 0.01)?;
+                solver.set_velocity_modes(initial(&grid, n)?)?;
+                // The transposes alone first: the communication floor of a step.
+                let (t6, bytes) = solver.time_transpose(6, repeats)?;
+                let (t3, _) = solver.time_transpose(3, repeats)?;
+                let step = median(solver.time_steps(dt, repeats)?);
+                row.ms_per_rk4_step = Some(step);
+                row.ms_transpose_6 = Some(t6);
+                row.ms_transpose_3 = Some(t3);
+                row.transpose_bytes_per_rank = Some(bytes);
+                row.transpose_gb_per_s = Some(bytes as f64 / (t6 * 1e6));
+                row.ms_transposes_per_step = Some(4.0 * (t6 + t3));
+                row.strong_scaling_efficiency = ms_one_gpu.map(|t1| t1 / (p as f64 * step));
+                row.peak_bytes_per_gpu = solver
+                    .rank_records()
+                    .iter()
+                    .filter_map(|r| r.peak_device_memory_bytes)
+                    .max();
+            }
+            row.note = notes.join("; ");
+            let cell = |v: Option<f64>, digits: usize| {
+                v.map_or("—".to_string(), |v| format!("{v:.digits$}"))
+            };
+            crate::out!(
+                "{:>6} {:>7} {:>6} {:>5} {:>10} {:>10} {:>7} {:>9} {:>9} {:>7} {:>12} {:>12.2} {:>8}",
+                row.n,
+                row.dealias,
+                row.product_grid,
+                row.gpus,
+                cell(row.ms_per_rk4_step, 2),
+                cell(row.ms_one_gpu, 2),
+                cell(row.strong_scaling_efficiency, 2),
+                cell(row.ms_transpose_6, 3),
+                cell(row.ms_transpose_3, 3),
+                cell(row.transpose_gb_per_s, 0),
+                cell(row.ms_transposes_per_step, 2),
+                gb(row.estimate_bytes_per_gpu),
+                cell(row.peak_bytes_per_gpu.map(gb), 2),
+            );
+            if !row.note.is_empty() {
+                crate::out!("       {}", row.note);
+            }
+            rows.push(row);
+        }
+    }
+    finish_report(
+        json,
+        serde_json::json!({
+            "benchmark": "spectral",
+            "device": device.label(),
+            "gpus": group.ordinals(),
+            "gpu": gpu.info().to_string(),
+        }),
+        rows,
+    )
+}
