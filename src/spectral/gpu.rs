@@ -55,8 +55,13 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use num_complex::Complex64;
 use std::sync::Arc;
 
-/// The family (no headers).
-pub const KERNELS: KernelSource = kernel_source!("spectral.cu");
+/// The solver's device helpers shared with the slab solver's kernels
+/// ([`super::gpu_slab`], `kernels/spectral_slab.cu`).
+pub const SPECTRAL_HEADER: (&str, &str) =
+    ("spectral.cuh", include_str!("../../kernels/spectral.cuh"));
+
+/// The family, with its header.
+pub const KERNELS: KernelSource = kernel_source!("spectral.cu", SPECTRAL_HEADER);
 
 /// Threads per block (`SP_THREADS` in spectral.cu).
 const THREADS: u32 = 256;

@@ -332,7 +332,11 @@ mod tests {
                             y as i64 - s.m as i64
                         };
                         let kept = kz <= s.kmax && g.index_of(ky).is_some();
-                        let want = if kept { half[i] } else { Complex64::new(0.0, 0.0) };
+                        let want = if kept {
+                            half[i]
+                        } else {
+                            Complex64::new(0.0, 0.0)
+                        };
                         assert_eq!(back[i], want, "f {f} x {xl} y {y} kz {kz}");
                     }
                 }
@@ -354,7 +358,10 @@ mod tests {
             assert_eq!(p[0].len(), s.local_len(r));
             // Spot check: mode (ix, iy, kz) of rank r is the global one.
             let kz = s.kz_range(r).start;
-            assert_eq!(p[1][s.local_index(r, 3, 7, 0)], global[1][g.index(3, 7, kz)]);
+            assert_eq!(
+                p[1][s.local_index(r, 3, 7, 0)],
+                global[1][g.index(3, 7, kz)]
+            );
         }
         assert_eq!(s.global_modes(&parts), global);
     }
