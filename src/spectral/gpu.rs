@@ -64,7 +64,7 @@ pub const SPECTRAL_HEADER: (&str, &str) =
 pub const KERNELS: KernelSource = kernel_source!("spectral.cu", SPECTRAL_HEADER);
 
 /// Threads per block (`SP_THREADS` in spectral.cu).
-const THREADS: u32 = 256;
+pub(super) const THREADS: u32 = 256;
 /// Most blocks of a grid-stride kernel.
 const MAX_BLOCKS: usize = 8192;
 
@@ -502,7 +502,7 @@ impl std::fmt::Debug for GpuSpectralSolver {
 }
 
 /// Launch configuration of a grid-stride kernel over `n` items.
-fn cfg_for(n: usize) -> LaunchConfig {
+pub(super) fn cfg_for(n: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (
             n.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32,
