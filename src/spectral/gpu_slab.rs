@@ -729,8 +729,22 @@ impl SlabRank {
 
     /// The global state gathered on rank 0 (`Some` there, `None` elsewhere).
     pub fn gather_modes(&mut self) -> Result<Option<VectorModes>, SpectralError> {
-        let s = self.product.slabs;
         let uh = self.addr(&self.uhat);
+        self.gather_local(uh, "gathering the modes")
+    }
+
+    /// The projected nonlinear term N(û) = P F[u × ω] at the current state (the first stage of
+    /// the next step) gathered on rank 0 (`Some` there): for comparing the distributed
+    /// transforms with another solver's (`SpectralSolver::rhs_at_current`).
+    pub fn rhs_modes(&mut self) -> Result<Option<VectorModes>, SpectralError> {
+        self.ensure_k1()?;
+        let k1 = self.addr(&self.k1);
+        self.gather_local(k1, "gathering the right-hand side")
+    }
+
+    /// The local modes at `src` (3·local_len) of every rank, assembled on rank 0.
+    fn gather_local(&mut self, src: u64, what: &str) -> Result<Option<VectorModes>, SpectralError> {
+        let s = self.product.slabs;
         let mut list = Vec::new();
         if self.rank == 0 {
             let total: usize = (0..s.ranks).map(|r| self.part_bytes(r)).sum();
@@ -738,25 +752,26 @@ impl SlabRank {
             let st = self.addr(&self.staging);
             for r in 0..s.ranks {
                 let recv = (st + self.part_offset(r), self.part_bytes(r));
-                let send = if r == 0 { (uh, self.part_bytes(0)) } else { (0, 0) };
+                let send = if r == 0 { (src, self.part_bytes(0)) } else { (0, 0) };
                 list.push(Transfer { peer: r, send, recv });
             }
         } else {
             list.push(Transfer {
                 peer: 0,
-                send: (uh, self.part_bytes(self.rank)),
+                send: (src, self.part_bytes(self.rank)),
                 recv: (0, 0),
             });
         }
-        // SAFETY: as in scatter_modes, the other way.
-        unsafe { self.comm.exchange("gathering the modes", &list)? };
-        self.comm.wait("gathering the modes")?;
+        // SAFETY: `src` holds this rank's 3·local_len modes, rank 0's staging every part
+        // (ensured above); sizes agree pairwise (part_bytes(r) both ways).
+        unsafe { self.comm.exchange(what, &list)? };
+        self.comm.wait(what)?;
         if self.rank != 0 {
             return Ok(None);
         }
         let total: usize = (0..s.ranks).map(|r| self.part_bytes(r)).sum();
         let mut flat = vec![0.0; total / 8];
-        self.staging.download(&self.gpu, &mut flat, "the spectral state")?;
+        self.staging.download(&self.gpu, &mut flat, what)?;
         let mut parts = Vec::with_capacity(s.ranks);
         let mut at = 0;
         for r in 0..s.ranks {
@@ -771,6 +786,43 @@ impl SlabRank {
             parts.push(part);
         }
         Ok(Some(s.global_modes(&parts)))
+    }
+
+    /// Test hook for the transpose: uploads `pencil` (this rank's `fields` pencil fields of
+    /// the product grid, pencil_len each) into the pencil buffer, poisons the exchange buffer
+    /// (NaN), transposes to the slabs and downloads the exchange fields; then poisons the
+    /// pencil buffer, transposes back and downloads it. Returns (exchange, pencil after the
+    /// round trip). Leaves the scratch buffers overwritten (the state is untouched).
+    #[doc(hidden)]
+    pub fn transpose_probe(
+        &mut self,
+        pencil: &[Complex64],
+        fields: usize,
+    ) -> Result<(Vec<Complex64>, Vec<Complex64>), SpectralError> {
+        let (ps, es) = (self.product.pstride(), self.product.estride());
+        if !(1..=6).contains(&fields) || pencil.len() != fields * ps {
+            return Err(invalid(format!(
+                "transpose_probe: {} values for {fields} fields of {ps}",
+                pencil.len()
+            )));
+        }
+        let flat: Vec<cufft_sys::double2> = pencil
+            .iter()
+            .map(|z| cufft_sys::double2 { x: z.re, y: z.im })
+            .collect();
+        self.pen.upload(&self.stream, &flat, "the probe's pencils")?;
+        self.ex.poison(&self.stream, 6 * es)?;
+        self.transpose(&self.product, fields, true)?;
+        self.comm.wait("the probe's transpose")?;
+        let mut ex = vec![cufft_sys::double2 { x: 0.0, y: 0.0 }; fields * es];
+        self.ex.download(&self.gpu, &mut ex, "the probe's exchange buffer")?;
+        self.pen.poison(&self.stream, 6 * ps)?;
+        self.transpose(&self.product, fields, false)?;
+        self.comm.wait("the probe's transpose back")?;
+        let mut back = vec![cufft_sys::double2 { x: 0.0, y: 0.0 }; fields * ps];
+        self.pen.download(&self.gpu, &mut back, "the probe's pencils")?;
+        let c = |v: Vec<cufft_sys::double2>| v.into_iter().map(|z| Complex64::new(z.x, z.y)).collect();
+        Ok((c(ex), c(back)))
     }
 
     /// max(|u| + |v| + |w|) over the product grid at the current state (all ranks).
