@@ -43,6 +43,15 @@ __device__ __forceinline__ long long sps_exchange_index(int xl, int iy, int kz, 
     return (long long)planes * side * start + ((long long)xl * side + iy) * count + (kz - start);
 }
 
+// The three indices of position p = (a·nb + b)·nc + c.
+__device__ __forceinline__ void sps_split3(long long p, int nb, int nc, int &a, int &b, int &c)
+{
+    c = (int)(p % nc);
+    const long long ab = p / nc;
+    b = (int)(ab % nb);
+    a = (int)(ab / nb);
+}
+
 // Quantity q at a retained mode (wavevector k, velocity u): 0–2 velocity component q,
 // 3 the divergence i k·v̂, 4–6 vorticity component q − 4 of i k × v̂.
 __device__ __forceinline__ double2 sps_quantity(int q, const double k[3], const double2 u[3],
@@ -65,9 +74,8 @@ extern "C" __global__ void sps_gather(const double2 *__restrict__ v, long long l
     const long long n = (long long)m * line;
     for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < n;
          p += (long long)gridDim.x * blockDim.x) {
-        const int x = (int)(p / line);
-        const long long rest = p - (long long)x * line;
-        const int iy = (int)(rest / nzl), kzl = (int)(rest - (long long)iy * nzl);
+        int x, iy, kzl;
+        sps_split3(p, side, nzl, x, iy, kzl);
         const int kx = sp_dft_wavenumber(x, m);
         if (kx > kmax || kx < -kmax) {
             for (int f = 0; f < count; f++) pen[f * pstride + p] = make_double2(0.0, 0.0);
@@ -87,50 +95,34 @@ extern "C" __global__ void sps_gather(const double2 *__restrict__ v, long long l
     }
 }
 
-// The half spectra of `fields` fields (planes·M·Mh each, contiguous) from the exchange buffer
-// (fields `estride` apart): slab.rs `unpack`, zero at every position holding no retained row or
-// k_z; every position written.
-extern "C" __global__ void sps_unpack(const double2 *__restrict__ ex, long long estride,
-                                      double2 *__restrict__ h, int fields, int planes, int m,
-                                      int kmax, int ranks)
+// Between the half spectra of `fields` fields (planes·M·Mh each, contiguous) and the exchange
+// buffer (fields `estride` apart). to_half = 1: slab.rs `unpack`, every half-spectrum position
+// written (zero where it holds no retained row or k_z); to_half = 0: slab.rs `pack`, the retained
+// rows copied into the exchange buffer. One thread per half-spectrum position.
+extern "C" __global__ void sps_halves(double2 *__restrict__ h, double2 *__restrict__ ex,
+                                      long long estride, int fields, int planes, int m, int kmax,
+                                      int ranks, int to_half)
 {
     const int mh = m / 2 + 1;
     const long long hlen = (long long)planes * m * mh;
     for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < hlen;
          p += (long long)gridDim.x * blockDim.x) {
-        const int kz = (int)(p % mh);
-        const long long xy = p / mh;
-        const int y = (int)(xy % m), xl = (int)(xy / m);
+        int xl, y, kz;
+        sps_split3(p, m, mh, xl, y, kz);
         const int ky = sp_dft_wavenumber(y, m);
         if (kz > kmax || ky > kmax || ky < -kmax) {
-            for (int f = 0; f < fields; f++) h[f * hlen + p] = make_double2(0.0, 0.0);
+            if (to_half)
+                for (int f = 0; f < fields; f++) h[f * hlen + p] = make_double2(0.0, 0.0);
             continue;
         }
         const int iy = ky >= 0 ? ky : ky + 2 * kmax + 1;
         const long long e = sps_exchange_index(xl, iy, kz, planes, kmax, ranks);
-        for (int f = 0; f < fields; f++) h[f * hlen + p] = ex[f * estride + e];
-    }
-}
-
-// The exchange buffer of `fields` fields (estride apart) from the retained rows of the half
-// spectra (planes·M·Mh each, contiguous): slab.rs `pack`. One thread per (x_local, iy, kz).
-extern "C" __global__ void sps_pack(const double2 *__restrict__ h, double2 *__restrict__ ex,
-                                    long long estride, int fields, int planes, int m, int kmax,
-                                    int ranks)
-{
-    const int mh = m / 2 + 1, side = 2 * kmax + 1, nz = kmax + 1;
-    const long long hlen = (long long)planes * m * mh;
-    const long long n = (long long)planes * side * nz;
-    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < n;
-         p += (long long)gridDim.x * blockDim.x) {
-        const int kz = (int)(p % nz);
-        const long long b = p / nz;
-        const int iy = (int)(b % side), xl = (int)(b / side);
-        const int ky = sp_compact_wavenumber(iy, kmax);
-        const int y = ky >= 0 ? ky : ky + m;
-        const long long s = ((long long)xl * m + y) * mh + kz;
-        const long long e = sps_exchange_index(xl, iy, kz, planes, kmax, ranks);
-        for (int f = 0; f < fields; f++) ex[f * estride + e] = h[f * hlen + s];
+        for (int f = 0; f < fields; f++) {
+            if (to_half)
+                h[f * hlen + p] = ex[f * estride + e];
+            else
+                ex[f * estride + e] = h[f * hlen + p];
+        }
     }
 }
 

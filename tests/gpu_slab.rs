@@ -24,7 +24,7 @@
 //! measured figures (the tests also serialise themselves on a lock).
 
 use num_complex::Complex64;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 use vpm::config::{Dealias, InitialCondition};
 use vpm::device::cuda::{gpu_at, Gpu};
@@ -41,8 +41,10 @@ const RULES: [Dealias; 2] = [Dealias::TwoThirds, Dealias::ThreeHalves];
 /// One GPU test at a time in this process (each uses every GPU).
 static LOCK: Mutex<()> = Mutex::new(());
 
-/// The usable GPUs when there are at least 2 and NCCL loads; otherwise prints why and `None`.
-fn gpus_or_skip(test: &str) -> Option<Vec<Arc<Gpu>>> {
+/// The lock of the GPU tests and the usable GPUs when there are at least 2 and NCCL loads;
+/// otherwise prints why and `None`.
+fn gpus_or_skip(test: &str) -> Option<(MutexGuard<'static, ()>, Vec<Arc<Gpu>>)> {
+    let lock = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     static ENV: Once = Once::new();
     ENV.call_once(disable_nvls_unless_set);
     let mut gpus = Vec::new();
@@ -53,15 +55,32 @@ fn gpus_or_skip(test: &str) -> Option<Vec<Arc<Gpu>>> {
         }
     }
     if gpus.len() < 2 {
-        let why = gpu_at(gpus.len()).err().map(|e| e.to_string()).unwrap_or_default();
-        eprintln!("{test}: skipped, {} usable GPU(s) (2 needed): {why}", gpus.len());
+        let why = gpu_at(gpus.len())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        eprintln!(
+            "{test}: skipped, {} usable GPU(s) (2 needed): {why}",
+            gpus.len()
+        );
         return None;
     }
     if let Err(e) = nccl_available() {
         eprintln!("{test}: skipped, NCCL is not usable: {e}");
         return None;
     }
-    Some(gpus)
+    Some((lock, gpus))
+}
+
+/// Runs `body(gpus, P)` for every rank count to test, holding the lock; prints why and does
+/// nothing when fewer than 2 GPUs or no NCCL.
+fn with_rank_counts(test: &str, mut body: impl FnMut(&[Arc<Gpu>], usize)) {
+    let Some((_lock, gpus)) = gpus_or_skip(test) else {
+        return;
+    };
+    for ranks in rank_counts(&gpus) {
+        body(&gpus, ranks);
+    }
 }
 
 /// The rank counts to test: 2, and 4 when there are 4 GPUs.
@@ -88,8 +107,19 @@ fn on_ranks<T: Send>(
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a rank panicked"))
+            .collect()
     })
+}
+
+/// Rank `comm.rank()`'s solver for `grid` holding `u0` (given on rank 0).
+fn started(comm: Arc<NcclComm>, grid: SpectralGrid, nu: f64, u0: &VectorModes) -> SlabRank {
+    let r = comm.rank();
+    let mut rank = SlabRank::new(comm, grid, nu).unwrap();
+    rank.scatter_modes((r == 0).then_some(u0)).unwrap();
+    rank
 }
 
 /// The projected initial field of `ic` on `grid` (what the distributed driver scatters).
@@ -101,7 +131,9 @@ fn projected(grid: SpectralGrid, ic: &InitialCondition) -> VectorModes {
 
 /// A random solenoidal field with every class of mode excited.
 fn random_field(grid: SpectralGrid, seed: u64) -> VectorModes {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     let mut next = move || {
         x ^= x << 13;
         x ^= x >> 7;
@@ -113,6 +145,12 @@ fn random_field(grid: SpectralGrid, seed: u64) -> VectorModes {
         std::array::from_fn(|_| (0..len).map(|_| Complex64::new(next(), next())).collect());
     make_real_solenoidal(&grid.layout(), &mut u);
     u
+}
+
+/// Whether two fields are equal bit for bit.
+fn same_bits(a: &VectorModes, b: &VectorModes) -> bool {
+    let bits = |z: &Complex64| (z.re.to_bits(), z.im.to_bits());
+    (0..3).all(|c| a[c].len() == b[c].len() && a[c].iter().map(bits).eq(b[c].iter().map(bits)))
 }
 
 fn rel(a: f64, b: f64) -> f64 {
@@ -129,11 +167,7 @@ fn stats(s: &vpm::spectral::gpu_slab::SlabSums, nu: f64) -> FlowStats {
 
 #[test]
 fn the_transpose_places_every_chunk_exactly() {
-    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(gpus) = gpus_or_skip("the_transpose_places_every_chunk_exactly") else {
-        return;
-    };
-    for ranks in rank_counts(&gpus) {
+    with_rank_counts("the_transpose_places_every_chunk_exactly", |gpus, ranks| {
         // 2/3 on 24³ (K = 7) and 3/2 on 16³ (product grid 24, K = 7): 8 k_z values.
         for grid in [
             SpectralGrid::new(24, Dealias::TwoThirds),
@@ -162,7 +196,10 @@ fn the_transpose_places_every_chunk_exactly() {
             let s = out[0].0;
             let mut checked = 0usize;
             for (q, (_, ex, round_trip)) in out.iter().enumerate() {
-                assert!(*round_trip, "P = {ranks}: rank {q}'s pencils changed in the round trip");
+                assert!(
+                    *round_trip,
+                    "P = {ranks}: rank {q}'s pencils changed in the round trip"
+                );
                 for f in 0..fields {
                     for xl in 0..s.planes() {
                         for iy in 0..s.side() {
@@ -187,7 +224,7 @@ fn the_transpose_places_every_chunk_exactly() {
                 grid.n, grid.dealias
             );
         }
-    }
+    });
 }
 
 /// The probe value of pencil position (field, x, iy, kz).
@@ -197,8 +234,8 @@ fn value(f: usize, x: usize, iy: usize, kz: usize) -> Complex64 {
 
 #[test]
 fn the_distributed_transforms_equal_the_one_gpu_ones() {
-    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(gpus) = gpus_or_skip("the_distributed_transforms_equal_the_one_gpu_ones") else {
+    let Some((_lock, gpus)) = gpus_or_skip("the_distributed_transforms_equal_the_one_gpu_ones")
+    else {
         return;
     };
     for dealias in RULES {
@@ -222,9 +259,7 @@ fn the_distributed_transforms_equal_the_one_gpu_ones() {
         for ranks in rank_counts(&gpus) {
             let abort = AbortSignal::new();
             let out = on_ranks(&gpus, ranks, &abort, |comm| {
-                let mut rank = SlabRank::new(comm, grid, nu).unwrap();
-                let g = (rank.comm().rank() == 0).then_some(&u0);
-                rank.scatter_modes(g).unwrap();
+                let mut rank = started(comm, grid, nu, &u0);
                 let rhs = rank.rhs_modes().unwrap();
                 let speed = rank.speed_sum_max().unwrap();
                 let div = rank.max_divergence().unwrap();
@@ -255,8 +290,14 @@ fn the_distributed_transforms_equal_the_one_gpu_ones() {
                 rel(*speed, want_speed),
                 rel(*vort, want_vort)
             );
-            assert!(worst < 1e-12, "P = {ranks} {dealias}: N(û) off by {worst:e}");
-            assert!(worst_u < 1e-12, "P = {ranks} {dealias}: velocity off by {worst_u:e}");
+            assert!(
+                worst < 1e-12,
+                "P = {ranks} {dealias}: N(û) off by {worst:e}"
+            );
+            assert!(
+                worst_u < 1e-12,
+                "P = {ranks} {dealias}: velocity off by {worst_u:e}"
+            );
             assert!(rel(*speed, want_speed) < 1e-12);
             assert!(rel(*vort, want_vort) < 1e-12);
             assert!(*div < 1e-10 && want_div < 1e-10, "{div} {want_div}");
@@ -302,9 +343,7 @@ fn slab_series(
     let u0 = projected(grid, &TG);
     let abort = AbortSignal::new();
     on_ranks(gpus, ranks, &abort, |comm| {
-        let r = comm.rank();
-        let mut rank = SlabRank::new(comm, grid, nu).unwrap();
-        rank.scatter_modes((r == 0).then_some(&u0)).unwrap();
+        let mut rank = started(comm, grid, nu, &u0);
         let mut out = Vec::new();
         let t0 = Instant::now();
         for i in 0..=steps {
@@ -324,10 +363,9 @@ fn slab_series(
 
 #[test]
 fn taylor_green_128_matches_one_gpu_for_both_rules_and_repeats_bit_for_bit() {
-    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(gpus) = gpus_or_skip(
-        "taylor_green_128_matches_one_gpu_for_both_rules_and_repeats_bit_for_bit",
-    ) else {
+    let Some((_lock, gpus)) =
+        gpus_or_skip("taylor_green_128_matches_one_gpu_for_both_rules_and_repeats_bit_for_bit")
+    else {
         return;
     };
     let (nu, dt, steps) = (1.0 / 1600.0, 0.01, 100);
@@ -355,7 +393,12 @@ fn taylor_green_128_matches_one_gpu_for_both_rules_and_repeats_bit_for_bit() {
             assert!(wk < 1e-12 && we < 1e-12, "K {wk:e}, ε {we:e}");
             for (r, o) in a.iter().enumerate() {
                 assert_eq!(o.0, a[0].0, "rank {r}'s sums differ from rank 0's");
-                assert!(o.3 .0 <= o.3 .1, "rank {r}: resident {} > estimate {}", o.3 .0, o.3 .1);
+                assert!(
+                    o.3 .0 <= o.3 .1,
+                    "rank {r}: resident {} > estimate {}",
+                    o.3 .0,
+                    o.3 .1
+                );
                 assert_eq!(o.1.is_some(), r == 0);
             }
             // A second run: bit-identical sums and modes.
@@ -365,12 +408,10 @@ fn taylor_green_128_matches_one_gpu_for_both_rules_and_repeats_bit_for_bit() {
             };
             assert_eq!(bits(&a[0].0), bits(&b[0].0), "P = {ranks}: two runs differ");
             let (ma, mb) = (a[0].1.as_ref().unwrap(), b[0].1.as_ref().unwrap());
-            let same = (0..3).all(|c| {
-                ma[c].iter().zip(&mb[c]).all(|(x, y)| {
-                    x.re.to_bits() == y.re.to_bits() && x.im.to_bits() == y.im.to_bits()
-                })
-            });
-            assert!(same, "P = {ranks}: the final modes of two runs differ");
+            assert!(
+                same_bits(ma, mb),
+                "P = {ranks}: the final modes of two runs differ"
+            );
             println!("Taylor–Green 128³ {dealias} P = {ranks}: two runs bit-identical");
         }
     }
@@ -378,96 +419,90 @@ fn taylor_green_128_matches_one_gpu_for_both_rules_and_repeats_bit_for_bit() {
 
 #[test]
 fn scatter_then_gather_returns_the_field_bit_for_bit() {
-    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(gpus) = gpus_or_skip("scatter_then_gather_returns_the_field_bit_for_bit") else {
-        return;
-    };
-    for ranks in rank_counts(&gpus) {
-        for grid in [
-            SpectralGrid::new(36, Dealias::TwoThirds),
-            SpectralGrid::new(24, Dealias::ThreeHalves),
-        ] {
-            let u = random_field(grid, 11);
-            let abort = AbortSignal::new();
-            let out = on_ranks(&gpus, ranks, &abort, |comm| {
-                let r = comm.rank();
-                let mut rank = SlabRank::new(comm, grid, 0.01).unwrap();
-                rank.scatter_modes((r == 0).then_some(&u)).unwrap();
-                rank.gather_modes().unwrap()
-            });
-            let back = out[0].as_ref().expect("rank 0 gathers");
-            assert!(out[1..].iter().all(Option::is_none));
-            let same = (0..3).all(|c| {
-                back[c].iter().zip(&u[c]).all(|(x, y)| {
-                    x.re.to_bits() == y.re.to_bits() && x.im.to_bits() == y.im.to_bits()
-                })
-            });
-            assert!(same, "P = {ranks}, {grid:?}: the round trip changed the field");
-            println!(
-                "scatter/gather P = {ranks}, n = {} {}: {} modes back bit for bit",
-                grid.n,
-                grid.dealias,
-                3 * u[0].len()
-            );
-        }
-    }
+    with_rank_counts(
+        "scatter_then_gather_returns_the_field_bit_for_bit",
+        |gpus, ranks| {
+            for grid in [
+                SpectralGrid::new(36, Dealias::TwoThirds),
+                SpectralGrid::new(24, Dealias::ThreeHalves),
+            ] {
+                let u = random_field(grid, 11);
+                let abort = AbortSignal::new();
+                let out = on_ranks(&gpus, ranks, &abort, |comm| {
+                    started(comm, grid, 0.01, &u).gather_modes().unwrap()
+                });
+                let back = out[0].as_ref().expect("rank 0 gathers");
+                assert!(out[1..].iter().all(Option::is_none));
+                assert!(
+                    same_bits(back, &u),
+                    "P = {ranks}, {grid:?}: the round trip changed the field"
+                );
+                println!(
+                    "scatter/gather P = {ranks}, n = {} {}: {} modes back bit for bit",
+                    grid.n,
+                    grid.dealias,
+                    3 * u[0].len()
+                );
+            }
+        },
+    );
 }
 
 #[test]
 fn zz_an_abort_mid_step_stops_every_rank_within_10_s() {
-    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(gpus) = gpus_or_skip("zz_an_abort_mid_step_stops_every_rank_within_10_s") else {
-        return;
-    };
-    for ranks in rank_counts(&gpus) {
-        let grid = SpectralGrid::new(64, Dealias::TwoThirds);
-        let (nu, dt) = (1.0 / 1600.0, 0.01);
-        let u0 = projected(grid, &TG);
-        let abort = AbortSignal::new();
-        let raised: Mutex<Option<Instant>> = Mutex::new(None);
-        let idle = ranks - 1;
-        let out = std::thread::scope(|s| {
-            // The supervisor: raises the signal once the working ranks are stuck in a step.
-            let (abort2, raised) = (abort.clone(), &raised);
-            s.spawn(move || {
-                std::thread::sleep(Duration::from_secs(3));
-                *raised.lock().unwrap() = Some(Instant::now());
-                abort2.raise(format!("test: rank {idle} stopped taking part"));
+    with_rank_counts(
+        "zz_an_abort_mid_step_stops_every_rank_within_10_s",
+        |gpus, ranks| {
+            let grid = SpectralGrid::new(64, Dealias::TwoThirds);
+            let (nu, dt) = (1.0 / 1600.0, 0.01);
+            let u0 = projected(grid, &TG);
+            let abort = AbortSignal::new();
+            let raised: Mutex<Option<Instant>> = Mutex::new(None);
+            let idle = ranks - 1;
+            let out = std::thread::scope(|s| {
+                // The supervisor: raises the signal once the working ranks are stuck in a step.
+                let (abort2, raised) = (abort.clone(), &raised);
+                s.spawn(move || {
+                    std::thread::sleep(Duration::from_secs(3));
+                    *raised.lock().unwrap() = Some(Instant::now());
+                    abort2.raise(format!("test: rank {idle} stopped taking part"));
+                });
+                on_ranks(&gpus, ranks, &abort, |comm| {
+                    let r = comm.rank();
+                    let mut rank = started(comm, grid, nu, &u0);
+                    for _ in 0..3 {
+                        rank.step(dt).unwrap();
+                    }
+                    if r == idle {
+                        // This rank stops taking part until the signal is raised, then calls once.
+                        while rank.comm().abort_signal().reason().is_none() {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                    }
+                    let mut steps = 0;
+                    let err = loop {
+                        match rank.step(dt) {
+                            Ok(()) => steps += 1,
+                            Err(e) => break e.to_string(),
+                        }
+                        assert!(steps < 100_000, "rank {r} never stopped");
+                    };
+                    let at = Instant::now();
+                    // The stream should drain once the communicator is aborted (reported, not
+                    // required).
+                    let drained = rank.comm().gpu().synchronize("the aborted rank");
+                    (at, format!("{err} (stream afterwards: {drained:?})"))
+                })
             });
-            on_ranks(&gpus, ranks, &abort, |comm| {
-                let r = comm.rank();
-                let mut rank = SlabRank::new(comm, grid, nu).unwrap();
-                rank.scatter_modes((r == 0).then_some(&u0)).unwrap();
-                for _ in 0..3 {
-                    rank.step(dt).unwrap();
-                }
-                if r == idle {
-                    // This rank stops taking part until the signal is raised, then calls once.
-                    while rank.comm().abort_signal().reason().is_none() {
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                }
-                let mut steps = 0;
-                let err = loop {
-                    match rank.step(dt) {
-                        Ok(()) => steps += 1,
-                        Err(e) => break e.to_string(),
-                    }
-                    assert!(steps < 100_000, "rank {r} never stopped");
-                };
-                let at = Instant::now();
-                // The stream should drain once the communicator is aborted (reported, not
-                // required).
-                let drained = rank.comm().gpu().synchronize("the aborted rank");
-                (at, format!("{err} (stream afterwards: {drained:?})"))
-            })
-        });
-        let t = raised.lock().unwrap().expect("raised");
-        for (r, (at, err)) in out.iter().enumerate() {
-            let after = at.saturating_duration_since(t);
-            println!("abort P = {ranks}: rank {r} returned Err {after:?} after the signal: {err}");
-            assert!(after < Duration::from_secs(10), "rank {r} took {after:?}");
-            assert!(err.contains("stopped"), "rank {r}: {err}");
-        }
-    }
+            let t = raised.lock().unwrap().expect("raised");
+            for (r, (at, err)) in out.iter().enumerate() {
+                let after = at.saturating_duration_since(t);
+                println!(
+                    "abort P = {ranks}: rank {r} returned Err {after:?} after the signal: {err}"
+                );
+                assert!(after < Duration::from_secs(10), "rank {r} took {after:?}");
+                assert!(err.contains("stopped"), "rank {r}: {err}");
+            }
+        },
+    );
 }

@@ -84,6 +84,15 @@ fn describe(e: &nccl_result::NcclError) -> String {
     format!("{:?}: {what}", e.0 as u32)
 }
 
+/// The result of queuing `what`.
+fn queued(
+    what: &str,
+    r: Result<nccl_result::NcclStatus, nccl_result::NcclError>,
+) -> Result<(), CudaError> {
+    r.map(drop)
+        .map_err(|e| nccl_error(&format!("queuing {what}"), &e))
+}
+
 fn nccl_error(what: &str, e: &nccl_result::NcclError) -> CudaError {
     CudaError::Driver {
         what: what.into(),
@@ -380,44 +389,28 @@ impl NcclComm {
             }
             let err = |e: nccl_result::NcclError| nccl_error(&format!("queuing {what}"), &e);
             nccl_result::group_start().map_err(err)?;
-            let mut result = Ok(());
-            for t in transfers.iter().filter(|t| t.peer != self.rank) {
+            // Sends then receives of each transfer, bytes as ncclUint8.
+            let queue = |t: &Transfer| -> Result<(), CudaError> {
                 let peer = t.peer as i32;
+                let u8 = nccl_sys::ncclDataType_t::ncclUint8;
                 if t.send.1 > 0 {
-                    // SAFETY: the caller's contract; bytes as ncclUint8.
-                    let r = unsafe {
-                        nccl_result::send(
-                            t.send.0 as *const c_void,
-                            t.send.1,
-                            nccl_sys::ncclDataType_t::ncclUint8,
-                            peer,
-                            comm,
-                            stream,
-                        )
-                    };
-                    if let Err(e) = r {
-                        result = Err(err(e));
-                        break;
-                    }
+                    let buf = t.send.0 as *const c_void;
+                    // SAFETY: the caller's contract (a live area of t.send.1 bytes).
+                    unsafe { nccl_result::send(buf, t.send.1, u8, peer, comm, stream) }
+                        .map_err(err)?;
                 }
                 if t.recv.1 > 0 {
+                    let buf = t.recv.0 as *mut c_void;
                     // SAFETY: the caller's contract.
-                    let r = unsafe {
-                        nccl_result::recv(
-                            t.recv.0 as *mut c_void,
-                            t.recv.1,
-                            nccl_sys::ncclDataType_t::ncclUint8,
-                            peer,
-                            comm,
-                            stream,
-                        )
-                    };
-                    if let Err(e) = r {
-                        result = Err(err(e));
-                        break;
-                    }
+                    unsafe { nccl_result::recv(buf, t.recv.1, u8, peer, comm, stream) }
+                        .map_err(err)?;
                 }
-            }
+                Ok(())
+            };
+            let result = transfers
+                .iter()
+                .filter(|t| t.peer != self.rank)
+                .try_for_each(queue);
             // The group is closed whatever happened inside it.
             let end = nccl_result::group_end().map_err(err);
             result.and(end.map(|_| ()))
@@ -436,21 +429,14 @@ impl NcclComm {
         addr: u64,
         count: usize,
     ) -> Result<(), CudaError> {
-        self.with_comm(what, |comm, stream| {
-            // SAFETY: the caller's contract (in place: send = receive is allowed).
-            unsafe {
-                nccl_result::all_reduce(
-                    addr as *const c_void,
-                    addr as *mut c_void,
-                    count,
-                    nccl_sys::ncclDataType_t::ncclUint64,
-                    nccl_sys::ncclRedOp_t::ncclMax,
-                    comm,
-                    stream,
-                )
-            }
-            .map(|_| ())
-            .map_err(|e| nccl_error(&format!("queuing {what}"), &e))
+        use nccl_sys::{ncclDataType_t::ncclUint64, ncclRedOp_t::ncclMax};
+        let (send, recv) = (addr as *const c_void, addr as *mut c_void);
+        // SAFETY: the caller's contract (in place: send = receive is allowed).
+        self.with_comm(what, |comm, stream| unsafe {
+            queued(
+                what,
+                nccl_result::all_reduce(send, recv, count, ncclUint64, ncclMax, comm, stream),
+            )
         })
     }
 
@@ -468,20 +454,14 @@ impl NcclComm {
         recv: u64,
         count: usize,
     ) -> Result<(), CudaError> {
-        self.with_comm(what, |comm, stream| {
-            // SAFETY: the caller's contract.
-            unsafe {
-                nccl_result::all_gather(
-                    send as *const c_void,
-                    recv as *mut c_void,
-                    count,
-                    nccl_sys::ncclDataType_t::ncclFloat64,
-                    comm,
-                    stream,
-                )
-            }
-            .map(|_| ())
-            .map_err(|e| nccl_error(&format!("queuing {what}"), &e))
+        let ty = nccl_sys::ncclDataType_t::ncclFloat64;
+        let (send, recv) = (send as *const c_void, recv as *mut c_void);
+        // SAFETY: the caller's contract.
+        self.with_comm(what, |comm, stream| unsafe {
+            queued(
+                what,
+                nccl_result::all_gather(send, recv, count, ty, comm, stream),
+            )
         })
     }
 

@@ -32,15 +32,15 @@
 //! Every wait goes through [`NcclComm::wait`], which returns `Err` (the communicator aborted)
 //! once the run's abort signal is raised, so a failed rank stops every rank.
 
-use super::gpu::{cfg_for, SPECTRAL_HEADER, THREADS};
+use super::gpu::{cfg_for, pruned_plans, SPECTRAL_HEADER, THREADS};
 use super::layout::ModeLayout;
 use super::slab::SlabLayout;
 use super::solver::{NonFiniteState, SpectralGrid, VectorModes};
 use super::stepper::SpectralError;
 use crate::device::buffer::DeviceBuffer;
 use crate::device::cuda::{
-    cufft_available, fft_plan, fft_work_bytes, kernel_source, launch, load_kernels, CudaError,
-    Doing, FftLayout, Gpu, KernelSource,
+    cufft_available, fft_work_bytes, kernel_source, launch, load_kernels, CudaError, Doing, Gpu,
+    KernelSource,
 };
 use crate::device::nccl::{NcclComm, Transfer};
 use crate::diagnostics::flow::shell_count;
@@ -66,34 +66,18 @@ pub struct SlabSums {
 
 /// The kernels of spectral_slab.cu and the four of spectral.cu used as they are.
 struct Kernels {
+    // spectral_slab.cu
     gather: CudaFunction,
-    unpack: CudaFunction,
-    pack: CudaFunction,
-    store: CudaFunction,
+    halves: CudaFunction,
     rk_begin: CudaFunction,
+    store: CudaFunction,
     hermitian: CudaFunction,
     mode_sums: CudaFunction,
-    cross: CudaFunction,
-    max_abs: CudaFunction,
-    max_norm2: CudaFunction,
-    nonfinite: CudaFunction,
-}
-
-impl Kernels {
-    /// Compiles (once per process and GPU) and loads spectral_slab.cu and spectral.cu.
-    fn load(gpu: &Gpu) -> Result<Self, CudaError> {
-        let slab = gpu.module_from(&KERNELS, &[])?;
-        let one = gpu.module_from(&super::gpu::KERNELS, &[])?;
-        #[rustfmt::skip]
-        let k = load_kernels!(slab, "sps_", Kernels {
-            gather, unpack, pack, store, rk_begin, hermitian, mode_sums;
-            cross: one.function("sp_cross")?,
-            max_abs: one.function("sp_max_abs")?,
-            max_norm2: one.function("sp_max_norm2")?,
-            nonfinite: one.function("sp_nonfinite")?,
-        });
-        Ok(k)
-    }
+    // spectral.cu
+    sp_cross: CudaFunction,
+    sp_nonfinite: CudaFunction,
+    sp_max_abs: CudaFunction,
+    sp_max_norm2: CudaFunction,
 }
 
 /// The plans of one grid (m) on this rank: the x lines of the pencil side and the (y, z)
@@ -111,35 +95,20 @@ struct SlabTransforms {
 }
 
 impl SlabTransforms {
-    fn new(
-        slabs: SlabLayout,
-        rank: usize,
-        forward: bool,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Self, CudaError> {
-        let m = slabs.m;
-        let (mi, mh) = (m as i32, (m / 2 + 1) as i32);
+    /// The plans of `slabs` on rank `rank`, on `gpu`'s stream (the forward (y, z) plan when
+    /// `forward`).
+    fn new(gpu: &Gpu, slabs: SlabLayout, rank: usize, forward: bool) -> Result<Self, CudaError> {
+        let (m, stream) = (slabs.m, gpu.stream());
         let what = format!("the {m}^3 grid on rank {rank}");
-        let plan = |n: &[i32], layouts, ty, batch| fft_plan(&what, n, layouts, ty, batch, stream);
-        use cufft_sys::cufftType::{CUFFT_D2Z, CUFFT_Z2D, CUFFT_Z2Z};
+        // x lines of every (iy, kz_local) of a pencil field: element x of line b at b + x·lines.
         let lines = (slabs.side() * slabs.nz_local(rank)) as i32;
-        let dims = [mi];
-        let line = FftLayout::new(&dims, lines, 1);
-        let x = plan(&dims, (line, line), CUFFT_Z2Z, lines)?;
         let planes = slabs.planes() as i32;
-        let (half_dims, real_dims) = ([mi, mh], [mi, mi]);
-        let half = FftLayout::new(&half_dims, 1, mi * mh);
-        let real = FftLayout::new(&real_dims, 1, mi * mi);
-        let yz_inv = plan(&real_dims, (half, real), CUFFT_Z2D, planes)?;
-        let yz_fwd = if forward {
-            Some(plan(&real_dims, (real, half), CUFFT_D2Z, planes)?)
-        } else {
-            None
-        };
-        let mut work_bytes = fft_work_bytes(&x)? + fft_work_bytes(&yz_inv)?;
-        if let Some(f) = &yz_fwd {
-            work_bytes += fft_work_bytes(f)?;
-        }
+        let (x, yz_inv, yz_fwd) = pruned_plans(&what, m, (lines, lines), planes, forward, stream)?;
+        let work_bytes = [&x, &yz_inv]
+            .into_iter()
+            .chain(yz_fwd.as_ref())
+            .map(fft_work_bytes)
+            .sum::<Result<u64, CudaError>>()?;
         Ok(SlabTransforms {
             slabs,
             rank,
@@ -246,6 +215,13 @@ const W_FLAG: usize = 3;
 const W_BARRIER: usize = 4;
 const WORDS: usize = 5;
 
+/// The local mode buffers.
+const UHAT: usize = 0;
+const K1: usize = 1;
+const STAGE_A: usize = 2;
+const STAGE_B: usize = 3;
+const ACC: usize = 4;
+
 /// This rank's part of the distributed solver.
 pub struct SlabRank {
     comm: Arc<NcclComm>,
@@ -260,12 +236,8 @@ pub struct SlabRank {
     product: SlabTransforms,
     /// The N grid's, when it differs (3/2 rule).
     solution: Option<SlabTransforms>,
-    /// Local modes (3·local_len each): state, first stage, two stage inputs, accumulator.
-    uhat: DeviceBuffer<cufft_sys::double2>,
-    k1: DeviceBuffer<cufft_sys::double2>,
-    stage_a: DeviceBuffer<cufft_sys::double2>,
-    stage_b: DeviceBuffer<cufft_sys::double2>,
-    acc: DeviceBuffer<cufft_sys::double2>,
+    /// Local modes (3·local_len each), indexed by UHAT, K1, STAGE_A, STAGE_B, ACC.
+    modes: [DeviceBuffer<cufft_sys::double2>; 5],
     /// Six pencil fields, six exchange fields, six half spectra and six real fields (product
     /// grid sizes; the N grid uses the first parts).
     pen: DeviceBuffer<cufft_sys::double2>,
@@ -286,10 +258,8 @@ pub struct SlabRank {
 
 impl std::fmt::Debug for SlabRank {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SlabRank")
-            .field("rank", &self.rank)
-            .field("grid", &self.grid)
-            .finish()
+        let (r, p) = (self.rank, self.product.slabs.ranks);
+        write!(f, "SlabRank {r} of {p} on {:?}", self.grid)
     }
 }
 
@@ -370,10 +340,23 @@ impl SlabRank {
         }
         let gpu = comm.gpu().clone();
         let stream = gpu.stream().clone();
-        let k = Kernels::load(&gpu)?;
-        let product = SlabTransforms::new(p, rank, true, &stream)?;
+        // Compiled once per process and GPU; the four spectral.cu kernels are the one-GPU
+        // solver's module.
+        let (slab, one) = (
+            gpu.module_from(&KERNELS, &[])?,
+            gpu.module_from(&super::gpu::KERNELS, &[])?,
+        );
+        #[rustfmt::skip]
+        let k = load_kernels!(slab, "sps_", Kernels {
+            gather, halves, rk_begin, store, hermitian, mode_sums;
+            sp_cross: one.function("sp_cross")?,
+            sp_nonfinite: one.function("sp_nonfinite")?,
+            sp_max_abs: one.function("sp_max_abs")?,
+            sp_max_norm2: one.function("sp_max_norm2")?,
+        });
+        let product = SlabTransforms::new(&gpu, p, rank, true)?;
         let solution = match s {
-            Some(s) => Some(SlabTransforms::new(s, rank, false, &stream)?),
+            Some(s) => Some(SlabTransforms::new(&gpu, s, rank, false)?),
             None => None,
         };
         let layout = grid.layout();
@@ -388,11 +371,7 @@ impl SlabRank {
             k,
             product,
             solution,
-            uhat: DeviceBuffer::new(),
-            k1: DeviceBuffer::new(),
-            stage_a: DeviceBuffer::new(),
-            stage_b: DeviceBuffer::new(),
-            acc: DeviceBuffer::new(),
+            modes: std::array::from_fn(|_| DeviceBuffer::new()),
             pen: DeviceBuffer::new(),
             ex: DeviceBuffer::new(),
             half: DeviceBuffer::new(),
@@ -406,13 +385,7 @@ impl SlabRank {
             sums: None,
         };
         let l3 = 3 * p.local_len(rank);
-        for b in [
-            &mut r.uhat,
-            &mut r.k1,
-            &mut r.stage_a,
-            &mut r.stage_b,
-            &mut r.acc,
-        ] {
+        for b in &mut r.modes {
             b.zero(&stream, l3)?;
         }
         r.pen.zero(&stream, 6 * r.product.pstride())?;
@@ -449,25 +422,17 @@ impl SlabRank {
     /// What this rank holds on the device now, in bytes: its buffers and the work areas cuFFT
     /// reported for its plans (for checking [`SlabRank::device_bytes`]).
     pub fn resident_bytes(&self) -> u64 {
-        let c = [
-            &self.uhat,
-            &self.k1,
-            &self.stage_a,
-            &self.stage_b,
-            &self.acc,
-            &self.pen,
-            &self.ex,
-            &self.half,
-        ]
-        .iter()
-        .map(|b| b.capacity() as u64 * C16)
-        .sum::<u64>();
+        let c = self
+            .modes
+            .iter()
+            .chain([&self.pen, &self.ex, &self.half])
+            .map(|b| b.capacity() as u64 * C16)
+            .sum::<u64>();
         let f = [&self.real, &self.partials, &self.gathered, &self.staging]
             .iter()
             .map(|b| b.capacity() as u64 * 8)
             .sum::<u64>();
-        let work =
-            self.product.work_bytes + self.solution.as_ref().map_or(0, |t| t.work_bytes);
+        let work = self.product.work_bytes + self.solution.as_ref().map_or(0, |t| t.work_bytes);
         c + f + 8 * WORDS as u64 + work
     }
 
@@ -482,14 +447,21 @@ impl SlabRank {
         b.addr(&self.stream)
     }
 
+    /// The device address of mode buffer `i` (UHAT, K1, …).
+    fn mode(&self, i: usize) -> u64 {
+        self.modes[i].addr(&self.stream)
+    }
+
     fn word(&self, i: usize) -> u64 {
         self.addr(&self.words) + 8 * i as u64
     }
 
     fn zero_word(&self, i: usize) -> Result<(), CudaError> {
         // SAFETY: word i < WORDS of the words buffer (allocated in `new` on this stream).
-        unsafe { cudarc::driver::result::memset_d8_async(self.word(i), 0, 8, self.stream.cu_stream()) }
-            .doing("zeroing a maximum")
+        unsafe {
+            cudarc::driver::result::memset_d8_async(self.word(i), 0, 8, self.stream.cu_stream())
+        }
+        .doing("zeroing a maximum")
     }
 
     /// Waits (abortably) and reads the words.
@@ -514,7 +486,12 @@ impl SlabRank {
 
     /// Queues the transpose of `fields` fields on grid `t`: pencil side → slab side when
     /// `to_slabs`, else back. One NCCL group for all fields and peers.
-    fn transpose(&self, t: &SlabTransforms, fields: usize, to_slabs: bool) -> Result<(), CudaError> {
+    fn transpose(
+        &self,
+        t: &SlabTransforms,
+        fields: usize,
+        to_slabs: bool,
+    ) -> Result<(), CudaError> {
         let s = &t.slabs;
         let r = self.rank;
         let (pen, ex) = (self.addr(&self.pen), self.addr(&self.ex));
@@ -531,8 +508,16 @@ impl SlabRank {
                     ex + (f * es + s.exchange_chunk_offset(q) as u64) * C16,
                     s.chunk_len(q) * 16,
                 );
-                let (send, recv) = if to_slabs { (pencil, slab) } else { (slab, pencil) };
-                list.push(Transfer { peer: q, send, recv });
+                let (send, recv) = if to_slabs {
+                    (pencil, slab)
+                } else {
+                    (slab, pencil)
+                };
+                list.push(Transfer {
+                    peer: q,
+                    send,
+                    recv,
+                });
             }
         }
         let what = if to_slabs {
@@ -551,7 +536,12 @@ impl SlabRank {
     /// Queues the gather of `quantities` (sps_gather codes) of the local modes at `src` onto
     /// the slab side of grid `t`: pencil fields, x inverse, transpose, unpack, (y, z) inverse
     /// into the first `quantities.len()` real fields (rstride apart).
-    fn to_physical(&self, t: &SlabTransforms, src: u64, quantities: &[i32]) -> Result<(), CudaError> {
+    fn to_physical(
+        &self,
+        t: &SlabTransforms,
+        src: u64,
+        quantities: &[i32],
+    ) -> Result<(), CudaError> {
         let s = &t.slabs;
         let count = quantities.len();
         let (pen, ex, half, real) = (
@@ -577,11 +567,12 @@ impl SlabRank {
         }
         self.transpose(t, count, true)?;
         let (es, planes, ranks) = (t.estride() as i64, s.planes() as i32, s.ranks as i32);
-        // SAFETY: sps_unpack(const double2* ex, long long estride, double2* h, int fields, int
-        // planes, int m, int kmax, int ranks): ex `count` fields of estride, h `count` fields of
-        // planes·m·(m/2+1) (the half buffer holds 6 of the product grid's).
-        launch!(self.stream, &self.k.unpack, "sps_unpack", cfg_for(t.hstride());
-            &ex, &es, &half, &count_i, &planes, &mi, &kmax, &ranks)?;
+        let to_half = 1i32;
+        // SAFETY: sps_halves(double2* h, double2* ex, long long estride, int fields, int planes,
+        // int m, int kmax, int ranks, int to_half): ex `count` fields of estride, h `count`
+        // fields of planes·m·(m/2+1) (the half buffer holds 6 of the product grid's).
+        launch!(self.stream, &self.k.halves, "sps_halves", cfg_for(t.hstride());
+            &half, &ex, &es, &count_i, &planes, &mi, &kmax, &ranks, &to_half)?;
         for f in 0..count as u64 {
             // SAFETY: field f of the half (hstride) and real (rstride) buffers.
             unsafe {
@@ -597,9 +588,9 @@ impl SlabRank {
     /// Queues one right-hand side N(input) and the store of `stage` (module docs).
     fn rhs(&mut self, input: Input, stage: i32, dt: f64) -> Result<(), CudaError> {
         let src = match input {
-            Input::State => self.addr(&self.uhat),
-            Input::StageA => self.addr(&self.stage_a),
-            Input::StageB => self.addr(&self.stage_b),
+            Input::State => self.mode(UHAT),
+            Input::StageA => self.mode(STAGE_A),
+            Input::StageB => self.mode(STAGE_B),
         };
         let t = &self.product;
         self.to_physical(t, src, &[0, 1, 2, 4, 5, 6])?;
@@ -616,7 +607,7 @@ impl SlabRank {
         let (n3, rs) = (t.rstride() as i64, t.rstride() as i64);
         // SAFETY: sp_cross(double* r, long long n3, long long rs, unsigned long long* speed_max):
         // six real fields of rs f64 (the slab's planes), one word; blockDim = SP_THREADS.
-        launch!(self.stream, &self.k.cross, "sp_cross", cfg_for(t.rstride()); &real, &n3, &rs, &speed)?;
+        launch!(self.stream, &self.k.sp_cross, "sp_cross", cfg_for(t.rstride()); &real, &n3, &rs, &speed)?;
         for f in 0..3u64 {
             // SAFETY: field f of the real and half buffers.
             unsafe {
@@ -634,10 +625,11 @@ impl SlabRank {
             s.ranks as i32,
             3i32,
         );
-        // SAFETY: sps_pack(const double2* h, double2* ex, long long estride, int fields, int
-        // planes, int m, int kmax, int ranks): three half fields, three exchange fields.
-        launch!(self.stream, &self.k.pack, "sps_pack", cfg_for(t.estride());
-            &half, &ex, &es, &three, &planes, &mi, &kmax, &ranks)?;
+        let to_half = 0i32;
+        // SAFETY: sps_halves (as in `to_physical`) from three half fields into three exchange
+        // fields.
+        launch!(self.stream, &self.k.halves, "sps_halves", cfg_for(t.hstride());
+            &half, &ex, &es, &three, &planes, &mi, &kmax, &ranks, &to_half)?;
         self.transpose(t, 3, false)?;
         let ps = t.pstride() as u64;
         for f in 0..3u64 {
@@ -649,11 +641,11 @@ impl SlabRank {
         let kz0 = s.kz_range(self.rank).start as i32;
         let scale = 1.0 / (s.m as f64).powi(3);
         let (uh, k1, acc, sa, sb) = (
-            self.addr(&self.uhat),
-            self.addr(&self.k1),
-            self.addr(&self.acc),
-            self.addr(&self.stage_a),
-            self.addr(&self.stage_b),
+            self.mode(UHAT),
+            self.mode(K1),
+            self.mode(ACC),
+            self.mode(STAGE_A),
+            self.mode(STAGE_B),
         );
         let (ps_i, nu) = (ps as i64, self.nu);
         // SAFETY: sps_store(const double2* pen, long long pstride, int m, int nzl, int kz0,
@@ -662,15 +654,17 @@ impl SlabRank {
         // local mode buffers of 3·len double2.
         launch!(self.stream, &self.k.store, "sps_store", cfg_for(len as usize);
             &pen, &ps_i, &mi, &nzl, &kz0, &scale, &kmax, &len, &stage, &nu, &dt, &uh, &k1,
-            &acc, &sa, &sb)?;
-        Ok(())
+            &acc, &sa, &sb)
+        .map(drop)
     }
 
+    /// N(û) at the current state into K1 and its speed into W_SPEED (queued once per state).
     fn ensure_k1(&mut self) -> Result<(), CudaError> {
-        if !self.k1_valid {
-            self.rhs(Input::State, 1, 0.0)?;
-            self.k1_valid = true;
+        if self.k1_valid {
+            return Ok(());
         }
+        self.rhs(Input::State, 1, 0.0)?;
+        self.k1_valid = true;
         Ok(())
     }
 
@@ -684,12 +678,45 @@ impl SlabRank {
         (0..r).map(|p| self.part_bytes(p) as u64).sum()
     }
 
+    /// The transfers between rank 0's staging area (every rank's part at part_offset) and the
+    /// local modes at `mine` (part_bytes of this rank): to the ranks (`scatter`) or back.
+    fn root_transfers(&self, mine: u64, scatter: bool) -> Vec<Transfer> {
+        let own = (mine, self.part_bytes(self.rank));
+        let pair = |staged: (u64, usize), local: (u64, usize)| {
+            if scatter {
+                (staged, local)
+            } else {
+                (local, staged)
+            }
+        };
+        if self.rank != 0 {
+            let (send, recv) = pair((0, 0), own);
+            return vec![Transfer {
+                peer: 0,
+                send,
+                recv,
+            }];
+        }
+        let st = self.addr(&self.staging);
+        (0..self.product.slabs.ranks)
+            .map(|r| {
+                let staged = (st + self.part_offset(r), self.part_bytes(r));
+                let local = if r == 0 { own } else { (0, 0) };
+                let (send, recv) = pair(staged, local);
+                Transfer {
+                    peer: r,
+                    send,
+                    recv,
+                }
+            })
+            .collect()
+    }
+
     /// Sets the state from the global field rank 0 holds (`Some` on rank 0, `None` elsewhere),
     /// exactly as given (the caller projects first): each rank receives its k_z range.
     pub fn scatter_modes(&mut self, global: Option<&VectorModes>) -> Result<(), SpectralError> {
         let s = self.product.slabs;
-        let uh = self.addr(&self.uhat);
-        let mut list = Vec::new();
+        let uh = self.mode(UHAT);
         if self.rank == 0 {
             let g = global.ok_or_else(|| invalid("scatter_modes: rank 0 must hold the field"))?;
             let len = self.layout.len();
@@ -705,20 +732,10 @@ impl SlabRank {
                     flat.extend(c.iter().flat_map(|z| [z.re, z.im]));
                 }
             }
-            self.staging.upload(&self.stream, &flat, "the spectral state")?;
-            let st = self.addr(&self.staging);
-            for r in 0..s.ranks {
-                let send = (st + self.part_offset(r), self.part_bytes(r));
-                let recv = if r == 0 { (uh, self.part_bytes(0)) } else { (0, 0) };
-                list.push(Transfer { peer: r, send, recv });
-            }
-        } else {
-            list.push(Transfer {
-                peer: 0,
-                send: (0, 0),
-                recv: (uh, self.part_bytes(self.rank)),
-            });
+            self.staging
+                .upload(&self.stream, &flat, "the spectral state")?;
         }
+        let list = self.root_transfers(uh, true);
         // SAFETY: rank 0's staging holds every part (uploaded above), each rank's uhat its
         // own part (3·local_len); sizes agree pairwise (part_bytes(r) both ways).
         unsafe { self.comm.exchange("scattering the modes", &list)? };
@@ -729,7 +746,7 @@ impl SlabRank {
 
     /// The global state gathered on rank 0 (`Some` there, `None` elsewhere).
     pub fn gather_modes(&mut self) -> Result<Option<VectorModes>, SpectralError> {
-        let uh = self.addr(&self.uhat);
+        let uh = self.mode(UHAT);
         self.gather_local(uh, "gathering the modes")
     }
 
@@ -738,30 +755,18 @@ impl SlabRank {
     /// transforms with another solver's (`SpectralSolver::rhs_at_current`).
     pub fn rhs_modes(&mut self) -> Result<Option<VectorModes>, SpectralError> {
         self.ensure_k1()?;
-        let k1 = self.addr(&self.k1);
+        let k1 = self.mode(K1);
         self.gather_local(k1, "gathering the right-hand side")
     }
 
     /// The local modes at `src` (3·local_len) of every rank, assembled on rank 0.
     fn gather_local(&mut self, src: u64, what: &str) -> Result<Option<VectorModes>, SpectralError> {
         let s = self.product.slabs;
-        let mut list = Vec::new();
         if self.rank == 0 {
             let total: usize = (0..s.ranks).map(|r| self.part_bytes(r)).sum();
             self.staging.ensure(&self.stream, total / 8)?;
-            let st = self.addr(&self.staging);
-            for r in 0..s.ranks {
-                let recv = (st + self.part_offset(r), self.part_bytes(r));
-                let send = if r == 0 { (src, self.part_bytes(0)) } else { (0, 0) };
-                list.push(Transfer { peer: r, send, recv });
-            }
-        } else {
-            list.push(Transfer {
-                peer: 0,
-                send: (src, self.part_bytes(self.rank)),
-                recv: (0, 0),
-            });
         }
+        let list = self.root_transfers(src, false);
         // SAFETY: `src` holds this rank's 3·local_len modes, rank 0's staging every part
         // (ensured above); sizes agree pairwise (part_bytes(r) both ways).
         unsafe { self.comm.exchange(what, &list)? };
@@ -799,7 +804,7 @@ impl SlabRank {
         pencil: &[Complex64],
         fields: usize,
     ) -> Result<(Vec<Complex64>, Vec<Complex64>), SpectralError> {
-        let (ps, es) = (self.product.pstride(), self.product.estride());
+        let ps = self.product.pstride();
         if !(1..=6).contains(&fields) || pencil.len() != fields * ps {
             return Err(invalid(format!(
                 "transpose_probe: {} values for {fields} fields of {ps}",
@@ -810,19 +815,37 @@ impl SlabRank {
             .iter()
             .map(|z| cufft_sys::double2 { x: z.re, y: z.im })
             .collect();
-        self.pen.upload(&self.stream, &flat, "the probe's pencils")?;
-        self.ex.poison(&self.stream, 6 * es)?;
-        self.transpose(&self.product, fields, true)?;
+        self.pen
+            .upload(&self.stream, &flat, "the probe's pencils")?;
+        let ex = self.probe_leg(fields, true)?;
+        let back = self.probe_leg(fields, false)?;
+        Ok((ex, back))
+    }
+
+    /// One leg of [`SlabRank::transpose_probe`]: the receiving buffer poisoned, the transpose,
+    /// its first `fields` fields read back.
+    fn probe_leg(
+        &mut self,
+        fields: usize,
+        to_slabs: bool,
+    ) -> Result<Vec<Complex64>, SpectralError> {
+        let n = if to_slabs {
+            self.product.estride()
+        } else {
+            self.product.pstride()
+        };
+        let target = if to_slabs {
+            &mut self.ex
+        } else {
+            &mut self.pen
+        };
+        target.poison(&self.stream, 6 * n)?;
+        self.transpose(&self.product, fields, to_slabs)?;
         self.comm.wait("the probe's transpose")?;
-        let mut ex = vec![cufft_sys::double2 { x: 0.0, y: 0.0 }; fields * es];
-        self.ex.download(&self.gpu, &mut ex, "the probe's exchange buffer")?;
-        self.pen.poison(&self.stream, 6 * ps)?;
-        self.transpose(&self.product, fields, false)?;
-        self.comm.wait("the probe's transpose back")?;
-        let mut back = vec![cufft_sys::double2 { x: 0.0, y: 0.0 }; fields * ps];
-        self.pen.download(&self.gpu, &mut back, "the probe's pencils")?;
-        let c = |v: Vec<cufft_sys::double2>| v.into_iter().map(|z| Complex64::new(z.x, z.y)).collect();
-        Ok((c(ex), c(back)))
+        let target = if to_slabs { &self.ex } else { &self.pen };
+        let mut out = vec![cufft_sys::double2 { x: 0.0, y: 0.0 }; fields * n];
+        target.download(&self.gpu, &mut out, "the probe's transpose")?;
+        Ok(out.into_iter().map(|z| Complex64::new(z.x, z.y)).collect())
     }
 
     /// max(|u| + |v| + |w|) over the product grid at the current state (all ranks).
@@ -852,10 +875,10 @@ impl SlabRank {
         let kmax = s.kmax as i32;
         let nu = self.nu;
         let (uh, k1, acc, sa) = (
-            self.addr(&self.uhat),
-            self.addr(&self.k1),
-            self.addr(&self.acc),
-            self.addr(&self.stage_a),
+            self.mode(UHAT),
+            self.mode(K1),
+            self.mode(ACC),
+            self.mode(STAGE_A),
         );
         // SAFETY: sps_rk_begin(const double2* uh, const double2* k1, double2* acc, double2* sa,
         // long long len, int kmax, int nzl, int kz0, double nu, double dt): four local mode
@@ -880,14 +903,14 @@ impl SlabRank {
         let (n, flag) = (6 * len, self.word(W_FLAG));
         // SAFETY: sp_nonfinite(const double* v, long long n, unsigned int* flag): acc holds
         // 3·len double2 = 6·len doubles; flag is the low half of a zeroed u64 word.
-        launch!(self.stream, &self.k.nonfinite, "sp_nonfinite", cfg_for(n as usize); &acc, &n, &flag)?;
+        launch!(self.stream, &self.k.sp_nonfinite, "sp_nonfinite", cfg_for(n as usize); &acc, &n, &flag)?;
         // SAFETY: the flag word.
         unsafe { self.comm.all_reduce_max_u64("the finite flag", flag, 1)? };
         let w = self.read_words("the step")?;
         if w[W_FLAG] != 0 {
             return Err(NonFiniteState.into());
         }
-        std::mem::swap(&mut self.uhat, &mut self.acc);
+        self.modes.swap(UHAT, ACC);
         self.state_changed();
         Ok(())
     }
@@ -906,7 +929,7 @@ impl SlabRank {
         let nzl = s.nz_local(self.rank) as i32;
         let kz0 = s.kz_range(self.rank).start as i32;
         let (kmax, nu, nshell_i) = (s.kmax as i32, self.nu, nshell as i32);
-        let (u, k1) = (self.addr(&self.uhat), self.addr(&self.k1));
+        let (u, k1) = (self.mode(UHAT), self.mode(K1));
         let sc = self.addr(&self.partials);
         let sh = sc + 4 * side as u64 * 8;
         let cfg = LaunchConfig {
@@ -925,7 +948,8 @@ impl SlabRank {
         unsafe { self.comm.all_gather_f64("the mode sums", sc, all, rows)? };
         self.comm.wait("the mode sums")?;
         let mut host = vec![0.0; s.ranks * rows];
-        self.gathered.download(&self.gpu, &mut host, "the mode sums")?;
+        self.gathered
+            .download(&self.gpu, &mut host, "the mode sums")?;
         let mut sums = [0.0; 4];
         let mut spectrum = vec![0.0; nshell];
         // Rank by rank, row by row: the same order on every rank.
@@ -950,7 +974,7 @@ impl SlabRank {
     /// A maximum over the N³ nodes (all ranks).
     fn grid_max(&mut self, which: GridMax) -> Result<f64, SpectralError> {
         let t = self.solution_transforms();
-        let u = self.addr(&self.uhat);
+        let u = self.mode(UHAT);
         let quantities: &[i32] = match which {
             GridMax::Divergence => &[3],
             GridMax::Vorticity => &[4, 5, 6],
@@ -963,13 +987,13 @@ impl SlabRank {
             // SAFETY: sp_max_abs(const double* r, long long n, unsigned long long* out): the
             // first real field (n = the slab's nodes), one word; blockDim = SP_THREADS.
             GridMax::Divergence => {
-                launch!(self.stream, &self.k.max_abs, "sp_max_abs", cfg_for(n as usize);
+                launch!(self.stream, &self.k.sp_max_abs, "sp_max_abs", cfg_for(n as usize);
                     &real, &n, &out)?;
             }
             // SAFETY: sp_max_norm2(const double* r, long long n, long long rs, unsigned long
             // long* out): three real fields rs apart.
             GridMax::Vorticity => {
-                launch!(self.stream, &self.k.max_norm2, "sp_max_norm2", cfg_for(n as usize);
+                launch!(self.stream, &self.k.sp_max_norm2, "sp_max_norm2", cfg_for(n as usize);
                     &real, &n, &rs, &out)?;
             }
         }
@@ -994,7 +1018,7 @@ impl SlabRank {
     /// The velocity on the N³ grid gathered on rank 0 (`Some` there), `[i][j][k]` order.
     pub fn velocity_on_grid(&mut self) -> Result<Option<[Vec<f64>; 3]>, SpectralError> {
         let t = self.solution_transforms();
-        let u = self.addr(&self.uhat);
+        let u = self.mode(UHAT);
         self.to_physical(t, u, &[0, 1, 2])?;
         let n = self.grid.n;
         let n3 = n * n * n;
@@ -1017,7 +1041,11 @@ impl SlabRank {
                 for q in 0..ranks {
                     let recv = (st + (c * n3 as u64 + (q * slab) as u64) * 8, bytes);
                     let send = if q == 0 { (mine, bytes) } else { (0, 0) };
-                    list.push(Transfer { peer: q, send, recv });
+                    list.push(Transfer {
+                        peer: q,
+                        send,
+                        recv,
+                    });
                 }
             } else {
                 list.push(Transfer {
@@ -1036,7 +1064,8 @@ impl SlabRank {
             return Ok(None);
         }
         let mut flat = vec![0.0; 3 * n3];
-        self.staging.download(&self.gpu, &mut flat, "the velocity on the grid")?;
+        self.staging
+            .download(&self.gpu, &mut flat, "the velocity on the grid")?;
         Ok(Some(std::array::from_fn(|c| {
             flat[c * n3..(c + 1) * n3].to_vec()
         })))
@@ -1054,28 +1083,20 @@ impl SlabRank {
                 "time_transpose: {fields} fields (1 to 6 allowed)"
             )));
         }
-        let t = &self.product;
-        let s = t.slabs;
+        let s = self.product.slabs;
         let sent = (0..s.ranks)
             .filter(|&q| q != self.rank)
             .map(|_| s.chunk_len(self.rank) as u64 * C16)
             .sum::<u64>()
             * fields as u64;
-        let (start, stop) = (self.gpu.event()?, self.gpu.event()?);
         // One warm-up pair, then a barrier so that every rank starts together.
-        self.transpose(t, fields, true)?;
-        self.transpose(t, fields, false)?;
+        let pair = |r: &mut Self| -> Result<(), SpectralError> {
+            r.transpose(&r.product, fields, true)?;
+            Ok(r.transpose(&r.product, fields, false)?)
+        };
+        pair(self)?;
         self.barrier()?;
-        let mut ms = Vec::new();
-        for _ in 0..repeats.max(1) {
-            start.record(&self.stream).doing("recording an event")?;
-            self.transpose(t, fields, true)?;
-            self.transpose(t, fields, false)?;
-            stop.record(&self.stream).doing("recording an event")?;
-            self.comm.wait("timing the transpose")?;
-            let v = self.gpu.elapsed_ms(&start, &stop, "the transpose")?;
-            ms.push(v as f64 / 2.0);
-        }
+        let mut ms: Vec<f64> = self.timed(repeats, pair)?.iter().map(|t| t / 2.0).collect();
         // The scratch buffers were overwritten: the next right-hand side rewrites them all.
         ms.sort_by(f64::total_cmp);
         Ok((ms[ms.len() / 2], sent))
@@ -1084,18 +1105,28 @@ impl SlabRank {
     /// Milliseconds (events on rank 0's stream, after a barrier) of each of `repeats` steps
     /// after one warm-up; the state advances.
     pub fn time_steps(&mut self, dt: f64, repeats: usize) -> Result<Vec<f64>, SpectralError> {
-        let (start, stop) = (self.gpu.event()?, self.gpu.event()?);
         self.step(dt)?;
         self.barrier()?;
-        let mut ms = Vec::new();
+        self.timed(repeats, |r| r.step(dt))
+    }
+
+    /// Milliseconds (events on this rank's stream) of each of `repeats` runs of `body`, each
+    /// waited for (abortably) before it is read.
+    fn timed(
+        &mut self,
+        repeats: usize,
+        mut body: impl FnMut(&mut Self) -> Result<(), SpectralError>,
+    ) -> Result<Vec<f64>, SpectralError> {
+        let (start, stop) = (self.gpu.event()?, self.gpu.event()?);
+        let mut out = Vec::with_capacity(repeats.max(1));
         for _ in 0..repeats.max(1) {
             start.record(&self.stream).doing("recording an event")?;
-            self.step(dt)?;
+            body(self)?;
             stop.record(&self.stream).doing("recording an event")?;
-            let v = self.gpu.elapsed_ms(&start, &stop, "a step")?;
-            ms.push(v as f64);
+            self.comm.wait("a timed run")?;
+            out.push(self.gpu.elapsed_ms(&start, &stop, "a timed run")? as f64);
         }
-        Ok(ms)
+        Ok(out)
     }
 }
 
@@ -1128,6 +1159,8 @@ mod tests {
             SlabRank::device_bytes(bad, 3),
             super::super::gpu::GpuSpectralSolver::device_bytes(bad)
         );
-        assert!(layouts(bad, 3).unwrap_err().contains("multiple of the number of GPUs"));
+        assert!(layouts(bad, 3)
+            .unwrap_err()
+            .contains("multiple of the number of GPUs"));
     }
 }
