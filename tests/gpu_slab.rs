@@ -450,9 +450,14 @@ fn scatter_then_gather_returns_the_field_bit_for_bit() {
 
 #[test]
 fn zz_an_abort_mid_step_stops_every_rank_within_10_s() {
+    // One rank count only (the largest: 4 where there are 4 GPUs): the aborted communicators'
+    // GPUs are not used again in this process.
     with_rank_counts(
         "zz_an_abort_mid_step_stops_every_rank_within_10_s",
         |gpus, ranks| {
+            if ranks != *rank_counts(gpus).last().expect("2 or more") {
+                return;
+            }
             let grid = SpectralGrid::new(64, Dealias::TwoThirds);
             let (nu, dt) = (1.0 / 1600.0, 0.01);
             let u0 = projected(grid, &TG);
@@ -488,10 +493,17 @@ fn zz_an_abort_mid_step_stops_every_rank_within_10_s() {
                         assert!(steps < 100_000, "rank {r} never stopped");
                     };
                     let at = Instant::now();
-                    // The stream should drain once the communicator is aborted (reported, not
-                    // required).
-                    let drained = rank.comm().gpu().synchronize("the aborted rank");
-                    (at, format!("{err} (stream afterwards: {drained:?})"))
+                    // Whether the stream drains once the communicator is aborted (reported,
+                    // not required; polled for at most 10 s so that a stuck kernel cannot hang
+                    // the test).
+                    let gpu = rank.comm().gpu().clone();
+                    let ev = gpu.event().unwrap();
+                    ev.record(gpu.stream()).unwrap();
+                    let drained = (0..10_000).any(|_| {
+                        std::thread::sleep(Duration::from_millis(1));
+                        ev.try_is_complete().unwrap_or(true)
+                    });
+                    (at, format!("{err} (stream drained afterwards: {drained})"))
                 })
             });
             let t = raised.lock().unwrap().expect("raised");

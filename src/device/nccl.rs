@@ -8,7 +8,7 @@
 //! [`nccl_available`] looks for `libnccl.so` before any NCCL call (cudarc panics without it).
 //! The communicators are blocking ones (`ncclCommInitRank`): a call returns once its work is
 //! queued on the stream, and every wait for that work polls an event, the abort signal and
-//! `ncclCommGetAsyncError` once a millisecond. NVLink multicast (NVLS) is never asked for; the
+//! `ncclCommGetAsyncError` (every 0.1 ms for the first 10 ms, then every millisecond). NVLink multicast (NVLS) is never asked for; the
 //! launchers set `NCCL_NVLS_ENABLE=0` when it is unset ([`disable_nvls_unless_set`]).
 //!
 //! Buffers are raw device addresses ([`crate::device::buffer::DeviceBuffer::addr`]) of the
@@ -300,6 +300,7 @@ impl NcclComm {
         self.event
             .record(self.gpu.stream())
             .doing(format!("waiting for {what}"))?;
+        let mut polls = 0u32;
         loop {
             if let Some(reason) = self.abort.reason() {
                 self.abort();
@@ -328,7 +329,9 @@ impl NcclComm {
                     message: reason,
                 });
             }
-            std::thread::sleep(Duration::from_millis(1));
+            // Short sleeps first (a step's wait is usually brief), then 1 ms.
+            polls += 1;
+            std::thread::sleep(Duration::from_micros(if polls < 100 { 100 } else { 1000 }));
         }
     }
 
