@@ -175,7 +175,7 @@ fn the_transpose_places_every_chunk_exactly() {
         ] {
             let fields = 6;
             let abort = AbortSignal::new();
-            let out = on_ranks(&gpus, ranks, &abort, |comm| {
+            let out = on_ranks(gpus, ranks, &abort, |comm| {
                 let r = comm.rank();
                 let mut rank = SlabRank::new(comm, grid, 0.01).unwrap();
                 let s = rank.slabs();
@@ -428,7 +428,7 @@ fn scatter_then_gather_returns_the_field_bit_for_bit() {
             ] {
                 let u = random_field(grid, 11);
                 let abort = AbortSignal::new();
-                let out = on_ranks(&gpus, ranks, &abort, |comm| {
+                let out = on_ranks(gpus, ranks, &abort, |comm| {
                     started(comm, grid, 0.01, &u).gather_modes().unwrap()
                 });
                 let back = out[0].as_ref().expect("rank 0 gathers");
@@ -472,7 +472,7 @@ fn zz_an_abort_mid_step_stops_every_rank_within_10_s() {
                     *raised.lock().unwrap() = Some(Instant::now());
                     abort2.raise(format!("test: rank {idle} stopped taking part"));
                 });
-                on_ranks(&gpus, ranks, &abort, |comm| {
+                on_ranks(gpus, ranks, &abort, |comm| {
                     let r = comm.rank();
                     let mut rank = started(comm, grid, nu, &u0);
                     for _ in 0..3 {
