@@ -242,14 +242,16 @@ pub struct SlabRank {
     /// grid sizes; the N grid uses the first parts).
     pen: DeviceBuffer<cufft_sys::double2>,
     ex: DeviceBuffer<cufft_sys::double2>,
-    half: DeviceBuffer<cufft_sys::double2>,
+    /// (The half spectra as f64 pairs: rank 0's staging area outside a step.)
+    half: DeviceBuffer<f64>,
     real: DeviceBuffer<f64>,
     /// Maxima, flag and barrier words (W_*).
     words: DeviceBuffer<u64>,
     /// This rank's row partials (4·side scalars, then side·nshell shells) and every rank's.
     partials: DeviceBuffer<f64>,
     gathered: DeviceBuffer<f64>,
-    /// Rank 0's staging area for scatters and gathers (made when first needed).
+    /// Rank 0's staging area for scatters and gathers when the half spectra are too small
+    /// (more than 6 ranks; made when first needed).
     staging: DeviceBuffer<f64>,
     k1_valid: bool,
     speed: Option<f64>,
@@ -291,8 +293,8 @@ impl SlabRank {
     /// rank 0, which holds the most k_z values and the staging area of scatters and gathers):
     /// five local mode arrays, six pencil, exchange, half-spectrum and real fields of the
     /// product grid's slab, the row partials, the staging area (the global modes or one
-    /// velocity component on the N grid, whichever is larger), and cuFFT's work areas allowed
-    /// as a pencil field and two half-spectrum fields per grid, plus 64 MiB.
+    /// velocity component on the N grid; inside the half spectra up to 6 ranks), and cuFFT's
+    /// work areas allowed as a pencil field and two half-spectrum fields per grid, plus 64 MiB.
     pub fn device_bytes(grid: SpectralGrid, ranks: usize) -> u64 {
         let Ok((p, s)) = layouts(grid, ranks.max(1)) else {
             return super::gpu::GpuSpectralSolver::device_bytes(grid);
@@ -306,7 +308,11 @@ impl SlabRank {
         let fields = 6 * (half + real + pencil + exchange);
         let rows = layout.side() as u64 * (4 + shell_count(&layout) as u64) * 8;
         let partials = rows * (1 + ranks as u64) + WORDS as u64 * 8;
-        let staging = (3 * layout.len() as u64 * C16).max(grid.n.pow(3) as u64 * 8);
+        // The staging area: the global modes or one velocity component on the N grid, in the
+        // half spectra when they hold it (up to 6 ranks), else beside them.
+        let staging = (3 * layout.len() as u64 * C16)
+            .max(grid.n.pow(3) as u64 * 8)
+            .saturating_sub(6 * half);
         let work = |l: &SlabLayout| {
             l.pencil_len(0) as u64 * C16 + 2 * (l.planes() * l.half_plane()) as u64 * C16
         };
@@ -390,7 +396,7 @@ impl SlabRank {
         }
         r.pen.zero(&stream, 6 * r.product.pstride())?;
         r.ex.zero(&stream, 6 * r.product.estride())?;
-        r.half.zero(&stream, 6 * r.product.hstride())?;
+        r.half.zero(&stream, 2 * 6 * r.product.hstride())?;
         r.real.zero(&stream, 6 * r.product.rstride())?;
         r.words.zero(&stream, WORDS)?;
         let rows = layout.side() * (4 + shell_count(&layout));
@@ -425,13 +431,19 @@ impl SlabRank {
         let c = self
             .modes
             .iter()
-            .chain([&self.pen, &self.ex, &self.half])
+            .chain([&self.pen, &self.ex])
             .map(|b| b.capacity() as u64 * C16)
             .sum::<u64>();
-        let f = [&self.real, &self.partials, &self.gathered, &self.staging]
-            .iter()
-            .map(|b| b.capacity() as u64 * 8)
-            .sum::<u64>();
+        let f = [
+            &self.half,
+            &self.real,
+            &self.partials,
+            &self.gathered,
+            &self.staging,
+        ]
+        .iter()
+        .map(|b| b.capacity() as u64 * 8)
+        .sum::<u64>();
         let work = self.product.work_bytes + self.solution.as_ref().map_or(0, |t| t.work_bytes);
         c + f + 8 * WORDS as u64 + work
     }
@@ -678,9 +690,20 @@ impl SlabRank {
         (0..r).map(|p| self.part_bytes(p) as u64).sum()
     }
 
-    /// The transfers between rank 0's staging area (every rank's part at part_offset) and the
-    /// local modes at `mine` (part_bytes of this rank): to the ranks (`scatter`) or back.
-    fn root_transfers(&self, mine: u64, scatter: bool) -> Vec<Transfer> {
+    /// Rank 0's staging area of `len` f64 for scatters and gathers: the half spectra (scratch
+    /// outside a step) when they hold it, else a buffer of its own.
+    fn staging(&mut self, len: usize) -> Result<&mut DeviceBuffer<f64>, CudaError> {
+        if self.half.capacity() >= len {
+            return Ok(&mut self.half);
+        }
+        self.staging.ensure(&self.stream, len)?;
+        Ok(&mut self.staging)
+    }
+
+    /// The transfers between rank 0's staging area at `st` (every rank's part at
+    /// part_offset) and the local modes at `mine` (part_bytes of this rank): to the ranks
+    /// (`scatter`) or back.
+    fn root_transfers(&self, mine: u64, st: u64, scatter: bool) -> Vec<Transfer> {
         let own = (mine, self.part_bytes(self.rank));
         let pair = |staged: (u64, usize), local: (u64, usize)| {
             if scatter {
@@ -697,7 +720,6 @@ impl SlabRank {
                 recv,
             }];
         }
-        let st = self.addr(&self.staging);
         (0..self.product.slabs.ranks)
             .map(|r| {
                 let staged = (st + self.part_offset(r), self.part_bytes(r));
@@ -717,6 +739,7 @@ impl SlabRank {
     pub fn scatter_modes(&mut self, global: Option<&VectorModes>) -> Result<(), SpectralError> {
         let s = self.product.slabs;
         let uh = self.mode(UHAT);
+        let mut st = 0;
         if self.rank == 0 {
             let g = global.ok_or_else(|| invalid("scatter_modes: rank 0 must hold the field"))?;
             let len = self.layout.len();
@@ -732,10 +755,12 @@ impl SlabRank {
                     flat.extend(c.iter().flat_map(|z| [z.re, z.im]));
                 }
             }
-            self.staging
-                .upload(&self.stream, &flat, "the spectral state")?;
+            let stream = self.stream.clone();
+            let area = self.staging(flat.len())?;
+            area.upload(&stream, &flat, "the spectral state")?;
+            st = area.addr(&stream);
         }
-        let list = self.root_transfers(uh, true);
+        let list = self.root_transfers(uh, st, true);
         // SAFETY: rank 0's staging holds every part (uploaded above), each rank's uhat its
         // own part (3·local_len); sizes agree pairwise (part_bytes(r) both ways).
         unsafe { self.comm.exchange("scattering the modes", &list)? };
@@ -762,11 +787,14 @@ impl SlabRank {
     /// The local modes at `src` (3·local_len) of every rank, assembled on rank 0.
     fn gather_local(&mut self, src: u64, what: &str) -> Result<Option<VectorModes>, SpectralError> {
         let s = self.product.slabs;
-        if self.rank == 0 {
-            let total: usize = (0..s.ranks).map(|r| self.part_bytes(r)).sum();
-            self.staging.ensure(&self.stream, total / 8)?;
-        }
-        let list = self.root_transfers(src, false);
+        let total: usize = (0..s.ranks).map(|r| self.part_bytes(r)).sum();
+        let stream = self.stream.clone();
+        let st = if self.rank == 0 {
+            self.staging(total / 8)?.addr(&stream)
+        } else {
+            0
+        };
+        let list = self.root_transfers(src, st, false);
         // SAFETY: `src` holds this rank's 3·local_len modes, rank 0's staging every part
         // (ensured above); sizes agree pairwise (part_bytes(r) both ways).
         unsafe { self.comm.exchange(what, &list)? };
@@ -774,9 +802,9 @@ impl SlabRank {
         if self.rank != 0 {
             return Ok(None);
         }
-        let total: usize = (0..s.ranks).map(|r| self.part_bytes(r)).sum();
         let mut flat = vec![0.0; total / 8];
-        self.staging.download(&self.gpu, &mut flat, what)?;
+        let gpu = self.gpu.clone();
+        self.staging(total / 8)?.download(&gpu, &mut flat, what)?;
         let mut parts = Vec::with_capacity(s.ranks);
         let mut at = 0;
         for r in 0..s.ranks {
@@ -1026,49 +1054,39 @@ impl SlabRank {
         let bytes = slab * 8;
         let real = self.addr(&self.real);
         let ranks = t.slabs.ranks;
-        if self.rank == 0 {
-            self.staging.ensure(&self.stream, 3 * n3)?;
-        }
-        let st = if self.rank == 0 {
-            self.addr(&self.staging)
-        } else {
-            0
-        };
-        let mut list = Vec::new();
-        for c in 0..3u64 {
-            let mine = real + c * bytes as u64;
-            if self.rank == 0 {
-                for q in 0..ranks {
-                    let recv = (st + (c * n3 as u64 + (q * slab) as u64) * 8, bytes);
-                    let send = if q == 0 { (mine, bytes) } else { (0, 0) };
-                    list.push(Transfer {
+        let (stream, gpu) = (self.stream.clone(), self.gpu.clone());
+        let mut out: [Vec<f64>; 3] = Default::default();
+        // One component at a time (the staging area holds N³ values).
+        for (c, out) in out.iter_mut().enumerate() {
+            let mine = (real + (c * bytes) as u64, bytes);
+            let list: Vec<Transfer> = if self.rank == 0 {
+                let st = self.staging(n3)?.addr(&stream);
+                (0..ranks)
+                    .map(|q| Transfer {
                         peer: q,
-                        send,
-                        recv,
-                    });
-                }
+                        send: if q == 0 { mine } else { (0, 0) },
+                        recv: (st + (q * bytes) as u64, bytes),
+                    })
+                    .collect()
             } else {
-                list.push(Transfer {
+                vec![Transfer {
                     peer: 0,
-                    send: (mine, bytes),
+                    send: mine,
                     recv: (0, 0),
-                });
+                }]
+            };
+            // SAFETY: every rank's real buffer holds three fields of `slab` f64 of the N grid
+            // (component c at c·slab); rank 0's staging area N³ f64, rank q's slab at q·slab
+            // (the x planes of rank q follow those of q − 1: the global [i][j][k] order).
+            unsafe { self.comm.exchange("gathering the velocity", &list)? };
+            self.comm.wait("gathering the velocity")?;
+            if self.rank == 0 {
+                out.resize(n3, 0.0);
+                self.staging(n3)?
+                    .download(&gpu, out, "the velocity on the grid")?;
             }
         }
-        // SAFETY: every rank's real buffer holds three fields of `slab` f64 of the N grid;
-        // rank 0's staging 3·N³ f64, slab q of component c at c·N³ + q·slab (the x planes of
-        // rank q follow those of q − 1, so this is the global [i][j][k] order).
-        unsafe { self.comm.exchange("gathering the velocity", &list)? };
-        self.comm.wait("gathering the velocity")?;
-        if self.rank != 0 {
-            return Ok(None);
-        }
-        let mut flat = vec![0.0; 3 * n3];
-        self.staging
-            .download(&self.gpu, &mut flat, "the velocity on the grid")?;
-        Ok(Some(std::array::from_fn(|c| {
-            flat[c * n3..(c + 1) * n3].to_vec()
-        })))
+        Ok((self.rank == 0).then_some(out))
     }
 
     /// Median ms of one all-to-all transpose of `fields` fields (both directions averaged)
