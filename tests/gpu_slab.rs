@@ -518,3 +518,53 @@ fn zz_an_abort_mid_step_stops_every_rank_within_10_s() {
         },
     );
 }
+
+/// Timing (ignored in CI; for the lead on the multi-GPU machines, about 1 min): 512³ with 2/3
+/// truncation (256³ when `VPM_SLAB_N=256`), Taylor–Green state: ms per RK4 step on one GPU
+/// and on P = 2 and 4, the transpose of six fields (ms and the bytes each rank sends, with the
+/// achieved rate), device memory per rank. Run: `cargo test --release --test gpu_slab --
+/// --ignored --nocapture timing`.
+#[test]
+#[ignore]
+fn timing_of_a_step_and_of_the_transpose() {
+    let Some((_lock, gpus)) = gpus_or_skip("timing_of_a_step_and_of_the_transpose") else {
+        return;
+    };
+    let n = std::env::var("VPM_SLAB_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512);
+    let grid = SpectralGrid::new(n, Dealias::TwoThirds);
+    let (nu, dt, repeats) = (1.0 / 1600.0, 1e-3, 10);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let one = {
+        let mut s = GpuSpectralSolver::new(gpus[0].clone(), grid, nu).unwrap();
+        s.restore_velocity_modes(projected(grid, &TG)).unwrap();
+        median(s.time_steps(dt, repeats).unwrap())
+    };
+    println!("timing n = {n} 2/3: one GPU {one:.2} ms per step");
+    let u0 = projected(grid, &TG);
+    for ranks in rank_counts(&gpus) {
+        let abort = AbortSignal::new();
+        let out = on_ranks(&gpus, ranks, &abort, |comm| {
+            let mut rank = started(comm, grid, nu, &u0);
+            let (t6, sent) = rank.time_transpose(6, repeats).unwrap();
+            let steps = rank.time_steps(dt, repeats).unwrap();
+            (t6, sent, median(steps), rank.resident_bytes())
+        });
+        let (t6, sent, ms, bytes) = out[0];
+        let slowest = out.iter().map(|o| o.2).fold(0.0, f64::max);
+        println!(
+            "timing n = {n} 2/3 P = {ranks}: {ms:.2} ms per step on rank 0 (slowest rank \
+             {slowest:.2}), efficiency vs one GPU {:.0} %; transpose of 6 fields {t6:.2} ms, \
+             {:.1} MiB sent per rank, {:.0} GB/s per rank; rank 0 holds {} MiB",
+            100.0 * one / (ranks as f64 * slowest),
+            sent as f64 / (1 << 20) as f64,
+            sent as f64 / (t6 * 1e-3) / 1e9,
+            bytes >> 20
+        );
+    }
+}
