@@ -55,11 +55,16 @@ use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use num_complex::Complex64;
 use std::sync::Arc;
 
-/// The family (no headers).
-pub const KERNELS: KernelSource = kernel_source!("spectral.cu");
+/// The solver's device helpers shared with the slab solver's kernels
+/// ([`super::gpu_slab`], `kernels/spectral_slab.cu`).
+pub const SPECTRAL_HEADER: (&str, &str) =
+    ("spectral.cuh", include_str!("../../kernels/spectral.cuh"));
+
+/// The family, with its header.
+pub const KERNELS: KernelSource = kernel_source!("spectral.cu", SPECTRAL_HEADER);
 
 /// Threads per block (`SP_THREADS` in spectral.cu).
-const THREADS: u32 = 256;
+pub(super) const THREADS: u32 = 256;
 /// Most blocks of a grid-stride kernel.
 const MAX_BLOCKS: usize = 8192;
 
@@ -92,6 +97,37 @@ fn real_stride(m: usize) -> usize {
     (m * m * m).next_multiple_of(32)
 }
 
+/// The plans of the pruned transforms on the m grid (`what` names it in errors): the complex
+/// x transform (Z2Z, length m) of `lines` lines whose elements are `stride` apart (distance 1
+/// from line to line), and the real (y, z) transforms of `planes` contiguous planes (m·(m/2+1)
+/// complex or m² real values each): inverse (Z2D), and forward (D2Z) when `forward`. Shared
+/// with the slab solver's ranks ([`super::gpu_slab`]).
+pub(super) fn pruned_plans(
+    what: &str,
+    m: usize,
+    (stride, lines): (i32, i32),
+    planes: i32,
+    forward: bool,
+    stream: &Arc<CudaStream>,
+) -> Result<(CudaFft, CudaFft, Option<CudaFft>), CudaError> {
+    use cufft_sys::cufftType::{CUFFT_D2Z, CUFFT_Z2D, CUFFT_Z2Z};
+    let (mi, mh) = (m as i32, (m / 2 + 1) as i32);
+    let plan = |n: &[i32], layouts, ty, batch| fft_plan(what, n, layouts, ty, batch, stream);
+    let dims = [mi];
+    let line = FftLayout::new(&dims, stride, 1);
+    let x = plan(&dims, (line, line), CUFFT_Z2Z, lines)?;
+    let (half_dims, real_dims) = ([mi, mh], [mi, mi]);
+    let half = FftLayout::new(&half_dims, 1, mi * mh);
+    let real = FftLayout::new(&real_dims, 1, mi * mi);
+    let yz_inv = plan(&real_dims, (half, real), CUFFT_Z2D, planes)?;
+    let yz_fwd = if forward {
+        Some(plan(&real_dims, (real, half), CUFFT_D2Z, planes)?)
+    } else {
+        None
+    };
+    Ok((x, yz_inv, yz_fwd))
+}
+
 /// cuFFT plans between half spectra and real fields on one m³ grid holding modes |k_i| ≤ kmax.
 struct Transforms {
     m: usize,
@@ -118,21 +154,13 @@ impl Transforms {
         let mh = (m / 2 + 1) as i32;
         let what = format!("the {m}^3 grid");
         let plan = |n: &[i32], layouts, ty, batch| fft_plan(&what, n, layouts, ty, batch, stream);
-        use cufft_sys::cufftType::{CUFFT_D2Z, CUFFT_Z2D, CUFFT_Z2Z};
+        use cufft_sys::cufftType::{CUFFT_D2Z, CUFFT_Z2D};
         let (a, b, c) = match kind {
             TransformKind::Pruned => {
-                // x lines of K + 1 rows y (every k_z): element x of line b at b + x·M·M_h.
-                let plane = mi * mh;
-                let dims = [mi];
-                let line = FftLayout::new(&dims, plane, 1);
-                let x = plan(&dims, (line, line), CUFFT_Z2Z, (kmax as i32 + 1) * mh)?;
-                // (y, z) planes, one per x, contiguous.
-                let (half_dims, real_dims) = ([mi, mh], [mi, mi]);
-                let half = FftLayout::new(&half_dims, 1, plane);
-                let real = FftLayout::new(&real_dims, 1, mi * mi);
-                let yz_inv = plan(&real_dims, (half, real), CUFFT_Z2D, mi)?;
-                let yz_fwd = plan(&real_dims, (real, half), CUFFT_D2Z, mi)?;
-                (x, yz_inv, Some(yz_fwd))
+                // x lines of K + 1 rows y (every k_z): element x of line b at b + x·M·M_h;
+                // then the (y, z) planes, one per x.
+                let x_lines = (mi * mh, (kmax as i32 + 1) * mh);
+                pruned_plans(&what, m, x_lines, mi, true, stream)?
             }
             TransformKind::Full => {
                 let cplx = [mi, mi, mh];
@@ -497,7 +525,7 @@ impl std::fmt::Debug for GpuSpectralSolver {
 }
 
 /// Launch configuration of a grid-stride kernel over `n` items.
-fn cfg_for(n: usize) -> LaunchConfig {
+pub(super) fn cfg_for(n: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (
             n.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32,
