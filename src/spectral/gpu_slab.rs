@@ -269,23 +269,9 @@ fn invalid(e: impl std::fmt::Display) -> SpectralError {
     SpectralError::Device(CudaError::Invalid(e.to_string()))
 }
 
-/// The splits of the product grid and (3/2 rule) of the N grid over `ranks`.
+/// The product and solution splits of `grid` ([`SlabLayout::for_grid`]), the error as text.
 fn layouts(grid: SpectralGrid, ranks: usize) -> Result<(SlabLayout, Option<SlabLayout>), String> {
-    let m = grid.product_grid();
-    let kmax = grid.kmax();
-    let product = SlabLayout::new(m, kmax, ranks).map_err(|e| e.to_string())?;
-    let solution = if grid.n != m {
-        Some(SlabLayout::new(grid.n, kmax, ranks).map_err(|e| {
-            format!(
-                "the diagnostics' grid {}³ of the 3/2 rule cannot be split over {ranks} GPUs: \
-                 {e} (n must be a multiple of the number of GPUs as well as 3n/2)",
-                grid.n
-            )
-        })?)
-    } else {
-        None
-    };
-    Ok((product, solution))
+    SlabLayout::for_grid(grid, ranks).map_err(|e| e.to_string())
 }
 
 impl SlabRank {

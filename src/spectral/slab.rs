@@ -102,6 +102,22 @@ impl SlabLayout {
         })
     }
 
+    /// The splits a solver for `grid` on `ranks` needs: the product grid's (the step's
+    /// transposes) and, when N differs from it (the 3/2 rule), the solution grid's (the
+    /// diagnostics on the N³ nodes). Both grids must be multiples of the ranks.
+    pub fn for_grid(
+        grid: SpectralGrid,
+        ranks: usize,
+    ) -> Result<(SlabLayout, Option<SlabLayout>), SlabError> {
+        let product = SlabLayout::new(grid.product_grid(), grid.kmax(), ranks)?;
+        let solution = if grid.n != grid.product_grid() {
+            Some(SlabLayout::solution(grid, ranks)?)
+        } else {
+            None
+        };
+        Ok((product, solution))
+    }
+
     /// The global mode layout.
     pub fn modes(&self) -> ModeLayout {
         ModeLayout::new(self.kmax)
