@@ -307,27 +307,13 @@ pub fn bench_spectral_group(
             let est_p = DistributedSpectralSolver::device_bytes(grid, p);
             let est_1 = GpuSpectralSolver::device_bytes(grid);
             let mut notes = Vec::new();
-            // The one-GPU baseline first, on rank 0's GPU, when the memory model says it fits.
-            let free = gpu.free_memory()? as u64;
-            let ms_one_gpu = if est_1 <= free {
-                let mut one = GpuSpectralSolver::new(gpu.clone(), grid, 0.01)?;
-                one.set_velocity_modes(initial(&grid, n)?)?;
-                Some(median(one.time_steps(dt, repeats)?))
-            } else {
-                notes.push(format!(
-                    "one GPU: needs {:.1} GB, {:.1} GB free",
-                    gb(est_1),
-                    gb(free)
-                ));
-                None
-            };
             let mut row = SpectralGroupBenchRow {
                 n,
                 dealias: rule.as_str().to_string(),
                 product_grid: grid.product_grid(),
                 gpus: p,
                 ms_per_rk4_step: None,
-                ms_one_gpu,
+                ms_one_gpu: None,
                 strong_scaling_efficiency: None,
                 ms_transpose_6: None,
                 ms_transpose_3: None,
@@ -350,6 +336,7 @@ pub fn bench_spectral_group(
                     gb(least)
                 ));
             } else {
+                group.reset_peaks();
                 let mut solver = DistributedSpectralSolver::new(group.clone(), grid, 0.01)?;
                 solver.set_velocity_modes(initial(&grid, n)?)?;
                 // The transposes alone first: the communication floor of a step.
@@ -362,13 +349,31 @@ pub fn bench_spectral_group(
                 row.transpose_bytes_per_rank = Some(bytes);
                 row.transpose_gb_per_s = Some(bytes as f64 / (t6 * 1e6));
                 row.ms_transposes_per_step = Some(4.0 * (t6 + t3));
-                row.strong_scaling_efficiency = ms_one_gpu.map(|t1| t1 / (p as f64 * step));
                 row.peak_bytes_per_gpu = solver
                     .rank_records()
                     .iter()
                     .filter_map(|r| r.peak_device_memory_bytes)
                     .max();
             }
+            // The one-GPU baseline after the group's solver is gone (so that rank 0's peak is
+            // the group's), on rank 0's GPU, when the memory model says it fits.
+            let free = gpu.free_memory()? as u64;
+            let ms_one_gpu = if est_1 <= free {
+                let mut one = GpuSpectralSolver::new(gpu.clone(), grid, 0.01)?;
+                one.set_velocity_modes(initial(&grid, n)?)?;
+                Some(median(one.time_steps(dt, repeats)?))
+            } else {
+                notes.push(format!(
+                    "one GPU: needs {:.1} GB, {:.1} GB free",
+                    gb(est_1),
+                    gb(free)
+                ));
+                None
+            };
+            row.ms_one_gpu = ms_one_gpu;
+            row.strong_scaling_efficiency = ms_one_gpu
+                .zip(row.ms_per_rk4_step)
+                .map(|(t1, tp)| t1 / (p as f64 * tp));
             row.note = notes.join("; ");
             let cell = |v: Option<f64>, digits: usize| {
                 v.map_or("—".to_string(), |v| format!("{v:.digits$}"))

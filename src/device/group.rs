@@ -584,6 +584,14 @@ impl GpuGroup {
         }
     }
 
+    /// Forgets the peaks of device memory seen so far, so that the next commands' samples
+    /// measure what comes next alone (the benchmark, between sizes).
+    pub fn reset_peaks(&self) {
+        for r in lock(&self.records).iter_mut() {
+            r.peak_device_memory_bytes = None;
+        }
+    }
+
     /// Every rank's GPU, process and peak device memory seen so far (rank 0; empty elsewhere).
     pub fn rank_records(&self) -> Vec<RankRecord> {
         lock(&self.records).clone()

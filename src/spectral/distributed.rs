@@ -450,7 +450,12 @@ pub fn serve<S: SlabOps>(
         let done = match (&command, solver.as_mut()) {
             (Command::Shutdown, _) => return Ok(()),
             (Command::Init { .. }, _) => match command.grid() {
-                Some((grid, nu)) => make(grid, nu).map(|s| solver = Some(s)),
+                Some((grid, nu)) => {
+                    // The previous solver's memory is given back before the new one takes its
+                    // own (a benchmark makes one solver per size).
+                    solver = None;
+                    make(grid, nu).map(|s| solver = Some(s))
+                }
                 None => Err(SpectralError::Ranks(format!("bad init command `{line}`"))),
             },
             (_, Some(s)) => command.run_on(s),
