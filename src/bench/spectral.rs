@@ -256,7 +256,8 @@ pub struct SpectralGroupBenchRow {
     /// The run's per-GPU estimate (`SlabRank::device_bytes`) and the one-GPU solver's.
     pub estimate_bytes_per_gpu: u64,
     pub estimate_bytes_one_gpu: u64,
-    /// The largest peak device memory of any rank (total − free, sampled after each command).
+    /// The largest peak device memory of ranks 1.. (total − free, sampled after each command;
+    /// rank 0's GPU also ran the one-GPU baselines).
     pub peak_bytes_per_gpu: Option<u64>,
     /// Why a part was not measured.
     pub note: String,
@@ -349,8 +350,15 @@ pub fn bench_spectral_group(
                 row.transpose_bytes_per_rank = Some(bytes);
                 row.transpose_gb_per_s = Some(bytes as f64 / (t6 * 1e6));
                 row.ms_transposes_per_step = Some(4.0 * (t6 + t3));
-                row.peak_bytes_per_gpu = solver
-                    .rank_records()
+                // Ranks 1.. hold the group's solver alone; rank 0's GPU also keeps what the
+                // one-GPU baselines of earlier rows left in the driver's memory pool.
+                let records = solver.rank_records();
+                let workers = if records.len() > 1 {
+                    &records[1..]
+                } else {
+                    &records[..]
+                };
+                row.peak_bytes_per_gpu = workers
                     .iter()
                     .filter_map(|r| r.peak_device_memory_bytes)
                     .max();
