@@ -138,7 +138,7 @@ pub struct ResumeArgs {
     #[arg(long, value_name = "T", value_parser = parse_t_end, allow_hyphen_values = true)]
     pub t_end: Option<f64>,
     /// Resume on another device (every solver): `auto`, `cpu`, `cuda`, `cuda:N` or several GPUs
-    /// (`cuda:all`, `cuda:0,1,…`: a checkpoint resumes on any number of GPUs); recorded in
+    /// (`cuda:all`, `cuda:0,1,…`: a checkpoint resumes on any number of GPUs that splits its grid); recorded in
     /// case.toml. The checkpoint's device is reported when it differs.
     #[arg(long, alias = "backend", value_name = "DEVICE")]
     pub device: Option<crate::device::DeviceRequest>,

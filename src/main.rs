@@ -16,6 +16,9 @@ use vpm::spectral::gpu::TransformKind;
 use vpm::{out, say};
 
 fn main() -> ExitCode {
+    // NVLink multicast can take a shared host's GPUs out of service: off for this process and
+    // the ranks it starts unless the user set it, before any thread reads the environment.
+    vpm::device::nccl::disable_nvls_unless_set();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_exit(&e),

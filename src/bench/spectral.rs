@@ -327,7 +327,12 @@ pub fn bench_spectral_group(
                 note: String::new(),
                 repeats,
             };
-            let least = group.least_free_memory().unwrap_or(u64::MAX);
+            // The ranks' free memory when they joined, and rank 0's now (the one-GPU baselines
+            // of earlier rows may have left memory in the driver's pool there).
+            let least = group
+                .least_free_memory()
+                .unwrap_or(u64::MAX)
+                .min(gpu.free_memory()? as u64);
             if let Err(why) = check_split(grid, p) {
                 notes.push(why);
             } else if est_p > least {

@@ -198,15 +198,27 @@ impl Supervisor {
             stdins.push(child.stdin.take());
             let (tx, rx) = channel();
             if let Some(out) = child.stdout.take() {
+                let (signal, who) = (abort.clone(), format!("rank {rank} ({label})"));
                 std::thread::spawn(move || {
                     for line in BufReader::new(out).lines() {
-                        match line {
-                            Ok(l) => {
-                                if tx.send(Some(l)).is_err() {
-                                    return;
-                                }
-                            }
-                            Err(_) => break,
+                        let Ok(l) = line else { break };
+                        // Replies are JSON objects; anything else on the rank's stdout (NCCL's
+                        // log with NCCL_DEBUG set, say) is passed on to stderr.
+                        if !l.starts_with('{') {
+                            eprintln!("{l}");
+                            continue;
+                        }
+                        // A rank's own failure is named now, before its exit status can be.
+                        if let Ok(RankReply {
+                            error: Some(e),
+                            non_finite: false,
+                            ..
+                        }) = serde_json::from_str(&l)
+                        {
+                            signal.raise(format!("{who} failed: {e}"));
+                        }
+                        if tx.send(Some(l)).is_err() {
+                            return;
                         }
                     }
                     let _ = tx.send(None);
@@ -303,10 +315,15 @@ impl Supervisor {
         self.abort.reason().unwrap_or(why)
     }
 
+    /// From now on a child's exit is expected: the watchdog no longer calls it a failure.
+    pub fn begin_shutdown(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
     /// Orderly end: closes every stdin (a child that has not exited after a shutdown command
     /// sees end of file), waits up to 5 s for each child and kills the rest.
     pub fn shutdown(&mut self) {
-        self.stopping.store(true, Ordering::SeqCst);
+        self.begin_shutdown();
         lock(&self.stdins).iter_mut().for_each(|s| drop(s.take()));
         let deadline = Instant::now() + SHUTDOWN_GRACE;
         for c in lock(&self.children).iter_mut() {
@@ -645,6 +662,7 @@ impl GpuGroup {
     /// ranks, this rank's communicator aborts.
     pub fn fail(&self, reason: impl Into<String>) {
         self.abort.raise(reason);
+        self.comm.abort();
     }
 }
 
@@ -682,7 +700,9 @@ impl Drop for GpuGroup {
     fn drop(&mut self) {
         if let Some(s) = &mut self.supervisor {
             if self.abort.reason().is_none() {
-                // The ranks leave their loop on the shutdown command.
+                // The ranks leave their loop on the shutdown command (their exits expected
+                // before it is sent).
+                s.begin_shutdown();
                 let _ = s.send(r#"{"command":"shutdown"}"#);
             }
             s.shutdown();
@@ -753,22 +773,42 @@ mod tests {
     #[test]
     fn commands_and_replies_travel_as_lines() {
         let abort = AbortSignal::new();
+        // Each child also writes a line that is not JSON (as NCCL's log does with NCCL_DEBUG
+        // set): it goes to stderr, not into the replies.
         let echo: Vec<String> = (1..=3)
-            .map(|r| format!("read line; echo \"{r}:$line\"; read rest"))
+            .map(|r| {
+                format!(
+                    r#"read line; echo 'host:1 NCCL INFO chatter'; echo "{{\"rank\":{r},\"got\":$line}}"; read rest"#
+                )
+            })
             .collect();
         let mut s = spawn_sh(&echo.iter().map(String::as_str).collect::<Vec<_>>(), &abort);
         s.send(r#"{"command":"sums"}"#).unwrap();
         let lines = s.receive().unwrap();
-        assert_eq!(
-            lines,
-            vec![
-                r#"1:{"command":"sums"}"#,
-                r#"2:{"command":"sums"}"#,
-                r#"3:{"command":"sums"}"#
-            ]
-        );
+        let want: Vec<String> = (1..=3)
+            .map(|r| format!(r#"{{"rank":{r},"got":{{"command":"sums"}}}}"#))
+            .collect();
+        assert_eq!(lines, want);
         s.shutdown();
         assert_eq!(abort.reason(), None);
+    }
+
+    /// A rank that answers with an error and then exits: the signal names its own reason, not
+    /// its exit status.
+    #[test]
+    fn a_ranks_error_reply_names_the_failure() {
+        let abort = AbortSignal::new();
+        let s = spawn_sh(
+            &[
+                "read line; echo '{\"rank\":1}'; read rest",
+                r#"read line; echo '{"rank":2,"error":"cuFFT: out of memory"}'; sleep 1; exit 1"#,
+            ],
+            &abort,
+        );
+        s.send(r#"{"command":"sums"}"#).unwrap();
+        let err = s.receive().unwrap_err();
+        assert_eq!(err, "rank 2 (cuda:2) failed: cuFFT: out of memory");
+        drop(s);
     }
 
     /// A raised signal (rank 0 failed) makes the watchdog kill every child.

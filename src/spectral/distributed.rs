@@ -14,7 +14,7 @@
 //! Projection: an initial field is made real and solenoidal on rank 0's host
 //! ([`super::solver::make_real_solenoidal`]) before it is scattered; a checkpoint's modes are
 //! scattered as they are. Checkpoints hold the global modes (gathered on rank 0), so a run
-//! resumes on any number of GPUs.
+//! resumes on any number of GPUs that splits its grid.
 //!
 //! Failure: a rank whose call fails (other than the non-finite state, which every rank sees
 //! alike and survives) replies with the reason and exits; the watchdog of rank 0 sees it, raises
@@ -39,7 +39,7 @@ use std::sync::Arc;
 /// What to do after a rank failed (the run's `failed:` status ends with it).
 pub const RANK_FAILED_ADVICE: &str = "A rank of the group of GPUs failed (its log is above; a \
      killed rank, a lost GPU or NCCL); every rank was stopped. `vpm resume` continues from the \
-     last checkpoint, on any number of GPUs.";
+     last checkpoint, on any number of GPUs that splits the grid.";
 
 /// One collective call, as rank 0 sends it to the other ranks (a JSON line).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
