@@ -7,11 +7,23 @@ use crate::device::Device;
 use crate::init::initial_modes;
 use crate::spectral::gpu::TransformKind;
 use crate::spectral::Dealias;
-use crate::spectral::{Fft3d, GpuSpectralSolver, SpectralGrid, SpectralSolver};
+use crate::spectral::{Fft3d, GpuSpectralSolver, SpectralGrid, SpectralSolver, VectorModes};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
 use std::time::Instant;
+
+/// The field every spectral benchmark steps: fresh random input, an isotropic field with a
+/// new seed for each grid size.
+fn bench_field(grid: &SpectralGrid) -> Result<VectorModes> {
+    let ic = InitialCondition::Isotropic {
+        kp: 4.0,
+        u0: 1.0,
+        seed: 0x5eed ^ grid.n as u64,
+        k_cut: (grid.kmax() as f64).min(12.0),
+    };
+    Ok(initial_modes(&ic, &grid.layout())?)
+}
 
 /// One row of `vpm bench spectral`.
 #[derive(Debug, Clone, Serialize)]
@@ -44,14 +56,7 @@ pub fn bench_spectral(
         for &rule in rules {
             let grid = SpectralGrid::new(n, rule);
             let mut solver = SpectralSolver::new(grid, 0.01);
-            // Fresh random input: an isotropic field with a new seed for each measurement set.
-            let ic = InitialCondition::Isotropic {
-                kp: 4.0,
-                u0: 1.0,
-                seed: 0x5eed ^ n as u64,
-                k_cut: (grid.kmax() as f64).min(12.0),
-            };
-            solver.set_velocity_modes(initial_modes(&ic, &grid.layout())?);
+            solver.set_velocity_modes(bench_field(&grid)?);
             let dt = 1e-3;
             solver.step(dt)?; // warm-up: plans, scratch, page faults
             let mut step_ms = Vec::new();
@@ -154,13 +159,7 @@ pub fn bench_spectral_gpu(
                 let free0 = gpu.free_memory()?;
                 let mut least = free0;
                 let mut solver = GpuSpectralSolver::with_transforms(gpu.clone(), grid, 0.01, kind)?;
-                let ic = InitialCondition::Isotropic {
-                    kp: 4.0,
-                    u0: 1.0,
-                    seed: 0x5eed ^ n as u64,
-                    k_cut: (grid.kmax() as f64).min(12.0),
-                };
-                solver.set_velocity_modes(initial_modes(&ic, &grid.layout())?)?;
+                solver.set_velocity_modes(bench_field(&grid)?)?;
                 let dt = 1e-3;
                 let steps = solver.time_steps(dt, repeats)?;
                 least = least.min(gpu.free_memory()?);
@@ -290,15 +289,6 @@ pub fn bench_spectral_group(
         "N|dealias|grid|GPUs|ms / step|1 GPU ms|effic.|ms tr. 6|ms tr. 3|GB/s|ms tr./step|est. GB/GPU|peak GB",
         &[6, 7, 6, 5, 10, 10, 7, 9, 9, 7, 12, 12, 8],
     );
-    let initial = |grid: &SpectralGrid, n: usize| -> Result<_> {
-        let ic = InitialCondition::Isotropic {
-            kp: 4.0,
-            u0: 1.0,
-            seed: 0x5eed ^ n as u64,
-            k_cut: (grid.kmax() as f64).min(12.0),
-        };
-        Ok(initial_modes(&ic, &grid.layout())?)
-    };
     let dt = 1e-3;
     let gb = |b: u64| b as f64 / 1e9;
     let mut rows = Vec::new();
@@ -344,7 +334,7 @@ pub fn bench_spectral_group(
             } else {
                 group.reset_peaks();
                 let mut solver = DistributedSpectralSolver::new(group.clone(), grid, 0.01)?;
-                solver.set_velocity_modes(initial(&grid, n)?)?;
+                solver.set_velocity_modes(bench_field(&grid)?)?;
                 // The transposes alone first: the communication floor of a step.
                 let (t6, bytes) = solver.time_transpose(6, repeats)?;
                 let (t3, _) = solver.time_transpose(3, repeats)?;
@@ -373,7 +363,7 @@ pub fn bench_spectral_group(
             let free = gpu.free_memory()? as u64;
             let ms_one_gpu = if est_1 <= free {
                 let mut one = GpuSpectralSolver::new(gpu.clone(), grid, 0.01)?;
-                one.set_velocity_modes(initial(&grid, n)?)?;
+                one.set_velocity_modes(bench_field(&grid)?)?;
                 Some(median(one.time_steps(dt, repeats)?))
             } else {
                 notes.push(format!(

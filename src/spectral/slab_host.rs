@@ -31,7 +31,9 @@
 use super::gpu_slab::SlabSums;
 use super::layout::ModeLayout;
 use super::slab::{SlabError, SlabLayout};
-use super::solver::{leray, make_real_solenoidal, NonFiniteState, SpectralGrid, VectorModes};
+use super::solver::{
+    cross_and_speed, leray, make_real_solenoidal, NonFiniteState, SpectralGrid, VectorModes,
+};
 use super::stepper::{SpectralError, SpectralStepper};
 use crate::device::Device;
 use crate::diagnostics::flow::{shell_count, shell_of, vorticity_mode, FlowStats};
@@ -591,12 +593,10 @@ fn rhs(
     let (u, w) = real.split_at_mut(3 * n);
     let mut speed = 0.0f64;
     for p in 0..n {
-        let (a, b, c) = (u[p], u[n + p], u[2 * n + p]);
-        let (x, y, z) = (w[p], w[n + p], w[2 * n + p]);
-        u[p] = b * z - c * y;
-        u[n + p] = c * x - a * z;
-        u[2 * n + p] = a * y - b * x;
-        speed = speed.max(a.abs() + b.abs() + c.abs());
+        let node = [u[p], u[n + p], u[2 * n + p], w[p], w[n + p], w[2 * n + p]];
+        let ([cx, cy, cz], s) = cross_and_speed(&node);
+        (u[p], u[n + p], u[2 * n + p]) = (cx, cy, cz);
+        speed = speed.max(s);
     }
     let speed = comm.all_max(r, speed);
     let pencil = grid.to_spectral(comm, r, 3, &real[..3 * n]);

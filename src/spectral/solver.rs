@@ -429,12 +429,19 @@ impl Pointwise<6, 3> for RotationalForm<'_> {
     }
 
     #[inline]
-    fn point(&self, &[a, b, c, x, y, z]: &[f64; 6]) -> ([f64; 3], f64) {
-        (
-            [b * z - c * y, c * x - a * z, a * y - b * x],
-            a.abs() + b.abs() + c.abs(),
-        )
+    fn point(&self, values: &[f64; 6]) -> ([f64; 3], f64) {
+        cross_and_speed(values)
     }
+}
+
+/// u × ω at one node from [u_x, u_y, u_z, ω_x, ω_y, ω_z], with |u_x| + |u_y| + |u_z| (the CFL
+/// speed of §5.4): the pointwise step of the rotational form, shared by every host solver.
+#[inline]
+pub fn cross_and_speed(&[a, b, c, x, y, z]: &[f64; 6]) -> ([f64; 3], f64) {
+    (
+        [b * z - c * y, c * x - a * z, a * y - b * x],
+        a.abs() + b.abs() + c.abs(),
+    )
 }
 
 /// The Leray projection of one mode, with the arithmetic of [`project`].
