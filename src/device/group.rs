@@ -290,6 +290,11 @@ impl Supervisor {
                 }
                 match rx.recv_timeout(Duration::from_millis(10)) {
                     Ok(Some(line)) => {
+                        // The reader raises a rank's own error before sending its line, so
+                        // the signal is seen here for certain once that line has arrived.
+                        if let Some(reason) = self.abort.reason() {
+                            return Err(reason);
+                        }
                         lines.push(line);
                         break;
                     }
