@@ -14,7 +14,8 @@
 //!   the one-GPU `GpuSpectralSolver`'s to 1e-12 relative, both rules (128³ with the 3/2 rule:
 //!   product grid 192, splits over 2 and 4), with the diagnostics' maxima and the device memory
 //!   against `SlabRank::device_bytes`;
-//! - two runs bit-identical, and the sums identical on every rank;
+//! - two runs bit-identical, and the sums identical on every rank; a run with the transposes
+//!   between the transforms (`set_overlap(false)`) bit-identical to one with them beside;
 //! - scatter then gather of a random field returns it bit for bit;
 //! - an abort signal raised while the ranks are inside a step (one rank stopped taking part)
 //!   makes every rank's call return `Err` within 10 s (named `zz_…` so that it runs last: it
@@ -330,7 +331,8 @@ fn one_gpu_series(gpu: &Arc<Gpu>, grid: SpectralGrid, nu: f64, dt: f64, steps: u
 }
 
 /// The same on `ranks` GPUs: every rank's series, the final modes (rank 0), the step times and
-/// (resident, estimated) device bytes of each rank.
+/// (resident, estimated) device bytes of each rank. The transposes run beside the transforms
+/// when `overlap` (the default), else between them.
 #[allow(clippy::type_complexity)]
 fn slab_series(
     gpus: &[Arc<Gpu>],
@@ -339,11 +341,13 @@ fn slab_series(
     nu: f64,
     dt: f64,
     steps: usize,
+    overlap: bool,
 ) -> Vec<(Series, Option<VectorModes>, f64, (u64, u64))> {
     let u0 = projected(grid, &TG);
     let abort = AbortSignal::new();
     on_ranks(gpus, ranks, &abort, |comm| {
         let mut rank = started(comm, grid, nu, &u0);
+        rank.set_overlap(overlap);
         let mut out = Vec::new();
         let t0 = Instant::now();
         for i in 0..=steps {
@@ -373,7 +377,7 @@ fn taylor_green_128_matches_one_gpu_for_both_rules_and_repeats_bit_for_bit() {
         let grid = SpectralGrid::new(128, dealias);
         let want = one_gpu_series(&gpus[0], grid, nu, dt, steps);
         for ranks in rank_counts(&gpus) {
-            let a = slab_series(&gpus, ranks, grid, nu, dt, steps);
+            let a = slab_series(&gpus, ranks, grid, nu, dt, steps, true);
             let (mut wk, mut we) = (0.0f64, 0.0f64);
             for ((k, e), (k1, e1)) in a[0].0.iter().zip(&want) {
                 wk = wk.max(rel(*k, *k1));
@@ -401,18 +405,24 @@ fn taylor_green_128_matches_one_gpu_for_both_rules_and_repeats_bit_for_bit() {
                 );
                 assert_eq!(o.1.is_some(), r == 0);
             }
-            // A second run: bit-identical sums and modes.
-            let b = slab_series(&gpus, ranks, grid, nu, dt, steps);
+            // A second run: bit-identical sums and modes; and a third with the transposes
+            // between the transforms instead of beside them: the same bits again.
             let bits = |s: &Series| -> Vec<(u64, u64)> {
                 s.iter().map(|(k, e)| (k.to_bits(), e.to_bits())).collect()
             };
-            assert_eq!(bits(&a[0].0), bits(&b[0].0), "P = {ranks}: two runs differ");
-            let (ma, mb) = (a[0].1.as_ref().unwrap(), b[0].1.as_ref().unwrap());
-            assert!(
-                same_bits(ma, mb),
-                "P = {ranks}: the final modes of two runs differ"
-            );
-            println!("Taylor–Green 128³ {dealias} P = {ranks}: two runs bit-identical");
+            for (overlap, what) in [(true, "two runs"), (false, "serial and overlapped")] {
+                let b = slab_series(&gpus, ranks, grid, nu, dt, steps, overlap);
+                assert_eq!(bits(&a[0].0), bits(&b[0].0), "P = {ranks}: {what} differ");
+                let (ma, mb) = (a[0].1.as_ref().unwrap(), b[0].1.as_ref().unwrap());
+                assert!(
+                    same_bits(ma, mb),
+                    "P = {ranks}: the final modes of {what} differ"
+                );
+                println!(
+                    "Taylor–Green 128³ {dealias} P = {ranks}: {what} bit-identical ({:.2} s)",
+                    b[0].2
+                );
+            }
         }
     }
 }
@@ -552,14 +562,17 @@ fn timing_of_a_step_and_of_the_transpose() {
         let out = on_ranks(&gpus, ranks, &abort, |comm| {
             let mut rank = started(comm, grid, nu, &u0);
             let (t6, sent) = rank.time_transpose(6, repeats).unwrap();
+            rank.set_overlap(false);
+            let serial = median(rank.time_steps(dt, repeats).unwrap());
+            rank.set_overlap(true);
             let steps = rank.time_steps(dt, repeats).unwrap();
-            (t6, sent, median(steps), rank.resident_bytes())
+            (t6, sent, median(steps), rank.resident_bytes(), serial)
         });
-        let (t6, sent, ms, bytes) = out[0];
+        let (t6, sent, ms, bytes, serial) = out[0];
         let slowest = out.iter().map(|o| o.2).fold(0.0, f64::max);
         println!(
             "timing n = {n} 2/3 P = {ranks}: {ms:.2} ms per step on rank 0 (slowest rank \
-             {slowest:.2}), efficiency vs one GPU {:.0} %; transpose of 6 fields {t6:.2} ms, \
+             {slowest:.2}; {serial:.2} with the transposes between the transforms), efficiency vs one GPU {:.0} %; transpose of 6 fields {t6:.2} ms, \
              {:.1} MiB sent per rank, {:.0} GB/s per rank; rank 0 holds {} MiB",
             100.0 * one / (ranks as f64 * slowest),
             sent as f64 / (1 << 20) as f64,

@@ -237,6 +237,9 @@ pub struct SpectralGroupBenchRow {
     /// Median milliseconds of one RK4 step across the GPUs (CUDA events on rank 0's stream,
     /// after a barrier, to the reduced finite flag on the host); `None` when it does not fit.
     pub ms_per_rk4_step: Option<f64>,
+    /// The same with every transpose between the transforms, all fields in one group (the
+    /// step above transposes one field at a time beside the transforms of the next).
+    pub ms_per_rk4_step_serial: Option<f64>,
     /// The same for the one-GPU solver on rank 0's GPU; `None` when it does not fit one GPU.
     pub ms_one_gpu: Option<f64>,
     /// ms_one_gpu / (gpus · ms_per_rk4_step).
@@ -286,8 +289,8 @@ pub fn bench_spectral_group(
         device.describe()
     );
     print_header(
-        "N|dealias|grid|GPUs|ms / step|1 GPU ms|effic.|ms tr. 6|ms tr. 3|GB/s|ms tr./step|est. GB/GPU|peak GB",
-        &[6, 7, 6, 5, 10, 10, 7, 9, 9, 7, 12, 12, 8],
+        "N|dealias|grid|GPUs|ms / step|serial ms|1 GPU ms|effic.|ms tr. 6|ms tr. 3|GB/s|ms tr./step|est. GB/GPU|peak GB",
+        &[6, 7, 6, 5, 10, 10, 10, 7, 9, 9, 7, 12, 12, 8],
     );
     let dt = 1e-3;
     let gb = |b: u64| b as f64 / 1e9;
@@ -304,6 +307,7 @@ pub fn bench_spectral_group(
                 product_grid: grid.product_grid(),
                 gpus: p,
                 ms_per_rk4_step: None,
+                ms_per_rk4_step_serial: None,
                 ms_one_gpu: None,
                 strong_scaling_efficiency: None,
                 ms_transpose_6: None,
@@ -338,6 +342,9 @@ pub fn bench_spectral_group(
                 // The transposes alone first: the communication floor of a step.
                 let (t6, bytes) = solver.time_transpose(6, repeats)?;
                 let (t3, _) = solver.time_transpose(3, repeats)?;
+                solver.set_overlap(false)?;
+                row.ms_per_rk4_step_serial = Some(median(solver.time_steps(dt, repeats)?));
+                solver.set_overlap(true)?;
                 let step = median(solver.time_steps(dt, repeats)?);
                 row.ms_per_rk4_step = Some(step);
                 row.ms_transpose_6 = Some(t6);
@@ -382,12 +389,13 @@ pub fn bench_spectral_group(
                 v.map_or("—".to_string(), |v| format!("{v:.digits$}"))
             };
             crate::out!(
-                "{:>6} {:>7} {:>6} {:>5} {:>10} {:>10} {:>7} {:>9} {:>9} {:>7} {:>12} {:>12.2} {:>8}",
+                "{:>6} {:>7} {:>6} {:>5} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>7} {:>12} {:>12.2} {:>8}",
                 row.n,
                 row.dealias,
                 row.product_grid,
                 row.gpus,
                 cell(row.ms_per_rk4_step, 2),
+                cell(row.ms_per_rk4_step_serial, 2),
                 cell(row.ms_one_gpu, 2),
                 cell(row.strong_scaling_efficiency, 2),
                 cell(row.ms_transpose_6, 3),

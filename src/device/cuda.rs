@@ -20,7 +20,8 @@
 //! A failed driver or cuFFT call becomes a [`CudaError`] saying what was being done
 //! ([`Doing::doing`]); the solvers' errors convert from it, so `?` carries it up.
 //!
-//! **One ordered stream per GPU.** The [`Gpu`] owns its stream, made once with the context
+//! **One ordered stream per GPU** (and, for transfers between GPUs only, a second one:
+//! [`Gpu::exchange_stream`]). The [`Gpu`] owns its stream, made once with the context
 //! ([`Gpu::stream`]); every engine queues its copies, launches and cuFFT transforms on it, so
 //! work queued by one engine (the resident stepper's update) is ready for whatever another
 //! queues after it (the evaluator's sums) without the host waiting in between. The host waits
@@ -207,6 +208,8 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     info: GpuInfo,
     modules: Mutex<ModuleCache>,
+    /// The exchange stream ([`Gpu::exchange_stream`]), made on first use.
+    exchange: OnceLock<Arc<CudaStream>>,
     waits: AtomicU64,
     copies_to_host: AtomicU64,
 }
@@ -320,9 +323,12 @@ fn probe(ordinal: usize) -> Result<Gpu, String> {
     if std::env::var_os("VPM_CUDA_EVENT_TRACKING").is_none_or(|v| v != "1") {
         // SAFETY: every allocation, copy, launch and free of this context's buffers is queued
         // on its one stream (`stream`, handed out by `Gpu::stream`; no other stream is made in
-        // the program: the lib test `only_the_gpu_makes_streams_and_waits` scans the sources),
-        // so the stream's order already orders every use of a buffer, and the events cudarc
-        // would record and wait on per buffer and launch add nothing but host time.
+        // the program but the exchange stream below, and the lib test
+        // `only_the_gpu_makes_streams_and_waits` scans the sources), so the stream's order
+        // already orders every use of a buffer, and the events cudarc would record and wait on
+        // per buffer and launch add nothing but host time. The exchange stream only runs NCCL
+        // transfers on raw addresses, each fenced against this stream by explicit events
+        // (`NcclComm::exchange_beside` and `NcclComm::join`).
         // VPM_CUDA_EVENT_TRACKING=1 keeps them (a diagnostic switch).
         unsafe { ctx.disable_event_tracking() };
     }
@@ -331,6 +337,7 @@ fn probe(ordinal: usize) -> Result<Gpu, String> {
         stream,
         info,
         modules: Mutex::new(HashMap::new()),
+        exchange: OnceLock::new(),
         waits: AtomicU64::new(0),
         copies_to_host: AtomicU64::new(0),
     })
@@ -371,6 +378,21 @@ impl Gpu {
     /// and transforms here, so what one queues is ready for what another queues after it.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// The GPU's second stream, for transfers between GPUs only (made on first use): NCCL
+    /// queues an exchange there so that it runs beside the transforms on [`Gpu::stream`]. It
+    /// touches no buffer without an event from the main stream before it, and the main stream
+    /// waits on an event of it before reading what it received ([`crate::device::nccl`]).
+    pub fn exchange_stream(&self) -> Result<&Arc<CudaStream>, CudaError> {
+        if let Some(s) = self.exchange.get() {
+            return Ok(s);
+        }
+        let made = self
+            .ctx
+            .new_stream()
+            .doing("creating the exchange stream")?;
+        Ok(self.exchange.get_or_init(|| made))
     }
 
     /// Counts one host wait (and a device-to-host copy when `copy`).

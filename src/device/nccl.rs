@@ -11,15 +11,21 @@
 //! `ncclCommGetAsyncError` (every 0.1 ms for the first 10 ms, then every millisecond). NVLink multicast (NVLS) is never asked for; the
 //! launchers set `NCCL_NVLS_ENABLE=0` when it is unset ([`disable_nvls_unless_set`]).
 //!
+//! An exchange may also run beside the main stream, on the GPU's exchange stream
+//! ([`NcclComm::exchange_beside`], then [`NcclComm::join`]): events order it after the work
+//! that filled its send areas and before the work that reads its receive areas, so the
+//! transfers of one field overlap the transforms of the next.
+//!
 //! Buffers are raw device addresses ([`crate::device::buffer::DeviceBuffer::addr`]) of the
 //! rank's GPU; the collectives are `unsafe` for that reason (the caller states the sizes).
 
 use super::cuda::{CudaError, Doing, Gpu};
-use cudarc::driver::CudaEvent;
+use cudarc::driver::{CudaEvent, CudaStream};
 use cudarc::nccl::result as nccl_result;
 use cudarc::nccl::sys as nccl_sys;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// What to install when NCCL is missing.
@@ -187,7 +193,22 @@ pub struct NcclComm {
     comm: Mutex<Option<RawComm>>,
     /// Recorded by [`NcclComm::wait`] and polled.
     event: CudaEvent,
+    /// The GPU's exchange stream, once an exchange has run beside the main stream.
+    side: OnceLock<Arc<CudaStream>>,
+    /// Exchanges queued beside the main stream and not yet joined.
+    pending: AtomicUsize,
 }
+
+/// An exchange running on the exchange stream ([`NcclComm::exchange_beside`]); the main stream
+/// waits for it at [`NcclComm::join`].
+#[must_use = "the main stream must join an exchange before it reuses its buffers"]
+pub struct Pending {
+    done: CudaEvent,
+}
+
+/// Events that only order streams.
+const NO_TIMING: cudarc::driver::sys::CUevent_flags =
+    cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
 
 impl std::fmt::Debug for NcclComm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -245,6 +266,8 @@ impl NcclComm {
             abort,
             comm: Mutex::new(Some(RawComm(comm))),
             event,
+            side: OnceLock::new(),
+            pending: AtomicUsize::new(0),
         })
     }
     pub fn rank(&self) -> usize {
@@ -281,6 +304,21 @@ impl NcclComm {
         what: &str,
         f: impl FnOnce(nccl_sys::ncclComm_t, nccl_sys::cudaStream_t) -> Result<T, CudaError>,
     ) -> Result<T, CudaError> {
+        if self.pending.load(AtomicOrdering::SeqCst) > 0 {
+            return Err(CudaError::Invalid(format!(
+                "NCCL {what}: queued on the main stream while an exchange beside it is pending"
+            )));
+        }
+        self.with_comm_on(self.gpu.stream(), what, f)
+    }
+
+    /// [`NcclComm::with_comm`] on `stream`.
+    fn with_comm_on<T>(
+        &self,
+        stream: &CudaStream,
+        what: &str,
+        f: impl FnOnce(nccl_sys::ncclComm_t, nccl_sys::cudaStream_t) -> Result<T, CudaError>,
+    ) -> Result<T, CudaError> {
         if self.abort.reason().is_some() {
             self.abort();
             return Err(self.aborted(what));
@@ -290,13 +328,21 @@ impl NcclComm {
             return Err(self.aborted(what));
         };
         self.gpu.bind()?;
-        let stream = self.gpu.stream().cu_stream() as nccl_sys::cudaStream_t;
-        f(c.0, stream)
+        f(c.0, stream.cu_stream() as nccl_sys::cudaStream_t)
     }
 
     /// Waits for the stream; `Err` (after aborting the communicator) when the abort signal is
     /// raised or NCCL reports an asynchronous error while waiting.
     pub fn wait(&self, what: &str) -> Result<(), CudaError> {
+        // Whatever the exchange stream still holds is waited for too (a pending exchange
+        // that was never joined, after an error).
+        if let Some(side) = self.side.get() {
+            self.gpu
+                .stream()
+                .join(side)
+                .doing(format!("waiting for {what}"))?;
+            self.pending.store(0, AtomicOrdering::SeqCst);
+        }
         self.event
             .record(self.gpu.stream())
             .doing(format!("waiting for {what}"))?;
@@ -373,8 +419,67 @@ impl NcclComm {
     /// receive areas do not overlap each other or any send area; every peer queues the
     /// matching transfers (same sizes) in the same order of calls.
     pub unsafe fn exchange(&self, what: &str, transfers: &[Transfer]) -> Result<(), CudaError> {
-        self.with_comm(what, |comm, stream| {
-            let cu = self.gpu.stream().cu_stream();
+        // SAFETY: the caller's contract.
+        unsafe { self.exchange_on(self.gpu.stream(), what, transfers) }
+    }
+
+    /// Queues the exchange [`NcclComm::exchange`] would, on the GPU's exchange stream, after
+    /// the work queued so far on its main stream; it then runs beside whatever the main stream
+    /// does next. The main stream must [`NcclComm::join`] the returned [`Pending`] before it
+    /// touches a buffer of the list again. A collective queued on the main stream
+    /// ([`NcclComm::all_reduce_max_u64`], …) while an exchange is pending is refused: NCCL
+    /// needs the same order of calls on every rank, and two streams would not keep it.
+    ///
+    /// # Safety
+    /// As [`NcclComm::exchange`]; besides, until the join, the main stream neither writes a
+    /// send area nor reads or writes a receive area of the list.
+    pub unsafe fn exchange_beside(
+        &self,
+        what: &str,
+        transfers: &[Transfer],
+    ) -> Result<Pending, CudaError> {
+        let side = match self.side.get() {
+            Some(s) => s,
+            None => {
+                let s = self.gpu.exchange_stream()?.clone();
+                self.side.get_or_init(|| s)
+            }
+        };
+        let ready = self
+            .gpu
+            .stream()
+            .record_event(Some(NO_TIMING))
+            .doing(format!("ordering {what}"))?;
+        side.wait(&ready).doing(format!("ordering {what}"))?;
+        // SAFETY: the caller's contract; the exchange stream waits for the main stream's work
+        // queued so far (the event above), so the send areas hold their values.
+        unsafe { self.exchange_on(side, what, transfers)? };
+        let done = side
+            .record_event(Some(NO_TIMING))
+            .doing(format!("ordering {what}"))?;
+        self.pending.fetch_add(1, AtomicOrdering::SeqCst);
+        Ok(Pending { done })
+    }
+
+    /// Makes the main stream wait for the exchange `p` (its receive areas are then readable,
+    /// its send areas writable, by work queued after this).
+    pub fn join(&self, p: Pending) -> Result<(), CudaError> {
+        self.pending.fetch_sub(1, AtomicOrdering::SeqCst);
+        self.gpu.stream().wait(&p.done).doing("joining an exchange")
+    }
+
+    /// The exchange of [`NcclComm::exchange`] on `stream`.
+    ///
+    /// # Safety
+    /// As [`NcclComm::exchange`], with the areas ready on `stream`.
+    unsafe fn exchange_on(
+        &self,
+        on: &CudaStream,
+        what: &str,
+        transfers: &[Transfer],
+    ) -> Result<(), CudaError> {
+        self.with_comm_on(on, what, |comm, stream| {
+            let cu = on.cu_stream();
             for t in transfers.iter().filter(|t| t.peer == self.rank) {
                 if t.send.1 != t.recv.1 {
                     return Err(CudaError::Invalid(format!(

@@ -75,6 +75,10 @@ pub enum Command {
         dt: f64,
         repeats: usize,
     },
+    /// [`SlabRank::set_overlap`].
+    SetOverlap {
+        on: bool,
+    },
     /// Leave the loop (exit 0).
     Shutdown,
 }
@@ -130,6 +134,10 @@ impl Command {
                 s.time_transpose(*fields, *repeats).map(drop)
             }
             Command::TimeSteps { dt, repeats } => s.time_steps(*dt, *repeats).map(drop),
+            Command::SetOverlap { on } => {
+                s.set_overlap(*on);
+                Ok(())
+            }
             Command::Init { .. } | Command::Shutdown => Ok(()),
         }
     }
@@ -157,6 +165,7 @@ pub trait SlabOps {
         repeats: usize,
     ) -> Result<(f64, u64), SpectralError>;
     fn time_steps(&mut self, dt: f64, repeats: usize) -> Result<Vec<f64>, SpectralError>;
+    fn set_overlap(&mut self, on: bool);
 }
 
 impl SlabOps for SlabRank {
@@ -193,6 +202,9 @@ impl SlabOps for SlabRank {
     }
     fn time_steps(&mut self, dt: f64, repeats: usize) -> Result<Vec<f64>, SpectralError> {
         SlabRank::time_steps(self, dt, repeats)
+    }
+    fn set_overlap(&mut self, on: bool) {
+        SlabRank::set_overlap(self, on)
     }
 }
 
@@ -272,6 +284,15 @@ impl DistributedSpectralSolver {
         self.forget();
         self.collective(Command::TimeSteps { dt, repeats }, |s| {
             s.time_steps(dt, repeats)
+        })
+    }
+
+    /// Every rank transposes beside its transforms (`on`, the default) or between them
+    /// ([`SlabRank::set_overlap`]); the results are the same to the bit.
+    pub fn set_overlap(&mut self, on: bool) -> Result<(), SpectralError> {
+        self.collective(Command::SetOverlap { on }, |s| {
+            s.set_overlap(on);
+            Ok(())
         })
     }
 
@@ -634,6 +655,9 @@ mod tests {
             self.call(format!("steps {:x} {r}", dt.to_bits()))
                 .map(|()| vec![])
         }
+        fn set_overlap(&mut self, on: bool) {
+            let _ = self.call(format!("overlap {on}"));
+        }
     }
 
     fn every_command() -> Vec<Command> {
@@ -655,6 +679,7 @@ mod tests {
                 dt: std::f64::consts::PI * 1e-300,
                 repeats: 3,
             },
+            Command::SetOverlap { on: false },
             Command::Shutdown,
         ]
     }
@@ -749,6 +774,7 @@ mod tests {
                 "velocity".into(),
                 "transpose 6 5".into(),
                 format!("steps {:x} 3", (std::f64::consts::PI * 1e-300).to_bits()),
+                "overlap false".into(),
             ]
         );
     }

@@ -22,6 +22,12 @@
 //!    local modes; after the fourth stage `sps_hermitian` on rank 0 (the k_z = 0 plane is all
 //!    there) and the finite flag, max-reduced over the ranks so that no rank commits a bad step.
 //!
+//! The transposes of 3. and 6. run one field at a time on the GPU's exchange stream
+//! ([`NcclComm::exchange_beside`]): field f's transpose overlaps the x transforms of field
+//! f + 1 (and the (y, z) transforms of field f − 1), and events keep every buffer's order. With
+//! [`SlabRank::set_overlap`]`(false)` each pass's fields go in one group between the transforms
+//! instead; the operations on every value are the same, so the results are too, to the bit.
+//!
 //! A step is queued without host waits except the finite flag (one wait per step); buffers and
 //! plans are made once, in [`SlabRank::new`]. Diagnostics: the per-row partials of each rank are
 //! all-gathered and every rank adds them in rank order, then row order (identical everywhere);
@@ -42,7 +48,7 @@ use crate::device::cuda::{
     cufft_available, fft_work_bytes, kernel_source, launch, load_kernels, CudaError, Doing, Gpu,
     KernelSource,
 };
-use crate::device::nccl::{NcclComm, Transfer};
+use crate::device::nccl::{NcclComm, Pending, Transfer};
 use crate::diagnostics::flow::shell_count;
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft, FftDirection};
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
@@ -256,12 +262,24 @@ pub struct SlabRank {
     k1_valid: bool,
     speed: Option<f64>,
     sums: Option<SlabSums>,
+    /// Transposes one field at a time beside the transforms (the default), or all fields in
+    /// one group between them ([`SlabRank::set_overlap`]).
+    overlap: bool,
 }
 
 impl std::fmt::Debug for SlabRank {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (r, p) = (self.rank, self.product.slabs.ranks);
         write!(f, "SlabRank {r} of {p} on {:?}", self.grid)
+    }
+}
+
+/// What a transpose is called in errors.
+fn transpose_name(to_slabs: bool) -> &'static str {
+    if to_slabs {
+        "the transpose to the slabs"
+    } else {
+        "the transpose to the pencils"
     }
 }
 
@@ -375,6 +393,7 @@ impl SlabRank {
             k1_valid: false,
             speed: None,
             sums: None,
+            overlap: true,
         };
         let l3 = 3 * p.local_len(rank);
         for b in &mut r.modes {
@@ -482,20 +501,20 @@ impl SlabRank {
         self.sums = None;
     }
 
-    /// Queues the transpose of `fields` fields on grid `t`: pencil side → slab side when
-    /// `to_slabs`, else back. One NCCL group for all fields and peers.
-    fn transpose(
+    /// The transfers of the transpose of fields `fields` on grid `t`: pencil side → slab side
+    /// when `to_slabs`, else back; field f's chunk for (or from) each rank in rank order.
+    fn transpose_list(
         &self,
         t: &SlabTransforms,
-        fields: usize,
+        fields: std::ops::Range<usize>,
         to_slabs: bool,
-    ) -> Result<(), CudaError> {
+    ) -> Vec<Transfer> {
         let s = &t.slabs;
         let r = self.rank;
         let (pen, ex) = (self.addr(&self.pen), self.addr(&self.ex));
         let (ps, es) = (t.pstride() as u64, t.estride() as u64);
-        let mut list = Vec::with_capacity(fields * s.ranks);
-        for f in 0..fields as u64 {
+        let mut list = Vec::with_capacity(fields.len() * s.ranks);
+        for f in fields.start as u64..fields.end as u64 {
             for q in 0..s.ranks {
                 // Pencil side: my chunk for slab rank q; slab side: pencil rank q's chunk.
                 let pencil = (
@@ -518,17 +537,39 @@ impl SlabRank {
                 });
             }
         }
-        let what = if to_slabs {
-            "the transpose to the slabs"
-        } else {
-            "the transpose to the pencils"
-        };
+        list
+    }
+
+    /// Queues the transpose of the first `fields` fields on grid `t` on the main stream, in
+    /// one NCCL group for all fields and peers.
+    fn transpose(
+        &self,
+        t: &SlabTransforms,
+        fields: usize,
+        to_slabs: bool,
+    ) -> Result<(), CudaError> {
+        let list = self.transpose_list(t, 0..fields, to_slabs);
         // SAFETY: the pencil and exchange buffers hold 6 fields of the product grid's strides
         // (≥ this grid's); every offset + length stays inside field f (slab.rs: the chunks tile
         // the buffers); every rank queues the same list shape (fields × ranks) in the same
         // order, and chunk sizes agree pairwise (rank q sends chunk_len(q) to r, which expects
         // chunk_len(q)).
-        unsafe { self.comm.exchange(what, &list) }
+        unsafe { self.comm.exchange(transpose_name(to_slabs), &list) }
+    }
+
+    /// Queues the transpose of field `f` alone on grid `t` beside the main stream (after what
+    /// it has queued so far); the caller joins it before touching field f's pencil or
+    /// exchange area again.
+    fn transpose_beside(
+        &self,
+        t: &SlabTransforms,
+        f: usize,
+        to_slabs: bool,
+    ) -> Result<Pending, CudaError> {
+        let list = self.transpose_list(t, f..f + 1, to_slabs);
+        // SAFETY: as in `transpose` (one field); until the join the main stream only works on
+        // the other fields' pencil and exchange areas (`to_physical`, `rhs`).
+        unsafe { self.comm.exchange_beside(transpose_name(to_slabs), &list) }
     }
 
     /// Queues the gather of `quantities` (sps_gather codes) of the local modes at `src` onto
@@ -559,26 +600,57 @@ impl SlabRank {
         // fields); m·side·nzl = pstride positions.
         launch!(self.stream, &self.k.gather, "sps_gather", cfg_for(t.pstride());
             &src, &len, &nzl, &kz0, &pen, &ps, &mi, &kmax, &code, &count_i)?;
-        for f in 0..count as u64 {
-            // SAFETY: field f of the pencil buffer (pstride values).
-            unsafe { t.x(pen + f * ps as u64 * C16, FftDirection::Inverse)? };
-        }
-        self.transpose(t, count, true)?;
         let (es, planes, ranks) = (t.estride() as i64, s.planes() as i32, s.ranks as i32);
         let to_half = 1i32;
-        // SAFETY: sps_halves(double2* h, double2* ex, long long estride, int fields, int planes,
-        // int m, int kmax, int ranks, int to_half): ex `count` fields of estride, h `count`
-        // fields of planes·m·(m/2+1) (the half buffer holds 6 of the product grid's).
-        launch!(self.stream, &self.k.halves, "sps_halves", cfg_for(t.hstride());
-            &half, &ex, &es, &count_i, &planes, &mi, &kmax, &ranks, &to_half)?;
-        for f in 0..count as u64 {
+        // Field f's half spectra and real values from its exchange area.
+        let unpack = |f: u64, fields: i32| -> Result<(), CudaError> {
+            let (h, e) = (
+                half + f * t.hstride() as u64 * C16,
+                ex + f * t.estride() as u64 * C16,
+            );
+            // SAFETY: sps_halves(double2* h, double2* ex, long long estride, int fields, int
+            // planes, int m, int kmax, int ranks, int to_half): ex `fields` fields of estride
+            // from field f on, h as many of planes·m·(m/2+1) (the half buffer holds 6 of the
+            // product grid's).
+            launch!(self.stream, &self.k.halves, "sps_halves", cfg_for(t.hstride());
+                &h, &e, &es, &fields, &planes, &mi, &kmax, &ranks, &to_half)?;
+            Ok(())
+        };
+        let x_inverse = |f: u64| -> Result<(), CudaError> {
+            // SAFETY: field f of the pencil buffer (pstride values).
+            unsafe { t.x(pen + f * ps as u64 * C16, FftDirection::Inverse) }
+        };
+        let yz_inverse = |f: u64| -> Result<(), CudaError> {
             // SAFETY: field f of the half (hstride) and real (rstride) buffers.
             unsafe {
                 t.yz_inverse(
                     half + f * t.hstride() as u64 * C16,
                     real + f * t.rstride() as u64 * 8,
-                )?
-            };
+                )
+            }
+        };
+        if self.overlap {
+            // Field f's transpose runs while field f + 1 is transformed along x, and the
+            // (y, z) transforms of a field start as soon as its transpose is in.
+            let mut pending = Vec::with_capacity(count);
+            for f in 0..count {
+                x_inverse(f as u64)?;
+                pending.push(self.transpose_beside(t, f, true)?);
+            }
+            for (f, p) in pending.into_iter().enumerate() {
+                self.comm.join(p)?;
+                unpack(f as u64, 1)?;
+                yz_inverse(f as u64)?;
+            }
+        } else {
+            for f in 0..count as u64 {
+                x_inverse(f)?;
+            }
+            self.transpose(t, count, true)?;
+            unpack(0, count_i)?;
+            for f in 0..count as u64 {
+                yz_inverse(f)?;
+            }
         }
         Ok(())
     }
@@ -606,33 +678,61 @@ impl SlabRank {
         // SAFETY: sp_cross(double* r, long long n3, long long rs, unsigned long long* speed_max):
         // six real fields of rs f64 (the slab's planes), one word; blockDim = SP_THREADS.
         launch!(self.stream, &self.k.sp_cross, "sp_cross", cfg_for(t.rstride()); &real, &n3, &rs, &speed)?;
-        for f in 0..3u64 {
-            // SAFETY: field f of the real and half buffers.
-            unsafe {
-                t.yz_forward(
-                    real + f * t.rstride() as u64 * 8,
-                    half + f * t.hstride() as u64 * C16,
-                )?
-            };
-        }
-        let (es, planes, mi, kmax, ranks, three) = (
+        let (es, planes, mi, kmax, ranks) = (
             t.estride() as i64,
             s.planes() as i32,
             s.m as i32,
             s.kmax as i32,
             s.ranks as i32,
-            3i32,
         );
         let to_half = 0i32;
-        // SAFETY: sps_halves (as in `to_physical`) from three half fields into three exchange
-        // fields.
-        launch!(self.stream, &self.k.halves, "sps_halves", cfg_for(t.hstride());
-            &half, &ex, &es, &three, &planes, &mi, &kmax, &ranks, &to_half)?;
-        self.transpose(t, 3, false)?;
         let ps = t.pstride() as u64;
-        for f in 0..3u64 {
+        // Field f's half spectra from its real values, packed into its exchange area (all
+        // `fields` from f on when more than one).
+        let yz_forward = |f: u64| -> Result<(), CudaError> {
+            // SAFETY: field f of the real and half buffers.
+            unsafe {
+                t.yz_forward(
+                    real + f * t.rstride() as u64 * 8,
+                    half + f * t.hstride() as u64 * C16,
+                )
+            }
+        };
+        let pack = |f: u64, fields: i32| -> Result<(), CudaError> {
+            let (h, e) = (
+                half + f * t.hstride() as u64 * C16,
+                ex + f * t.estride() as u64 * C16,
+            );
+            // SAFETY: sps_halves (as in `to_physical`) from `fields` half fields into as many
+            // exchange fields, from field f on.
+            launch!(self.stream, &self.k.halves, "sps_halves", cfg_for(t.hstride());
+                &h, &e, &es, &fields, &planes, &mi, &kmax, &ranks, &to_half)?;
+            Ok(())
+        };
+        let x_forward = |f: u64| -> Result<(), CudaError> {
             // SAFETY: field f of the pencil buffer.
-            unsafe { t.x(pen + f * ps * C16, FftDirection::Forward)? };
+            unsafe { t.x(pen + f * ps * C16, FftDirection::Forward) }
+        };
+        if self.overlap {
+            let mut pending = Vec::with_capacity(3);
+            for f in 0..3 {
+                yz_forward(f as u64)?;
+                pack(f as u64, 1)?;
+                pending.push(self.transpose_beside(t, f, false)?);
+            }
+            for (f, p) in pending.into_iter().enumerate() {
+                self.comm.join(p)?;
+                x_forward(f as u64)?;
+            }
+        } else {
+            for f in 0..3u64 {
+                yz_forward(f)?;
+            }
+            pack(0, 3)?;
+            self.transpose(t, 3, false)?;
+            for f in 0..3u64 {
+                x_forward(f)?;
+            }
         }
         let len = s.local_len(self.rank) as i64;
         let nzl = s.nz_local(self.rank) as i32;
@@ -1104,6 +1204,15 @@ impl SlabRank {
         // The scratch buffers were overwritten: the next right-hand side rewrites them all.
         ms.sort_by(f64::total_cmp);
         Ok((ms[ms.len() / 2], sent))
+    }
+
+    /// Transposes one field at a time on the GPU's exchange stream, beside the transforms of
+    /// the next field (`on`, the default), or all fields in one group on the main stream,
+    /// between the transforms. Every field sees the same operations either way, so the
+    /// results are the same to the bit; only the time differs (`vpm bench spectral` reports
+    /// both).
+    pub fn set_overlap(&mut self, on: bool) {
+        self.overlap = on;
     }
 
     /// Milliseconds (events on rank 0's stream, after a barrier) of each of `repeats` steps
