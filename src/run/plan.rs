@@ -41,25 +41,16 @@ impl RunDevices {
             tracing::info!("{section} device: {note}");
             Ok(device)
         };
+        // A grid that does not split over the group is refused before any rank starts (when
+        // the GPUs cannot be counted, opening the group says why).
+        if let Ok(present) = crate::device::group::gpu_count() {
+            check_group_split(case, present)?;
+        }
         let spectral = case
             .spectral
             .as_ref()
             .map(|s| open("spectral", s.device))
             .transpose()?;
-        if let (Some(s), Some(group)) = (&case.spectral, spectral.as_ref().and_then(Device::group))
-        {
-            let grid = crate::spectral::SpectralGrid::new(s.n, s.dealias);
-            crate::spectral::distributed::check_split(grid, group.ranks()).map_err(|e| {
-                anyhow::anyhow!(
-                    "case `{}`: [spectral] n = {} with dealias = \"{}\" on {} GPUs ({}): {e}",
-                    case.name,
-                    s.n,
-                    s.dealias,
-                    group.ranks(),
-                    group.label()
-                )
-            })?;
-        }
         let vortex = case
             .vortex
             .as_ref()
@@ -92,6 +83,32 @@ impl RunDevices {
                 .transpose()?,
         })
     }
+}
+
+/// `Err` naming the case, its `[spectral]` keys and the GPUs when the spectral grid of `case`
+/// cannot be split over the group of GPUs it asks for on a host with `present` GPUs (a
+/// selection that names absent GPUs is left to the group's launch, which says so).
+fn check_group_split(case: &Case, present: usize) -> Result<()> {
+    let Some(s) = &case.spectral else {
+        return Ok(());
+    };
+    let DeviceRequest::CudaGroup(selection) = s.device.unwrap_or(case.device) else {
+        return Ok(());
+    };
+    let Ok(ordinals) = selection.ordinals(present) else {
+        return Ok(());
+    };
+    let grid = crate::spectral::SpectralGrid::new(s.n, s.dealias);
+    crate::spectral::distributed::check_split(grid, ordinals.len()).map_err(|e| {
+        anyhow::anyhow!(
+            "case `{}`: [spectral] n = {} with dealias = \"{}\" on {} GPUs (cuda:{selection}): \
+             {e}",
+            case.name,
+            s.n,
+            s.dealias,
+            ordinals.len(),
+        )
+    })
 }
 
 /// See the module docs.
@@ -263,5 +280,41 @@ pub(crate) fn evaluator_context(case: &Case, device: &Device) -> String {
             device.label()
         ),
         _ => format!("case `{}`: [vortex]", case.name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spectral_case(n: usize, dealias: &str, device: &str) -> Case {
+        let text = format!(
+            "device = \"{device}\"\n[flow]\nnu = 0.01\n[initial]\nkind = \"taylor-green\"\n\
+             [time]\nt_end = 0.1\ncfl = 1.0\n[spectral]\nn = {n}\ndealias = \"{dealias}\"\n"
+        );
+        Case::from_toml_str(&text, "split.toml").unwrap()
+    }
+
+    /// A grid that does not split over the group is refused before any rank starts, naming
+    /// the case, the keys and the GPUs; a grid that splits, one GPU, or absent GPUs (left to
+    /// the launch) pass.
+    #[test]
+    fn a_grid_that_does_not_split_is_refused_before_the_ranks_start() {
+        let e = check_group_split(&spectral_case(30, "2/3", "cuda:all"), 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("case `split`")
+                && e.contains("[spectral] n = 30 with dealias = \"2/3\" on 4 GPUs (cuda:all)"),
+            "{e}"
+        );
+        // 3/2 over 3 GPUs: the product grid 48 splits, the diagnostics grid 32 does not.
+        let e = check_group_split(&spectral_case(32, "3/2", "cuda:0,1,2"), 4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("on 3 GPUs (cuda:0,1,2)"), "{e}");
+        assert!(check_group_split(&spectral_case(32, "2/3", "cuda:all"), 4).is_ok());
+        assert!(check_group_split(&spectral_case(30, "2/3", "cuda:0"), 4).is_ok());
+        assert!(check_group_split(&spectral_case(30, "2/3", "cuda:0,5"), 4).is_ok());
     }
 }
