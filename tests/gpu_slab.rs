@@ -14,8 +14,9 @@
 //!   the one-GPU `GpuSpectralSolver`'s to 1e-12 relative, both rules (128³ with the 3/2 rule:
 //!   product grid 192, splits over 2 and 4), with the diagnostics' maxima and the device memory
 //!   against `SlabRank::device_bytes`;
-//! - two runs bit-identical, and the sums identical on every rank; a run with the transposes
-//!   between the transforms (`set_overlap(false)`) bit-identical to one with them beside;
+//! - two runs bit-identical, and the sums identical on every rank; runs with the transposes
+//!   between the transforms (`set_exchange_chunk(0)`) or beside them 2 or 3 fields at a time
+//!   bit-identical to the default;
 //! - scatter then gather of a random field returns it bit for bit;
 //! - an abort signal raised while the ranks are inside a step (one rank stopped taking part)
 //!   makes every rank's call return `Err` within 10 s (named `zz_…` so that it runs last: it
@@ -32,7 +33,7 @@ use vpm::device::cuda::{gpu_at, Gpu};
 use vpm::device::nccl::{disable_nvls_unless_set, nccl_available, AbortSignal, NcclComm, NcclId};
 use vpm::diagnostics::FlowStats;
 use vpm::init::initial_modes;
-use vpm::spectral::gpu_slab::SlabRank;
+use vpm::spectral::gpu_slab::{SlabRank, DEFAULT_EXCHANGE_CHUNK};
 use vpm::spectral::solver::make_real_solenoidal;
 use vpm::spectral::{GpuSpectralSolver, SpectralGrid, SpectralSolver, VectorModes};
 
@@ -331,8 +332,8 @@ fn one_gpu_series(gpu: &Arc<Gpu>, grid: SpectralGrid, nu: f64, dt: f64, steps: u
 }
 
 /// The same on `ranks` GPUs: every rank's series, the final modes (rank 0), the step times and
-/// (resident, estimated) device bytes of each rank. The transposes run beside the transforms
-/// when `overlap` (the default), else between them.
+/// (resident, estimated) device bytes of each rank. The transposes run `chunk` fields at a
+/// time beside the transforms (0: between them; `SlabRank::set_exchange_chunk`).
 #[allow(clippy::type_complexity)]
 fn slab_series(
     gpus: &[Arc<Gpu>],
@@ -341,13 +342,13 @@ fn slab_series(
     nu: f64,
     dt: f64,
     steps: usize,
-    overlap: bool,
+    chunk: usize,
 ) -> Vec<(Series, Option<VectorModes>, f64, (u64, u64))> {
     let u0 = projected(grid, &TG);
     let abort = AbortSignal::new();
     on_ranks(gpus, ranks, &abort, |comm| {
         let mut rank = started(comm, grid, nu, &u0);
-        rank.set_overlap(overlap);
+        rank.set_exchange_chunk(chunk);
         let mut out = Vec::new();
         let t0 = Instant::now();
         for i in 0..=steps {
@@ -377,7 +378,7 @@ fn taylor_green_128_matches_one_gpu_for_both_rules_and_repeats_bit_for_bit() {
         let grid = SpectralGrid::new(128, dealias);
         let want = one_gpu_series(&gpus[0], grid, nu, dt, steps);
         for ranks in rank_counts(&gpus) {
-            let a = slab_series(&gpus, ranks, grid, nu, dt, steps, true);
+            let a = slab_series(&gpus, ranks, grid, nu, dt, steps, DEFAULT_EXCHANGE_CHUNK);
             let (mut wk, mut we) = (0.0f64, 0.0f64);
             for ((k, e), (k1, e1)) in a[0].0.iter().zip(&want) {
                 wk = wk.max(rel(*k, *k1));
@@ -405,13 +406,18 @@ fn taylor_green_128_matches_one_gpu_for_both_rules_and_repeats_bit_for_bit() {
                 );
                 assert_eq!(o.1.is_some(), r == 0);
             }
-            // A second run: bit-identical sums and modes; and a third with the transposes
-            // between the transforms instead of beside them: the same bits again.
+            // A second run: bit-identical sums and modes; and runs with the transposes between
+            // the transforms, or beside them in chunks of 2 and 3 fields: the same bits again.
             let bits = |s: &Series| -> Vec<(u64, u64)> {
                 s.iter().map(|(k, e)| (k.to_bits(), e.to_bits())).collect()
             };
-            for (overlap, what) in [(true, "two runs"), (false, "serial and overlapped")] {
-                let b = slab_series(&gpus, ranks, grid, nu, dt, steps, overlap);
+            for (chunk, what) in [
+                (DEFAULT_EXCHANGE_CHUNK, "two runs"),
+                (0, "serial and overlapped"),
+                (2, "chunks of 2 and the default"),
+                (3, "chunks of 3 and the default"),
+            ] {
+                let b = slab_series(&gpus, ranks, grid, nu, dt, steps, chunk);
                 assert_eq!(bits(&a[0].0), bits(&b[0].0), "P = {ranks}: {what} differ");
                 let (ma, mb) = (a[0].1.as_ref().unwrap(), b[0].1.as_ref().unwrap());
                 assert!(
@@ -562,9 +568,9 @@ fn timing_of_a_step_and_of_the_transpose() {
         let out = on_ranks(&gpus, ranks, &abort, |comm| {
             let mut rank = started(comm, grid, nu, &u0);
             let (t6, sent) = rank.time_transpose(6, repeats).unwrap();
-            rank.set_overlap(false);
+            rank.set_exchange_chunk(0);
             let serial = median(rank.time_steps(dt, repeats).unwrap());
-            rank.set_overlap(true);
+            rank.set_exchange_chunk(DEFAULT_EXCHANGE_CHUNK);
             let steps = rank.time_steps(dt, repeats).unwrap();
             (t6, sent, median(steps), rank.resident_bytes(), serial)
         });

@@ -237,9 +237,14 @@ pub struct SpectralGroupBenchRow {
     /// Median milliseconds of one RK4 step across the GPUs (CUDA events on rank 0's stream,
     /// after a barrier, to the reduced finite flag on the host); `None` when it does not fit.
     pub ms_per_rk4_step: Option<f64>,
-    /// The same with every transpose between the transforms, all fields in one group (the
-    /// step above transposes one field at a time beside the transforms of the next).
+    /// The same with every transpose between the transforms, all fields of a pass in one
+    /// group (the step above transposes `DEFAULT_EXCHANGE_CHUNK` fields at a time beside the
+    /// transforms of the next ones).
     pub ms_per_rk4_step_serial: Option<f64>,
+    /// (fields per transpose, median ms per step) for 0 (serial), 1, 2 and 3.
+    pub ms_per_rk4_step_by_chunk: Vec<(usize, f64)>,
+    /// Median milliseconds of a one-field transpose alone (both directions averaged).
+    pub ms_transpose_1: Option<f64>,
     /// The same for the one-GPU solver on rank 0's GPU; `None` when it does not fit one GPU.
     pub ms_one_gpu: Option<f64>,
     /// ms_one_gpu / (gpus · ms_per_rk4_step).
@@ -276,6 +281,7 @@ pub fn bench_spectral_group(
     json: Option<&Path>,
 ) -> Result<Vec<SpectralGroupBenchRow>> {
     use crate::spectral::distributed::{check_split, DistributedSpectralSolver};
+    use crate::spectral::gpu_slab::DEFAULT_EXCHANGE_CHUNK;
     use crate::spectral::SpectralStepper;
     let group = device
         .group()
@@ -308,6 +314,8 @@ pub fn bench_spectral_group(
                 gpus: p,
                 ms_per_rk4_step: None,
                 ms_per_rk4_step_serial: None,
+                ms_per_rk4_step_by_chunk: Vec::new(),
+                ms_transpose_1: None,
                 ms_one_gpu: None,
                 strong_scaling_efficiency: None,
                 ms_transpose_6: None,
@@ -342,11 +350,23 @@ pub fn bench_spectral_group(
                 // The transposes alone first: the communication floor of a step.
                 let (t6, bytes) = solver.time_transpose(6, repeats)?;
                 let (t3, _) = solver.time_transpose(3, repeats)?;
-                solver.set_overlap(false)?;
-                row.ms_per_rk4_step_serial = Some(median(solver.time_steps(dt, repeats)?));
-                solver.set_overlap(true)?;
-                let step = median(solver.time_steps(dt, repeats)?);
-                row.ms_per_rk4_step = Some(step);
+                row.ms_transpose_1 = Some(solver.time_transpose(1, repeats)?.0);
+                // Each way of queuing the transposes on the same run of states (the state
+                // advances; the step's cost does not depend on it).
+                for chunk in [0, 1, 2, 3] {
+                    solver.set_exchange_chunk(chunk)?;
+                    let ms = median(solver.time_steps(dt, repeats)?);
+                    row.ms_per_rk4_step_by_chunk.push((chunk, ms));
+                }
+                solver.set_exchange_chunk(DEFAULT_EXCHANGE_CHUNK)?;
+                let by = |c: usize| {
+                    row.ms_per_rk4_step_by_chunk
+                        .iter()
+                        .find(|(k, _)| *k == c)
+                        .map(|(_, ms)| *ms)
+                };
+                row.ms_per_rk4_step_serial = by(0);
+                row.ms_per_rk4_step = by(DEFAULT_EXCHANGE_CHUNK);
                 row.ms_transpose_6 = Some(t6);
                 row.ms_transpose_3 = Some(t3);
                 row.transpose_bytes_per_rank = Some(bytes);
@@ -405,6 +425,19 @@ pub fn bench_spectral_group(
                 gb(row.estimate_bytes_per_gpu),
                 cell(row.peak_bytes_per_gpu.map(gb), 2),
             );
+            if !row.ms_per_rk4_step_by_chunk.is_empty() {
+                let each: Vec<String> = row
+                    .ms_per_rk4_step_by_chunk
+                    .iter()
+                    .map(|(c, ms)| format!("{c}: {ms:.2}"))
+                    .collect();
+                crate::out!(
+                    "       ms / step by fields per transpose (0 = serial) {}; one-field \
+                     transpose alone {} ms",
+                    each.join(", "),
+                    cell(row.ms_transpose_1, 3)
+                );
+            }
             if !row.note.is_empty() {
                 crate::out!("       {}", row.note);
             }

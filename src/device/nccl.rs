@@ -195,8 +195,8 @@ pub struct NcclComm {
     event: CudaEvent,
     /// The GPU's exchange stream, once an exchange has run beside the main stream.
     side: OnceLock<Arc<CudaStream>>,
-    /// Exchanges queued beside the main stream and not yet joined.
-    pending: AtomicUsize,
+    /// Exchanges queued beside the main stream and not yet joined (or dropped).
+    pending: Arc<AtomicUsize>,
 }
 
 /// An exchange running on the exchange stream ([`NcclComm::exchange_beside`]); the main stream
@@ -204,6 +204,19 @@ pub struct NcclComm {
 #[must_use = "the main stream must join an exchange before it reuses its buffers"]
 pub struct Pending {
     done: CudaEvent,
+    /// The communicator's count of pending exchanges, lowered when this is dropped (joined or
+    /// given up after an error).
+    pending: Arc<AtomicUsize>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let _ = self
+            .pending
+            .fetch_update(AtomicOrdering::SeqCst, AtomicOrdering::SeqCst, |n| {
+                n.checked_sub(1)
+            });
+    }
 }
 
 /// Events that only order streams.
@@ -267,7 +280,7 @@ impl NcclComm {
             comm: Mutex::new(Some(RawComm(comm))),
             event,
             side: OnceLock::new(),
-            pending: AtomicUsize::new(0),
+            pending: Arc::new(AtomicUsize::new(0)),
         })
     }
     pub fn rank(&self) -> usize {
@@ -304,12 +317,19 @@ impl NcclComm {
         what: &str,
         f: impl FnOnce(nccl_sys::ncclComm_t, nccl_sys::cudaStream_t) -> Result<T, CudaError>,
     ) -> Result<T, CudaError> {
+        self.refuse_while_pending(what)?;
+        self.with_comm_on(self.gpu.stream(), what, f)
+    }
+
+    /// `Err` while an exchange queued beside the main stream has not been joined
+    /// ([`NcclComm::exchange_beside`]).
+    fn refuse_while_pending(&self, what: &str) -> Result<(), CudaError> {
         if self.pending.load(AtomicOrdering::SeqCst) > 0 {
             return Err(CudaError::Invalid(format!(
                 "NCCL {what}: queued on the main stream while an exchange beside it is pending"
             )));
         }
-        self.with_comm_on(self.gpu.stream(), what, f)
+        Ok(())
     }
 
     /// [`NcclComm::with_comm`] on `stream`.
@@ -336,13 +356,7 @@ impl NcclComm {
     pub fn wait(&self, what: &str) -> Result<(), CudaError> {
         // Whatever the exchange stream still holds is waited for too (a pending exchange
         // that was never joined, after an error).
-        if let Some(side) = self.side.get() {
-            self.gpu
-                .stream()
-                .join(side)
-                .doing(format!("waiting for {what}"))?;
-            self.pending.store(0, AtomicOrdering::SeqCst);
-        }
+        self.join_all()?;
         self.event
             .record(self.gpu.stream())
             .doing(format!("waiting for {what}"))?;
@@ -419,6 +433,7 @@ impl NcclComm {
     /// receive areas do not overlap each other or any send area; every peer queues the
     /// matching transfers (same sizes) in the same order of calls.
     pub unsafe fn exchange(&self, what: &str, transfers: &[Transfer]) -> Result<(), CudaError> {
+        self.refuse_while_pending(what)?;
         // SAFETY: the caller's contract.
         unsafe { self.exchange_on(self.gpu.stream(), what, transfers) }
     }
@@ -426,9 +441,11 @@ impl NcclComm {
     /// Queues the exchange [`NcclComm::exchange`] would, on the GPU's exchange stream, after
     /// the work queued so far on its main stream; it then runs beside whatever the main stream
     /// does next. The main stream must [`NcclComm::join`] the returned [`Pending`] before it
-    /// touches a buffer of the list again. A collective queued on the main stream
-    /// ([`NcclComm::all_reduce_max_u64`], …) while an exchange is pending is refused: NCCL
-    /// needs the same order of calls on every rank, and two streams would not keep it.
+    /// touches a buffer of the list again. Exchanges beside the main stream run one after
+    /// another on the exchange stream; an exchange or collective queued on the main stream
+    /// while one is pending is refused, so that the communicator's operations never run on two
+    /// streams at once (they are queued in the same order on every rank, which is what NCCL
+    /// needs to match them).
     ///
     /// # Safety
     /// As [`NcclComm::exchange`]; besides, until the join, the main stream neither writes a
@@ -458,13 +475,28 @@ impl NcclComm {
             .record_event(Some(NO_TIMING))
             .doing(format!("ordering {what}"))?;
         self.pending.fetch_add(1, AtomicOrdering::SeqCst);
-        Ok(Pending { done })
+        Ok(Pending {
+            done,
+            pending: self.pending.clone(),
+        })
+    }
+
+    /// Makes the main stream wait for everything queued on the exchange stream so far (no
+    /// host wait): what a rank does before its buffers are freed, joined or not.
+    pub fn join_all(&self) -> Result<(), CudaError> {
+        match self.side.get() {
+            Some(side) => self
+                .gpu
+                .stream()
+                .join(side)
+                .doing("joining the exchange stream"),
+            None => Ok(()),
+        }
     }
 
     /// Makes the main stream wait for the exchange `p` (its receive areas are then readable,
     /// its send areas writable, by work queued after this).
     pub fn join(&self, p: Pending) -> Result<(), CudaError> {
-        self.pending.fetch_sub(1, AtomicOrdering::SeqCst);
         self.gpu.stream().wait(&p.done).doing("joining an exchange")
     }
 

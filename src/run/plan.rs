@@ -41,10 +41,16 @@ impl RunDevices {
             tracing::info!("{section} device: {note}");
             Ok(device)
         };
-        // A grid that does not split over the group is refused before any rank starts (when
-        // the GPUs cannot be counted, opening the group says why).
-        if let Ok(present) = crate::device::group::gpu_count() {
-            check_group_split(case, present)?;
+        // A grid that does not split over a group is refused before any rank starts (the
+        // GPUs are counted only for a group; when they cannot be, opening it says why).
+        let spectral_request = case
+            .spectral
+            .as_ref()
+            .map(|s| s.device.unwrap_or(case.device));
+        if spectral_request.is_some_and(|r| r.is_group()) {
+            if let Ok(present) = crate::device::group::gpu_count() {
+                check_group_split(case, present)?;
+            }
         }
         let spectral = case
             .spectral

@@ -75,9 +75,9 @@ pub enum Command {
         dt: f64,
         repeats: usize,
     },
-    /// [`SlabRank::set_overlap`].
-    SetOverlap {
-        on: bool,
+    /// [`SlabRank::set_exchange_chunk`].
+    ExchangeChunk {
+        fields: usize,
     },
     /// Leave the loop (exit 0).
     Shutdown,
@@ -134,8 +134,8 @@ impl Command {
                 s.time_transpose(*fields, *repeats).map(drop)
             }
             Command::TimeSteps { dt, repeats } => s.time_steps(*dt, *repeats).map(drop),
-            Command::SetOverlap { on } => {
-                s.set_overlap(*on);
+            Command::ExchangeChunk { fields } => {
+                s.set_exchange_chunk(*fields);
                 Ok(())
             }
             Command::Init { .. } | Command::Shutdown => Ok(()),
@@ -165,7 +165,7 @@ pub trait SlabOps {
         repeats: usize,
     ) -> Result<(f64, u64), SpectralError>;
     fn time_steps(&mut self, dt: f64, repeats: usize) -> Result<Vec<f64>, SpectralError>;
-    fn set_overlap(&mut self, on: bool);
+    fn set_exchange_chunk(&mut self, fields: usize);
 }
 
 impl SlabOps for SlabRank {
@@ -203,8 +203,8 @@ impl SlabOps for SlabRank {
     fn time_steps(&mut self, dt: f64, repeats: usize) -> Result<Vec<f64>, SpectralError> {
         SlabRank::time_steps(self, dt, repeats)
     }
-    fn set_overlap(&mut self, on: bool) {
-        SlabRank::set_overlap(self, on)
+    fn set_exchange_chunk(&mut self, fields: usize) {
+        SlabRank::set_exchange_chunk(self, fields)
     }
 }
 
@@ -287,11 +287,12 @@ impl DistributedSpectralSolver {
         })
     }
 
-    /// Every rank transposes beside its transforms (`on`, the default) or between them
-    /// ([`SlabRank::set_overlap`]); the results are the same to the bit.
-    pub fn set_overlap(&mut self, on: bool) -> Result<(), SpectralError> {
-        self.collective(Command::SetOverlap { on }, |s| {
-            s.set_overlap(on);
+    /// Every rank transposes `fields` fields at a time beside its transforms, or with 0 all
+    /// of a pass between them ([`SlabRank::set_exchange_chunk`]); the results are the same to
+    /// the bit.
+    pub fn set_exchange_chunk(&mut self, fields: usize) -> Result<(), SpectralError> {
+        self.collective(Command::ExchangeChunk { fields }, |s| {
+            s.set_exchange_chunk(fields);
             Ok(())
         })
     }
@@ -655,8 +656,8 @@ mod tests {
             self.call(format!("steps {:x} {r}", dt.to_bits()))
                 .map(|()| vec![])
         }
-        fn set_overlap(&mut self, on: bool) {
-            let _ = self.call(format!("overlap {on}"));
+        fn set_exchange_chunk(&mut self, fields: usize) {
+            let _ = self.call(format!("chunk {fields}"));
         }
     }
 
@@ -679,7 +680,7 @@ mod tests {
                 dt: std::f64::consts::PI * 1e-300,
                 repeats: 3,
             },
-            Command::SetOverlap { on: false },
+            Command::ExchangeChunk { fields: 2 },
             Command::Shutdown,
         ]
     }
@@ -774,7 +775,7 @@ mod tests {
                 "velocity".into(),
                 "transpose 6 5".into(),
                 format!("steps {:x} 3", (std::f64::consts::PI * 1e-300).to_bits()),
-                "overlap false".into(),
+                "chunk 2".into(),
             ]
         );
     }

@@ -22,11 +22,14 @@
 //!    local modes; after the fourth stage `sps_hermitian` on rank 0 (the k_z = 0 plane is all
 //!    there) and the finite flag, max-reduced over the ranks so that no rank commits a bad step.
 //!
-//! The transposes of 3. and 6. run one field at a time on the GPU's exchange stream
-//! ([`NcclComm::exchange_beside`]): field f's transpose overlaps the x transforms of field
-//! f + 1 (and the (y, z) transforms of field f − 1), and events keep every buffer's order. With
-//! [`SlabRank::set_overlap`]`(false)` each pass's fields go in one group between the transforms
-//! instead; the operations on every value are the same, so the results are too, to the bit.
+//! The transposes of 3. and 6. run a chunk of fields at a time on the GPU's exchange stream
+//! ([`NcclComm::exchange_beside`]; [`DEFAULT_EXCHANGE_CHUNK`] fields): on the way out a
+//! chunk's transpose overlaps the x transforms of the next chunk and the (y, z) transforms of
+//! the previous one; on the way back the (y, z) transforms and packing of the next chunk and
+//! the x transforms of the previous one. Events keep every buffer's order. With
+//! [`SlabRank::set_exchange_chunk`]`(0)` each pass's fields go in one group between the
+//! transforms instead; the operations on every value are the same, so the results are too, to
+//! the bit.
 //!
 //! A step is queued without host waits except the finite flag (one wait per step); buffers and
 //! plans are made once, in [`SlabRank::new`]. Diagnostics: the per-row partials of each rank are
@@ -262,9 +265,18 @@ pub struct SlabRank {
     k1_valid: bool,
     speed: Option<f64>,
     sums: Option<SlabSums>,
-    /// Transposes one field at a time beside the transforms (the default), or all fields in
-    /// one group between them ([`SlabRank::set_overlap`]).
-    overlap: bool,
+    /// Fields per transpose beside the transforms, or 0: all fields of a pass in one group
+    /// between them ([`SlabRank::set_exchange_chunk`]).
+    exchange_chunk: usize,
+}
+
+impl Drop for SlabRank {
+    /// The buffers are freed in the main stream's order: it first waits for whatever the
+    /// exchange stream still holds (an exchange left unjoined by an error), so that no
+    /// transfer writes into freed memory.
+    fn drop(&mut self) {
+        let _ = self.comm.join_all();
+    }
 }
 
 impl std::fmt::Debug for SlabRank {
@@ -272,6 +284,19 @@ impl std::fmt::Debug for SlabRank {
         let (r, p) = (self.rank, self.product.slabs.ranks);
         write!(f, "SlabRank {r} of {p} on {:?}", self.grid)
     }
+}
+
+/// Fields per transpose beside the transforms unless set otherwise
+/// ([`SlabRank::set_exchange_chunk`]): the fastest of 1, 2 and 3 on 4 H100s at 512³ and 1024³
+/// (docs/performance.md).
+pub const DEFAULT_EXCHANGE_CHUNK: usize = 1;
+
+/// `count` fields in consecutive chunks of `chunk` (the last one shorter).
+fn field_chunks(count: usize, chunk: usize) -> Vec<std::ops::Range<usize>> {
+    (0..count)
+        .step_by(chunk.max(1))
+        .map(|a| a..(a + chunk.max(1)).min(count))
+        .collect()
 }
 
 /// What a transpose is called in errors.
@@ -393,7 +418,7 @@ impl SlabRank {
             k1_valid: false,
             speed: None,
             sums: None,
-            overlap: true,
+            exchange_chunk: DEFAULT_EXCHANGE_CHUNK,
         };
         let l3 = 3 * p.local_len(rank);
         for b in &mut r.modes {
@@ -557,18 +582,18 @@ impl SlabRank {
         unsafe { self.comm.exchange(transpose_name(to_slabs), &list) }
     }
 
-    /// Queues the transpose of field `f` alone on grid `t` beside the main stream (after what
-    /// it has queued so far); the caller joins it before touching field f's pencil or
-    /// exchange area again.
+    /// Queues the transpose of `fields` on grid `t` beside the main stream (after what it has
+    /// queued so far), in one NCCL group; the caller joins it before touching those fields'
+    /// pencil or exchange areas again.
     fn transpose_beside(
         &self,
         t: &SlabTransforms,
-        f: usize,
+        fields: std::ops::Range<usize>,
         to_slabs: bool,
     ) -> Result<Pending, CudaError> {
-        let list = self.transpose_list(t, f..f + 1, to_slabs);
-        // SAFETY: as in `transpose` (one field); until the join the main stream only works on
-        // the other fields' pencil and exchange areas (`to_physical`, `rhs`).
+        let list = self.transpose_list(t, fields, to_slabs);
+        // SAFETY: as in `transpose` (these fields); until the join the main stream only works
+        // on the other fields' pencil and exchange areas (`to_physical`, `rhs`).
         unsafe { self.comm.exchange_beside(transpose_name(to_slabs), &list) }
     }
 
@@ -629,18 +654,23 @@ impl SlabRank {
                 )
             }
         };
-        if self.overlap {
-            // Field f's transpose runs while field f + 1 is transformed along x, and the
-            // (y, z) transforms of a field start as soon as its transpose is in.
-            let mut pending = Vec::with_capacity(count);
-            for f in 0..count {
-                x_inverse(f as u64)?;
-                pending.push(self.transpose_beside(t, f, true)?);
+        if self.exchange_chunk > 0 {
+            // A chunk's transpose runs while the next chunk is transformed along x, and the
+            // (y, z) transforms of a chunk start as soon as its transpose is in.
+            let chunks = field_chunks(count, self.exchange_chunk);
+            let mut pending = Vec::with_capacity(chunks.len());
+            for c in &chunks {
+                for f in c.clone() {
+                    x_inverse(f as u64)?;
+                }
+                pending.push(self.transpose_beside(t, c.clone(), true)?);
             }
-            for (f, p) in pending.into_iter().enumerate() {
+            for (c, p) in chunks.into_iter().zip(pending) {
                 self.comm.join(p)?;
-                unpack(f as u64, 1)?;
-                yz_inverse(f as u64)?;
+                unpack(c.start as u64, c.len() as i32)?;
+                for f in c {
+                    yz_inverse(f as u64)?;
+                }
             }
         } else {
             for f in 0..count as u64 {
@@ -713,16 +743,23 @@ impl SlabRank {
             // SAFETY: field f of the pencil buffer.
             unsafe { t.x(pen + f * ps * C16, FftDirection::Forward) }
         };
-        if self.overlap {
-            let mut pending = Vec::with_capacity(3);
-            for f in 0..3 {
-                yz_forward(f as u64)?;
-                pack(f as u64, 1)?;
-                pending.push(self.transpose_beside(t, f, false)?);
+        if self.exchange_chunk > 0 {
+            // A chunk's transpose back runs while the next chunk is transformed along (y, z)
+            // and packed, and the x transforms of a chunk start as soon as it is back.
+            let chunks = field_chunks(3, self.exchange_chunk);
+            let mut pending = Vec::with_capacity(chunks.len());
+            for c in &chunks {
+                for f in c.clone() {
+                    yz_forward(f as u64)?;
+                }
+                pack(c.start as u64, c.len() as i32)?;
+                pending.push(self.transpose_beside(t, c.clone(), false)?);
             }
-            for (f, p) in pending.into_iter().enumerate() {
+            for (c, p) in chunks.into_iter().zip(pending) {
                 self.comm.join(p)?;
-                x_forward(f as u64)?;
+                for f in c {
+                    x_forward(f as u64)?;
+                }
             }
         } else {
             for f in 0..3u64 {
@@ -1206,13 +1243,13 @@ impl SlabRank {
         Ok((ms[ms.len() / 2], sent))
     }
 
-    /// Transposes one field at a time on the GPU's exchange stream, beside the transforms of
-    /// the next field (`on`, the default), or all fields in one group on the main stream,
-    /// between the transforms. Every field sees the same operations either way, so the
-    /// results are the same to the bit; only the time differs (`vpm bench spectral` reports
-    /// both).
-    pub fn set_overlap(&mut self, on: bool) {
-        self.overlap = on;
+    /// Transposes `fields` fields at a time (1 to 6) on the GPU's exchange stream, beside the
+    /// transforms of the next ones, or with 0 every pass's fields in one group on the main
+    /// stream, between the transforms (the default is [`DEFAULT_EXCHANGE_CHUNK`]). Every
+    /// field sees the same operations either way, so the results are the same to the bit;
+    /// only the time differs (`vpm bench spectral` times each).
+    pub fn set_exchange_chunk(&mut self, fields: usize) {
+        self.exchange_chunk = fields.min(6);
     }
 
     /// Milliseconds (events on rank 0's stream, after a barrier) of each of `repeats` steps
@@ -1246,6 +1283,18 @@ impl SlabRank {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn field_chunks_cover_every_field_once_in_order() {
+        assert_eq!(
+            field_chunks(6, 1),
+            (0..6).map(|f| f..f + 1).collect::<Vec<_>>()
+        );
+        assert_eq!(field_chunks(6, 4), vec![0..4, 4..6]);
+        assert_eq!(field_chunks(3, 2), vec![0..2, 2..3]);
+        assert_eq!(field_chunks(3, 6), vec![0..3]);
+        assert_eq!(field_chunks(3, 0), field_chunks(3, 1));
+    }
 
     #[test]
     fn quantity_codes_pack_four_bits_per_field() {
