@@ -597,6 +597,38 @@ impl SlabRank {
         unsafe { self.comm.exchange_beside(transpose_name(to_slabs), &list) }
     }
 
+    /// Queues `sps_halves` on `fields` fields from field `f` on, of grid `t`: the half spectra
+    /// from the exchange areas when `to_half` (zero where no retained mode lands), else the
+    /// exchange areas from the half spectra.
+    fn halves(
+        &self,
+        t: &SlabTransforms,
+        f: u64,
+        fields: i32,
+        to_half: bool,
+    ) -> Result<(), CudaError> {
+        let s = &t.slabs;
+        let (h, e) = (
+            self.addr(&self.half) + f * t.hstride() as u64 * C16,
+            self.addr(&self.ex) + f * t.estride() as u64 * C16,
+        );
+        let (es, planes, m, kmax, ranks) = (
+            t.estride() as i64,
+            s.planes() as i32,
+            s.m as i32,
+            s.kmax as i32,
+            s.ranks as i32,
+        );
+        let to_half = i32::from(to_half);
+        // SAFETY: sps_halves(double2* h, double2* ex, long long estride, int fields, int
+        // planes, int m, int kmax, int ranks, int to_half): ex `fields` ≤ 6 − f fields of
+        // estride from field f on, h as many of planes·m·(m/2+1) (the half and exchange buffers
+        // hold 6 fields of the product grid's strides, ≥ this grid's).
+        launch!(self.stream, &self.k.halves, "sps_halves", cfg_for(t.hstride());
+            &h, &e, &es, &fields, &planes, &m, &kmax, &ranks, &to_half)?;
+        Ok(())
+    }
+
     /// Queues the gather of `quantities` (sps_gather codes) of the local modes at `src` onto
     /// the slab side of grid `t`: pencil fields, x inverse, transpose, unpack, (y, z) inverse
     /// into the first `quantities.len()` real fields (rstride apart).
@@ -608,9 +640,8 @@ impl SlabRank {
     ) -> Result<(), CudaError> {
         let s = &t.slabs;
         let count = quantities.len();
-        let (pen, ex, half, real) = (
+        let (pen, half, real) = (
             self.addr(&self.pen),
-            self.addr(&self.ex),
             self.addr(&self.half),
             self.addr(&self.real),
         );
@@ -625,22 +656,8 @@ impl SlabRank {
         // fields); m·side·nzl = pstride positions.
         launch!(self.stream, &self.k.gather, "sps_gather", cfg_for(t.pstride());
             &src, &len, &nzl, &kz0, &pen, &ps, &mi, &kmax, &code, &count_i)?;
-        let (es, planes, ranks) = (t.estride() as i64, s.planes() as i32, s.ranks as i32);
-        let to_half = 1i32;
-        // Field f's half spectra and real values from its exchange area.
-        let unpack = |f: u64, fields: i32| -> Result<(), CudaError> {
-            let (h, e) = (
-                half + f * t.hstride() as u64 * C16,
-                ex + f * t.estride() as u64 * C16,
-            );
-            // SAFETY: sps_halves(double2* h, double2* ex, long long estride, int fields, int
-            // planes, int m, int kmax, int ranks, int to_half): ex `fields` fields of estride
-            // from field f on, h as many of planes·m·(m/2+1) (the half buffer holds 6 of the
-            // product grid's).
-            launch!(self.stream, &self.k.halves, "sps_halves", cfg_for(t.hstride());
-                &h, &e, &es, &fields, &planes, &mi, &kmax, &ranks, &to_half)?;
-            Ok(())
-        };
+        // Fields f.. of the half spectra from their exchange areas.
+        let unpack = |f: u64, fields: i32| self.halves(t, f, fields, true);
         let x_inverse = |f: u64| -> Result<(), CudaError> {
             // SAFETY: field f of the pencil buffer (pstride values).
             unsafe { t.x(pen + f * ps as u64 * C16, FftDirection::Inverse) }
@@ -698,24 +715,16 @@ impl SlabRank {
         let word = if stage == 1 { W_SPEED } else { W_STAGE_SPEED };
         self.zero_word(word)?;
         let speed = self.word(word);
-        let (real, half, pen, ex) = (
+        let (real, half, pen) = (
             self.addr(&self.real),
             self.addr(&self.half),
             self.addr(&self.pen),
-            self.addr(&self.ex),
         );
         let (n3, rs) = (t.rstride() as i64, t.rstride() as i64);
         // SAFETY: sp_cross(double* r, long long n3, long long rs, unsigned long long* speed_max):
         // six real fields of rs f64 (the slab's planes), one word; blockDim = SP_THREADS.
         launch!(self.stream, &self.k.sp_cross, "sp_cross", cfg_for(t.rstride()); &real, &n3, &rs, &speed)?;
-        let (es, planes, mi, kmax, ranks) = (
-            t.estride() as i64,
-            s.planes() as i32,
-            s.m as i32,
-            s.kmax as i32,
-            s.ranks as i32,
-        );
-        let to_half = 0i32;
+        let (mi, kmax) = (s.m as i32, s.kmax as i32);
         let ps = t.pstride() as u64;
         // Field f's half spectra from its real values, packed into its exchange area (all
         // `fields` from f on when more than one).
@@ -728,17 +737,7 @@ impl SlabRank {
                 )
             }
         };
-        let pack = |f: u64, fields: i32| -> Result<(), CudaError> {
-            let (h, e) = (
-                half + f * t.hstride() as u64 * C16,
-                ex + f * t.estride() as u64 * C16,
-            );
-            // SAFETY: sps_halves (as in `to_physical`) from `fields` half fields into as many
-            // exchange fields, from field f on.
-            launch!(self.stream, &self.k.halves, "sps_halves", cfg_for(t.hstride());
-                &h, &e, &es, &fields, &planes, &mi, &kmax, &ranks, &to_half)?;
-            Ok(())
-        };
+        let pack = |f: u64, fields: i32| self.halves(t, f, fields, false);
         let x_forward = |f: u64| -> Result<(), CudaError> {
             // SAFETY: field f of the pencil buffer.
             unsafe { t.x(pen + f * ps * C16, FftDirection::Forward) }
