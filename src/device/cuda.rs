@@ -395,6 +395,11 @@ impl Gpu {
         Ok(self.exchange.get_or_init(|| made))
     }
 
+    /// The exchange stream if it has been made (`None`: nothing ever ran on it).
+    pub fn exchange_stream_if_made(&self) -> Option<&Arc<CudaStream>> {
+        self.exchange.get()
+    }
+
     /// Counts one host wait (and a device-to-host copy when `copy`).
     fn count(&self, copy: bool) {
         self.waits.fetch_add(1, Ordering::Relaxed);

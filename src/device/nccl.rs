@@ -25,7 +25,7 @@ use cudarc::nccl::result as nccl_result;
 use cudarc::nccl::sys as nccl_sys;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What to install when NCCL is missing.
@@ -193,8 +193,6 @@ pub struct NcclComm {
     comm: Mutex<Option<RawComm>>,
     /// Recorded by [`NcclComm::wait`] and polled.
     event: CudaEvent,
-    /// The GPU's exchange stream, once an exchange has run beside the main stream.
-    side: OnceLock<Arc<CudaStream>>,
     /// Exchanges queued beside the main stream and not yet joined (or dropped).
     pending: Arc<AtomicUsize>,
 }
@@ -279,7 +277,6 @@ impl NcclComm {
             abort,
             comm: Mutex::new(Some(RawComm(comm))),
             event,
-            side: OnceLock::new(),
             pending: Arc::new(AtomicUsize::new(0)),
         })
     }
@@ -455,13 +452,7 @@ impl NcclComm {
         what: &str,
         transfers: &[Transfer],
     ) -> Result<Pending, CudaError> {
-        let side = match self.side.get() {
-            Some(s) => s,
-            None => {
-                let s = self.gpu.exchange_stream()?.clone();
-                self.side.get_or_init(|| s)
-            }
-        };
+        let side = self.gpu.exchange_stream()?;
         let ready = self
             .gpu
             .stream()
@@ -484,7 +475,7 @@ impl NcclComm {
     /// Makes the main stream wait for everything queued on the exchange stream so far (no
     /// host wait): what a rank does before its buffers are freed, joined or not.
     pub fn join_all(&self) -> Result<(), CudaError> {
-        match self.side.get() {
+        match self.gpu.exchange_stream_if_made() {
             Some(side) => self
                 .gpu
                 .stream()

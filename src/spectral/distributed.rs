@@ -402,11 +402,7 @@ impl SpectralStepper for DistributedSpectralSolver {
     }
     fn cfl_dt(&mut self, cfl: f64) -> Result<f64, SpectralError> {
         let s = self.collective(Command::SpeedSumMax, SlabRank::speed_sum_max)?;
-        Ok(if s > 0.0 {
-            cfl * self.grid.h() / s
-        } else {
-            f64::INFINITY
-        })
+        Ok(self.grid.cfl_dt(cfl, s))
     }
     fn step(&mut self, dt: f64) -> Result<(), SpectralError> {
         let stepped = self.collective(Command::Step { dt }, |s| s.step(dt));

@@ -824,11 +824,7 @@ impl GpuSpectralSolver {
     /// The CFL step Δt = C·h / max(|u| + |v| + |w|) (infinite for u = 0).
     pub fn cfl_dt(&mut self, cfl: f64) -> Result<f64, CudaError> {
         let s = self.speed_sum_max()?;
-        Ok(if s > 0.0 {
-            cfl * self.grid.h() / s
-        } else {
-            f64::INFINITY
-        })
+        Ok(self.grid.cfl_dt(cfl, s))
     }
 
     /// One Lawson RK4 step (module docs of [`super::solver`]); a step whose result is not

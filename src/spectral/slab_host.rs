@@ -867,11 +867,7 @@ impl SpectralStepper for HostSlabSolver {
     }
     fn cfl_dt(&mut self, cfl: f64) -> Result<f64, SpectralError> {
         let s = self.speed_sum_max();
-        Ok(if s > 0.0 {
-            cfl * self.grid.h() / s
-        } else {
-            f64::INFINITY
-        })
+        Ok(self.grid.cfl_dt(cfl, s))
     }
     fn step(&mut self, dt: f64) -> Result<(), SpectralError> {
         Ok(HostSlabSolver::step(self, dt)?)

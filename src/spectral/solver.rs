@@ -99,6 +99,16 @@ impl SpectralGrid {
     pub fn h(&self) -> f64 {
         std::f64::consts::TAU / self.n as f64
     }
+
+    /// The step a CFL number allows (docs/physics.md §5.4): Δt = C·h / max(|u| + |v| + |w|),
+    /// infinite for a field at rest (`speed_sum_max` = 0). Every spectral solver's `cfl_dt`.
+    pub fn cfl_dt(&self, cfl: f64, speed_sum_max: f64) -> f64 {
+        if speed_sum_max > 0.0 {
+            cfl * self.h() / speed_sum_max
+        } else {
+            f64::INFINITY
+        }
+    }
 }
 
 /// Allocates a zero vector field on a layout.
@@ -239,11 +249,7 @@ impl SpectralSolver {
     /// The step allowed by a CFL number: Δt = C·h / max(|u| + |v| + |w|) (infinite for u = 0).
     pub fn cfl_dt(&mut self, cfl: f64) -> f64 {
         let s = self.speed_sum_max();
-        if s > 0.0 {
-            cfl * self.grid.h() / s
-        } else {
-            f64::INFINITY
-        }
+        self.grid.cfl_dt(cfl, s)
     }
 
     /// dK/dt from the right-hand side: Σ_k Re(û*·(N̂ − ν|k|²û)) over all modes.
